@@ -1,0 +1,112 @@
+"""The rollout container shared by every phase.
+
+Shape letters used throughout graft: ``P`` prompts in a step, ``G`` samples per group,
+``T`` tokens of one response, ``B`` sequences in a minibatch, ``V`` vocabulary.
+
+A :class:`RolloutGroup` is the G responses that one model (``source``) generated for one
+prompt, seen from the model that trains on them (``holder``). Own data has
+``source == holder``; a group handed over by GRAFT is a copy with ``holder`` set to the
+receiver, re-tokenized with the receiver's tokenizer (``token_ids``), scored by the
+receiver's behaviour policy (``old_logprobs``) and carrying the source's generation
+tokens and log-probs (``gen_token_ids``/``gen_logprobs``) and advantages.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+VERIFY_OK = "ok"
+VERIFY_TIMEOUT = "timeout"
+VERIFY_NO_ANSWER = "no_answer"
+VERIFY_ERROR = "error"
+
+
+@dataclass
+class Prompt:
+    """One training or evaluation problem."""
+
+    id: str
+    problem: str
+    answer: str
+
+
+@dataclass
+class RolloutGroup:
+    """G responses of ``source`` to one prompt, as trained on by ``holder``.
+
+    Per-response lists all have length G. ``token_ids[g]``/``old_logprobs[g]`` have
+    length T_g in the holder's tokenization; ``gen_token_ids[g]``/``gen_logprobs[g]``
+    have length T'_g in the source's tokenization (the same lists for own data).
+    """
+
+    prompt_id: str
+    problem: str
+    answer: str
+    source: str
+    """Model that generated the responses."""
+    holder: str
+    """Model that trains on this group (== source for own data)."""
+    prompt_text: str
+    """The prompt rendered with the holder's template."""
+    prompt_token_ids: list[int]
+    """Holder tokenization of ``prompt_text``."""
+    responses: list[str]
+    """[G] response texts (special tokens stripped)."""
+    token_ids: list[list[int]]
+    """[G][T] holder tokenization of each response (EOS appended when the response finished)."""
+    old_logprobs: list[list[float]]
+    """[G][T] log-probs of ``token_ids`` under the holder's behaviour policy pi_theta_old."""
+    gen_token_ids: list[list[int]]
+    """[G][T'] tokens as the source sampled them."""
+    gen_logprobs: list[list[float]]
+    """[G][T'] the source sampler's log-probs of ``gen_token_ids`` (pi_phi for peer data)."""
+    finished: list[bool]
+    """[G] True when the response ended with EOS, False when cut at max_new_tokens."""
+    rewards: list[float] = field(default_factory=list)
+    """[G] verified binary rewards (re-verified by the holder for peer data)."""
+    status: list[str] = field(default_factory=list)
+    """[G] verifier status: ok / timeout / no_answer / error."""
+    advantages: list[float] = field(default_factory=list)
+    """[G] advantages used in the loss (the source's, frozen, for peer data)."""
+    weights: list[float] = field(default_factory=list)
+    """[G] sequence weights: 1 for own data, min(s, cap) for admitted peer responses, 0 if dropped."""
+    compat: list[float] = field(default_factory=list)
+    """[G] compatibility score s (1.0 for own data)."""
+    step: int = 0
+    """Training step that produced the group."""
+
+    def __post_init__(self) -> None:
+        g = len(self.responses)
+        for name in ("token_ids", "old_logprobs", "gen_token_ids", "gen_logprobs", "finished"):
+            assert len(getattr(self, name)) == g, f"{name} has {len(getattr(self, name))} entries, expected G={g}"
+        for t, lp in zip(self.token_ids, self.old_logprobs):
+            assert len(t) == len(lp), f"token_ids/old_logprobs length mismatch {len(t)} != {len(lp)}"
+        for t, lp in zip(self.gen_token_ids, self.gen_logprobs):
+            assert len(t) == len(lp), f"gen_token_ids/gen_logprobs length mismatch {len(t)} != {len(lp)}"
+
+    @property
+    def is_peer(self) -> bool:
+        return self.source != self.holder
+
+    @property
+    def size(self) -> int:
+        return len(self.responses)
+
+    @property
+    def num_correct(self) -> int:
+        return int(sum(r > 0.5 for r in self.rewards))
+
+    def rewards_tensor(self) -> torch.Tensor:
+        return torch.tensor(self.rewards, dtype=torch.float32)
+
+    def subset(self, keep: list[int]) -> "RolloutGroup":
+        """The group restricted to responses ``keep`` (used to drop gated-out peer responses)."""
+        pick = lambda xs: [xs[i] for i in keep] if xs else xs  # noqa: E731
+        return replace(
+            self,
+            responses=pick(self.responses), token_ids=pick(self.token_ids), old_logprobs=pick(self.old_logprobs),
+            gen_token_ids=pick(self.gen_token_ids), gen_logprobs=pick(self.gen_logprobs), finished=pick(self.finished),
+            rewards=pick(self.rewards), status=pick(self.status), advantages=pick(self.advantages),
+            weights=pick(self.weights), compat=pick(self.compat),
+        )
