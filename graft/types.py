@@ -75,9 +75,13 @@ class RolloutGroup:
     """[G] compatibility score s (1.0 for own data)."""
     step: int = 0
     """Training step that produced the group."""
+    index: list[int] = field(default_factory=list)
+    """[G] position of each response in the source's original group (kept through gating)."""
 
     def __post_init__(self) -> None:
         g = len(self.responses)
+        if not self.index:
+            self.index = list(range(g))
         for name in ("token_ids", "old_logprobs", "gen_token_ids", "gen_logprobs", "finished"):
             assert len(getattr(self, name)) == g, f"{name} has {len(getattr(self, name))} entries, expected G={g}"
         for t, lp in zip(self.token_ids, self.old_logprobs):
@@ -108,5 +112,5 @@ class RolloutGroup:
             responses=pick(self.responses), token_ids=pick(self.token_ids), old_logprobs=pick(self.old_logprobs),
             gen_token_ids=pick(self.gen_token_ids), gen_logprobs=pick(self.gen_logprobs), finished=pick(self.finished),
             rewards=pick(self.rewards), status=pick(self.status), advantages=pick(self.advantages),
-            weights=pick(self.weights), compat=pick(self.compat),
+            weights=pick(self.weights), compat=pick(self.compat), index=pick(self.index),
         )

@@ -1,0 +1,261 @@
+"""Policy losses: GRAFT (spec §3.5) and the LUFFY / SGT / HACPO update rules (spec §8).
+
+Shape letters: ``B`` sequences of a minibatch, ``T`` tokens (right-padded). Every loss takes
+per-token ``logp`` (current policy, with grad), ``old_logp`` (the receiver's behaviour
+policy π_θold^R, for own and peer rows alike), per-sequence ``advantages``, ``weights``
+(1 for own rows, the gate weight for peer rows) and ``is_peer``, and returns
+``(loss, metrics)``; the loss is minimised. Masked positions may hold any value, NaN included.
+
+Metrics are plain floats. Counts (``tokens/*``, ``clipped/*``) are raw so a trainer can sum
+them across minibatches; ``clip_frac/*`` are the per-call fractions (0 when no tokens).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean")
+RATIO_LEVELS = ("token", "sequence")
+LOG_RATIO_CLAMP = 20.0
+
+
+def _check(logp: Tensor, old_logp: Tensor, advantages: Tensor, weights: Tensor, mask: Tensor, is_peer: Tensor) -> None:
+    assert logp.dim() == 2, f"logp must be [B,T], got {tuple(logp.shape)}"
+    b = logp.shape[0]
+    assert old_logp.shape == logp.shape and mask.shape == logp.shape, "old_logp and mask must match logp [B,T]"
+    for name, t in (("advantages", advantages), ("weights", weights), ("is_peer", is_peer)):
+        assert t.shape == (b,), f"{name} must be [B]={b}, got {tuple(t.shape)}"
+    assert is_peer.dtype == torch.bool, f"is_peer must be bool, got {is_peer.dtype}"
+
+
+def aggregate(
+    loss_mat: Tensor, mask: Tensor, mode: str, num_tokens: float | None = None, num_seqs: float | None = None
+) -> Tensor:
+    """Reduce a [B,T] token loss to a scalar (spec §3.5; verl ``agg_loss``).
+
+    ``token-mean``: Σ_{b,t} l·m / num_tokens, num_tokens = Σ m by default (DAPO, the paper's
+    text). ``seq-mean-token-mean``: Σ_b (Σ_t l·m / Σ_t m) / num_seqs, num_seqs = rows with a
+    valid token by default (the paper's formula). Passing the GLOBAL count of a batch split
+    across micro-batches or ranks makes the parts sum to the full-batch value.
+    """
+    assert loss_mat.dim() == 2 and mask.shape == loss_mat.shape, f"expected [B,T] twice, got {tuple(loss_mat.shape)}, {tuple(mask.shape)}"
+    mask = mask.bool()
+    masked = torch.where(mask, loss_mat, torch.zeros_like(loss_mat))
+    if mode == "token-mean":
+        denom = mask.sum().clamp(min=1).item() if num_tokens is None else num_tokens
+        return masked.sum() / denom
+    if mode == "seq-mean-token-mean":
+        lengths = mask.sum(dim=1)
+        seq = masked.sum(dim=1) / lengths.clamp(min=1).to(masked.dtype)
+        denom = (lengths > 0).sum().clamp(min=1).item() if num_seqs is None else num_seqs
+        return seq.sum() / denom
+    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGG_MODES)}")
+
+
+def _log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
+    return torch.where(mask, logp - old_logp, torch.zeros_like(logp))
+
+
+def importance_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, level: str = "token") -> Tensor:
+    """ρ [B,T]. ``token``: ρ_t = exp(clamp(logp_t − old_t, ±20)) (spec §3.5, verl).
+    ``sequence`` (ablation, §8; GSPO/TRL ``importance_sampling_level``): ρ = exp(clamp(mean_t(logp − old), ±20))
+    broadcast to every token of the row. Masked positions hold 1."""
+    mask = mask.bool()
+    lr = _log_ratio(logp, old_logp, mask)
+    if level == "token":
+        return torch.exp(lr.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    if level == "sequence":
+        seq = lr.sum(dim=1) / mask.sum(dim=1).clamp(min=1).to(lr.dtype)
+        return torch.exp(seq.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))[:, None].expand_as(lr)
+    raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+
+
+def _clipped_objective(ratio: Tensor, adv: Tensor, clip_low: float, clip_high: float) -> Tensor:
+    return torch.minimum(ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv)
+
+
+def _clip_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, is_peer: Tensor, clip_low: float, clip_high: float, peer_clipped: bool) -> dict:
+    """Token counts and fractions where clipping is ACTIVE (TRL convention): low = ρ < 1−ε_low
+    and Â < 0, high = ρ > 1+ε_high and Â > 0; per population (own / peer rows)."""
+    ratio = ratio.detach()
+    low = (ratio < 1 - clip_low) & (adv < 0) & mask
+    high = (ratio > 1 + clip_high) & (adv > 0) & mask
+    out: dict = {}
+    for pop, rows in (("own", ~is_peer), ("peer", is_peer)):
+        tokens = int((mask & rows[:, None]).sum())
+        active = peer_clipped or pop == "own"
+        n_low = int((low & rows[:, None]).sum()) if active else 0
+        n_high = int((high & rows[:, None]).sum()) if active else 0
+        out[f"tokens/{pop}"] = tokens
+        out[f"clipped/{pop}_low"] = n_low
+        out[f"clipped/{pop}_high"] = n_high
+        out[f"clip_frac/{pop}_low"] = n_low / tokens if tokens else 0.0
+        out[f"clip_frac/{pop}_high"] = n_high / tokens if tokens else 0.0
+    valid = ratio[mask]
+    out["ratio/mean"] = float(valid.mean()) if valid.numel() else 1.0
+    out["ratio/max"] = float(valid.max()) if valid.numel() else 1.0
+    return out
+
+
+def _ppo_parts(logp, old_logp, advantages, mask, clip_low, clip_high, ratio_level):
+    mask = mask.bool()
+    ratio = importance_ratio(logp, old_logp, mask, ratio_level)
+    adv = advantages.to(ratio.dtype)[:, None].expand_as(ratio)
+    return mask, ratio, adv, _clipped_objective(ratio, adv, clip_low, clip_high)
+
+
+def policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    weights: Tensor,
+    mask: Tensor,
+    is_peer: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    agg: str = "token-mean",
+    ratio_level: str = "token",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> tuple[Tensor, dict]:
+    """GRAFT objective (spec §3.5), as a loss:
+
+    L = agg_{j,t}[ −w_j · min(ρ_{j,t} Â_j, clip(ρ_{j,t}, 1−ε_low, 1+ε_high) Â_j) ],
+    ρ = π_θ / π_θold^R (the receiver's own behaviour policy, own and peer rows alike), w = 1
+    for own rows and min(s, cap) for admitted peer rows. No KL, no entropy term; no dual clip.
+    ``is_peer`` only splits the clip metrics. Returns (scalar loss, metrics).
+    """
+    _check(logp, old_logp, advantages, weights, mask, is_peer)
+    mask, ratio, adv, obj = _ppo_parts(logp, old_logp, advantages, mask, clip_low, clip_high, ratio_level)
+    loss_mat = -weights.to(obj.dtype)[:, None] * obj
+    loss = aggregate(loss_mat, mask, agg, num_tokens, num_seqs)
+    return loss, _clip_metrics(ratio, adv, mask, is_peer, clip_low, clip_high, peer_clipped=True)
+
+
+def luffy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    weights: Tensor,
+    mask: Tensor,
+    is_peer: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    agg: str = "token-mean",
+    ratio_level: str = "token",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+    gamma: float = 0.1,
+) -> tuple[Tensor, dict]:
+    """LUFFY-style update (arXiv 2504.14945; spec §8).
+
+    Own (on-policy) rows: the clipped PPO term of :func:`policy_loss`. Peer (off-policy)
+    rows: −w · Â · f(π_θ), f(π) = π / (π + γ), π = exp(logp) per token, no ratio, no clipping.
+    Departures from LUFFY: LUFFY has no behaviour log-probs (it assumes π_φ = 1) and no
+    sequence weights; here the gate weights w still multiply peer rows, advantages are the
+    caller's (GRAFT's frozen source advantages, not LUFFY's mixed-group Dr.GRPO ones), and
+    whole peer groups replace all-fail groups instead of one off-policy trace per group.
+    Peer clip counts are 0 (nothing is clipped there).
+    """
+    _check(logp, old_logp, advantages, weights, mask, is_peer)
+    mask, ratio, adv, obj = _ppo_parts(logp, old_logp, advantages, mask, clip_low, clip_high, ratio_level)
+    prob = torch.exp(torch.where(mask, logp, torch.zeros_like(logp)))
+    shaped = prob / (prob + gamma) * adv
+    obj = torch.where(is_peer[:, None], shaped, obj)
+    loss = aggregate(-weights.to(obj.dtype)[:, None] * obj, mask, agg, num_tokens, num_seqs)
+    metrics = _clip_metrics(ratio, adv, mask, is_peer, clip_low, clip_high, peer_clipped=False)
+    peer_tok = mask & is_peer[:, None]
+    metrics["luffy/peer_prob_mean"] = float(prob.detach()[peer_tok].mean()) if peer_tok.any() else 0.0
+    return loss, metrics
+
+
+def sgt_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    weights: Tensor,
+    mask: Tensor,
+    is_peer: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    agg: str = "token-mean",
+    ratio_level: str = "token",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+    coef: float = 1.0,
+    sgt_mask: Tensor | None = None,
+    num_sgt_tokens: float | None = None,
+) -> tuple[Tensor, dict]:
+    """SGT baseline (Mutual RL, arXiv 2605.07244; spec §8) **[unverified] reconstruction**:
+
+    L = L_GRAFT-clip(rows ∉ sgt_mask) + coef · Σ_{sgt rows, t} −logp / num_sgt_tokens.
+    ``sgt_mask`` [B] marks peer successes on the receiver's all-fail prompts (default:
+    ``is_peer``, i.e. the caller hands over only successes). SGT rows get no advantage, no
+    ratio and no weight; the NLL is token-mean over SGT tokens (LUFFY's RL+SFT template).
+    ``num_tokens``/``num_seqs`` count the non-SGT (policy-gradient) rows only,
+    ``num_sgt_tokens`` the SGT tokens (defaults: this call's counts).
+    The exact λ and normalisation of SGT are not public; λ = 1 follows LUFFY's sft_loss_coef.
+    """
+    _check(logp, old_logp, advantages, weights, mask, is_peer)
+    sgt = is_peer if sgt_mask is None else sgt_mask
+    assert sgt.shape == is_peer.shape and sgt.dtype == torch.bool, "sgt_mask must be Bool[B]"
+    mask = mask.bool()
+    pg_mask = mask & ~sgt[:, None]
+    sgt_tok = mask & sgt[:, None]
+    pg, metrics = policy_loss(logp, old_logp, advantages, weights, pg_mask, is_peer, clip_low, clip_high, agg, ratio_level, num_tokens, num_seqs)
+    nll_sum = torch.where(sgt_tok, -logp, torch.zeros_like(logp)).sum()
+    denom = sgt_tok.sum().clamp(min=1).item() if num_sgt_tokens is None else num_sgt_tokens
+    nll = nll_sum / denom
+    metrics["sgt/nll"] = float(nll.detach())
+    metrics["tokens/sgt"] = int(sgt_tok.sum())
+    return pg + coef * nll, metrics
+
+
+def hacpo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    weights: Tensor,
+    mask: Tensor,
+    is_peer: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    agg: str = "seq-mean-token-mean",
+    ratio_level: str = "token",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> tuple[Tensor, dict]:
+    """HACPO update (arXiv 2603.02604 eqs. 56-59; spec §8), simplified:
+
+    own rows: −min(ρÂ, clip(ρ, 1−ε_low, 1+ε_high)Â) (w = 1);
+    peer rows: −w · ρ · Â with no clipping, w = :func:`gating.hacpo_peer_weights`
+    (stepwise clip of s, optionally times the capability ratio). Aggregation defaults to
+    ``seq-mean-token-mean`` as HACPO requires.
+    Departures: HACPO clips own rows at the sequence level (GSPO, radii 3e-4 / 4e-4) and
+    recomputes s from the current policy inside the loss, so its peer gradient vanishes
+    when s leaves [1−δ+kδ_step, 1]; here the stepwise-clipped s is a constant weight and
+    the receiver's token ratio carries the gradient (equal to HACPO's with α = 0 while s
+    lies inside the clip range).
+    """
+    _check(logp, old_logp, advantages, weights, mask, is_peer)
+    mask, ratio, adv, obj = _ppo_parts(logp, old_logp, advantages, mask, clip_low, clip_high, ratio_level)
+    obj = torch.where(is_peer[:, None], ratio * adv, obj)
+    loss = aggregate(-weights.to(obj.dtype)[:, None] * obj, mask, agg, num_tokens, num_seqs)
+    return loss, _clip_metrics(ratio, adv, mask, is_peer, clip_low, clip_high, peer_clipped=False)
+
+
+POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict]]] = {
+    "graft": policy_loss,
+    "luffy": luffy_loss,
+    "sgt": sgt_loss,
+    "hacpo": hacpo_loss,
+}
+
+
+def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict]]:
+    """The loss of update rule ``name``; ValueError listing the valid names otherwise."""
+    if name not in POLICY_LOSSES:
+        raise ValueError(f"unknown update rule {name!r}; valid: {', '.join(POLICY_LOSSES)}")
+    return POLICY_LOSSES[name]

@@ -1,0 +1,118 @@
+"""Which prompts a receiver gets peer groups for: candidates, balancing, ablations (spec §3.2-3.3, §6, §8-9).
+
+Shape letter ``P``: prompts of the step, in the same order for both models. A direction
+S->R has ``k_source`` = k_S and ``candidates`` = C_{S->R} as BoolTensor[P].
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+BALANCE_MODES = ("min", "none", "asymmetric")
+
+
+def _check_pair(k: Tensor, mask: Tensor) -> None:
+    assert k.dim() == 1 and mask.shape == k.shape, f"expected [P] and [P], got {tuple(k.shape)}, {tuple(mask.shape)}"
+    assert mask.dtype == torch.bool, f"mask must be bool, got {mask.dtype}"
+
+
+def candidate_mask(k_receiver: Tensor, k_source: Tensor, n: int, include_all_correct: bool = False) -> Tensor:
+    """C_{S->R} = {q : k_R(q) = 0 and 1 <= k_S(q) < n} (spec §3.2). [P] -> Bool[P].
+
+    The trigger is zero successes, not zero variance. ``include_all_correct`` (beyond the
+    paper, §9) relaxes the upper bound to k_S <= n.
+    """
+    assert k_receiver.dim() == 1 and k_receiver.shape == k_source.shape, "k_receiver and k_source must both be [P]"
+    upper = k_source <= n if include_all_correct else k_source < n
+    return (k_receiver == 0) & (k_source >= 1) & upper
+
+
+def top_with_ties(k_source: Tensor, candidates: Tensor, m: int) -> Tensor:
+    """Top-m candidates by k_S, descending, plus every candidate tied with the m-th (spec §3.3).
+
+    Equivalent to keeping candidates with k_S >= (m-th largest k_S among candidates), so
+    more than m may be kept. m <= 0 keeps none; m >= |C| keeps all. [P] -> Bool[P].
+    """
+    _check_pair(k_source, candidates)
+    count = int(candidates.sum())
+    if m <= 0 or count == 0:
+        return torch.zeros_like(candidates)
+    if m >= count:
+        return candidates.clone()
+    threshold = torch.sort(k_source[candidates], descending=True).values[m - 1]
+    return candidates & (k_source >= threshold)
+
+
+def balanced_targets(size_ab: int, size_ba: int, balance: str = "min", ratio: float = 2.0, floor: int = 1) -> tuple[int, int]:
+    """Per-direction selection targets (m_AB, m_BA) from the candidate counts.
+
+    ``min``: m = min(|C_AB|, |C_BA|) both ways (spec §3.3). ``none``: all candidates.
+    ``asymmetric`` (beyond the paper, §9): m_dir = min(|C_dir|, ceil(ratio·|C_other|) + floor),
+    so the richer direction may keep up to ratio times the poorer one plus ``floor``.
+    """
+    if balance == "min":
+        m = min(size_ab, size_ba)
+        return m, m
+    if balance == "none":
+        return size_ab, size_ba
+    if balance == "asymmetric":
+        cap = lambda other: math.ceil(ratio * other) + floor  # noqa: E731
+        return min(size_ab, cap(size_ba)), min(size_ba, cap(size_ab))
+    raise ValueError(f"unknown balance {balance!r}; valid: {', '.join(BALANCE_MODES)}")
+
+
+def balanced_selection(
+    k_src_ab: Tensor,
+    cand_ab: Tensor,
+    k_src_ba: Tensor,
+    cand_ba: Tensor,
+    balance: str = "min",
+    ratio: float = 2.0,
+    floor: int = 1,
+) -> tuple[Tensor, Tensor, dict]:
+    """Balanced two-way selection (spec §3.3): keep_dir = top_with_ties(k_S, C_dir, m_dir).
+
+    ``k_src_ab`` are A's success counts (source of A->B), ``cand_ab`` = C_{A->B}; likewise BA.
+    m_dir from :func:`balanced_targets`; with ``min`` and m = 0 nothing moves either way.
+    Returns keep_ab [P], keep_ba [P] and metrics m_ab, m_ba, candidates_ab, candidates_ba,
+    kept_ab, kept_ba (ints).
+    """
+    _check_pair(k_src_ab, cand_ab)
+    _check_pair(k_src_ba, cand_ba)
+    size_ab, size_ba = int(cand_ab.sum()), int(cand_ba.sum())
+    m_ab, m_ba = balanced_targets(size_ab, size_ba, balance, ratio, floor)
+    keep_ab = top_with_ties(k_src_ab, cand_ab, m_ab)
+    keep_ba = top_with_ties(k_src_ba, cand_ba, m_ba)
+    metrics = {
+        "m_ab": m_ab, "m_ba": m_ba,
+        "candidates_ab": size_ab, "candidates_ba": size_ba,
+        "kept_ab": int(keep_ab.sum()), "kept_ba": int(keep_ba.sum()),
+    }
+    return keep_ab, keep_ba, metrics
+
+
+def random_selection(pool: Tensor, count: int, generator: torch.Generator | None = None) -> Tensor:
+    """Ablation "random prompt selection" (spec §8): ``count`` prompts drawn uniformly without
+    replacement from ``pool`` (the receiver's all-fail prompts, k_R = 0); all of the pool if
+    it is smaller. Bool[P] -> Bool[P].
+
+    The paper does not say what happens when a drawn prompt's peer group has no success;
+    that group then has all-zero advantages and adds no gradient (decided by the caller).
+    """
+    assert pool.dim() == 1 and pool.dtype == torch.bool, f"pool must be Bool[P], got {pool.dtype} {tuple(pool.shape)}"
+    keep = torch.zeros_like(pool)
+    idx = pool.nonzero().flatten()
+    if count <= 0 or idx.numel() == 0:
+        return keep
+    perm = torch.randperm(idx.numel(), generator=generator)
+    keep[idx[perm[:count]]] = True
+    return keep
+
+
+def capped_selection(k_source: Tensor, candidates: Tensor, cap: int | None) -> Tensor:
+    """Stored-peer mode (spec §6), one direction: all candidates when ``cap`` is None, else
+    top_with_ties(k_S, C, cap) (ties at the cap are kept, so more than ``cap`` may pass)."""
+    _check_pair(k_source, candidates)
+    return candidates.clone() if cap is None else top_with_ties(k_source, candidates, cap)

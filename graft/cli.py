@@ -1,0 +1,119 @@
+"""The ``graft`` command: train, eval, analyze, report, store, sweep.
+
+    graft train CONFIG.yaml [key=value ...]
+    graft eval --model PATH --data math500 [--n 8 --repeats 5]
+    graft analyze RUN_DIR
+    graft report RUN_DIR [RUN_DIR ...] [--out DIR]
+    graft store info|export PATH ...
+    graft sweep CONFIG.yaml --grid key=v1,v2 [--grid ...] [--print] [key=value ...]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import shlex
+import subprocess
+import sys
+
+USAGE = __doc__
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input: printed as one line, exit code 2."""
+    from graft.config import ConfigError
+    from graft.data.datasets import DataError
+    from graft.policy.loading import ModelLoadError
+    from graft.storage.checkpoint import CheckpointError
+    from graft.storage.trajectory_store import StoreError
+
+    return ConfigError, DataError, ModelLoadError, CheckpointError, StoreError, FileNotFoundError
+
+
+def train_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="graft train", description="Train models with GRAFT (or GRPO).")
+    p.add_argument("config", help="YAML config file (see configs/)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=10 models.0.lr=2e-6")
+    args = p.parse_args(argv)
+    from graft.config import load_config
+    from graft.trainer.loop import train
+
+    train(load_config(args.config, args.overrides))
+    return 0
+
+
+def sweep_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="graft sweep", description="Run a grid of configurations one after another.")
+    p.add_argument("config")
+    p.add_argument("--grid", action="append", default=[], help="key=v1,v2,... (repeatable; the product is run)")
+    p.add_argument("--print", action="store_true", help="print the commands (for a cluster scheduler) instead of running")
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_args(argv)
+    commands = sweep_commands(args.config, args.grid, args.overrides)
+    for cmd in commands:
+        print(shlex.join(cmd))
+        if not args.print:
+            rc = subprocess.call(cmd)
+            if rc != 0:
+                print(f"error: sweep member failed with exit code {rc}", file=sys.stderr)
+                return rc
+    return 0
+
+
+def sweep_commands(config: str, grid: list[str], overrides: list[str]) -> list[list[str]]:
+    """One ``graft train`` command per grid point, each with its own run_dir suffix."""
+    from graft.config import ConfigError, load_config
+
+    axes = []
+    for item in grid:
+        if "=" not in item:
+            raise ConfigError(f"--grid {item!r} must be key=v1,v2")
+        key, values = item.split("=", 1)
+        axes.append([(key, v) for v in values.split(",")])
+    base = load_config(config, overrides).run_dir
+    out = []
+    for point in itertools.product(*axes) if axes else [()]:
+        tag = "_".join(f"{k.split('.')[-1]}-{v}" for k, v in point) or "base"
+        sets = [f"{k}={v}" for k, v in point]
+        load_config(config, [*overrides, *sets])  # validate every member before running any
+        out.append([sys.executable, "-m", "graft.cli", "train", config, *overrides, *sets, f"run_dir={base}/{tag}"])
+    return out
+
+
+def _dispatch(cmd: str, argv: list[str]) -> int:
+    if cmd == "train":
+        return train_main(argv)
+    if cmd == "sweep":
+        return sweep_main(argv)
+    if cmd == "eval":
+        from graft.evaluation.evaluate import eval_main
+        return eval_main(argv)
+    if cmd == "analyze":
+        from graft.evaluation.analyze import analyze_main
+        return analyze_main(argv)
+    if cmd == "report":
+        from graft.evaluation.report import report_main
+        return report_main(argv)
+    if cmd == "store":
+        from graft.storage.trajectory_store import store_main
+        return store_main(argv)
+    print(USAGE, file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    try:
+        return _dispatch(argv[0], argv[1:])
+    except _user_errors() as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

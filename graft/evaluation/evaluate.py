@@ -1,0 +1,618 @@
+"""``graft eval``: pass@k of a model or checkpoint under the spec §5 protocol.
+
+Protocol (defaults): temperature 0.6, top-p 0.95, ``n = 8`` samples per prompt, graded by
+the training grader (math_verify with a hard timeout). pass@1 of one repeat is the mean over
+prompts of the fraction of correct samples; pass@k uses the unbiased estimator. ``repeats``
+independent runs (different sampling seeds) are reported as mean ± sample std (ddof 1).
+The macro average over datasets is computed per repeat, then mean ± std over repeats (the
+paper's "average over the five benchmarks"). Scores are fractions in [0, 1] in JSON and
+percentages in the markdown table.
+
+Files under ``out_dir``::
+
+    protocol.json              n, temperature, top_p, max_new_tokens, seed (a resumed run must match)
+    DATASET/repeat_R.jsonl     one line per prompt: id, answer, rewards, statuses, finished,
+                               num_tokens, responses (so every grade can be re-checked)
+    results.json               per dataset and macro: pass@k mean/std/per-repeat, lengths, verifier counts
+    results.md                 the same as a markdown table
+
+Resuming: lines are appended (flushed and fsynced) after each prompt chunk is generated and
+graded. A re-run with the same ``out_dir`` reads the finished prompts back, drops a torn last
+line, and generates only the missing prompts. Sampling seeds are derived from ``(seed, repeat,
+chunk start)`` with fixed chunk boundaries, so a run killed between chunks resumes to exactly
+the same samples as an uninterrupted one (for a given backend and batch size).
+
+Backends: ``hf`` calls ``policy.generate`` (the training sampler, CPU or GPU); ``vllm``
+generates all samples of a chunk with one vLLM call from the model folder (GPU only; needs
+``pip install 'graft[vllm]'``).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from graft.evaluation.metrics import mean_std, num_correct, pass_at_k_from_rewards
+from graft.types import VERIFY_NO_ANSWER, VERIFY_TIMEOUT, Prompt
+
+BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
+"""Short names accepted by ``--data``; resolved to ``DATA_DIR/NAME.jsonl``."""
+
+PROTOCOL_KEYS = ("n", "temperature", "top_p", "max_new_tokens", "seed")
+"""Settings that must agree between a run and the files it resumes."""
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+class EvalError(RuntimeError):
+    """An evaluation that cannot run or resume; the message says why."""
+
+
+# ----------------------------------------------------------------------------- records
+
+
+@dataclass
+class PromptRecord:
+    """The graded samples of one prompt in one repeat (one line of ``repeat_R.jsonl``)."""
+
+    id: str
+    answer: str
+    rewards: list[float]
+    statuses: list[str]
+    finished: list[bool]
+    num_tokens: list[int]
+    responses: list[str]
+
+    def to_json(self) -> str:
+        return json.dumps({"id": self.id, "answer": self.answer, "rewards": self.rewards, "statuses": self.statuses,
+                           "finished": self.finished, "num_tokens": self.num_tokens, "responses": self.responses},
+                          ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PromptRecord":
+        return cls(id=str(d["id"]), answer=str(d["answer"]), rewards=[float(r) for r in d["rewards"]],
+                   statuses=list(d["statuses"]), finished=[bool(f) for f in d["finished"]],
+                   num_tokens=[int(t) for t in d["num_tokens"]], responses=list(d["responses"]))
+
+
+def read_records(path: Path, repair: bool = False) -> dict[str, PromptRecord]:
+    """Records of a ``repeat_R.jsonl`` file by prompt id.
+
+    A torn last line (a kill while writing) is ignored, and with ``repair`` cut off the file so
+    appending continues on a clean line. A malformed line elsewhere is an :class:`EvalError`.
+    """
+    path = Path(path)
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    out: dict[str, PromptRecord] = {}
+    good_end = 0  # byte offset after the last complete line
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        end = good_end + len(raw) + 1
+        if end > len(data):  # no newline: a torn last line (or nothing)
+            break
+        if raw.strip():
+            try:
+                rec = PromptRecord.from_dict(json.loads(raw))
+            except (ValueError, KeyError, TypeError) as e:
+                if end == len(data):
+                    break  # torn last line that happens to end in a newline
+                raise EvalError(f"{path}:{lineno}: malformed record ({e}); delete the line or the file to regenerate it") from None
+            out[rec.id] = rec
+        good_end = end
+    if repair and good_end < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(good_end)
+    return out
+
+
+def _append(path: Path, records: Iterable[PromptRecord]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for rec in records:
+            f.write(rec.to_json() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# ----------------------------------------------------------------------------- generation
+
+
+def derive_seed(seed: int, repeat: int, chunk_start: int) -> int:
+    """Sampling seed of one chunk: a stable 31-bit hash of (seed, repeat, index of the chunk's first prompt)."""
+    h = hashlib.sha256(f"graft-eval:{seed}:{repeat}:{chunk_start}".encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+@dataclass
+class GenSample:
+    """One generated response (same fields as the policy's ``Sample``)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finished: bool
+
+
+def vllm_unavailable_reason() -> str | None:
+    """Why the vLLM backend cannot run here, or None when it can."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed (pip install 'graft[vllm]'); use --backend hf"
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return "vllm needs a CUDA GPU and torch.cuda.is_available() is False; use --backend hf"
+    except Exception as e:  # pragma: no cover - torch is a dependency
+        return f"cannot query CUDA ({e}); use --backend hf"
+    return None
+
+
+class VllmGenerator:
+    """vLLM sampler with the policy's ``generate`` signature (all samples of a chunk in one call).
+
+    ``model_path`` must be something vLLM loads: a Hugging Face model folder (e.g. a graft
+    checkpoint's ``step_N/A``) or a hub id. Prompts are encoded by ``encode_prompt`` (the
+    policy's template), so hf and vllm evaluations see identical prompt tokens.
+    """
+
+    def __init__(self, model_path: str, encode_prompt=None, tokenizer: str | None = None, dtype: str = "auto",
+                 seed: int = 0, gpu_memory_utilization: float = 0.85, max_model_len: int | None = None):
+        reason = vllm_unavailable_reason()
+        if reason:
+            raise EvalError(f"backend vllm: {reason}")
+        p = str(model_path)
+        if p.startswith("embedded:") or p.endswith(".gguf"):
+            raise EvalError(f"backend vllm needs a Hugging Face model folder or hub id, got {p!r}; "
+                            "evaluate a saved checkpoint folder or use --backend hf")
+        from vllm import LLM  # noqa: PLC0415 - optional dependency
+
+        kwargs: dict[str, Any] = dict(model=p, tokenizer=tokenizer or p, dtype=dtype, seed=seed,
+                                      gpu_memory_utilization=gpu_memory_utilization)
+        if max_model_len:
+            kwargs["max_model_len"] = max_model_len
+        self.llm = LLM(**kwargs)
+        self.encode_prompt = encode_prompt
+
+    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float, top_p: float,
+                 batch_size: int | None = None, seed: int = 0, progress: bool = False, desc: str | None = None
+                 ) -> list[list[GenSample]]:
+        from vllm import SamplingParams  # noqa: PLC0415
+
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
+        outs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in prompt_ids], params, use_tqdm=progress)
+        result = []
+        for out in outs:
+            result.append([GenSample(token_ids=list(o.token_ids), logprobs=[], text=o.text,
+                                     finished=o.finish_reason == "stop") for o in out.outputs])
+        return result
+
+
+def _encode(policy, prompt: Prompt) -> list[int]:
+    return list(policy.encode_prompt(prompt.problem))
+
+
+def _check_name(name: str) -> None:
+    if not _NAME_RE.match(name):
+        raise EvalError(f"dataset name {name!r} must use only letters, digits, '_', '.', '-' (it is a folder name)")
+
+
+def _check_protocol(out_dir: Path, protocol: dict) -> None:
+    path = out_dir / "protocol.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = [k for k in PROTOCOL_KEYS if old.get(k) != protocol.get(k)]
+        if diff:
+            raise EvalError(f"{out_dir} holds an evaluation with different settings "
+                            + ", ".join(f"{k}: {old.get(k)!r} -> {protocol.get(k)!r}" for k in diff)
+                            + "; use another --out or delete it")
+    else:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(protocol, indent=2) + "\n")
+
+
+def run_repeat(generator, prompts: Sequence[Prompt], grader, *, path: Path | None, n: int, temperature: float,
+               top_p: float, max_new_tokens: int, seed: int, repeat: int, batch_size: int, chunk_prompts: int,
+               progress: bool = False, desc: str = "") -> list[PromptRecord]:
+    """Generate and grade ``n`` samples for every prompt (one repeat); returns records in prompt order.
+
+    With ``path``, finished prompts are read back from it and new ones appended per chunk.
+    """
+    done = read_records(path, repair=True) if path is not None else {}
+    for rec in done.values():
+        if len(rec.rewards) != n:
+            raise EvalError(f"{path}: prompt {rec.id} has {len(rec.rewards)} samples, this evaluation uses n={n}")
+    ids = {p.id for p in prompts}
+    if len(ids) != len(prompts):
+        raise EvalError(f"{desc or 'dataset'}: prompt ids are not unique")
+    bar = _bar(len(prompts), sum(1 for p in prompts if p.id in done), desc, progress)
+    try:
+        for start in range(0, len(prompts), chunk_prompts):
+            todo = [p for p in prompts[start:start + chunk_prompts] if p.id not in done]
+            if not todo:
+                continue
+            samples = generator.generate([_encode(generator, p) for p in todo], n=n, max_new_tokens=max_new_tokens,
+                                         temperature=temperature, top_p=top_p, batch_size=batch_size,
+                                         seed=derive_seed(seed, repeat, start), progress=False, desc=desc)
+            if len(samples) != len(todo) or any(len(s) != n for s in samples):
+                raise EvalError(f"generator returned {[len(s) for s in samples]} samples for {len(todo)} prompts x n={n}")
+            texts = [s.text for group in samples for s in group]
+            answers = [p.answer for p in todo for _ in range(n)]
+            rewards, statuses = grader.grade(texts, answers, progress=False)
+            new = []
+            for i, (p, group) in enumerate(zip(todo, samples)):
+                sl = slice(i * n, (i + 1) * n)
+                new.append(PromptRecord(id=p.id, answer=p.answer, rewards=[float(r) for r in rewards[sl]],
+                                        statuses=list(statuses[sl]), finished=[bool(s.finished) for s in group],
+                                        num_tokens=[len(s.token_ids) for s in group], responses=[s.text for s in group]))
+            if path is not None:
+                _append(path, new)
+            done.update((r.id, r) for r in new)
+            bar.update(len(todo))
+    finally:
+        bar.close()
+    return [done[p.id] for p in prompts]
+
+
+def _bar(total: int, initial: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="prompt", disable=not enabled, dynamic_ncols=True)
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def default_ks(n: int) -> list[int]:
+    """pass@k reported for k = 1, 2, 4, ... up to n, and n itself."""
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if n not in ks:
+        ks.append(n)
+    return ks
+
+
+def _stat(per_repeat: list[float]) -> dict:
+    m, s = mean_std(per_repeat)
+    return {"mean": m, "std": s, "per_repeat": per_repeat}
+
+
+def summarize(records: dict[str, list[list[PromptRecord]]], ks: Sequence[int]) -> dict:
+    """Per-dataset and macro statistics from ``records[dataset][repeat] = [PromptRecord]``."""
+    datasets: dict[str, dict] = {}
+    for name, repeats in records.items():
+        entry: dict[str, Any] = {"num_prompts": len(repeats[0]) if repeats else 0, "repeats": len(repeats)}
+        for k in ks:
+            entry[f"pass@{k}"] = _stat([pass_at_k_from_rewards([r.rewards for r in rep], k) for rep in repeats])
+        flat = [(t, f, s) for rep in repeats for r in rep for t, f, s in zip(r.num_tokens, r.finished, r.statuses)]
+        entry["response_tokens_mean"] = sum(t for t, _, _ in flat) / len(flat) if flat else math.nan
+        entry["truncated_frac"] = sum(not f for _, f, _ in flat) / len(flat) if flat else math.nan
+        entry["verify_timeouts"] = sum(s == VERIFY_TIMEOUT for _, _, s in flat)
+        entry["verify_no_answer"] = sum(s == VERIFY_NO_ANSWER for _, _, s in flat)
+        entry["all_fail_frac"] = _stat([sum(num_correct(r.rewards) == 0 for r in rep) / len(rep) if rep else math.nan
+                                        for rep in repeats])
+        datasets[name] = entry
+    macro: dict[str, Any] = {"datasets": list(datasets)}
+    num_repeats = min((d["repeats"] for d in datasets.values()), default=0)
+    for k in ks:
+        per_repeat = [sum(d[f"pass@{k}"]["per_repeat"][r] for d in datasets.values()) / len(datasets)
+                      for r in range(num_repeats)] if datasets else []
+        macro[f"pass@{k}"] = _stat(per_repeat)
+    return {"datasets": datasets, "macro": macro}
+
+
+def _pct(stat: dict) -> str:
+    m, s = stat["mean"], stat["std"]
+    if m is None or (isinstance(m, float) and math.isnan(m)):
+        return "n/a"
+    return f"{100 * m:.2f} ± {100 * s:.2f}"
+
+
+def results_markdown(results: dict) -> str:
+    """Markdown table of ``results`` (percentages, mean ± std over repeats)."""
+    proto = results["protocol"]
+    ks = results["ks"]
+    show = sorted({1, proto["n"]} & set(ks))
+    lines = [f"# Evaluation: {proto.get('model') or 'model'}", "",
+             f"temperature {proto['temperature']}, top-p {proto['top_p']}, n = {proto['n']} samples per prompt, "
+             f"max {proto['max_new_tokens']} new tokens, {proto['repeats']} repeat(s) (mean ± sample std), "
+             f"backend {proto['backend']}, seed {proto['seed']}.", "",
+             "| dataset | prompts | " + " | ".join(f"pass@{k} (%)" for k in show)
+             + " | all-fail (%) | mean tokens | truncated (%) | verify timeouts |",
+             "|---|---:|" + "---:|" * len(show) + "---:|---:|---:|---:|"]
+    for name, d in results["datasets"].items():
+        lines.append(f"| {name} | {d['num_prompts']} | " + " | ".join(_pct(d[f'pass@{k}']) for k in show)
+                     + f" | {_pct(d['all_fail_frac'])} | {_fmt(d['response_tokens_mean'], '.0f')}"
+                     + f" | {_fmt(100 * d['truncated_frac'], '.1f')} | {d['verify_timeouts']} |")
+    if len(results["datasets"]) > 1:
+        m = results["macro"]
+        lines.append(f"| **macro average** | {len(results['datasets'])} sets | "
+                     + " | ".join(f"**{_pct(m[f'pass@{k}'])}**" for k in show) + " | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v, spec: str) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def json_clean(obj):
+    """Replace NaN/inf by None recursively so the JSON is standard."""
+    if isinstance(obj, float):
+        return None if (math.isnan(obj) or math.isinf(obj)) else obj
+    if isinstance(obj, dict):
+        return {k: json_clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_clean(v) for v in obj]
+    return obj
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | Path | None, n: int = 8,
+             temperature: float = 0.6, top_p: float = 0.95, max_new_tokens: int = 2048, repeats: int = 1,
+             seed: int = 0, batch_size: int = 64, backend: str = "hf", progress: bool = True,
+             ks: Sequence[int] | None = None, chunk_prompts: int | None = None, model_path: str | None = None,
+             model_label: str | None = None) -> dict:
+    """Evaluate ``policy`` on every dataset with the spec §5 protocol; returns the results dict.
+
+    ``policy`` needs ``encode_prompt(problem) -> ids`` and ``generate(...)`` (see module doc);
+    ``grader.grade(texts, answers, progress=False) -> (rewards, statuses)``. With ``out_dir``
+    (None keeps everything in memory) responses, ``results.json`` and ``results.md`` are written
+    and a killed evaluation resumes. ``backend="vllm"`` samples with vLLM from ``model_path``
+    (default: the policy's model folder) using the policy's prompt encoding. ``chunk_prompts``
+    (prompts per generate call and per append) defaults to ``max(1, batch_size // n)`` for hf and
+    256 for vllm.
+    """
+    if n < 1 or repeats < 1:
+        raise EvalError(f"n and repeats must be >= 1, got n={n}, repeats={repeats}")
+    if backend not in ("hf", "vllm"):
+        raise EvalError(f"unknown backend {backend!r}; choose hf or vllm")
+    ks = sorted({k for k in (ks or default_ks(n)) if 1 <= k <= n} | {1})
+    generator = policy
+    if backend == "vllm" and not isinstance(policy, VllmGenerator):
+        path = model_path or _policy_model_path(policy)
+        if path is None:
+            raise EvalError("backend vllm: give model_path (the model folder vLLM should load)")
+        generator = VllmGenerator(path, tokenizer=getattr(getattr(policy, "cfg", None), "tokenizer", None), seed=seed)
+        generator.encode_prompt = policy.encode_prompt
+    if chunk_prompts is None:
+        chunk_prompts = max(1, batch_size // n) if backend == "hf" else 256
+    for name in datasets:
+        _check_name(name)
+    protocol = {"n": n, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
+                "repeats": repeats, "backend": backend, "model": model_label or model_path or _policy_model_path(policy)}
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        _check_protocol(out, protocol)
+    records: dict[str, list[list[PromptRecord]]] = {}
+    for name, prompts in datasets.items():
+        records[name] = []
+        for r in range(repeats):
+            path = None
+            if out is not None:
+                (out / name).mkdir(parents=True, exist_ok=True)
+                path = out / name / f"repeat_{r}.jsonl"
+            records[name].append(run_repeat(
+                generator, prompts, grader, path=path, n=n, temperature=temperature, top_p=top_p,
+                max_new_tokens=max_new_tokens, seed=seed, repeat=r, batch_size=batch_size,
+                chunk_prompts=chunk_prompts, progress=progress, desc=f"{name} r{r}"))
+    results = {"protocol": protocol, "ks": ks, **summarize(records, ks)}
+    if out is not None:
+        (out / "results.json").write_text(json.dumps(json_clean(results), indent=2) + "\n")
+        (out / "results.md").write_text(results_markdown(results))
+    return results
+
+
+def _policy_model_path(policy) -> str | None:
+    for attr in ("model_dir", "path"):
+        v = getattr(policy, attr, None)
+        if isinstance(v, (str, Path)):
+            return str(v)
+    cfg = getattr(policy, "cfg", None)
+    return str(cfg.path) if getattr(cfg, "path", None) else None
+
+
+def evaluate_during_training(policy, datasets: dict[str, list[Prompt]] | list[Prompt], grader, *, n: int = 8,
+                             temperature: float = 0.6, top_p: float = 0.95, max_new_tokens: int = 2048,
+                             repeats: int = 1, seed: int = 0, batch_size: int = 64,
+                             out_dir: str | Path | None = None, progress: bool = False) -> dict[str, float]:
+    """Same protocol as :func:`evaluate`, for the trainer; returns ``{"DATASET/pass@1": x, ...}``.
+
+    A bare list of prompts is named ``val``. Also returns ``DATASET/pass@1_std`` when
+    ``repeats > 1`` and ``macro/pass@1`` when several datasets are given. Use the same ``seed``
+    at every step (common random numbers make checkpoints comparable). ``out_dir`` (e.g.
+    ``RUN_DIR/eval/step_000010/A``) keeps the graded responses; None keeps nothing on disk.
+    The trainer logs the values as ``eval/M/DATASET/pass@1``.
+    """
+    if not isinstance(datasets, dict):
+        datasets = {"val": list(datasets)}
+    res = evaluate(policy, datasets, grader, out_dir, n=n, temperature=temperature, top_p=top_p,
+                   max_new_tokens=max_new_tokens, repeats=repeats, seed=seed, batch_size=batch_size,
+                   backend="hf", progress=progress, ks=[1])
+    out: dict[str, float] = {}
+    for name, d in res["datasets"].items():
+        out[f"{name}/pass@1"] = d["pass@1"]["mean"]
+        if repeats > 1:
+            out[f"{name}/pass@1_std"] = d["pass@1"]["std"]
+    if len(res["datasets"]) > 1:
+        out["macro/pass@1"] = res["macro"]["pass@1"]["mean"]
+    return out
+
+
+def best_checkpoint(history: Sequence[dict], key: str, steps: Iterable[int] | None = None) -> int | None:
+    """Step of the best checkpoint: the highest ``history[i][key]`` (e.g. ``eval/A/val/pass@1``).
+
+    Rule (paper: checkpoints every 5 steps, the best chosen on a validation set): among rows
+    that have a finite value for ``key`` (and whose step is in ``steps`` when given, e.g. the
+    steps that have a saved checkpoint), take the highest value; ties go to the **earlier** step
+    (fewer updates, cheaper). None when no row qualifies.
+    """
+    allowed = set(steps) if steps is not None else None
+    best: tuple[float, int] | None = None
+    for row in history:
+        v, step = row.get(key), row.get("step")
+        if v is None or step is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        if allowed is not None and step not in allowed:
+            continue
+        if best is None or v > best[0] or (v == best[0] and step < best[1]):
+            best = (float(v), int(step))
+    return best[1] if best else None
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def default_data_dir() -> Path | None:
+    """``../shared/data`` relative to the working directory, else next to the source checkout."""
+    for cand in (Path("../shared/data"), Path(__file__).resolve().parents[3] / "shared" / "data"):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def parse_data_args(specs: Sequence[str], data_dir: Path | None) -> dict[str, str]:
+    """``NAME=SPEC`` / benchmark short name / bare path -> {name: loader spec}."""
+    out: dict[str, str] = {}
+    for item in specs:
+        if "=" in item and not item.startswith("hub:"):
+            name, spec = item.split("=", 1)
+        elif item in BENCHMARKS:
+            if data_dir is None:
+                raise EvalError(f"--data {item}: no data folder found; pass --data-dir (the folder holding {item}.jsonl)")
+            name, spec = item, str(Path(data_dir) / f"{item}.jsonl")
+            if not Path(spec).exists():
+                raise EvalError(f"--data {item}: {spec} does not exist")
+        else:
+            spec = item
+            name = "arithmetic" if item == "arithmetic" else re.sub(r"[^A-Za-z0-9_.\-]", "_", Path(item.split(":")[-1]).stem)
+        _check_name(name)
+        if name in out:
+            raise EvalError(f"--data: dataset name {name!r} given twice")
+        out[name] = spec
+    return out
+
+
+def _model_cfg_for(model: str, template: str | None):
+    """ModelConfig and weights folder for ``--model`` (a plain model, or a graft checkpoint model folder)."""
+    from graft.config import ModelConfig, load_config
+
+    p = Path(model)
+    weights_from = None
+    cfg = None
+    if p.is_dir() and (p.parent / "config.yaml").exists():
+        run_cfg = load_config(p.parent / "config.yaml")
+        match = [m for m in run_cfg.models if m.name == p.name]
+        if match:  # RUN/checkpoints/step_N/A: architecture/template from the run, weights from the folder
+            cfg, weights_from = match[0], str(p)
+    elif p.is_dir() and (p / "config.yaml").exists() and not (p / "config.json").exists():
+        names = [m.name for m in load_config(p / "config.yaml").models]
+        raise EvalError(f"{p} is a checkpoint step folder; pass one model folder: "
+                        + ", ".join(str(p / n) for n in names))
+    if cfg is None:
+        cfg = ModelConfig(name="eval", path=model)
+    if template:
+        cfg.template = template
+    return cfg, weights_from
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="graft eval", description="pass@k of a model or checkpoint (spec §5 protocol).")
+    ap.add_argument("--model", required=True, help="hub id, local HF folder, .gguf, embedded:NAME, or RUN/checkpoints/step_N/MODEL")
+    ap.add_argument("--template", choices=["chat", "plain", "fewshot"], default=None,
+                    help="prompt format (default: the checkpoint's, else chat)")
+    ap.add_argument("--data", action="append", required=True,
+                    help="NAME=PATH (jsonl/parquet/hub:NAME[:split]/arithmetic) or one of " + ", ".join(BENCHMARKS))
+    ap.add_argument("--data-dir", default=None, help="folder of the benchmark files (default ../shared/data)")
+    ap.add_argument("--n", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--repeats", type=int, default=5, help="independent repeats (mean ± std)")
+    ap.add_argument("--temperature", type=float, default=0.6)
+    ap.add_argument("--top-p", type=float, default=0.95)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the checkpoint's rollout limit, else 2048")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N prompts of each dataset")
+    ap.add_argument("--out", default=None, help="output folder (default runs/eval/MODEL)")
+    ap.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=64, help="sequences per generate call (hf)")
+    ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    ap.add_argument("--verify-timeout", type=float, default=5.0, help="seconds per grading")
+    ap.add_argument("--verify-workers", type=int, default=2)
+    ap.add_argument("--on-bad-row", choices=["error", "skip"], default="error")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def eval_main(argv: Sequence[str] | None = None) -> int:
+    """``graft eval``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _eval_main(args)
+    except EvalError as e:
+        print(f"graft eval: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # data / store / config errors carry their own message
+        if type(e).__name__ in ("DataError", "ConfigError", "PolicyError"):
+            print(f"graft eval: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _eval_main(args) -> int:
+    from graft.data.datasets import load_prompts
+    from graft.policy.policy import Policy
+    from graft.reward.grader import Grader
+
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    specs = parse_data_args(args.data, data_dir)
+    datasets = {}
+    for name, spec in specs.items():
+        prompts, _stats = load_prompts(spec, on_bad_row=args.on_bad_row, limit=args.limit)
+        datasets[name] = prompts
+    cfg, weights_from = _model_cfg_for(args.model, args.template)
+    if args.dtype:
+        cfg.dtype = args.dtype
+    max_new = args.max_new_tokens or _checkpoint_max_new_tokens(args.model) or 2048
+    device = args.device
+    if device == "auto":
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.backend == "vllm":
+        reason = vllm_unavailable_reason()
+        if reason:
+            raise EvalError(f"backend vllm: {reason}")
+        device = "cpu"  # the HF policy only encodes prompts; vLLM holds the GPU weights
+    out = Path(args.out) if args.out else Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.\-]", "_", args.model.strip("/"))
+    progress = not args.no_progress
+    policy = Policy.load(cfg, device=device, weights_from=weights_from)
+    with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers) as grader:
+        res = evaluate(policy, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
+                       max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
+                       backend=args.backend, progress=progress, model_path=weights_from or cfg.path,
+                       model_label=args.model)
+    print(results_markdown(res))
+    print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
+    return 0
+
+
+def _checkpoint_max_new_tokens(model: str) -> int | None:
+    p = Path(model)
+    if p.is_dir() and (p.parent / "config.yaml").exists():
+        from graft.config import load_config
+
+        try:
+            c = load_config(p.parent / "config.yaml")
+        except Exception:
+            return None
+        return c.eval.max_new_tokens or c.rollout.max_new_tokens
+    return None

@@ -1,0 +1,104 @@
+"""Pure evaluation statistics: pass@k, mean ± std over repeats, complementarity.
+
+Everything here takes plain Python numbers and returns plain numbers (no files, no
+models), so it can be checked by hand.
+
+Conventions
+-----------
+* A response is *correct* when its reward is > 0.5 (rewards are binary 0/1; the
+  threshold only guards against float noise).
+* pass@1 of one repeat = mean over prompts of (c_p / n_p), c_p correct out of n_p
+  samples of prompt p. With several repeats the protocol reports mean ± std of the
+  per-repeat pass@1 (spec §5).
+* ``std`` is the **sample** standard deviation (ddof = 1, Bessel-corrected), the usual
+  choice when R independent evaluation runs estimate run-to-run spread; with a single
+  value it is reported as 0.0 (there is no spread to estimate), with none as NaN.
+* Complementarity of direction S->R (design.md, ``complementarity/S->R``) = fraction of
+  R's all-fail prompts (k_R = 0) on which S had at least one success (k_S >= 1); NaN
+  when R has no all-fail prompt.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+CORRECT_THRESHOLD = 0.5
+"""A reward above this counts as a success."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)``.
+
+    ``n`` samples of which ``c`` are correct; the probability that at least one of
+    ``k`` samples drawn without replacement from the ``n`` is correct. Computed as the
+    numerically stable product ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``.
+    """
+    if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int)):
+        n, c, k = int(n), int(c), int(k)
+    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs n >= 1, 0 <= c <= n, 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def num_correct(rewards: Sequence[float]) -> int:
+    """Number of successes (reward > 0.5) in one prompt's samples."""
+    return int(sum(1 for r in rewards if r > CORRECT_THRESHOLD))
+
+
+def pass_at_k_from_rewards(rewards: Sequence[Sequence[float]], k: int) -> float:
+    """Mean over prompts of the unbiased pass@k; ``rewards`` is [P][n] (n may vary per prompt).
+
+    NaN when there are no prompts. Every prompt must have at least ``k`` samples.
+    """
+    if len(rewards) == 0:
+        return math.nan
+    return sum(pass_at_k(len(r), num_correct(r), k) for r in rewards) / len(rewards)
+
+
+def pass_at_1_from_rewards(rewards: Sequence[Sequence[float]]) -> float:
+    """pass@1 = mean over prompts of the fraction of correct samples; ``rewards`` is [P][n]."""
+    return pass_at_k_from_rewards(rewards, 1)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample std with ddof=1). One value: std 0.0; no values: (nan, nan).
+
+    NaN entries are ignored (a repeat with no prompts contributes nothing).
+    """
+    vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not vals:
+        return math.nan, math.nan
+    mean = sum(vals) / len(vals)
+    if len(vals) == 1:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)
+    return mean, math.sqrt(var)
+
+
+def complementarity_counts(k_receiver: Sequence[int], k_source: Sequence[int]) -> tuple[int, int]:
+    """(receiver all-fail prompts on which the source had >= 1 success, receiver all-fail prompts).
+
+    The lists are aligned by prompt (same length).
+    """
+    if len(k_receiver) != len(k_source):
+        raise ValueError(f"success-count lists must be aligned by prompt, got {len(k_receiver)} and {len(k_source)}")
+    fail = [i for i, k in enumerate(k_receiver) if k == 0]
+    solved = sum(1 for i in fail if k_source[i] >= 1)
+    return solved, len(fail)
+
+
+def complementarity(k_a: Sequence[int], k_b: Sequence[int]) -> tuple[float, float]:
+    """Both directions of complementarity from per-prompt success counts aligned by prompt.
+
+    Returns ``(frac of A's all-fail prompts that B solved, frac of B's all-fail prompts that A
+    solved)``, i.e. ``(complementarity/B->A, complementarity/A->B)`` in metric-key terms. Each
+    is NaN when that model has no all-fail prompt.
+    """
+    b_solves, a_fail = complementarity_counts(k_a, k_b)
+    a_solves, b_fail = complementarity_counts(k_b, k_a)
+    return (b_solves / a_fail if a_fail else math.nan, a_solves / b_fail if b_fail else math.nan)

@@ -1,0 +1,410 @@
+"""Atomic, resumable checkpoints.
+
+Layout (one folder per saved step; ``{name}`` is a model label such as ``A``)::
+
+    RUN_DIR/checkpoints/step_000010/
+        {name}/                 Hugging Face folder written by the caller (``policy.save``):
+                                config.json, model.safetensors (or adapter_*.safetensors for LoRA), tokenizer files
+        {name}/optimizer.pt     ``optimizer.state_dict()`` (torch.save)
+        state.pt                {"step", "rng", **state}: step counter, RNG states, sampler position, anything else
+        config.yaml             the resolved run config
+        manifest.json           written LAST: every other file with its size and sha256
+
+Crash safety. Everything is written under ``checkpoints/.tmp-step_000010-<pid>/``; files and
+folders are fsynced, then the folder is renamed to ``step_000010`` and ``checkpoints/`` is
+fsynced. A kill at any moment therefore leaves either no new folder (only a ``.tmp-`` one,
+which readers ignore and the next save deletes) or a complete one. Re-saving an existing
+step moves the old folder aside to ``.old-step_000010-<pid>`` first; if a kill lands between
+the two renames, readers fall back to that folder and the next save restores it.
+
+A checkpoint is *complete* when ``manifest.json`` parses and every file it lists exists with
+the recorded size. Loading checks that (cheap); ``verify="full"`` also re-hashes every file.
+Pruning keeps the ``keep_last`` complete checkpoints with the highest steps (the one just
+written is never pruned); folders are renamed to ``.del-...`` before deletion so a kill
+mid-delete never leaves a half-deleted ``step_*`` folder behind.
+
+``state.pt`` is loaded with ``torch.load(weights_only=True)``: ``state`` must hold plain data
+(dict, list, tuple, str, int, float, bool, None, tensors). ``save_checkpoint`` checks that
+before publishing the checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+import torch
+import yaml
+
+FORMAT_VERSION = 1
+"""Version of the checkpoint layout written into ``manifest.json``."""
+
+_STEP_RE = re.compile(r"^step_(\d+)$")
+_HIDDEN_RE = re.compile(r"^\.(tmp|old|del)-step_(\d+)-(\d+)$")
+_RESERVED = {"state.pt", "config.yaml", "manifest.json"}
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be written or loaded; the message names the folder and file."""
+
+
+# ----------------------------------------------------------------------------- RNG
+
+def rng_state() -> dict:
+    """States of Python ``random``, NumPy's global generator, torch CPU and (when available) CUDA.
+
+    Plain data only (lists, tuples, tensors), so it survives ``torch.load(weights_only=True)``.
+    """
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    out: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {"name": str(name), "keys": [int(k) for k in keys], "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what :func:`rng_state` captured. Missing entries are left alone; CUDA states are
+    restored only when CUDA is available (for as many devices as both sides have)."""
+    if "python" in state:
+        v = state["python"]
+        random.setstate((v[0], tuple(v[1]), v[2]))
+    if "numpy" in state:
+        n = state["numpy"]
+        np.random.set_state((n["name"], np.asarray(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    if "torch" in state:
+        torch.set_rng_state(state["torch"].cpu())
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        states = list(state["cuda"])[: torch.cuda.device_count()]
+        for i, s in enumerate(states):
+            torch.cuda.set_rng_state(s.cpu(), i)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            _fsync_path(Path(dirpath) / f)
+        _fsync_path(Path(dirpath))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # our own leftovers (an earlier failed save in this process) are stale
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _read_manifest(path: Path) -> dict:
+    mpath = path / "manifest.json"
+    if not mpath.is_file():
+        raise CheckpointError(f"{path}: not a complete checkpoint (no manifest.json; a write was interrupted?)")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{mpath}: unreadable manifest: {e}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict) or "step" not in manifest:
+        raise CheckpointError(f"{mpath}: malformed manifest (needs 'step' and 'files')")
+    if manifest.get("format") != FORMAT_VERSION:
+        raise CheckpointError(f"{mpath}: checkpoint format {manifest.get('format')!r}, this graft reads format {FORMAT_VERSION}")
+    return manifest
+
+
+def _verify(path: Path, manifest: dict, full: bool) -> None:
+    for rel, meta in manifest["files"].items():
+        if rel.startswith("/") or ".." in Path(rel).parts:
+            raise CheckpointError(f"{path}: manifest lists a file outside the checkpoint: {rel!r}")
+        f = path / rel
+        if not f.is_file():
+            raise CheckpointError(f"{path}: file {rel} is missing (listed in manifest.json)")
+        size = f.stat().st_size
+        if size != meta.get("size"):
+            raise CheckpointError(f"{path}: file {rel} has {size} bytes, manifest.json says {meta.get('size')} (truncated or replaced)")
+        if full and meta.get("sha256") and _sha256(f) != meta["sha256"]:
+            raise CheckpointError(f"{path}: file {rel} does not match its sha256 in manifest.json (corrupt)")
+
+
+def is_complete(path: str | Path) -> bool:
+    """True when ``path`` holds a manifest and every listed file with its recorded size."""
+    try:
+        _verify(Path(path), _read_manifest(Path(path)), full=False)
+        return True
+    except CheckpointError:
+        return False
+
+
+def _step_of(path: Path) -> int | None:
+    m = _STEP_RE.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, by increasing step. A step whose folder is missing but
+    whose moved-aside ``.old-`` copy is complete (kill during a same-step replace) is listed
+    by that copy."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found: dict[int, Path] = {}
+    for p in root.iterdir():
+        step = _step_of(p)
+        if step is not None and p.is_dir() and is_complete(p):
+            found[step] = p
+    for p in root.iterdir():
+        m = _HIDDEN_RE.match(p.name)
+        if m and m.group(1) == "old" and int(m.group(2)) not in found and is_complete(p):
+            found[int(m.group(2))] = p
+    return [found[s] for s in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The complete checkpoint with the highest step in ``RUN_DIR/checkpoints``, or ``None``."""
+    cks = list_checkpoints(run_dir)
+    return cks[-1] if cks else None
+
+
+def _cleanup(root: Path) -> None:
+    """Delete leftovers of dead writers; restore a moved-aside checkpoint whose replacement never landed."""
+    for p in list(root.iterdir()):
+        m = _HIDDEN_RE.match(p.name)
+        if not m:
+            continue
+        kind, step, pid = m.group(1), int(m.group(2)), int(m.group(3))
+        if _pid_alive(pid):
+            continue
+        final = root / step_dir_name(step)
+        if kind == "old" and not final.exists() and is_complete(p):
+            os.rename(p, final)
+        else:
+            _remove_tree(p)
+    _fsync_path(root)
+
+
+def _prune(root: Path, keep_last: int, keep: Path) -> None:
+    if keep_last < 1:
+        return
+    complete = [p for p in root.iterdir() if _step_of(p) is not None and p.is_dir() and is_complete(p)]
+    complete.sort(key=lambda p: _step_of(p))
+    doomed = [p for p in complete[: max(0, len(complete) - keep_last)] if p != keep]
+    for p in doomed:
+        trash = root / f".del-{p.name}-{os.getpid()}"
+        os.rename(p, trash)
+        _fsync_path(root)
+        _remove_tree(trash)
+
+
+# ----------------------------------------------------------------------------- save
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    models: dict[str, Callable[[Path], None]],
+    optimizers: dict[str, torch.optim.Optimizer],
+    state: dict,
+    config: dict | Any,
+    keep_last: int = 2,
+    hash_files: bool = True,
+) -> Path:
+    """Write ``RUN_DIR/checkpoints/step_{step:06d}`` atomically and prune to ``keep_last``.
+
+    ``models[name](folder)`` writes model ``name``'s Hugging Face folder into ``folder`` (pass
+    ``policy.save``); ``optimizers[name].state_dict()`` goes to ``{name}/optimizer.pt``.
+    ``state`` is stored in ``state.pt`` together with ``step`` and, unless ``state`` has an
+    ``"rng"`` entry already, :func:`rng_state` (capture it *before* anything consumes random
+    numbers after the step, i.e. call this at the end of the step). ``config`` is a dict or a
+    config dataclass. ``keep_last < 1`` keeps every checkpoint. ``hash_files`` records sha256
+    of each file in the manifest (costs one read of the checkpoint).
+
+    Any exception from a writer propagates after the temporary folder is removed; earlier
+    checkpoints are untouched. Returns the final folder.
+    """
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = json.loads(json.dumps(dataclasses.asdict(config)))
+    for name in list(models) + list(optimizers):
+        if not name or "/" in name or name.startswith(".") or name in _RESERVED:
+            raise CheckpointError(f"invalid model name for a checkpoint folder: {name!r}")
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    _cleanup(root)
+
+    name = step_dir_name(step)
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    _remove_tree(tmp)
+    tmp.mkdir()
+    try:
+        for mname, writer in models.items():
+            (tmp / mname).mkdir(exist_ok=True)
+            writer(tmp / mname)
+        for mname, opt in optimizers.items():
+            (tmp / mname).mkdir(exist_ok=True)
+            torch.save(opt.state_dict(), tmp / mname / "optimizer.pt")
+        payload = dict(state)
+        payload.setdefault("rng", rng_state())
+        payload["step"] = int(step)
+        torch.save(payload, tmp / "state.pt")
+        try:
+            torch.load(tmp / "state.pt", map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - report what cannot be reloaded, at save time
+            raise CheckpointError(f"state for step {step} holds objects torch.load(weights_only=True) refuses; "
+                                  f"store plain data (dicts, lists, numbers, strings, tensors): {e}") from None
+        (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+        files = {}
+        for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            rel = f.relative_to(tmp).as_posix()
+            files[rel] = {"size": f.stat().st_size, **({"sha256": _sha256(f)} if hash_files else {})}
+        _fsync_tree(tmp)
+        manifest = {"format": FORMAT_VERSION, "step": int(step), "created_unix": time.time(),
+                    "models": sorted(models), "optimizers": sorted(optimizers), "files": files}
+        with open(tmp / "manifest.json", "w") as fh:
+            json.dump(manifest, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _fsync_path(tmp)
+    except BaseException:
+        _remove_tree(tmp)
+        raise
+
+    final = root / name
+    if final.exists():
+        old = root / f".old-{name}-{os.getpid()}"
+        _remove_tree(old)
+        os.rename(final, old)
+        _fsync_path(root)
+        os.rename(tmp, final)
+        _fsync_path(root)
+        _remove_tree(old)
+    else:
+        os.rename(tmp, final)
+    _fsync_path(root)
+    _prune(root, keep_last, keep=final)
+    return final
+
+
+def remove_checkpoints_after(run_dir: str | Path, step: int) -> list[Path]:
+    """Delete checkpoints with a step > ``step`` (resuming from an older checkpoint starts a new
+    timeline; later checkpoints belong to the old one). Returns the deleted folders."""
+    root = Path(run_dir) / "checkpoints"
+    gone = []
+    if not root.is_dir():
+        return gone
+    for p in sorted(root.iterdir()):
+        s = _step_of(p)
+        if s is not None and s > step and p.is_dir():
+            trash = root / f".del-{p.name}-{os.getpid()}"
+            os.rename(p, trash)
+            _fsync_path(root)
+            _remove_tree(trash)
+            gone.append(p)
+    return gone
+
+
+# ----------------------------------------------------------------------------- load
+
+@dataclass
+class Checkpoint:
+    """A validated checkpoint folder."""
+
+    path: Path
+    step: int
+    state: dict
+    """Everything saved in ``state.pt``: ``step``, ``rng`` and the caller's own keys."""
+    config: dict
+    """The config as saved in ``config.yaml``."""
+    model_dirs: dict[str, Path]
+    """Model name -> its Hugging Face folder (``from_pretrained``-loadable)."""
+    optimizer_names: list[str] = field(default_factory=list)
+    manifest: dict = field(default_factory=dict)
+
+    @property
+    def rng(self) -> dict | None:
+        """The RNG states to pass to :func:`set_rng_state`."""
+        return self.state.get("rng")
+
+    def optimizer_state(self, name: str, map_location: str | torch.device = "cpu") -> dict:
+        """The saved ``optimizer.state_dict()`` of model ``name`` (for ``optimizer.load_state_dict``)."""
+        if name not in self.optimizer_names:
+            raise CheckpointError(f"{self.path}: no optimizer state for model {name!r} (have {self.optimizer_names})")
+        f = self.path / name / "optimizer.pt"
+        try:
+            return torch.load(f, map_location=map_location, weights_only=True)
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointError(f"{f}: cannot load optimizer state: {e}") from None
+
+
+def load_checkpoint(path: str | Path, verify: Literal["size", "full"] = "size") -> Checkpoint:
+    """Validate and open a checkpoint folder.
+
+    ``path`` is a ``step_*`` folder, or a run folder / its ``checkpoints`` folder (then the latest
+    complete checkpoint is used). ``verify="size"`` checks every manifest file exists with its
+    recorded size; ``"full"`` also compares sha256. Any problem raises :class:`CheckpointError`
+    naming the file.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"checkpoint not found: {p}")
+    if not (p / "manifest.json").exists():
+        run_dir = p.parent if p.name == "checkpoints" else p
+        if (run_dir / "checkpoints").is_dir():
+            latest = latest_checkpoint(run_dir)
+            if latest is None:
+                raise CheckpointError(f"{run_dir / 'checkpoints'}: no complete checkpoint")
+            p = latest
+    manifest = _read_manifest(p)
+    _verify(p, manifest, full=(verify == "full"))
+    try:
+        state = torch.load(p / "state.pt", map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise CheckpointError(f"{p / 'state.pt'}: cannot load: {e}") from None
+    try:
+        config = yaml.safe_load((p / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise CheckpointError(f"{p / 'config.yaml'}: cannot load: {e}") from None
+    models = list(manifest.get("models", []))
+    return Checkpoint(
+        path=p, step=int(manifest["step"]), state=state, config=config,
+        model_dirs={m: p / m for m in models}, optimizer_names=list(manifest.get("optimizers", [])), manifest=manifest,
+    )

@@ -1,0 +1,495 @@
+"""The Parquet trajectory store: every rollout of every model, one file per step.
+
+Layout: ``ROOT/step_000003.parquet`` (ROOT is ``RUN_DIR/trajectories`` in a run). One row per
+response of a group that a model generated itself (``source == holder``); peer groups are not
+duplicated, their use is recorded in the ``used_as_peer_by`` / ``admitted_by`` / ``weight_by``
+columns of the source's rows. A store holds one run (``run_id``); several models share each
+step file.
+
+Schema (``SCHEMA_VERSION`` = 1, stored in every file's key-value metadata as
+``graft.schema_version``, next to ``graft.run_id`` and ``graft.step``):
+
+==================  ==============  ====================================================================
+column              type            meaning
+==================  ==============  ====================================================================
+run_id              string          id of the run that wrote the row
+model               string          model label (``A``, ``B``, ...) that generated the response
+tokenizer           string          tokenizer name/path of that model (interprets ``response_token_ids``)
+step                int64           training step that produced the group
+epoch               int64           data epoch of that step
+prompt_id           string          prompt id
+problem             string          problem text (without template)
+answer              string          reference answer
+prompt_text         string          the prompt exactly as the model saw it (template applied)
+response            string          response text (special tokens stripped)
+response_token_ids  list<int32>     tokens as the model sampled them (``RolloutGroup.gen_token_ids``)
+gen_logprobs        list<float32>   sampler log-prob of each of those tokens (pi_phi in spec §3.4)
+finished            bool            ended with EOS (False: cut at max_new_tokens)
+reward              float64         verified reward (0/1)
+verify_status       string          ok / timeout / no_answer / error
+advantage           float64         GRPO advantage the model trained with (frozen source advantage)
+group_index         int32           position of the response in its group, 0..group_size-1
+group_size          int32           G, responses in the group
+used_as_peer_by     list<string>    receivers this response was handed to (transferred)
+admitted_by         list<string>    subset of ``used_as_peer_by`` whose gate admitted it
+weight_by           list<float64>   ALIGNED WITH ``used_as_peer_by``: the sequence weight receiver
+                                    ``used_as_peer_by[i]`` gave it (min(s, cap); 0.0 when dropped)
+==================  ==============  ====================================================================
+
+Atomicity: a step file is written to ``.step_000003.parquet.<pid>.tmp``, fsynced and
+``os.replace``-d onto its final name, then the folder is fsynced. Readers only look at
+``step_*.parquet``, so a step's rows appear all at once or not at all, and rewriting a step
+(a resumed run re-running it) replaces the file instead of adding rows. On resume, call
+:meth:`TrajectoryStore.truncate_after` with the checkpoint's step; write a step's file
+*before* saving that step's checkpoint, so every step up to the checkpoint is in the store.
+
+Reading checks each file: unreadable/truncated Parquet, a different schema version, or a
+missing column raise :class:`StoreError` naming the file (extra columns are ignored).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from graft.types import RolloutGroup
+
+SCHEMA_VERSION = 1
+"""Bump when a column is removed, renamed or changes meaning; readers refuse other versions."""
+
+SCHEMA = pa.schema([
+    ("run_id", pa.string()),
+    ("model", pa.string()),
+    ("tokenizer", pa.string()),
+    ("step", pa.int64()),
+    ("epoch", pa.int64()),
+    ("prompt_id", pa.string()),
+    ("problem", pa.string()),
+    ("answer", pa.string()),
+    ("prompt_text", pa.string()),
+    ("response", pa.string()),
+    ("response_token_ids", pa.list_(pa.int32())),
+    ("gen_logprobs", pa.list_(pa.float32())),
+    ("finished", pa.bool_()),
+    ("reward", pa.float64()),
+    ("verify_status", pa.string()),
+    ("advantage", pa.float64()),
+    ("group_index", pa.int32()),
+    ("group_size", pa.int32()),
+    ("used_as_peer_by", pa.list_(pa.string())),
+    ("admitted_by", pa.list_(pa.string())),
+    ("weight_by", pa.list_(pa.float64())),
+])
+
+_META_VERSION = b"graft.schema_version"
+_FILE_RE = re.compile(r"^step_(\d+)\.parquet$")
+
+PeerUse = dict[tuple[str, str, int], list[tuple[str, bool, float]]]
+"""(source model, prompt_id, group_index in the source's full group) -> [(receiver, admitted, weight)]."""
+
+
+class StoreError(RuntimeError):
+    """A trajectory store that cannot be read or written; the message names the file."""
+
+
+@dataclass
+class StoredGroup:
+    """One stored group: the G responses ``model`` generated for ``prompt_id`` at ``step``."""
+
+    model: str
+    tokenizer: str
+    run_id: str
+    step: int
+    epoch: int
+    prompt_id: str
+    problem: str
+    answer: str
+    prompt_text: str
+    responses: list[str] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)
+    """[G][T'] the generating model's tokens."""
+    gen_logprobs: list[list[float]] = field(default_factory=list)
+    """[G][T'] the sampler's log-probs of ``token_ids`` (float32 precision)."""
+    finished: list[bool] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.responses)
+
+    @property
+    def num_correct(self) -> int:
+        return int(sum(r > 0.5 for r in self.rewards))
+
+
+def select_stored_group(groups_for_prompt: list[StoredGroup], receiver_step: int,
+                        pick: Literal["latest", "same_step", "any"] = "latest",
+                        eligible=None) -> StoredGroup | None:
+    """Choose which stored group of one prompt plays the peer at ``receiver_step`` (pure).
+
+    ``latest``: the one with the highest step <= ``receiver_step``; ``same_step``: step ==
+    ``receiver_step``; ``any``: most successes, ties broken by the highest step. Ties at equal
+    step go to the later entry of the list. ``eligible`` (optional predicate) filters groups
+    first, e.g. ``lambda g: 1 <= g.num_correct < g.size``; without it an ``any`` pick may be an
+    all-correct group that the candidate rule then rejects. ``None`` when nothing qualifies.
+    """
+    pool = [g for g in groups_for_prompt if eligible is None or eligible(g)]
+    if pick == "latest":
+        pool = [g for g in pool if g.step <= receiver_step]
+        key = lambda ig: (ig[1].step, ig[0])  # noqa: E731
+    elif pick == "same_step":
+        pool = [g for g in pool if g.step == receiver_step]
+        key = lambda ig: ig[0]  # noqa: E731
+    elif pick == "any":
+        key = lambda ig: (ig[1].num_correct, ig[1].step, ig[0])  # noqa: E731
+    else:
+        raise ValueError(f"pick must be latest, same_step or any, got {pick!r}")
+    if not pool:
+        return None
+    return max(enumerate(pool), key=key)[1]
+
+
+# ----------------------------------------------------------------------------- file helpers
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _resolve_root(path: str | Path) -> Path:
+    """A store folder, or a run folder holding ``trajectories/``."""
+    p = Path(path)
+    if p.is_dir() and not any(_FILE_RE.match(x.name) for x in p.iterdir()) and (p / "trajectories").is_dir():
+        return p / "trajectories"
+    return p
+
+
+def _read_file(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:
+    """Read and validate one step file; returns a table with ``columns`` (default: all) cast to SCHEMA."""
+    try:
+        pf = pq.ParquetFile(path)
+        schema = pf.schema_arrow
+    except (pa.ArrowException, OSError) as e:
+        raise StoreError(f"{path}: not a readable Parquet file (truncated or corrupt): {e}") from None
+    meta = schema.metadata or {}
+    found = meta.get(_META_VERSION)
+    if found is None:
+        raise StoreError(f"{path}: no graft schema version in the file metadata; not a graft trajectory store file")
+    try:
+        found_v = int(found)
+    except ValueError:
+        raise StoreError(f"{path}: bad schema version {found!r}") from None
+    if found_v != SCHEMA_VERSION:
+        raise StoreError(f"{path}: trajectory store schema version {found_v}, this graft reads version {SCHEMA_VERSION}; "
+                         "use the graft release that wrote the store (or re-export it)")
+    wanted = columns or SCHEMA.names
+    missing = [c for c in SCHEMA.names if c not in schema.names]
+    if missing:
+        raise StoreError(f"{path}: missing column(s) {missing}")
+    try:
+        table = pq.read_table(path, columns=wanted, filters=filters)
+        target = pa.schema([SCHEMA.field(c) for c in wanted])
+        return table.cast(target)
+    except (pa.ArrowException, OSError) as e:
+        raise StoreError(f"{path}: cannot read rows (truncated or corrupt file?): {e}") from None
+
+
+# ----------------------------------------------------------------------------- the store
+
+class TrajectoryStore:
+    """Reader and writer of one run's trajectory store at ``root``.
+
+    Constructing does not touch the disk; the folder is created by the first :meth:`write_step`.
+    ``run_id`` is needed only for writing. Given a run folder holding ``trajectories/``,
+    reads use that subfolder.
+    """
+
+    def __init__(self, root: str | Path, run_id: str | None = None) -> None:
+        self.root = _resolve_root(root)
+        self.run_id = run_id
+
+    # ------------------------------------------------------------------ paths
+
+    def path_for(self, step: int) -> Path:
+        return self.root / f"step_{step:06d}.parquet"
+
+    def steps(self) -> list[int]:
+        """Steps with a visible (committed) file, ascending."""
+        if not self.root.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _FILE_RE.match(p.name)))
+
+    def _cleanup_tmp(self) -> None:
+        for p in self.root.glob(".step_*.parquet.*.tmp"):
+            try:
+                pid = int(p.name.split(".")[-2])
+            except ValueError:
+                pid = -1
+            alive = False
+            if pid > 0 and pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                    alive = True
+                except ProcessLookupError:
+                    alive = False
+                except PermissionError:
+                    alive = True
+            if not alive:
+                p.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ write
+
+    def _rows(self, step: int, epoch: int, groups: list[RolloutGroup], tokenizer_names: dict[str, str],
+              peer_use: PeerUse | None) -> dict[str, list]:
+        cols: dict[str, list] = {n: [] for n in SCHEMA.names}
+        peer_use = peer_use or {}
+        for g in groups:
+            if g.source != g.holder:
+                continue
+            n = g.size
+            for name in ("rewards", "status", "advantages"):
+                if len(getattr(g, name)) != n:
+                    raise StoreError(f"step {step}: group {g.source}/{g.prompt_id} has {len(getattr(g, name))} {name}, "
+                                     f"expected {n} (score the group before storing it)")
+            if g.source not in tokenizer_names:
+                raise StoreError(f"step {step}: no tokenizer name given for model {g.source!r}")
+            for i in range(n):
+                uses = peer_use.get((g.source, g.prompt_id, i), [])
+                cols["run_id"].append(self.run_id)
+                cols["model"].append(g.source)
+                cols["tokenizer"].append(tokenizer_names[g.source])
+                cols["step"].append(int(step))
+                cols["epoch"].append(int(epoch))
+                cols["prompt_id"].append(g.prompt_id)
+                cols["problem"].append(g.problem)
+                cols["answer"].append(g.answer)
+                cols["prompt_text"].append(g.prompt_text)
+                cols["response"].append(g.responses[i])
+                cols["response_token_ids"].append(list(g.gen_token_ids[i]))
+                cols["gen_logprobs"].append(list(g.gen_logprobs[i]))
+                cols["finished"].append(bool(g.finished[i]))
+                cols["reward"].append(float(g.rewards[i]))
+                cols["verify_status"].append(g.status[i])
+                cols["advantage"].append(float(g.advantages[i]))
+                cols["group_index"].append(i)
+                cols["group_size"].append(n)
+                cols["used_as_peer_by"].append([u[0] for u in uses])
+                cols["admitted_by"].append([u[0] for u in uses if u[1]])
+                cols["weight_by"].append([float(u[2]) for u in uses])
+        return cols
+
+    def write_step(self, step: int, epoch: int, groups: list[RolloutGroup], tokenizer_names: dict[str, str],
+                   peer_use: PeerUse | None = None) -> Path:
+        """Write (or atomically replace) the file of ``step``: one row per response of every own
+        group in ``groups`` (``source == holder``; peer copies are skipped). ``peer_use`` keys use
+        the response's index in the source's full group. A step with no groups still gets an
+        (empty) file, marking the step as done. Returns the file path."""
+        if not self.run_id:
+            raise StoreError("TrajectoryStore needs a run_id to write")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._cleanup_tmp()
+        table = pa.Table.from_pydict(self._rows(step, epoch, groups, tokenizer_names, peer_use), schema=SCHEMA)
+        table = table.replace_schema_metadata({
+            _META_VERSION: str(SCHEMA_VERSION).encode(), b"graft.run_id": str(self.run_id).encode(),
+            b"graft.step": str(int(step)).encode(),
+        })
+        final = self.path_for(step)
+        tmp = self.root / f".{final.name}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                pq.write_table(table, f, compression="zstd")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.root)
+        return final
+
+    def truncate_after(self, step: int) -> list[int]:
+        """Delete the files of steps > ``step`` (they are re-run after resuming). Returns those steps."""
+        gone = [s for s in self.steps() if s > step]
+        for s in gone:
+            self.path_for(s).unlink(missing_ok=True)
+        if gone:
+            _fsync_dir(self.root)
+        return gone
+
+    # ------------------------------------------------------------------ read
+
+    def _files(self, steps: Iterable[int] | None) -> list[Path]:
+        if not self.root.is_dir():
+            raise StoreError(f"no trajectory store at {self.root}")
+        wanted = None if steps is None else set(int(s) for s in steps)
+        return [self.path_for(s) for s in self.steps() if wanted is None or s in wanted]
+
+    def read(self, models: Iterable[str] | None = None, steps: Iterable[int] | None = None,
+             columns: list[str] | None = None) -> pa.Table:
+        """Rows of the given models and steps (default: all), in step order, as one table."""
+        models = None if models is None else list(models)
+        filters = [("model", "in", models)] if models is not None else None
+        parts = [_read_file(p, columns, filters) for p in self._files(steps)]
+        target = pa.schema([SCHEMA.field(c) for c in (columns or SCHEMA.names)])
+        if not parts:
+            return target.empty_table()
+        return pa.concat_tables(parts)
+
+    def models(self) -> list[str]:
+        """Model labels present in the store."""
+        t = self.read(columns=["model"])
+        return sorted(set(pc.unique(t["model"]).to_pylist())) if t.num_rows else []
+
+    def iter_groups(self, model: str) -> dict[str, list[StoredGroup]]:
+        """All stored groups of ``model``: prompt_id -> groups by increasing step."""
+        out: dict[str, list[StoredGroup]] = {}
+        for path in self._files(None):
+            t = _read_file(path, None, [("model", "=", model)])
+            if t.num_rows == 0:
+                continue
+            c = {name: t[name].to_pylist() for name in t.column_names}
+            current: StoredGroup | None = None
+            for r in range(t.num_rows):
+                key = (c["step"][r], c["prompt_id"][r])
+                if current is None or (current.step, current.prompt_id) != key or c["group_index"][r] == 0:
+                    current = StoredGroup(
+                        model=model, tokenizer=c["tokenizer"][r], run_id=c["run_id"][r], step=c["step"][r],
+                        epoch=c["epoch"][r], prompt_id=c["prompt_id"][r], problem=c["problem"][r],
+                        answer=c["answer"][r], prompt_text=c["prompt_text"][r],
+                    )
+                    out.setdefault(current.prompt_id, []).append(current)
+                current.responses.append(c["response"][r])
+                current.token_ids.append(c["response_token_ids"][r])
+                current.gen_logprobs.append(c["gen_logprobs"][r])
+                current.finished.append(c["finished"][r])
+                current.rewards.append(c["reward"][r])
+                current.statuses.append(c["verify_status"][r])
+                current.advantages.append(c["advantage"][r])
+        for groups in out.values():
+            groups.sort(key=lambda g: g.step)  # stable: equal steps keep file order
+        return out
+
+
+# ----------------------------------------------------------------------------- inspection
+
+def info(path: str | Path) -> dict:
+    """Summary of a store: models, tokenizer per model, steps, rows, reward rate, size, schema version."""
+    store = TrajectoryStore(path)
+    files = store._files(None)
+    cols = ["run_id", "model", "tokenizer", "step", "prompt_id", "reward", "verify_status"]
+    t = store.read(columns=cols)
+    size = sum(p.stat().st_size for p in files)
+    models: dict[str, dict] = {}
+    d = {c: t[c].to_pylist() for c in cols}
+    for i in range(t.num_rows):
+        m = models.setdefault(d["model"][i], {"tokenizer": d["tokenizer"][i], "rows": 0, "correct": 0,
+                                             "prompts": set(), "steps": set(), "status": {}})
+        m["rows"] += 1
+        m["correct"] += d["reward"][i] > 0.5
+        m["prompts"].add(d["prompt_id"][i])
+        m["steps"].add(d["step"][i])
+        m["status"][d["verify_status"][i]] = m["status"].get(d["verify_status"][i], 0) + 1
+    steps = store.steps()
+    return {
+        "path": str(store.root),
+        "schema_version": SCHEMA_VERSION,
+        "run_ids": sorted(set(d["run_id"])),
+        "files": len(files),
+        "steps": [steps[0], steps[-1]] if steps else None,
+        "rows": t.num_rows,
+        "size_bytes": size,
+        "models": {
+            name: {"tokenizer": m["tokenizer"], "rows": m["rows"], "prompts": len(m["prompts"]),
+                   "steps": [min(m["steps"]), max(m["steps"])], "reward_rate": m["correct"] / m["rows"],
+                   "verify_status": dict(sorted(m["status"].items()))}
+            for name, m in sorted(models.items())
+        },
+    }
+
+
+def export_jsonl(path: str | Path, out: str | Path, models: Iterable[str] | None = None) -> int:
+    """Write every row (all columns) as one JSON object per line; returns the number of rows."""
+    store = TrajectoryStore(path)
+    models = None if models is None else list(models)
+    filters = [("model", "in", models)] if models is not None else None
+    n = 0
+    with open(out, "w") as f:
+        for p in store._files(None):
+            for row in _read_file(p, None, filters).to_pylist():
+                f.write(json.dumps(row) + "\n")
+                n += 1
+    return n
+
+
+def _human_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _print_info(d: dict) -> None:
+    steps = "none" if d["steps"] is None else f"{d['steps'][0]}..{d['steps'][1]} ({d['files']} files)"
+    print(f"store:          {d['path']}")
+    print(f"schema version: {d['schema_version']}")
+    print(f"run ids:        {', '.join(d['run_ids']) or '-'}")
+    print(f"steps:          {steps}")
+    print(f"rows:           {d['rows']}")
+    print(f"size on disk:   {_human_size(d['size_bytes'])}")
+    if not d["models"]:
+        return
+    header = ("model", "tokenizer", "rows", "prompts", "steps", "reward rate")
+    lines = [header] + [
+        (name, m["tokenizer"], str(m["rows"]), str(m["prompts"]), f"{m['steps'][0]}..{m['steps'][1]}", f"{m['reward_rate']:.3f}")
+        for name, m in d["models"].items()
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    print()
+    for line in lines:
+        print("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+
+
+def store_main(argv: list[str]) -> int:
+    """``graft store info PATH`` / ``graft store export PATH OUT.jsonl [--model M]``; argv excludes ``store``."""
+    parser = argparse.ArgumentParser(prog="graft store", description="Inspect a graft trajectory store.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_info = sub.add_parser("info", help="print models, steps, rows, reward rate and size")
+    p_info.add_argument("path", help="store folder (or a run folder holding trajectories/)")
+    p_info.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p_exp = sub.add_parser("export", help="write every row as JSON lines")
+    p_exp.add_argument("path", help="store folder (or a run folder holding trajectories/)")
+    p_exp.add_argument("out", help="output .jsonl file")
+    p_exp.add_argument("--model", action="append", help="only this model's rows (repeatable)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse already printed the usage error
+        return int(e.code or 0)
+    try:
+        if args.cmd == "info":
+            d = info(args.path)
+            if args.json:
+                print(json.dumps(d, indent=1))
+            else:
+                _print_info(d)
+        else:
+            n = export_jsonl(args.path, args.out, args.model)
+            print(f"wrote {n} rows to {args.out}")
+    except (StoreError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

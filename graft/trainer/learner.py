@@ -1,0 +1,182 @@
+"""One model's side of training: sample, score peer text, update.
+
+A :class:`Learner` owns a :class:`~graft.policy.policy.Policy` and its optimizer. The
+trainer talks to learners only through the methods here, so the Ray backend
+(:mod:`graft.distributed.ray_backend`) can put each learner in its own actor group.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from graft.algos.losses import get_policy_loss
+from graft.config import ModelConfig, RolloutConfig, UpdateConfig
+from graft.types import Prompt, RolloutGroup
+
+
+@dataclass
+class Sequence:
+    """One response flattened for the update: holder-tokenized ids, behaviour log-probs, scalars."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: list[float]
+    advantage: float
+    weight: float
+    is_peer: bool
+    sgt: bool = False
+
+
+def flatten(groups: list[RolloutGroup], sgt_prompts: frozenset[str] = frozenset()) -> list[Sequence]:
+    """All responses of ``groups`` as update sequences (SGT rows: peer successes on ``sgt_prompts``)."""
+    return [
+        Sequence(g.prompt_token_ids, g.token_ids[i], g.old_logprobs[i], g.advantages[i], g.weights[i], g.is_peer,
+                 sgt=g.is_peer and g.prompt_id in sgt_prompts and g.rewards[i] > 0.5)
+        for g in groups for i in range(g.size)
+    ]
+
+
+def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
+    return out
+
+
+class Learner:
+    """A policy, its optimizer and the three operations the trainer needs from it."""
+
+    def __init__(self, cfg: ModelConfig, device: str = "cpu", weights_from=None):
+        from graft.policy.policy import Policy
+
+        self.cfg = cfg
+        self.name = cfg.name
+        self.policy = Policy.load(cfg, device=device, weights_from=weights_from)
+        self.optimizer = self.policy.make_optimizer()
+
+    # --------------------------------------------------------------- receiver side
+    def render_prompt(self, problem: str) -> str:
+        return self.policy.render_prompt(problem)
+
+    def encode_prompt(self, problem: str) -> list[int]:
+        return self.policy.encode_prompt(problem)
+
+    def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]:
+        return [self.policy.encode_response(t, f) for t, f in zip(texts, finished)]
+
+    def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
+                       chunk: int = 1024, micro_batch: int = 8, temperature: float = 1.0) -> list[torch.Tensor]:
+        return self.policy.token_logprobs(prompt_ids, response_ids, chunk=chunk, micro_batch=micro_batch,
+                                          temperature=temperature)
+
+    # --------------------------------------------------------------- rollout
+    def rollout(self, prompts: list[Prompt], rc: RolloutConfig, step: int, seed: int, progress: bool = False) -> tuple[list[RolloutGroup], dict]:
+        """G samples per prompt from pi_theta_old; rewards are filled by the scorer."""
+        t0 = time.perf_counter()
+        prompt_ids = [self.encode_prompt(p.problem) for p in prompts]
+        samples = self.policy.generate(prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature,
+                                       top_p=rc.top_p, batch_size=rc.batch_size, seed=seed, progress=progress,
+                                       desc=f"{self.name} rollout")
+        groups = [
+            RolloutGroup(
+                prompt_id=p.id, problem=p.problem, answer=p.answer, source=self.name, holder=self.name,
+                prompt_text=self.render_prompt(p.problem), prompt_token_ids=ids,
+                responses=[s.text for s in ss], token_ids=[s.token_ids for s in ss],
+                old_logprobs=[s.logprobs for s in ss], gen_token_ids=[s.token_ids for s in ss],
+                gen_logprobs=[s.logprobs for s in ss], finished=[s.finished for s in ss],
+                weights=[1.0] * len(ss), compat=[1.0] * len(ss), step=step,
+            )
+            for p, ids, ss in zip(prompts, prompt_ids, samples)
+        ]
+        seconds = time.perf_counter() - t0
+        tokens = sum(len(t) for g in groups for t in g.token_ids)
+        return groups, {"tokens/generated": tokens, "tokens_per_s/rollout": tokens / max(seconds, 1e-9)}
+
+    def recompute_old_logprobs(self, groups: list[RolloutGroup], uc: UpdateConfig, temperature: float) -> None:
+        """Replace own sampler log-probs with a forward pass of the current (= behaviour) policy."""
+        own = [(g, i) for g in groups if not g.is_peer for i in range(g.size)]
+        lps = self.token_logprobs([g.prompt_token_ids for g, _ in own], [g.token_ids[i] for g, i in own],
+                                  chunk=uc.logprob_chunk, micro_batch=uc.micro_batch_size, temperature=temperature)
+        for (g, i), lp in zip(own, lps):
+            g.old_logprobs[i] = lp.tolist()
+
+    # --------------------------------------------------------------- update
+    def update(self, groups: list[RolloutGroup], plan: list[list[int]], uc: UpdateConfig, temperature: float,
+               loss_kwargs: dict | None = None, sgt_prompts: frozenset[str] = frozenset(),
+               minibatch_weights=None) -> dict:
+        """One pass of ``plan`` (minibatches of group indices, in order); one optimiser step each.
+
+        Sequences with zero advantage or zero weight contribute exactly zero loss and
+        gradient, so they are not forwarded; their tokens still count in the token-mean
+        denominator, which keeps the result identical to forwarding them.
+        ``minibatch_weights(k, groups) -> groups`` lets HACPO re-weight peer rows per minibatch index k.
+        """
+        loss_fn = get_policy_loss(uc.rule)
+        totals: dict[str, float] = {}
+        t0, tokens_done = time.perf_counter(), 0
+        self.policy.model.train()
+        for k, idx in enumerate(plan):
+            mb_groups = [groups[i] for i in idx]
+            if minibatch_weights is not None:
+                mb_groups = minibatch_weights(k, mb_groups)
+            seqs = flatten(mb_groups, sgt_prompts)
+            num_tokens = float(sum(len(s.response_ids) for s in seqs))
+            active = [s for s in seqs if (s.advantage != 0.0 or s.sgt) and s.weight != 0.0 and s.response_ids]
+            self.optimizer.zero_grad(set_to_none=True)
+            mb_loss = 0.0
+            for j in range(0, len(active), uc.micro_batch_size):
+                micro = active[j: j + uc.micro_batch_size]
+                loss, m = self._micro_loss(micro, loss_fn, uc, temperature, num_tokens, len(seqs), loss_kwargs or {})
+                loss.backward()
+                mb_loss += float(loss)
+                for key, v in m.items():
+                    if key.startswith(("count/", "tokens/")):
+                        totals[key] = totals.get(key, 0.0) + float(v)
+                tokens_done += sum(len(s.response_ids) for s in micro)
+            grad_norm = self._step()
+            totals["loss"] = totals.get("loss", 0.0) + mb_loss / len(plan)
+            totals["grad_norm"] = totals.get("grad_norm", 0.0) + grad_norm / len(plan)
+        self.policy.model.eval()
+        return self._update_metrics(totals, tokens_done, time.perf_counter() - t0)
+
+    def _micro_loss(self, micro: list[Sequence], loss_fn, uc: UpdateConfig, temperature: float,
+                    num_tokens: float, num_seqs: int, loss_kwargs: dict):
+        logp, mask = self.policy.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
+                                                  chunk=uc.logprob_chunk, temperature=temperature)   # [B,T]
+        old = _pad([s.old_logprobs for s in micro], logp.shape[1]).to(logp.device)
+        f = lambda xs, dt=torch.float32: torch.tensor(xs, dtype=dt, device=logp.device)  # noqa: E731
+        return loss_fn(
+            logp=logp, old_logp=old, advantages=f([s.advantage for s in micro]), weights=f([s.weight for s in micro]),
+            mask=mask, is_peer=f([s.is_peer for s in micro], torch.bool), clip_low=uc.clip_low, clip_high=uc.clip_high,
+            agg=uc.loss_agg, ratio_level=uc.ratio_level, num_tokens=num_tokens, num_seqs=float(num_seqs),
+            **({"sgt_mask": f([s.sgt for s in micro], torch.bool)} if uc.rule == "sgt" else {}), **loss_kwargs,
+        )
+
+    def _step(self) -> float:
+        params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        if self.cfg.max_grad_norm > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm))
+        else:
+            norm = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))) if params else 0.0
+        self.optimizer.step()
+        return norm
+
+    @staticmethod
+    def _update_metrics(t: dict, tokens: int, seconds: float) -> dict:
+        def frac(num: str, den: str) -> float:
+            return t.get(num, 0.0) / t[den] if t.get(den) else 0.0
+
+        return {
+            "loss": t.get("loss", 0.0), "grad_norm": t.get("grad_norm", 0.0),
+            "clip_frac/own_low": frac("count/own_clip_low", "tokens/own"),
+            "clip_frac/own_high": frac("count/own_clip_high", "tokens/own"),
+            "clip_frac/peer_low": frac("count/peer_clip_low", "tokens/peer"),
+            "clip_frac/peer_high": frac("count/peer_clip_high", "tokens/peer"),
+            "tokens/update": tokens, "tokens_per_s/update": tokens / max(seconds, 1e-9),
+        }
+
+    # --------------------------------------------------------------- persistence
+    def save(self, path) -> None:
+        self.policy.save(path)

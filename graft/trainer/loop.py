@@ -1,0 +1,403 @@
+"""The GRAFT training loop: ``rollout -> score -> exchange -> update`` for every model, every step.
+
+Departures from the paper's verl recipe, all deliberate and documented in the README:
+sampler log-probs serve as pi_theta_old for own tokens (``update.recompute_old_logprobs``
+switches to a forward pass); zero-advantage sequences are not forwarded in the update
+(their loss and gradient are exactly zero; their tokens still count in token-mean).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from graft.algos.advantages import RollingRate, grpo_advantages, hacpo_advantages
+from graft.algos.gating import hacpo_peer_weights
+from graft.algos.minibatch import plan_minibatches
+from graft.config import Config, ConfigError, config_diff, save_config, to_dict
+from graft.data.datasets import PromptSampler, load_prompts
+from graft.exchange.handover import GateSettings
+from graft.exchange.live import complementarity, counts, exchange_pair, exchange_stored
+from graft.reward.grader import Grader
+from graft.storage.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from graft.storage.trajectory_store import TrajectoryStore, select_stored_group
+from graft.trainer.learner import Learner
+from graft.trainer.metrics import JsonlWriter, console_line, group_stats, prefixed, timed
+from graft.types import RolloutGroup
+
+# Fields that may change between a run and its resumption without changing what it computes.
+RESUMABLE_CHANGES = ("resume", "steps", "progress", "threads", "device", "run_dir", "checkpoint.", "eval.",
+                     "reward.workers", "rollout.batch_size", "update.micro_batch_size", "update.logprob_chunk",
+                     "ray.", "backend")
+
+
+@dataclass
+class Run:
+    """Everything a step needs; built once by :func:`setup`."""
+
+    cfg: Config
+    run_dir: Path
+    learners: dict[str, Learner]
+    sampler: PromptSampler
+    grader: Grader
+    metrics: JsonlWriter
+    audit: JsonlWriter
+    store: TrajectoryStore
+    start_step: int = 1
+    peer_groups: dict | None = None
+    """Stored-peer mode: prompt_id -> stored groups of the peer."""
+    hacpo_rates: dict[str, RollingRate] = field(default_factory=dict)
+    val_prompts: list | None = None
+    eval_history: list[dict] = field(default_factory=list)
+
+
+def step_seed(seed: int, step: int, index: int) -> int:
+    """Seed of model ``index``'s sampling at ``step``: a function of (seed, step) only, so resume replays it."""
+    return (seed * 1_000_003 + step * 1009 + index * 97) % (2**63 - 1)
+
+
+def _generator(seed: int, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(step_seed(seed, step, 7919))
+
+
+def gate_settings(cfg: Config) -> GateSettings:
+    ex, up = cfg.exchange, cfg.update
+    return GateSettings(delta=ex.delta, weight_cap=ex.weight_cap, admission=ex.admission, weighting=ex.weighting,
+                        delta_by_length=ex.delta_by_length or None, successes_only=ex.successes_only,
+                        pooled_rewards=ex.pooled_rewards, all_correct_advantage=ex.all_correct_advantage,
+                        adv_eps=up.adv_eps, adv_unbiased=up.adv_std == "unbiased")
+
+
+# ============================================================================ phases
+
+def rollout_phase(run: Run, prompts, step: int) -> tuple[dict[str, list[RolloutGroup]], dict]:
+    groups, metrics = {}, {}
+    for i, (name, learner) in enumerate(run.learners.items()):
+        groups[name], m = learner.rollout(prompts, run.cfg.rollout, step, step_seed(run.cfg.seed, step, i), run.cfg.progress)
+        metrics |= prefixed(name, m)
+    return groups, metrics
+
+
+def grade(run: Run, groups: list[RolloutGroup]) -> None:
+    """Fill rewards and verifier status of ``groups`` in place."""
+    texts = [r for g in groups for r in g.responses]
+    answers = [g.answer for g in groups for _ in g.responses]
+    rewards, statuses = run.grader.grade(texts, answers, progress=run.cfg.progress and len(texts) > 256)
+    i = 0
+    for g in groups:
+        g.rewards, g.status = rewards[i: i + g.size], statuses[i: i + g.size]
+        i += g.size
+
+
+def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
+    """Verify every response and compute GRPO advantages per group."""
+    grade(run, [g for gs in groups.values() for g in gs])
+    metrics = {}
+    up = run.cfg.update
+    for name, gs in groups.items():
+        adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), up.adv_eps, up.adv_std == "unbiased")
+        for g, a in zip(gs, adv):
+            g.advantages = a.tolist()
+        metrics |= prefixed(name, group_stats(gs))
+    names = list(groups)
+    if len(names) == 2:
+        k = {n: counts(groups[n]) for n in names}
+        a, b = names
+        metrics[f"complementarity/{a}->{b}"] = complementarity(k[a], k[b])
+        metrics[f"complementarity/{b}->{a}"] = complementarity(k[b], k[a])
+    return metrics
+
+
+def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int):
+    """GRAFT exchange (live or stored peer); returns (training groups per model, audit records, metrics, peers)."""
+    cfg, ex = run.cfg, run.cfg.exchange
+    if cfg.peer.source == "store":
+        (name, own), = groups.items()
+        stored = [_stored_group(run, g.prompt_id, step) for g in own]
+        out = exchange_stored(step, own, stored, run.learners[name], cfg.rollout.n, gate_settings(cfg),
+                              cap=cfg.peer.max_replacements, balance=cfg.peer.balance,
+                              source_name=cfg.peer.store_model or "peer", include_all_correct=ex.include_all_correct,
+                              generator=_generator(cfg.seed, step))
+    elif ex.mode == "grpo":
+        return groups, [], {}, {n: [] for n in groups}
+    elif cfg.update.rule == "hacpo":
+        return hacpo_share(run, groups, step)
+    else:
+        out = exchange_pair(step, groups, run.learners, cfg.rollout.n, gate_settings(cfg), balance=ex.balance,
+                            selection=ex.selection, include_all_correct=ex.include_all_correct,
+                            ratio=ex.balance_ratio, floor=ex.balance_floor, generator=_generator(cfg.seed, step))
+    train_groups, audit, metrics, peers = out
+    for recv, peer in peers.items():
+        grade(run, peer)   # the receiver re-verifies transferred responses
+        for rec in audit:
+            if rec["receiver"] == recv:
+                verdict = {(g.prompt_id, i): r for g in peer for i, r in zip(g.index, g.rewards)}
+                for row in rec["responses"]:
+                    row["reward_receiver"] = verdict.get((row["prompt_id"], row["index"]))
+    return train_groups, audit, metrics, peers
+
+
+def hacpo_share(run: Run, groups: dict[str, list[RolloutGroup]], step: int):
+    """HACPO baseline: every prompt's peer responses join the learner's group (no failure gate)."""
+    from graft.exchange.handover import hand_over
+
+    (a, ga), (b, gb) = groups.items()
+    rates = {n: run.hacpo_rates.setdefault(n, RollingRate(run.cfg.update.hacpo_window)) for n in groups}
+    for n, gs in groups.items():
+        rates[n].update(sum(g.num_correct for g in gs) / max(sum(g.size for g in gs), 1))
+    settings = gate_settings(run.cfg)
+    settings.delta, settings.admission, settings.weighting = 0.0, "all", "compat"
+    out, audit, metrics, peers = {}, [], {}, {}
+    for src, recv, g_src, g_recv in ((a, b, ga, gb), (b, a, gb, ga)):
+        peer, rows, _ = hand_over(g_src, run.learners[recv], {g.prompt_id: g for g in g_recv}, settings)
+        own_new = []
+        for own, pg in zip(g_recv, peer):
+            adv_own, adv_peer = hacpo_advantages(own.rewards_tensor(), pg.rewards_tensor(), rates[recv].value,
+                                                 rates[src].value, run.cfg.update.adv_eps)
+            own.advantages, pg.advantages = adv_own.tolist(), adv_peer.tolist()
+            own_new.append(own)
+        out[recv], peers[recv] = own_new + peer, peer
+        audit.append({"step": step, "source": src, "receiver": recv, "candidates": [], "m": -1,
+                      "selected": [g.prompt_id for g in peer], "responses": rows})
+        metrics[f"exchange/{src}->{recv}/transferred"] = len(rows)
+    return out, audit, metrics, peers
+
+
+def _stored_group(run: Run, prompt_id: str, step: int) -> RolloutGroup | None:
+    stored = select_stored_group(run.peer_groups.get(prompt_id, []), step, run.cfg.peer.pick)
+    if stored is None:
+        return None
+    G = len(stored.responses)
+    return RolloutGroup(
+        prompt_id=stored.prompt_id, problem=stored.problem, answer=stored.answer, source=stored.model,
+        holder=stored.model, prompt_text="", prompt_token_ids=[], responses=list(stored.responses),
+        token_ids=[list(t) for t in stored.token_ids], old_logprobs=[list(l) for l in stored.gen_logprobs],
+        gen_token_ids=[list(t) for t in stored.token_ids], gen_logprobs=[list(l) for l in stored.gen_logprobs],
+        finished=list(stored.finished), rewards=list(stored.rewards), status=list(stored.statuses),
+        advantages=list(stored.advantages), weights=[1.0] * G, compat=[1.0] * G, step=stored.step,
+    )
+
+
+def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], peers: dict, step: int) -> dict:
+    cfg, metrics = run.cfg, {}
+    gen = _generator(cfg.seed, step)
+    for name, learner in run.learners.items():
+        gs = train_groups[name]
+        if cfg.update.recompute_old_logprobs:
+            learner.recompute_old_logprobs(gs, cfg.update, cfg.rollout.temperature)
+        plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
+        sgt = frozenset(g.prompt_id for g in peers.get(name, [])) if cfg.update.rule == "sgt" else frozenset()
+        m = {}
+        for _ in range(cfg.update.epochs):
+            m = learner.update(gs, plan, cfg.update, cfg.rollout.temperature, _loss_kwargs(cfg), sgt,
+                               _hacpo_weights(cfg) if cfg.update.rule == "hacpo" else None)
+        m["peer_groups"] = sum(g.is_peer for g in gs)
+        m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
+        metrics |= prefixed(name, m)
+    return metrics
+
+
+def _loss_kwargs(cfg: Config) -> dict:
+    return {"luffy": {"gamma": cfg.update.luffy_gamma}, "sgt": {"coef": cfg.update.sgt_coef}}.get(cfg.update.rule, {})
+
+
+def _hacpo_weights(cfg: Config):
+    """HACPO stepwise clipping: peer weights clip(s, 1 - delta + k * delta_step, 1) for minibatch k."""
+    from dataclasses import replace
+
+    def apply(k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
+        return [replace(g, weights=hacpo_peer_weights(torch.tensor(g.compat), cfg.update.hacpo_delta,
+                                                      cfg.update.hacpo_delta_step, k).tolist()) if g.is_peer else g
+                for g in groups]
+    return apply
+
+
+# ============================================================================ step and run
+
+def train_step(run: Run, step: int) -> dict:
+    metrics: dict = {"step": step}
+    t0 = time.perf_counter()
+    prompts, epoch = run.sampler.next_batch()
+    metrics["epoch"] = epoch
+    with timed(metrics, "rollout"):
+        groups, m = rollout_phase(run, prompts, step)
+    metrics |= m
+    with timed(metrics, "score"):
+        metrics |= score_phase(run, groups)
+    with timed(metrics, "exchange"):
+        train_groups, audit, m, peers = exchange_phase(run, groups, step)
+    metrics |= m
+    with timed(metrics, "update"):
+        metrics |= update_phase(run, train_groups, peers, step)
+    metrics["time/step_s"] = time.perf_counter() - t0
+    run.store.write_step(step, epoch, [g for gs in groups.values() for g in gs], _tokenizer_names(run), _peer_use(audit))
+    for rec in audit:
+        run.audit.write(rec)
+    return metrics
+
+
+def _tokenizer_names(run: Run) -> dict[str, str]:
+    return {n: l.cfg.tokenizer or l.cfg.path for n, l in run.learners.items()}
+
+
+def _peer_use(audit: list[dict]) -> dict:
+    use: dict = {}
+    for rec in audit:
+        for row in rec["responses"]:
+            use.setdefault((rec["source"], row["prompt_id"], row["index"]), []).append(
+                (rec["receiver"], row["admitted"], row["weight"]))
+    return use
+
+
+def setup(cfg: Config) -> Run:
+    """Validate inputs, load data and models (or a checkpoint), open the output files."""
+    run_dir = Path(cfg.run_dir)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    prompts, stats = load_prompts(cfg.data.train, cfg.data.on_bad_row, cfg.data.arithmetic)
+    if stats.get("skipped"):
+        print(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}", file=sys.stderr)
+    val = load_prompts(cfg.data.val, cfg.data.on_bad_row, cfg.data.arithmetic, cfg.data.val_limit)[0] if cfg.data.val else None
+    ckpt = _find_resume(cfg, run_dir)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    learners = {}
+    for m in tqdm(cfg.models, desc="loading models", disable=not cfg.progress):
+        learners[m.name] = Learner(m, device=device, weights_from=ckpt.model_dirs[m.name] if ckpt else None)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    run = Run(cfg=cfg, run_dir=run_dir, learners=learners,
+              sampler=PromptSampler(prompts, cfg.batch_prompts, cfg.seed, cfg.data.shuffle),
+              grader=Grader(cfg.reward.timeout_s, cfg.reward.workers),
+              metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
+              store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val)
+    if cfg.peer.source == "store":
+        peer_store = TrajectoryStore(cfg.peer.store_path, run_id="peer")
+        run.peer_groups = peer_store.iter_groups(cfg.peer.store_model)
+    _restore(run, ckpt)
+    return run
+
+
+def _find_resume(cfg: Config, run_dir: Path):
+    if cfg.resume is False or cfg.resume is None:
+        if (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0:
+            raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it or choose another run_dir")
+        return None
+    path = latest_checkpoint(run_dir) if cfg.resume is True else Path(str(cfg.resume))
+    if path is None:
+        print(f"resume: no checkpoint in {run_dir}; starting from scratch", file=sys.stderr)
+        for f in ("metrics.jsonl", "audit.jsonl"):
+            (run_dir / f).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / "trajectories", ignore_errors=True)
+        return None
+    ckpt = load_checkpoint(path)
+    changed = [k for k in config_diff(ckpt.config, to_dict(cfg)) if not k.startswith(RESUMABLE_CHANGES)]
+    if changed:
+        raise ConfigError(f"cannot resume from {path}: these config fields differ from the checkpoint: {', '.join(changed)}")
+    return ckpt
+
+
+def _restore(run: Run, ckpt) -> None:
+    if ckpt is None:
+        return
+    for name, learner in run.learners.items():
+        learner.optimizer.load_state_dict(ckpt.optimizer_state(name))
+    run.sampler.load_state_dict(ckpt.state["sampler"])
+    for name, st in ckpt.state.get("hacpo_rates", {}).items():
+        run.hacpo_rates.setdefault(name, RollingRate(run.cfg.update.hacpo_window)).load_state_dict(st)
+    run.eval_history = ckpt.state.get("eval_history", [])
+    run.start_step = ckpt.step + 1
+    for w in (run.metrics, run.audit):
+        w.truncate_after(ckpt.step)
+    run.store.truncate_after(ckpt.step)
+    print(f"resumed from {ckpt.path} at step {ckpt.step}", file=sys.stderr)
+
+
+def save(run: Run, step: int) -> Path:
+    state = {"sampler": run.sampler.state_dict(), "step": step, "eval_history": run.eval_history,
+             "hacpo_rates": {n: r.state_dict() for n, r in run.hacpo_rates.items()}}
+    return save_checkpoint(run.run_dir, step, {n: l.save for n, l in run.learners.items()},
+                           {n: l.optimizer for n, l in run.learners.items()}, state, to_dict(run.cfg),
+                           run.cfg.checkpoint.keep_last)
+
+
+def evaluate_phase(run: Run, step: int) -> dict:
+    from graft.evaluation.evaluate import evaluate_during_training
+
+    out = {}
+    for name, learner in run.learners.items():
+        res = evaluate_during_training(learner.policy, {"val": run.val_prompts}, run.grader, run.cfg.eval,
+                                       max_new_tokens=run.cfg.eval.max_new_tokens or run.cfg.rollout.max_new_tokens,
+                                       seed=step_seed(run.cfg.seed, step, 31), batch_size=run.cfg.rollout.batch_size)
+        out |= prefixed(f"eval/{name}", res)
+    run.eval_history.append({"step": step, **out})
+    return out
+
+
+def train(cfg: Config) -> dict:
+    """Run (or resume) a whole training job; returns the end-of-run summary."""
+    run = setup(cfg)
+    t_start, history = time.perf_counter(), []
+    ck = cfg.checkpoint
+    try:
+        bar = tqdm(range(run.start_step, cfg.steps + 1), desc="steps", disable=not cfg.progress,
+                   initial=run.start_step - 1, total=cfg.steps)
+        for step in bar:
+            m = train_step(run, step)
+            if cfg.eval.every and run.val_prompts and step % cfg.eval.every == 0:
+                m |= evaluate_phase(run, step)
+            run.metrics.write(m)
+            history.append(m)
+            tqdm.write(console_line(step, cfg.steps, m, list(run.learners)), file=sys.stderr)
+            if ck.save_every and step % ck.save_every == 0 and step < cfg.steps:
+                save(run, step)
+        final = save(run, cfg.steps) if ck.save_final and cfg.steps >= run.start_step else None
+    finally:
+        run.grader.close()
+    summary = summarize(run, time.perf_counter() - t_start, final)
+    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    print_summary(summary, file=sys.stderr)
+    return summary
+
+
+def summarize(run: Run, seconds: float, final: Path | None) -> dict:
+    rows = run.metrics.read()
+    out = {"run_dir": str(run.run_dir), "steps": len(rows), "wall_clock_s": round(seconds, 1),
+           "final_checkpoint": str(final) if final else None, "models": {}}
+    for name in run.learners:
+        r = [x.get(f"{name}/reward/mean") for x in rows if x.get(f"{name}/reward/mean") is not None]
+        k = max(1, min(3, len(r) // 2))
+        out["models"][name] = {
+            "reward_first": r[0] if r else None, "reward_last": r[-1] if r else None,
+            f"reward_first{k}_mean": sum(r[:k]) / k if r else None, f"reward_last{k}_mean": sum(r[-k:]) / k if r else None,
+            "peer_responses_trained": sum(x.get(f"{name}/peer_responses", 0) or 0 for x in rows),
+            "tokens_generated": sum(x.get(f"{name}/tokens/generated", 0) or 0 for x in rows),
+        }
+    out["exchange"] = {k.split("/")[1]: sum(x.get(k, 0) or 0 for x in rows)
+                       for k in sorted({k for x in rows for k in x if k.startswith("exchange/") and k.endswith("/admitted")})}
+    if run.eval_history:
+        out["eval_history"] = run.eval_history
+    return out
+
+
+def print_summary(s: dict, file=sys.stderr) -> None:
+    print("\n=== graft run summary ===", file=file)
+    print(f"run dir: {s['run_dir']}   steps: {s['steps']}   wall clock: {s['wall_clock_s']:.0f}s", file=file)
+    for name, m in s["models"].items():
+        keys = [k for k in m if k.startswith("reward_first") and k != "reward_first"]
+        first = m[keys[0]] if keys else None
+        last = m[keys[0].replace("first", "last")] if keys else None
+        fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+        print(f"  {name}: reward {fmt(first)} -> {fmt(last)} (mean of first/last steps), "
+              f"peer responses trained on: {m['peer_responses_trained']}, tokens generated: {m['tokens_generated']}", file=file)
+    for d, n in s.get("exchange", {}).items():
+        print(f"  exchange {d}: {n} peer responses admitted", file=file)
+    if s.get("final_checkpoint"):
+        print(f"  final checkpoint: {s['final_checkpoint']}", file=file)

