@@ -143,7 +143,14 @@ class RewardConfig:
     timeout_s: float = 5.0
     """Hard wall-clock limit per verification; a timeout scores 0 and is counted."""
     workers: int = 2
-    """Grader worker processes."""
+    """Grader worker processes (0 grades in-process, without the hard timeout)."""
+    max_timeout_frac: float = 0.5
+    """Stop the run with an error when more than this fraction of a step's verifications time out
+    (a hanging grader), instead of training on a batch of zeros."""
+
+    def __post_init__(self) -> None:
+        _check(self.timeout_s > 0, "reward.timeout_s must be > 0")
+        _check(0 < self.max_timeout_frac <= 1, "reward.max_timeout_frac must be in (0, 1]")
 
 
 @dataclass
@@ -214,7 +221,9 @@ class PeerConfig:
 @dataclass
 class UpdateConfig:
     rule: Literal["graft", "hacpo", "luffy", "sgt"] = "graft"
-    """Update rule for peer data: GRAFT (weighted clipped token ratio), HACPO, LUFFY shaping or SGT NLL."""
+    """Update rule for peer data: GRAFT (weighted clipped token ratio), HACPO, LUFFY shaping or SGT NLL
+    (formulas in graft/algos/losses.py). configs/baselines/ has the matching selection settings of each
+    baseline (e.g. HACPO shares every prompt and aggregates seq-mean-token-mean)."""
     clip_low: float = 0.2
     """Lower clip: ratios below 1 - clip_low are clipped."""
     clip_high: float = 0.28

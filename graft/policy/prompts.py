@@ -1,0 +1,89 @@
+"""Prompt templates (``ModelConfig.template``) and their tokenization.
+
+- ``chat``: the tokenizer's chat template with one user turn ``"{problem}\\n{instruction}"``
+  and the generation prompt (``add_generation_prompt=True``). Needs a tokenizer with a chat
+  template (instruct models); base models use ``plain`` / ``fewshot``.
+- ``plain``: ``"Problem: {problem}\\n{instruction}\\nSolution:"``.
+- ``fewshot``: ``cfg.fewshot`` worked examples in the plain format (each ending with a
+  ``\\boxed{}`` answer, separated by a blank line), then the plain prompt. The examples are
+  fixed generic arithmetic/algebra problems (:data:`FEWSHOT_EXAMPLES`), so a run's prompts
+  never depend on its training data.
+
+An empty ``cfg.instruction`` drops the instruction line.
+
+BOS: :func:`encode_prompt` lets the tokenizer add its special tokens (Gemma: ``<bos>``)
+unless the rendered text already starts with the BOS token (a chat template that writes
+it), and never yields two BOS tokens; an EOS a tokenizer appends is removed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from graft.config import ConfigError, ModelConfig
+
+FEWSHOT_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("What is 12 + 7 * 3?",
+     "Multiplication comes first: 7 * 3 = 21. Then 12 + 21 = 33. The final answer is \\boxed{33}."),
+    ("A box holds 6 rows of 8 eggs. If 5 eggs are broken, how many eggs are not broken?",
+     "The box holds 6 * 8 = 48 eggs. Without the broken ones, 48 - 5 = 43 remain. The final answer is \\boxed{43}."),
+    ("Solve for x: 3x - 4 = 11.",
+     "Add 4 to both sides: 3x = 15. Divide by 3: x = 5. The final answer is \\boxed{5}."),
+    ("What is 45 - 18 + 9?",
+     "From left to right: 45 - 18 = 27, then 27 + 9 = 36. The final answer is \\boxed{36}."),
+    ("What is 15% of 80?",
+     "15% of 80 is 0.15 * 80 = 12. The final answer is \\boxed{12}."),
+    ("Compute 1/4 + 1/3.",
+     "With the common denominator 12: 3/12 + 4/12 = 7/12. The final answer is \\boxed{\\frac{7}{12}}."),
+    ("What is (9 - 4) * (2 + 6)?",
+     "The brackets give 9 - 4 = 5 and 2 + 6 = 8, so the product is 5 * 8 = 40. The final answer is \\boxed{40}."),
+    ("The sum of two consecutive integers is 27. What is the larger one?",
+     "Call them n and n + 1. Then 2n + 1 = 27, so n = 13 and the larger is 14. The final answer is \\boxed{14}."),
+)
+"""(problem, worked solution) pairs of the ``fewshot`` template, used in this order."""
+
+
+def _question(problem: str, instruction: str) -> str:
+    problem = problem.strip()
+    return f"{problem}\n{instruction.strip()}" if instruction and instruction.strip() else problem
+
+
+def plain_prompt(problem: str, instruction: str) -> str:
+    return f"Problem: {_question(problem, instruction)}\nSolution:"
+
+
+def fewshot_prompt(problem: str, instruction: str, k: int) -> str:
+    if not 0 <= k <= len(FEWSHOT_EXAMPLES):
+        raise ConfigError(f"fewshot must be in [0, {len(FEWSHOT_EXAMPLES)}], got {k}")
+    shots = [f"{plain_prompt(q, instruction)} {a}" for q, a in FEWSHOT_EXAMPLES[:k]]
+    return "\n\n".join(shots + [plain_prompt(problem, instruction)])
+
+
+def chat_prompt(tokenizer: Any, problem: str, instruction: str) -> str:
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"template 'chat' needs a tokenizer with a chat template, and {tokenizer.name_or_path!r} has "
+                          "none (a base model?); use template: plain or fewshot")
+    messages = [{"role": "user", "content": _question(problem, instruction)}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def render_prompt(cfg: ModelConfig, tokenizer: Any, problem: str) -> str:
+    """The prompt text of ``problem`` in ``cfg.template`` (chat / plain / fewshot)."""
+    if cfg.template == "chat":
+        return chat_prompt(tokenizer, problem, cfg.instruction)
+    if cfg.template == "plain":
+        return plain_prompt(problem, cfg.instruction)
+    if cfg.template == "fewshot":
+        return fewshot_prompt(problem, cfg.instruction, cfg.fewshot)
+    raise ConfigError(f"model {cfg.name}: unknown template {cfg.template!r}; use chat, plain or fewshot")
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered prompt, with exactly the BOS the model expects (never two)."""
+    bos, bos_id, eos_id = tokenizer.bos_token, tokenizer.bos_token_id, tokenizer.eos_token_id
+    has_bos_text = bool(bos) and text.startswith(bos)
+    ids = list(tokenizer(text, add_special_tokens=not has_bos_text)["input_ids"])
+    while bos_id is not None and len(ids) >= 2 and ids[0] == bos_id and ids[1] == bos_id:
+        ids.pop(0)
+    if eos_id is not None and ids and ids[-1] == eos_id and not (tokenizer.eos_token and text.endswith(tokenizer.eos_token)):
+        ids.pop()
+    return ids

@@ -1,0 +1,223 @@
+"""Single-item answer checking: the last ``\\boxed{}`` of a response against a reference.
+
+This module is deliberately light (``math_verify`` + ``sympy``, no torch) because it is
+what every grader worker process imports; :mod:`graft.reward.grader` wraps it with the
+hard per-item timeout.
+
+Rule (spec §3.1): reward 1 iff the content of the **last** ``\\boxed{...}`` (or
+``\\fbox{...}``) of the response is equivalent to the reference answer according to
+``math_verify``; no boxed answer scores 0 with status ``no_answer``. Details:
+
+* The predicted answer is parsed from ``\\boxed{<content>}`` alone, so an earlier boxed
+  value can never be picked up when the last one fails to parse, and nothing outside the
+  box counts (``$x = \\boxed{5}$`` -> ``5``; ``$\\boxed{2} + 3$`` -> ``2``).
+* The reference is wrapped as ``\\boxed{<answer>}`` before parsing, so plain answers
+  without ``$`` delimiters parse as LaTeX (unwrapped, ``math_verify`` reads
+  ``1 - \\sqrt{2}`` as ``1``). If that yields no expression (``-1./3``) the raw answer is
+  parsed as a plain expression instead.
+* Scientific notation at the start of an answer (``8.7e8``, ``6E-3``,
+  ``8.7 \\times 10^{8}``, ``3\\cdot10^6``) is rewritten to an exact integer or fraction on
+  both sides first. ``math_verify`` alone reads ``8.7e8`` as ``8.7 * E * 8`` (Euler's
+  number) and fails ``8.7 \\times 10^{8}`` against ``870000000``.
+* Two shortcuts that agree with ``math_verify`` and skip it: identical answers
+  (whitespace collapsed) score 1, and two plain integers are compared as integers
+  (``025`` == ``25``, the AIME case).
+* ``math_verify``'s own SIGALRM timeouts are disabled (``parsing_timeout=None``,
+  ``timeout_seconds=None``): they only work on the main thread. The caller bounds the time.
+
+Known ``math_verify`` behaviour kept as is: floats are compared after rounding to 6
+decimals (``1/3`` == ``0.3333333`` but not ``0.333``; tiny numbers like ``1.2e-9`` written
+as decimals compare equal to any other tiny decimal); units in ``\\text{}``/``\\mathrm{}``
+and ``^\\circ`` are dropped; ``\\%`` is kept as /100 but ``12`` == ``12\\%`` still matches;
+``x = 5`` matches ``5``; intervals must agree on open/closed ends.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from decimal import Decimal, InvalidOperation
+
+# Status strings; equal to graft.types.VERIFY_* (not imported: graft.types pulls in torch,
+# which grader workers must not import). tests/reward checks they stay equal.
+OK = "ok"
+TIMEOUT = "timeout"
+NO_ANSWER = "no_answer"
+ERROR = "error"
+
+
+class _DropTimeoutDisabledWarning(logging.Filter):
+    """math_verify warns once per process that its timeout is off; we bound time ourselves."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_DropTimeoutDisabledWarning())
+
+_mv = None  # lazily imported math_verify pieces: (parse, verify, gold_cfg, pred_cfg, expr_cfg)
+
+
+def _math_verify():
+    global _mv
+    if _mv is None:
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify as mv_verify
+        # Default LaTeX normalisation (malformed_operators=True reads "11\sqrt2"; the README's
+        # reward config with malformed_operators=False fails on it), boxed answers first.
+        latex = LatexExtractionConfig(boxed_match_priority=0)
+        expr = ExprExtractionConfig()
+        _mv = (parse, mv_verify, [latex, expr], [latex], [expr])
+    return _mv
+
+
+# ----------------------------------------------------------------------------- extraction
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` in ``text``, brace-balanced and stripped.
+
+    ``\\boxed 5`` (no braces) gives the next space-delimited token. Escaped braces ``\\{``
+    ``\\}`` do not count for balancing. Returns ``None`` when there is no box, or when the
+    last one is never closed (a response cut off inside its final box has no answer: an
+    earlier box would be an intermediate result). An empty box gives ``""``.
+    """
+    if not isinstance(text, str):
+        return None
+    matches = list(_BOX_RE.finditer(text))
+    if not matches:
+        return None
+    i = matches[-1].end()
+    n = len(text)
+    while i < n and text[i] in " \t":
+        i += 1
+    if i >= n:
+        return None
+    if text[i] != "{":
+        if matches[-1].end() == i:  # "\boxedx": not a box command we understand
+            return None
+        m = re.match(r"[^\s$]+", text[i:])
+        return m.group(0).rstrip(".,;") if m else None
+    depth, start, j = 0, i + 1, i
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2  # skip the escaped character (\{ \} \\)
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:j].strip()
+        j += 1
+    return None
+
+
+# ----------------------------------------------------------------------------- normalisation
+
+_NUM = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))"
+_SCI_RE = re.compile(
+    r"^\s*" + _NUM +
+    r"(?:[eE]([+-]?\d+)(?![\d.])"
+    r"|\s*\\(?:times|cdot)\s*10\s*\^\s*(?:\{\s*([+-]?\d+)\s*\}|([+-]?\d)))"
+)
+_INT_RE = re.compile(r"^[+-]?\d{1,60}$")
+
+
+def _exact(d: Decimal) -> str:
+    """Exact LaTeX of a decimal: an integer, or a reduced \\frac."""
+    num, den = d.as_integer_ratio()
+    return str(num) if den == 1 else rf"\frac{{{num}}}{{{den}}}"
+
+
+def normalize_answer(s: str) -> str:
+    """Trim ``$`` delimiters and rewrite a leading scientific-notation number exactly.
+
+    ``8.7e8`` -> ``870000000``; ``6e-3`` -> ``\\frac{3}{500}``;
+    ``8.7 \\times 10^{8} \\text{ m}`` -> ``870000000 \\text{ m}``. Anything else is unchanged.
+    """
+    s = s.strip()
+    while len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+        s = s[1:-1].strip()
+    m = _SCI_RE.match(s)
+    if m:
+        exp = m.group(2) or m.group(3) or m.group(4)
+        try:
+            d = Decimal(m.group(1)).scaleb(int(exp))
+        except (InvalidOperation, ValueError, OverflowError):
+            return s
+        if abs(int(exp)) <= 400:
+            s = _exact(d) + s[m.end():]
+    return s
+
+
+def _has_expr(parsed: list) -> bool:
+    return any(not isinstance(x, str) for x in parsed)
+
+
+def _shortcut(p: str, g: str) -> bool | None:
+    """Decide normalised answers without math_verify when that is safe, else ``None``."""
+    if not p or not g:
+        return False
+    if " ".join(p.split()) == " ".join(g.split()):
+        return True
+    if _INT_RE.match(p) and _INT_RE.match(g):
+        return int(p) == int(g)
+    return None
+
+
+def answers_match(pred: str, gold: str) -> bool:
+    """True iff predicted answer text ``pred`` (a box's content) is equivalent to ``gold``."""
+    p, g = normalize_answer(pred), normalize_answer(gold)
+    quick = _shortcut(p, g)
+    if quick is not None:
+        return quick
+    parse, mv_verify, gold_cfg, pred_cfg, expr_cfg = _math_verify()
+    gold_parsed = parse("\\boxed{" + g + "}", extraction_config=gold_cfg, parsing_timeout=None)
+    if not _has_expr(gold_parsed):
+        raw = parse(g, extraction_config=expr_cfg, parsing_timeout=None)
+        if _has_expr(raw):
+            gold_parsed = raw
+    pred_parsed = parse("\\boxed{" + p + "}", extraction_config=pred_cfg, parsing_timeout=None)
+    # Argument order matters: gold first (math_verify is asymmetric for intervals/relations).
+    return bool(mv_verify(gold_parsed, pred_parsed, timeout_seconds=None))
+
+
+def verify(response: str, answer: str) -> tuple[float, str]:
+    """Reward and status of one response: ``(1.0|0.0, ok|no_answer|error)``.
+
+    In-process and unbounded in time (see :class:`graft.reward.grader.Grader` for the
+    timeout). Never raises for ordinary exceptions: they give ``(0.0, "error")``.
+    """
+    try:
+        content = extract_boxed(response)
+        if not content:
+            return 0.0, NO_ANSWER
+        return (1.0 if answers_match(content, str(answer)) else 0.0), OK
+    except Exception:  # noqa: BLE001 - any failure of the checker scores 0
+        return 0.0, ERROR
+
+
+def quick_verify(response: str, answer: str) -> tuple[float, str] | None:
+    """The cheap cases of :func:`verify` decided without ``math_verify``; ``None`` otherwise.
+
+    Used by the grader's parent process to avoid a round trip for missing boxes, identical
+    answers and integer pairs (the bulk of the arithmetic task). Agrees with :func:`verify`.
+    """
+    try:
+        content = extract_boxed(response)
+        if not content:
+            return 0.0, NO_ANSWER
+        quick = _shortcut(normalize_answer(content), normalize_answer(str(answer)))
+        if quick is not None:
+            return (1.0 if quick else 0.0), OK
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def warm_up() -> None:
+    """Import math_verify and compile its grammars/regexes (first call costs ~0.3 s)."""
+    answers_match(r"\frac{1}{2}", "0.5")

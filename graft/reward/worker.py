@@ -1,0 +1,59 @@
+"""Grader worker process: receives batches of items over a pipe, answers one message per item.
+
+Protocol (parent -> worker): a list of ``(index, response, answer)`` tuples, or ``None``
+to stop. Worker -> parent: ``("ready", pid)`` once after start-up, then
+``(index, reward, status)`` for every item, in order, as soon as it is graded, so the
+parent always knows which item is running and since when (its hard timeout is
+measured from the previous answer). ``("fatal", message)`` when the verify function
+cannot be imported.
+
+Only light imports here (no torch): this module is the forkserver preload.
+"""
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+from typing import Callable
+
+from graft.reward import verifier
+
+DEFAULT_VERIFY_FN = "graft.reward.verifier:verify"
+
+
+def resolve(path: str) -> Callable[[str, str], tuple[float, str]]:
+    """Import ``"package.module:function"``."""
+    module, sep, name = path.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"verify_fn must look like 'package.module:function', got {path!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def main(conn, verify_fn: str, sys_path: list[str]) -> None:
+    """Worker entry point (the target of the grader's worker processes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
+    for p in reversed(sys_path):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    try:
+        fn = resolve(verify_fn)
+        if verify_fn == DEFAULT_VERIFY_FN:
+            verifier.warm_up()
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises
+        conn.send(("fatal", f"cannot load verify_fn {verify_fn!r}: {type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            batch = conn.recv()
+        except (EOFError, OSError):
+            return
+        if batch is None:
+            return
+        for index, response, answer in batch:
+            try:
+                reward, status = fn(response, answer)
+                out = (index, float(reward), str(status))
+            except Exception:  # noqa: BLE001 - a broken item scores 0
+                out = (index, 0.0, verifier.ERROR)
+            conn.send(out)

@@ -1,0 +1,76 @@
+"""pass@k, mean ± std and complementarity against hand-computed values."""
+import math
+
+import pytest
+
+from graft.evaluation.metrics import (complementarity, complementarity_counts, mean_std, pass_at_1_from_rewards,
+                                      pass_at_k, pass_at_k_from_rewards)
+
+
+def comb_pass_at_k(n, c, k):
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@pytest.mark.parametrize("n,c,k,expected", [
+    (5, 2, 1, 0.4),          # c / n
+    (5, 2, 2, 0.7),          # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    (8, 1, 8, 1.0),          # k = n and one success
+    (4, 0, 2, 0.0),          # no success
+    (4, 3, 2, 1.0),          # n - c < k: every draw of 2 holds a success
+    (10, 3, 4, 1 - 35 / 210),  # 1 - C(7,4)/C(10,4)
+])
+def test_pass_at_k_known_values(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_matches_combinatorial_formula():
+    for n in range(1, 12):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                expected = 1.0 if n - c < k else comb_pass_at_k(n, c, k)
+                assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 2, 5)
+
+
+def test_pass_at_1_from_rewards_hand_computed():
+    rewards = [[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 0, 0]]
+    # (2/4 + 0 + 4/4 + 1/4) / 4 = 1.75 / 4
+    assert pass_at_1_from_rewards(rewards) == pytest.approx(0.4375)
+    # pass@2: 1 - C(2,2)/C(4,2) = 5/6; 0; 1; 1 - C(3,2)/C(4,2) = 1/2  -> (5/6 + 0 + 1 + 1/2) / 4
+    assert pass_at_k_from_rewards(rewards, 2) == pytest.approx((5 / 6 + 1 + 0.5) / 4)
+    assert math.isnan(pass_at_1_from_rewards([]))
+
+
+def test_mean_std_sample_std():
+    m, s = mean_std([0.2, 0.4, 0.6])
+    assert m == pytest.approx(0.4)
+    assert s == pytest.approx(0.2)  # sqrt((0.04 + 0 + 0.04) / (3 - 1))
+    m, s = mean_std([0.5, 0.25])
+    assert (m, s) == pytest.approx((0.375, math.sqrt(2 * 0.125 ** 2)))
+    assert mean_std([0.3]) == (0.3, 0.0)
+    assert all(math.isnan(x) for x in mean_std([]))
+    assert mean_std([0.1, float("nan"), 0.3]) == pytest.approx((0.2, math.sqrt(0.02)))
+
+
+def test_complementarity_both_directions():
+    k_a = [0, 0, 3, 0, 8]
+    k_b = [2, 1, 0, 0, 1]
+    # A all-fail: prompts 0, 1, 3; B solved 0 and 1 -> 2/3
+    # B all-fail: prompts 2, 3; A solved 2 -> 1/2
+    b_solves_a, a_solves_b = complementarity(k_a, k_b)
+    assert b_solves_a == pytest.approx(2 / 3)
+    assert a_solves_b == pytest.approx(1 / 2)
+    assert complementarity_counts(k_b, k_a) == (1, 2)
+
+
+def test_complementarity_nan_without_all_fail():
+    x, y = complementarity([1, 2], [0, 0])
+    assert math.isnan(x) and y == 1.0
+    with pytest.raises(ValueError):
+        complementarity([0], [0, 1])

@@ -1,0 +1,241 @@
+"""evaluate(): hand-computed pass@1 with a fake sampler, mean ± std over repeats, resume after a kill."""
+import json
+import math
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from graft.config import EvalConfig
+from graft.evaluation import evaluate as ev
+from graft.evaluation.evaluate import (EvalError, best_checkpoint, derive_seed, evaluate, evaluate_during_training,
+                                       parse_data_args, read_records)
+from graft.types import Prompt
+
+
+@dataclass
+class FakeSample:
+    token_ids: list
+    logprobs: list
+    text: str
+    finished: bool
+
+
+class FakePolicy:
+    """Duck-typed policy: fixed response texts per (repeat, problem); counts generate calls and prompts."""
+
+    def __init__(self, texts_by_repeat: dict[int, dict[str, list[str]]], seed=0, chunk_starts=range(0, 100),
+                 fail_on_call: int | None = None):
+        self.texts = texts_by_repeat
+        self.problems: list[str] = []
+        self.calls = 0
+        self.generated: list[str] = []
+        self.fail_on_call = fail_on_call
+        self.seed_to_repeat = {derive_seed(seed, r, c): r for r in texts_by_repeat for c in chunk_starts}
+
+    def encode_prompt(self, problem):
+        if problem not in self.problems:
+            self.problems.append(problem)
+        return [self.problems.index(problem)]
+
+    def generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, progress=False, desc=None):
+        self.calls += 1
+        if self.fail_on_call is not None and self.calls == self.fail_on_call:
+            raise KeyboardInterrupt("simulated kill")
+        r = self.seed_to_repeat[seed]
+        out = []
+        for (idx,) in prompt_ids:
+            problem = self.problems[idx]
+            self.generated.append(problem)
+            texts = self.texts[r][problem]
+            assert len(texts) == n
+            out.append([FakeSample([1] * (len(t) % 7 + 1), [], t, not t.endswith("...")) for t in texts])
+        return out
+
+
+class ExactGrader:
+    """Grader stand-in: reward 1 when the last \\boxed{...} equals the answer string."""
+
+    def grade(self, responses, answers, progress=False):
+        rewards, statuses = [], []
+        for text, ans in zip(responses, answers):
+            if "\\boxed{" not in text:
+                rewards.append(0.0)
+                statuses.append("no_answer")
+                continue
+            got = text.rsplit("\\boxed{", 1)[1].split("}", 1)[0]
+            rewards.append(1.0 if got == ans else 0.0)
+            statuses.append("ok")
+        return rewards, statuses
+
+
+PROMPTS = [Prompt("p1", "1+1", "2"), Prompt("p2", "2+2", "4"), Prompt("p3", "3+3", "6"), Prompt("p4", "4+4", "8")]
+B = lambda x: f"so the answer is \\boxed{{{x}}}"  # noqa: E731
+
+# repeat 0: p1 2/4, p2 0/4, p3 4/4, p4 1/4 -> pass@1 = 1.75/4 = 0.4375
+# repeat 1: p1 1/4, p2 1/4, p3 2/4, p4 0/4 -> pass@1 = 1.0/4 = 0.25
+TEXTS = {
+    0: {"1+1": [B(2), B(3), "no idea", B(2)], "2+2": [B(5)] * 4, "3+3": [B(6)] * 4, "4+4": [B(8), B(7), B(7), "..."]},
+    1: {"1+1": [B(2), B(3), B(3), B(3)], "2+2": [B(4), B(5), B(5), B(5)], "3+3": [B(6), B(6), B(1), B(1)],
+        "4+4": [B(1)] * 4},
+}
+
+
+def test_pass_at_1_and_mean_std_over_repeats(tmp_path):
+    pol = FakePolicy(TEXTS)
+    res = evaluate(pol, {"toy": PROMPTS}, ExactGrader(), tmp_path, n=4, repeats=2, batch_size=8, progress=False)
+    d = res["datasets"]["toy"]
+    assert d["pass@1"]["per_repeat"] == pytest.approx([0.4375, 0.25])
+    assert d["pass@1"]["mean"] == pytest.approx(0.34375)
+    assert d["pass@1"]["std"] == pytest.approx(math.sqrt(2 * 0.09375 ** 2))  # sample std of two values
+    # pass@4 per repeat: prompts with >= 1 success: 3/4 then 3/4
+    assert d["pass@4"]["per_repeat"] == pytest.approx([0.75, 0.75])
+    assert d["verify_no_answer"] == 2
+    assert d["truncated_frac"] == pytest.approx(1 / 32)
+    # one dataset: the macro average is that dataset
+    assert res["macro"]["pass@1"]["mean"] == pytest.approx(0.34375)
+    # files: responses kept with grades, results json + markdown
+    recs = read_records(tmp_path / "toy" / "repeat_0.jsonl")
+    assert [r.id for r in recs.values()] == ["p1", "p2", "p3", "p4"]
+    assert recs["p1"].responses == TEXTS[0]["1+1"] and recs["p1"].rewards == [1.0, 0.0, 0.0, 1.0]
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(0.34375)
+    md = (tmp_path / "results.md").read_text()
+    assert "| toy | 4 | 34.38 ± 13.26 |" in md
+
+
+def test_macro_average_is_per_repeat_mean_over_datasets(tmp_path):
+    texts = {0: {**TEXTS[0]}, 1: {**TEXTS[1]}}
+    pol = FakePolicy(texts)
+    res = evaluate(pol, {"a": PROMPTS[:2], "b": PROMPTS[2:]}, ExactGrader(), tmp_path, n=4, repeats=2,
+                   batch_size=4, progress=False)
+    # a: r0 (0.5 + 0)/2 = 0.25, r1 (0.25 + 0.25)/2 = 0.25 ; b: r0 (1 + 0.25)/2 = 0.625, r1 (0.5 + 0)/2 = 0.25
+    assert res["datasets"]["a"]["pass@1"]["per_repeat"] == pytest.approx([0.25, 0.25])
+    assert res["datasets"]["b"]["pass@1"]["per_repeat"] == pytest.approx([0.625, 0.25])
+    assert res["macro"]["pass@1"]["per_repeat"] == pytest.approx([0.4375, 0.25])
+    assert "macro average" in (tmp_path / "results.md").read_text()
+
+
+def test_resume_after_kill_regenerates_only_missing_prompts(tmp_path):
+    full = FakePolicy(TEXTS)
+    ref = evaluate(full, {"toy": PROMPTS}, ExactGrader(), tmp_path / "ref", n=4, repeats=1, batch_size=4, progress=False)
+    assert full.calls == 4  # batch_size 4 / n 4 -> one prompt per generate call
+
+    # killed during the 3rd generate call: 2 prompts are on disk
+    out = tmp_path / "killed"
+    killed = FakePolicy(TEXTS, fail_on_call=3)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(killed, {"toy": PROMPTS}, ExactGrader(), out, n=4, batch_size=4, progress=False)
+    path = out / "toy" / "repeat_0.jsonl"
+    assert len(read_records(path)) == 2
+    # ... and the kill tore the last line in half
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])
+    assert list(read_records(path)) == ["p1"]
+
+    again = FakePolicy(TEXTS)
+    res = evaluate(again, {"toy": PROMPTS}, ExactGrader(), out, n=4, batch_size=4, progress=False)
+    assert again.generated == ["2+2", "3+3", "4+4"]  # p1 was not regenerated
+    assert again.calls == 3
+    assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(ref["datasets"]["toy"]["pass@1"]["mean"])
+    assert len(path.read_text().splitlines()) == 4
+    # a finished evaluation re-run generates nothing
+    idle = FakePolicy(TEXTS)
+    evaluate(idle, {"toy": PROMPTS}, ExactGrader(), out, n=4, batch_size=4, progress=False)
+    assert idle.calls == 0
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    evaluate(FakePolicy(TEXTS), {"toy": PROMPTS[:1]}, ExactGrader(), tmp_path, n=4, batch_size=4, progress=False)
+    with pytest.raises(EvalError, match="temperature"):
+        evaluate(FakePolicy(TEXTS), {"toy": PROMPTS[:1]}, ExactGrader(), tmp_path, n=4, temperature=1.0,
+                 batch_size=4, progress=False)
+
+
+def test_corrupt_middle_line_is_an_error(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text('{"id": "a"\n{"id": "b", "answer": "1", "rewards": [], "statuses": [], "finished": [], '
+                 '"num_tokens": [], "responses": []}\n')
+    with pytest.raises(EvalError, match=":1:"):
+        read_records(p)
+
+
+def test_evaluate_during_training_uses_eval_config():
+    res = evaluate_during_training(FakePolicy(TEXTS, seed=7), {"val": PROMPTS}, ExactGrader(), EvalConfig(n=4),
+                                   max_new_tokens=16, seed=7, batch_size=8)
+    assert res == {"val/pass@1": pytest.approx(0.4375)}
+    res = evaluate_during_training(FakePolicy(TEXTS, seed=7), PROMPTS, ExactGrader(), EvalConfig(n=4, repeats=2),
+                                   max_new_tokens=16, seed=7, batch_size=8)
+    assert res["val/pass@1"] == pytest.approx(0.34375) and "val/pass@1_std" in res
+
+
+def test_best_checkpoint_rule():
+    hist = [{"step": 5, "k": 0.3}, {"step": 10, "k": 0.5}, {"step": 15, "k": 0.5}, {"step": 20, "k": None},
+            {"step": 25}, {"step": 30, "k": float("nan")}]
+    assert best_checkpoint(hist, "k") == 10  # tie between 10 and 15 -> earlier step
+    assert best_checkpoint(hist, "k", steps={15, 20}) == 15
+    assert best_checkpoint(hist, "missing") is None
+
+
+def test_parse_data_args(tmp_path):
+    (tmp_path / "math500.jsonl").write_text("")
+    specs = parse_data_args(["math500", "mine=/x/y.jsonl", "/a/b/val-set.parquet", "arithmetic"], tmp_path)
+    assert specs == {"math500": str(tmp_path / "math500.jsonl"), "mine": "/x/y.jsonl",
+                     "val-set": "/a/b/val-set.parquet", "arithmetic": "arithmetic"}
+    with pytest.raises(EvalError, match="aime24"):
+        parse_data_args(["aime24"], tmp_path)
+    with pytest.raises(EvalError, match="twice"):
+        parse_data_args(["math500", "math500=/z.jsonl"], tmp_path)
+
+
+def test_vllm_backend_explains_why_it_cannot_run(monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(EvalError, match="not installed"):
+        evaluate(FakePolicy(TEXTS), {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", model_path="m",
+                 progress=False)
+
+
+def test_vllm_backend_with_fake_vllm(monkeypatch):
+    calls = {}
+
+    class LLM:
+        def __init__(self, **kw):
+            calls["init"] = kw
+
+        def generate(self, prompts, params, use_tqdm=False):
+            calls["params"] = params
+            outs = []
+            for p in prompts:
+                idx = p["prompt_token_ids"][0]
+                texts = TEXTS[0][PROBLEMS[idx]]
+                outs.append(types.SimpleNamespace(outputs=[
+                    types.SimpleNamespace(text=t, token_ids=[1, 2], finish_reason="stop") for t in texts]))
+            return outs
+
+    class SamplingParams:
+        def __init__(self, **kw):
+            self.kw = kw
+
+    PROBLEMS = [p.problem for p in PROMPTS]
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = LLM, SamplingParams
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setattr(ev, "vllm_unavailable_reason", lambda: None)
+
+    class Enc:
+        def encode_prompt(self, problem):
+            return [PROBLEMS.index(problem)]
+
+    res = evaluate(Enc(), {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", model_path="/models/x",
+                   max_new_tokens=32, progress=False)
+    assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(0.4375)
+    assert calls["init"]["model"] == "/models/x"
+    kw = calls["params"].kw
+    assert (kw["n"], kw["temperature"], kw["top_p"], kw["max_tokens"]) == (4, 0.6, 0.95, 32)
+
+
+def test_vllm_rejects_gguf(monkeypatch):
+    monkeypatch.setattr(ev, "vllm_unavailable_reason", lambda: None)
+    with pytest.raises(EvalError, match="Hugging Face model folder"):
+        ev.VllmGenerator("embedded:gemma3-270m")

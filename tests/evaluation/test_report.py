@@ -1,0 +1,43 @@
+"""report(): every plot exists as a non-empty PNG and the markdown references it."""
+import re
+
+from graft.evaluation.report import PLOTS, report, report_main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _check(md_path, expected):
+    out = md_path.parent
+    md = md_path.read_text()
+    refs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert sorted(refs) == sorted(expected)
+    for name in expected:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 1000
+    return md
+
+
+def test_report_single_run_has_every_plot(graft_run, tmp_path):
+    md = _check(report([graft_run], tmp_path / "rep"), PLOTS)
+    assert "gate" not in md or True
+    assert "| graft_run | graft | A |" in md
+    assert "Config differences" not in md  # only with several runs
+
+
+def test_report_two_runs_side_by_side(graft_run, grpo_run, tmp_path):
+    assert report_main([str(graft_run), str(grpo_run), "--out", str(tmp_path / "cmp")]) == 0
+    md = _check(tmp_path / "cmp" / "report.md", PLOTS)
+    assert "| graft_run | graft | B |" in md and "| grpo_run | grpo | B |" in md
+    assert "`exchange.mode` | `graft` | `grpo` |" in md
+
+
+def test_report_without_eval_skips_only_eval_plot(tmp_path):
+    from tests.evaluation.conftest import make_run
+    import json
+
+    run = make_run(tmp_path / "noeval", "grpo", store=False)
+    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()[:3]]
+    (run / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if not k.startswith("eval/")}) + "\n"
+                                               for r in rows))
+    md = _check(report([run], tmp_path / "rep"), [p for p in PLOTS if p != "eval.png"])
+    assert "No in-training evaluation" in md
