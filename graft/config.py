@@ -435,19 +435,36 @@ def apply_override(tree: dict, key: str, value: Any) -> None:
         node[last] = value
 
 
+def _merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml_tree(path: str | Path, _seen: tuple = ()) -> dict:
+    """A YAML config as a dict; ``include: other.yaml`` (relative to the file) is read first and
+    overlaid by this file's keys, so presets such as configs/baselines/*.yaml stay one-liners."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    if p.resolve() in _seen:
+        raise ConfigError(f"{p}: include cycle")
+    try:
+        tree = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{p}: top level must be a mapping")
+    include = tree.pop("include", None)
+    if include:
+        tree = _merge(read_yaml_tree(p.parent / include, (*_seen, p.resolve())), tree)
+    return tree
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config and apply ``key=value`` overrides (values parsed as YAML)."""
-    tree: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            tree = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML: {e}") from None
-        if not isinstance(tree, dict):
-            raise ConfigError(f"{p}: top level must be a mapping")
+    tree: dict = read_yaml_tree(path) if path is not None else {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")

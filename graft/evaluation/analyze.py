@@ -103,6 +103,11 @@ def _num(v) -> float | None:
     return None if math.isnan(f) or math.isinf(f) else f
 
 
+def _int(v) -> int | None:
+    f = _num(v)
+    return None if f is None else int(round(f))
+
+
 def _mean(vals: Sequence[float | None]) -> float | None:
     xs = [v for v in vals if v is not None]
     return sum(xs) / len(xs) if xs else None
@@ -209,9 +214,9 @@ def exchange_stats(rows: list[dict], audit: list[dict], direction: str) -> dict:
                      "kept": len(rec.get("selected") or []), "transferred": len(responses),
                      "admitted": sum(1 for x in responses if x.get("admitted"))}
         else:
-            entry = {"step": step, "candidates": _num(row.get(f"{pre}/candidates")), "m": _num(row.get(f"{pre}/m")),
-                     "kept": _num(row.get(f"{pre}/kept_prompts")), "transferred": _num(row.get(f"{pre}/transferred")),
-                     "admitted": _num(row.get(f"{pre}/admitted"))}
+            entry = {"step": step, "candidates": _int(row.get(f"{pre}/candidates")), "m": _int(row.get(f"{pre}/m")),
+                     "kept": _int(row.get(f"{pre}/kept_prompts")), "transferred": _int(row.get(f"{pre}/transferred")),
+                     "admitted": _int(row.get(f"{pre}/admitted"))}
         t, a = entry["transferred"], entry["admitted"]
         entry["admitted_frac"] = a / t if t and a is not None else None
         per_step.append(entry)

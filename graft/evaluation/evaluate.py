@@ -179,6 +179,7 @@ class VllmGenerator:
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         self.llm = LLM(**kwargs)
+        self.path = p
         self.encode_prompt = encode_prompt
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float, top_p: float,
@@ -193,6 +194,36 @@ class VllmGenerator:
             result.append([GenSample(token_ids=list(o.token_ids), logprobs=[], text=o.text,
                                      finished=o.finish_reason == "stop") for o in out.outputs])
         return result
+
+
+class PromptEncoder:
+    """Tokenizer + template of a model without its weights (what the vLLM backend needs from graft)."""
+
+    def __init__(self, cfg, weights_from: str | None = None):
+        from graft.policy.loading import load_tokenizer
+
+        self.cfg = cfg
+        self.tokenizer = load_tokenizer(cfg, weights_from=weights_from)
+
+    def render_prompt(self, problem: str) -> str:
+        from graft.policy import prompts
+
+        return prompts.render_prompt(self.cfg, self.tokenizer, problem)
+
+    def encode_prompt(self, problem: str) -> list[int]:
+        from graft.policy import prompts
+
+        return prompts.encode_prompt(self.tokenizer, self.render_prompt(problem))
+
+
+def vllm_model_path(cfg, weights_from: str | None) -> str:
+    """The folder (or hub id) vLLM should load for a model config / checkpoint, or an EvalError why none."""
+    if weights_from is not None:
+        if (Path(weights_from) / "adapter_config.json").is_file():
+            raise EvalError(f"backend vllm: {weights_from} holds a LoRA adapter, not a full model; "
+                            "use --backend hf (it merges the adapter)")
+        return str(weights_from)
+    return str(cfg.path)
 
 
 def _encode(policy, prompt: Prompt) -> list[int]:
@@ -213,9 +244,8 @@ def _check_protocol(out_dir: Path, protocol: dict) -> None:
             raise EvalError(f"{out_dir} holds an evaluation with different settings "
                             + ", ".join(f"{k}: {old.get(k)!r} -> {protocol.get(k)!r}" for k in diff)
                             + "; use another --out or delete it")
-    else:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(protocol, indent=2) + "\n")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(protocol, indent=2) + "\n")  # repeats/backend/model of the latest call
 
 
 def run_repeat(generator, prompts: Sequence[Prompt], grader, *, path: Path | None, n: int, temperature: float,
@@ -223,7 +253,8 @@ def run_repeat(generator, prompts: Sequence[Prompt], grader, *, path: Path | Non
                progress: bool = False, desc: str = "") -> list[PromptRecord]:
     """Generate and grade ``n`` samples for every prompt (one repeat); returns records in prompt order.
 
-    With ``path``, finished prompts are read back from it and new ones appended per chunk.
+    With ``path``, finished prompts are read back from it and new ones appended per chunk. A
+    stored prompt whose reference answer differs from ``prompts`` is regraded (not regenerated).
     """
     done = read_records(path, repair=True) if path is not None else {}
     for rec in done.values():
@@ -232,6 +263,21 @@ def run_repeat(generator, prompts: Sequence[Prompt], grader, *, path: Path | Non
     ids = {p.id for p in prompts}
     if len(ids) != len(prompts):
         raise EvalError(f"{desc or 'dataset'}: prompt ids are not unique")
+    stale = [p for p in prompts if p.id in done and done[p.id].answer != p.answer]
+    if stale:  # the dataset's reference answer changed: regrade the stored responses, keep the samples
+        texts = [t for p in stale for t in done[p.id].responses]
+        answers = [p.answer for p in stale for _ in done[p.id].responses]
+        rewards, statuses = grader.grade(texts, answers, progress=False)
+        fixed, i = [], 0
+        for p in stale:
+            old, k = done[p.id], len(done[p.id].responses)
+            fixed.append(PromptRecord(id=p.id, answer=p.answer, rewards=[float(r) for r in rewards[i:i + k]],
+                                      statuses=list(statuses[i:i + k]), finished=old.finished,
+                                      num_tokens=old.num_tokens, responses=old.responses))
+            i += k
+        if path is not None:
+            _append(path, fixed)  # a later line for the same id replaces the earlier one
+        done.update((r.id, r) for r in fixed)
     bar = _bar(len(prompts), sum(1 for p in prompts if p.id in done), desc, progress)
     try:
         for start in range(0, len(prompts), chunk_prompts):
@@ -383,8 +429,8 @@ def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | P
         path = model_path or _policy_model_path(policy)
         if path is None:
             raise EvalError("backend vllm: give model_path (the model folder vLLM should load)")
-        generator = VllmGenerator(path, tokenizer=getattr(getattr(policy, "cfg", None), "tokenizer", None), seed=seed)
-        generator.encode_prompt = policy.encode_prompt
+        generator = VllmGenerator(path, encode_prompt=policy.encode_prompt,
+                                  tokenizer=getattr(getattr(policy, "cfg", None), "tokenizer", None), seed=seed)
     if chunk_prompts is None:
         chunk_prompts = max(1, batch_size // n) if backend == "hf" else 256
     for name in datasets:
@@ -573,19 +619,19 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         print(f"graft eval: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # data / store / config errors carry their own message
-        if type(e).__name__ in ("DataError", "ConfigError", "PolicyError"):
+        if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError"):
             print(f"graft eval: {e}", file=sys.stderr)
             return 2
         raise
 
 
 def _eval_main(args) -> int:
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    specs = parse_data_args(args.data, data_dir)
     from graft.data.datasets import load_prompts
     from graft.policy.policy import Policy
     from graft.reward.grader import Grader
 
-    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-    specs = parse_data_args(args.data, data_dir)
     datasets = {}
     for name, spec in specs.items():
         prompts, _stats = load_prompts(spec, on_bad_row=args.on_bad_row, limit=args.limit)
@@ -598,19 +644,21 @@ def _eval_main(args) -> int:
     if device == "auto":
         import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.backend == "vllm":
+    out = Path(args.out) if args.out else Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.\-]", "_", args.model.strip("/"))
+    progress = not args.no_progress
+    if args.backend == "vllm":  # vLLM holds the weights; graft only renders and tokenizes the prompts
         reason = vllm_unavailable_reason()
         if reason:
             raise EvalError(f"backend vllm: {reason}")
-        device = "cpu"  # the HF policy only encodes prompts; vLLM holds the GPU weights
-    out = Path(args.out) if args.out else Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.\-]", "_", args.model.strip("/"))
-    progress = not args.no_progress
-    policy = Policy.load(cfg, device=device, weights_from=weights_from)
+        encoder = PromptEncoder(cfg, weights_from)
+        generator = VllmGenerator(vllm_model_path(cfg, weights_from), encode_prompt=encoder.encode_prompt,
+                                  tokenizer=cfg.tokenizer, dtype=args.dtype or "auto", seed=args.seed)
+    else:
+        generator = Policy.load(cfg, device=device, weights_from=weights_from)
     with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers) as grader:
-        res = evaluate(policy, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
+        res = evaluate(generator, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
                        max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
-                       backend=args.backend, progress=progress, model_path=weights_from or cfg.path,
-                       model_label=args.model)
+                       backend=args.backend, progress=progress, model_label=args.model)
     print(results_markdown(res))
     print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
     return 0

@@ -120,9 +120,7 @@ def plot_s_hist(runs, out: Path) -> str:
         for d, s in a["s"].items():
             if d == "all" and len([k for k in a["s"] if k != "all"]) > 0:
                 continue
-            edges, counts = s["histogram"]["edges"], s["histogram"]["counts"]
-            centers = [(edges[i] + edges[i + 1]) / 2 for i in range(len(counts))]
-            ax.step(centers, counts, where="mid", label=f"{label}:{d} (n={s['count']})")
+            ax.stairs(s["histogram"]["counts"], s["histogram"]["edges"], label=f"{label}:{d} (n={s['count']})")
             any_data = True
     for dl in sorted(deltas):
         ax.axvline(dl, color="red", linestyle="--", label=f"gate δ = {dl:g}")
@@ -143,8 +141,8 @@ def plot_clip_rates(runs, out: Path) -> str:
         for label, a in runs:
             for m, c in a["clip"].items():
                 rows = c["per_step"]
-                if kind.startswith("peer") and c["steps_with_peer"]:
-                    rows = [r for r in rows if (r["peer_responses"] or 0) > 0 or r["peer_responses"] is None]
+                if kind.startswith("peer"):  # steps without peer data log 0; leave them out
+                    rows = [r for r in rows if r["peer_responses"] is None or r["peer_responses"] > 0]
                 xs, ys = _pairs([r["step"] for r in rows], [r[kind] for r in rows])
                 if xs:
                     ax.plot(xs, [100 * y for y in ys], marker="." if len(xs) < 30 else None, label=f"{label}:{m}")
@@ -190,9 +188,9 @@ def plot_exchange(runs, out: Path) -> str:
 
 def _accuracy_series(a: dict) -> tuple[str, dict[str, tuple[list, list]]]:
     """(y label, {name: (steps, values)}): eval pass@1 curves when logged, else training reward."""
-    ev = {k: (e["steps"], e["values"]) for k, e in a["eval"].items() if k.endswith("/pass@1")}
+    ev = {k: (e["steps"], [100 * v for v in e["values"]]) for k, e in a["eval"].items() if k.endswith("/pass@1")}
     if ev:
-        return "eval pass@1", {k.removeprefix("eval/"): v for k, v in ev.items()}
+        return "eval pass@1 (%)", {k.removeprefix("eval/"): v for k, v in ev.items()}
     return "training reward", {m: (r["steps"], r["reward"]) for m, r in a["rewards"].items()}
 
 

@@ -33,6 +33,7 @@ and ``^\\circ`` are dropped; ``\\%`` is kept as /100 but ``12`` == ``12\\%`` sti
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from decimal import Decimal, InvalidOperation
@@ -157,6 +158,25 @@ def _has_expr(parsed: list) -> bool:
     return any(not isinstance(x, str) for x in parsed)
 
 
+# Parses are cached per process: a group's G responses share one reference, and identical
+# responses are common. Parsing dominates the cost (up to seconds for long formulas).
+@functools.lru_cache(maxsize=4096)
+def _parse_gold(g: str) -> list:
+    parse, _, gold_cfg, _, expr_cfg = _math_verify()
+    parsed = parse("\\boxed{" + g + "}", extraction_config=gold_cfg, parsing_timeout=None)
+    if not _has_expr(parsed):
+        raw = parse(g, extraction_config=expr_cfg, parsing_timeout=None)
+        if _has_expr(raw):
+            parsed = raw
+    return parsed
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_pred(p: str) -> list:
+    parse, _, _, pred_cfg, _ = _math_verify()
+    return parse("\\boxed{" + p + "}", extraction_config=pred_cfg, parsing_timeout=None)
+
+
 def _shortcut(p: str, g: str) -> bool | None:
     """Decide normalised answers without math_verify when that is safe, else ``None``."""
     if not p or not g:
@@ -174,15 +194,14 @@ def answers_match(pred: str, gold: str) -> bool:
     quick = _shortcut(p, g)
     if quick is not None:
         return quick
-    parse, mv_verify, gold_cfg, pred_cfg, expr_cfg = _math_verify()
-    gold_parsed = parse("\\boxed{" + g + "}", extraction_config=gold_cfg, parsing_timeout=None)
-    if not _has_expr(gold_parsed):
-        raw = parse(g, extraction_config=expr_cfg, parsing_timeout=None)
-        if _has_expr(raw):
-            gold_parsed = raw
-    pred_parsed = parse("\\boxed{" + p + "}", extraction_config=pred_cfg, parsing_timeout=None)
+    return _equivalent(p, g)
+
+
+@functools.lru_cache(maxsize=8192)
+def _equivalent(p: str, g: str) -> bool:
+    """math_verify on normalised texts (cached: wrong answers repeat within a group)."""
     # Argument order matters: gold first (math_verify is asymmetric for intervals/relations).
-    return bool(mv_verify(gold_parsed, pred_parsed, timeout_seconds=None))
+    return bool(_math_verify()[1](_parse_gold(g), _parse_pred(p), timeout_seconds=None))
 
 
 def verify(response: str, answer: str) -> tuple[float, str]:

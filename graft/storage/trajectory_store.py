@@ -354,8 +354,24 @@ class TrajectoryStore:
         t = self.read(columns=["model"])
         return sorted(set(pc.unique(t["model"]).to_pylist())) if t.num_rows else []
 
-    def iter_groups(self, model: str) -> dict[str, list[StoredGroup]]:
-        """All stored groups of ``model``: prompt_id -> groups by increasing step."""
+    def resolve_model(self, model: str | None = None, exclude: str | None = None) -> str:
+        """``model`` if the store has rows of it; with ``model=None`` the only model other than
+        ``exclude`` in the store. Otherwise :class:`StoreError` listing the models present."""
+        present = self.models()
+        if model is not None:
+            if model not in present:
+                raise StoreError(f"{self.root}: no rows of model {model!r}; the store has {present}")
+            return model
+        candidates = [m for m in present if m != exclude]
+        if len(candidates) != 1:
+            raise StoreError(f"{self.root}: cannot pick the peer model automatically among {candidates} "
+                             f"(store has {present}); name it (peer.store_model)")
+        return candidates[0]
+
+    def iter_groups(self, model: str | None = None) -> dict[str, list[StoredGroup]]:
+        """All stored groups of ``model`` (``None``: the store's only model; an absent model is a
+        :class:`StoreError`): prompt_id -> groups by increasing step."""
+        model = self.resolve_model(model)
         out: dict[str, list[StoredGroup]] = {}
         for path in self._files(None):
             t = _read_file(path, None, [("model", "=", model)])
@@ -422,16 +438,23 @@ def info(path: str | Path) -> dict:
 
 
 def export_jsonl(path: str | Path, out: str | Path, models: Iterable[str] | None = None) -> int:
-    """Write every row (all columns) as one JSON object per line; returns the number of rows."""
+    """Write every row (all columns) as one JSON object per line; returns the number of rows.
+    ``out`` appears only when the export succeeded."""
     store = TrajectoryStore(path)
     models = None if models is None else list(models)
     filters = [("model", "in", models)] if models is not None else None
     n = 0
-    with open(out, "w") as f:
-        for p in store._files(None):
-            for row in _read_file(p, None, filters).to_pylist():
-                f.write(json.dumps(row) + "\n")
-                n += 1
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            for p in store._files(None):
+                for row in _read_file(p, None, filters).to_pylist():
+                    f.write(json.dumps(row) + "\n")
+                    n += 1
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return n
 
 

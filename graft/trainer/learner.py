@@ -152,13 +152,14 @@ class Learner:
                                                   chunk=uc.logprob_chunk, temperature=temperature)   # [B,T]
         old = _pad([s.old_logprobs for s in micro], logp.shape[1]).to(logp.device)
         f = lambda xs, dt=torch.float32: torch.tensor(xs, dtype=dt, device=logp.device)  # noqa: E731
-        return loss_fn(
+        kwargs = dict(
             logp=logp, old_logp=old, advantages=f([s.advantage for s in micro]), weights=f([s.weight for s in micro]),
             mask=mask, is_peer=f([s.is_peer for s in micro], torch.bool), clip_low=uc.clip_low, clip_high=uc.clip_high,
             agg=uc.loss_agg, ratio_level=uc.ratio_level, num_tokens=num_tokens, num_seqs=num_seqs,
-            **({"sgt_mask": f([s.sgt for s in micro], torch.bool), "num_sgt_tokens": num_sgt_tokens}
-               if uc.rule == "sgt" else {}), **loss_kwargs,
         )
+        if any(s.sgt for s in micro) or num_sgt_tokens:
+            kwargs |= {"sgt_mask": f([s.sgt for s in micro], torch.bool), "num_sgt_tokens": num_sgt_tokens}
+        return loss_fn(**(kwargs | loss_kwargs))
 
     def _step(self) -> float:
         params = [p for p in self.policy.model.parameters() if p.requires_grad]

@@ -20,16 +20,17 @@ import torch
 from tqdm.auto import tqdm
 
 from graft.algos.advantages import RollingRate, grpo_advantages, hacpo_advantages
-from graft.algos.gating import hacpo_peer_weights
 from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, config_diff, save_config, to_dict
 from graft.data.datasets import PromptSampler, load_prompts
 from graft.exchange.handover import GateSettings
 from graft.exchange.live import complementarity, counts, exchange_pair, exchange_stored
 from graft.reward.grader import Grader
-from graft.storage.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from graft.storage.checkpoint import (latest_checkpoint, load_checkpoint, remove_checkpoints_after, save_checkpoint,
+                                     set_rng_state)
 from graft.storage.trajectory_store import TrajectoryStore, select_stored_group
 from graft.trainer.learner import Learner
+from graft.trainer.rules import get_rule
 from graft.trainer.metrics import JsonlWriter, console_line, group_stats, prefixed, timed
 from graft.types import VERIFY_TIMEOUT, RolloutGroup
 
@@ -60,6 +61,8 @@ class Run:
     """Stored-peer mode: prompt_id -> stored groups of the peer."""
     hacpo_rates: dict[str, RollingRate] = field(default_factory=dict)
     val_prompts: list | None = None
+    peer_name: str = "peer"
+    """Stored-peer mode: the model name of the stored peer."""
     eval_history: list[dict] = field(default_factory=list)
 
 
@@ -137,11 +140,11 @@ def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int):
         stored = [_stored_group(run, g.prompt_id, step) for g in own]
         out = exchange_stored(step, own, stored, run.learners[name], cfg.rollout.n, gate_settings(cfg),
                               cap=cfg.peer.max_replacements, balance=cfg.peer.balance,
-                              source_name=cfg.peer.store_model or "peer", include_all_correct=ex.include_all_correct,
+                              source_name=run.peer_name, include_all_correct=ex.include_all_correct,
                               generator=_generator(cfg.seed, step))
     elif ex.mode == "grpo":
         return groups, [], {}, {n: [] for n in groups}
-    elif cfg.update.rule == "hacpo":
+    elif get_rule(cfg.update.rule).shares_every_prompt:
         return hacpo_share(run, groups, step)
     else:
         out = exchange_pair(step, groups, run.learners, cfg.rollout.n, gate_settings(cfg), balance=ex.balance,
@@ -185,7 +188,8 @@ def hacpo_share(run: Run, groups: dict[str, list[RolloutGroup]], step: int):
 
 
 def _stored_group(run: Run, prompt_id: str, step: int) -> RolloutGroup | None:
-    stored = select_stored_group(run.peer_groups.get(prompt_id, []), step, run.cfg.peer.pick)
+    stored = select_stored_group(run.peer_groups.get(prompt_id, []), step, run.cfg.peer.pick,
+                                 eligible=lambda g: 1 <= g.num_correct < g.size or run.cfg.exchange.include_all_correct)
     if stored is None:
         return None
     G = len(stored.responses)
@@ -206,31 +210,18 @@ def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], peers: d
         gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
         if cfg.update.recompute_old_logprobs:
             learner.recompute_old_logprobs(gs, cfg.update, cfg.rollout.temperature)
+        rule = get_rule(cfg.update.rule)
+        gs = rule.prepare(gs)
         plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
-        sgt = frozenset(g.prompt_id for g in peers.get(name, [])) if cfg.update.rule == "sgt" else frozenset()
+        sgt = frozenset(g.prompt_id for g in peers.get(name, [])) if rule.sgt else frozenset()
         m = {}
         for _ in range(cfg.update.epochs):
-            m = learner.update(gs, plan, cfg.update, cfg.rollout.temperature, _loss_kwargs(cfg), sgt,
-                               _hacpo_weights(cfg) if cfg.update.rule == "hacpo" else None)
+            m = learner.update(gs, plan, cfg.update, cfg.rollout.temperature, rule.loss_kwargs(cfg.update), sgt,
+                               rule.minibatch_weights(cfg.update))
         m["peer_groups"] = sum(g.is_peer for g in gs)
         m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
         metrics |= prefixed(name, m)
     return metrics
-
-
-def _loss_kwargs(cfg: Config) -> dict:
-    return {"luffy": {"gamma": cfg.update.luffy_gamma}, "sgt": {"coef": cfg.update.sgt_coef}}.get(cfg.update.rule, {})
-
-
-def _hacpo_weights(cfg: Config):
-    """HACPO stepwise clipping: peer weights clip(s, 1 - delta + k * delta_step, 1) for minibatch k."""
-    from dataclasses import replace
-
-    def apply(k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
-        return [replace(g, weights=hacpo_peer_weights(torch.tensor(g.compat), cfg.update.hacpo_delta,
-                                                      cfg.update.hacpo_delta_step, k).tolist()) if g.is_peer else g
-                for g in groups]
-    return apply
 
 
 # ============================================================================ step and run
@@ -293,8 +284,10 @@ def setup(cfg: Config) -> Run:
               metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
               store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val)
     if cfg.peer.source == "store":
-        peer_store = TrajectoryStore(cfg.peer.store_path, run_id="peer")
-        run.peer_groups = peer_store.iter_groups(cfg.peer.store_model)
+        peer_store = TrajectoryStore(cfg.peer.store_path)
+        peer_model = peer_store.resolve_model(cfg.peer.store_model, exclude=cfg.models[0].name)
+        run.peer_groups = peer_store.iter_groups(peer_model)
+        run.peer_name = peer_model
     _restore(run, ckpt)
     return run
 
@@ -331,6 +324,8 @@ def _restore(run: Run, ckpt) -> None:
     for w in (run.metrics, run.audit):
         w.truncate_after(ckpt.step)
     run.store.truncate_after(ckpt.step)
+    remove_checkpoints_after(run.run_dir, ckpt.step)   # a later timeline being abandoned
+    set_rng_state(ckpt.rng)
     print(f"resumed from {ckpt.path} at step {ckpt.step}", file=sys.stderr)
 
 

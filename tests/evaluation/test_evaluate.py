@@ -239,3 +239,29 @@ def test_vllm_rejects_gguf(monkeypatch):
     monkeypatch.setattr(ev, "vllm_unavailable_reason", lambda: None)
     with pytest.raises(EvalError, match="Hugging Face model folder"):
         ev.VllmGenerator("embedded:gemma3-270m")
+
+
+def test_real_grader_hand_computed_pass_at_1(tmp_path):
+    from graft.reward.grader import Grader
+
+    texts = {0: {"1+1": ["\\boxed{2}", "\\boxed{3}", "I think 2", "\\boxed{2.0}"],       # 2/4 ("I think 2": no box)
+                 "2+2": ["\\boxed{\\frac{8}{2}}", "\\boxed{4}", "\\boxed{5}", "\\boxed{4}"],  # 3/4
+                 "3+3": ["\\boxed{7}"] * 4}}                                              # 0/4
+    pol = FakePolicy(texts)
+    with Grader(timeout_s=5, workers=0) as grader:
+        res = evaluate(pol, {"toy": PROMPTS[:3]}, grader, tmp_path, n=4, batch_size=8, progress=False)
+    assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx((2 / 4 + 3 / 4 + 0) / 3)
+    assert res["datasets"]["toy"]["verify_no_answer"] == 1
+    rec = read_records(tmp_path / "toy" / "repeat_0.jsonl")["p1"]
+    assert rec.rewards == [1.0, 0.0, 0.0, 1.0] and rec.statuses[2] == "no_answer"
+
+
+def test_changed_reference_answer_is_regraded_not_regenerated(tmp_path):
+    evaluate(FakePolicy(TEXTS), {"toy": PROMPTS}, ExactGrader(), tmp_path, n=4, batch_size=16, progress=False)
+    fixed = [Prompt("p2", "2+2", "5")] + [p for p in PROMPTS if p.id != "p2"]
+    pol = FakePolicy(TEXTS)
+    res = evaluate(pol, {"toy": fixed}, ExactGrader(), tmp_path, n=4, batch_size=16, progress=False)
+    assert pol.calls == 0
+    # p2's four "\boxed{5}" responses are now correct: (1 + 0.5 + 1 + 0.25) / 4
+    assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(2.75 / 4)
+    assert read_records(tmp_path / "toy" / "repeat_0.jsonl")["p2"].rewards == [1.0] * 4

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -55,7 +54,14 @@ def test_round_trip(tmp_path, group_factory):
     for a, b in zip(g.gen_logprobs, src.gen_logprobs):
         assert a == pytest.approx(b, abs=1e-6)  # stored as float32
     assert g.num_correct == 1 and g.size == 4
-    assert store.iter_groups("nobody") == {}
+    with pytest.raises(StoreError, match=r"no rows of model 'nobody'; the store has \['A', 'B'\]"):
+        store.iter_groups("nobody")
+    with pytest.raises(StoreError, match="cannot pick the peer model automatically"):
+        store.iter_groups()
+    assert store.resolve_model(None, exclude="A") == "B"
+    only_b = TrajectoryStore(tmp_path / "only_b", run_id="r")
+    only_b.write_step(3, 1, [group_factory("B", "p7", [0, 1], 3)], TOK)
+    assert list(only_b.iter_groups()) == ["p7"] and only_b.iter_groups()["p7"][0].model == "B"
 
 
 def test_rewrite_replaces_step_without_duplicates(tmp_path, group_factory):
@@ -73,7 +79,9 @@ def test_empty_step_and_empty_store(tmp_path, group_factory):
     with pytest.raises(StoreError, match="no trajectory store"):
         store.read()
     store.write_step(0, 0, [], TOK)
-    assert store.steps() == [0] and store.read().num_rows == 0 and store.iter_groups("A") == {}
+    assert store.steps() == [0] and store.read().num_rows == 0 and store.models() == []
+    with pytest.raises(StoreError, match="no rows of model 'A'"):
+        store.iter_groups("A")
 
 
 def test_truncate_after(tmp_path, group_factory):
@@ -203,7 +211,9 @@ def test_info_export_and_cli(tmp_path, group_factory, capsys):
     assert capsys.readouterr().err.startswith("error: no trajectory store at")
     data = store.path_for(2).read_bytes()
     store.path_for(2).write_bytes(data[:20])
+    out_file.unlink()
     assert store_main(["export", str(run), str(out_file)]) == 2
+    assert not out_file.exists() and not list(tmp_path.glob(".*.tmp"))  # no partial export left behind
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "step_000002.parquet" in err and "Traceback" not in err
     assert store_main(["bogus"]) == 2

@@ -1,0 +1,296 @@
+"""Batch grading with a hard wall-clock timeout per item.
+
+``math_verify`` can hang (sympy simplification of adversarial answers; Math-Verify#65)
+and its own SIGALRM timeout only works on the main thread, so items are graded in
+worker processes and the parent kills a worker whose current item runs past
+``timeout_s``: that item scores 0 with status ``timeout``, the rest of its batch is
+handed out again and a fresh worker is started. A worker that dies (segfault, OOM
+kill) costs its current item (status ``error``) the same way. ``grade`` therefore
+always returns, from any thread or process (Ray actors included).
+
+Workers come from a ``forkserver`` (``spawn`` where unavailable), never a plain
+``fork`` of the trainer: forking a process whose torch/OpenMP threads hold locks can
+deadlock the child. The forkserver preloads ``__main__`` and :mod:`graft.reward.preload`
+(math_verify warmed up), so a replacement worker is ready in milliseconds. Setting that
+preload is process-global in :mod:`multiprocessing`; it has effect only if graft starts
+the forkserver first and it only adds a module to the default preload.
+
+Cheap items are decided in the calling process without a round trip (no ``\\boxed{}``;
+identical answers; two integers; see :func:`graft.reward.verifier.quick_verify`), the
+rest is sent in batches of up to ``chunk_size`` items per message.
+
+``workers=0`` grades in the calling process: no timeout guarantee (a hanging item hangs
+the caller); for debugging and tests only.
+
+Timing: an item's clock starts when the worker's previous answer arrives (or when its
+batch is sent), so time an item spends queued behind others in the same worker does not
+count against it.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+import threading
+import time
+from collections import deque
+from multiprocessing.connection import wait as mp_wait
+
+from tqdm import tqdm
+
+from graft.reward import verifier, worker
+from graft.reward.verifier import extract_boxed, verify  # noqa: F401  (public re-exports)
+from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOUT
+
+__all__ = ["Grader", "GraderError", "extract_boxed", "verify"]
+
+
+class GraderError(RuntimeError):
+    """The grader cannot run (workers fail to start, or the verify function cannot be imported)."""
+
+
+_PRELOAD_SET = False
+
+
+def _context(start_method: str | None):
+    global _PRELOAD_SET
+    methods = mp.get_all_start_methods()
+    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+    if method == "fork":
+        raise ValueError("start_method='fork' is not allowed: forking a process with live torch threads can deadlock")
+    ctx = mp.get_context(method)
+    if method == "forkserver" and not _PRELOAD_SET:
+        ctx.set_forkserver_preload(["__main__", "graft.reward.preload"])
+        _PRELOAD_SET = True
+    return ctx
+
+
+class _Worker:
+    """One worker process and the items it holds."""
+
+    def __init__(self, ctx, verify_fn: str, startup_timeout_s: float):
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=worker.main, args=(child_conn, verify_fn, list(sys.path)),
+                                daemon=True, name="graft-grader")
+        self.proc.start()
+        child_conn.close()
+        self.conn = parent_conn
+        self.ready = False
+        self.inflight: deque[int] = deque()  # item indices sent, not yet answered, in order
+        self.deadline = time.monotonic() + startup_timeout_s  # start-up deadline until ready
+
+    def send(self, items: list[tuple[int, str, str]], timeout_s: float) -> None:
+        self.inflight.extend(i for i, _, _ in items)
+        self.deadline = time.monotonic() + timeout_s
+        self.conn.send(items)
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.join(timeout=2.0)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except Exception:  # noqa: BLE001 - broken pipe: it is dead already
+            pass
+        self.proc.join(timeout=1.0)
+        if self.proc.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+
+
+class Grader:
+    """Grades ``(response, reference answer)`` pairs; see the module docstring.
+
+    Args:
+        timeout_s: hard wall-clock limit per item (workers > 0 only).
+        workers: worker processes; 0 grades in-process without a timeout.
+        verify_fn: ``"package.module:function"`` with :func:`verify`'s signature, imported by
+            the workers (a test hook; the default is graft's verifier). With a custom function
+            the in-process shortcuts are skipped so every item reaches it.
+        start_method: ``forkserver`` (default where available) or ``spawn``.
+        chunk_size: most items per message to a worker.
+        startup_timeout_s: a worker not ready within this time is an error.
+
+    ``stats`` counts statuses over the grader's lifetime; ``restarts`` counts replaced workers.
+    Not re-entrant: concurrent ``grade`` calls are serialised by a lock.
+    """
+
+    def __init__(self, timeout_s: float = 5.0, workers: int = 2, verify_fn: str | None = None,
+                 start_method: str | None = None, chunk_size: int = 32, startup_timeout_s: float = 120.0):
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers}")
+        self.timeout_s = float(timeout_s)
+        self.num_workers = int(workers)
+        self.verify_fn = verify_fn or worker.DEFAULT_VERIFY_FN
+        self.chunk_size = max(1, int(chunk_size))
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.stats: dict[str, int] = {VERIFY_OK: 0, VERIFY_NO_ANSWER: 0, VERIFY_TIMEOUT: 0, VERIFY_ERROR: 0}
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._workers: list[_Worker] = []
+        self._ctx = _context(start_method) if workers > 0 else None
+        self._local_fn = worker.resolve(self.verify_fn) if workers == 0 else None
+        for _ in range(self.num_workers):  # start now: they warm up while the models load
+            self._workers.append(self._start())
+
+    # ------------------------------------------------------------------ public
+
+    def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
+        """Rewards (1.0/0.0) and statuses (ok/no_answer/timeout/error), one per response."""
+        if len(responses) != len(answers):
+            raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
+        with self._lock:
+            if self._closed:
+                raise GraderError("grade() on a closed Grader")
+            n = len(responses)
+            rewards: list[float] = [0.0] * n
+            statuses: list[str] = [""] * n
+            bar = tqdm(total=n, desc="verify", disable=not progress, leave=False, file=sys.stderr)
+            pending: deque[int] = deque()
+            for i in range(n):
+                quick = verifier.quick_verify(responses[i], answers[i]) if self.verify_fn == worker.DEFAULT_VERIFY_FN else None
+                if quick is None:
+                    pending.append(i)
+                else:
+                    rewards[i], statuses[i] = quick
+                    bar.update(1)
+            if pending:
+                if self.num_workers == 0:
+                    for i in pending:
+                        rewards[i], statuses[i] = self._local(responses[i], answers[i])
+                        bar.update(1)
+                else:
+                    try:
+                        self._run(pending, responses, answers, rewards, statuses, bar)
+                    except BaseException:  # GraderError, Ctrl-C: leave no worker behind
+                        self._closed = True
+                        for w in self._workers:
+                            w.kill()
+                        self._workers = []
+                        raise
+            bar.close()
+            for s in statuses:
+                self.stats[s] = self.stats.get(s, 0) + 1
+            return rewards, statuses
+
+    def close(self) -> None:
+        """Stop the workers (idempotent)."""
+        with self._lock:
+            self._closed = True
+            workers, self._workers = self._workers, []
+        for w in workers:
+            w.stop()
+
+    def __enter__(self) -> "Grader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    # ------------------------------------------------------------------ internals
+
+    def _local(self, response: str, answer: str) -> tuple[float, str]:
+        try:
+            r, s = self._local_fn(response, answer)
+            return float(r), str(s)
+        except Exception:  # noqa: BLE001
+            return 0.0, VERIFY_ERROR
+
+    def _start(self) -> _Worker:
+        try:
+            return _Worker(self._ctx, self.verify_fn, self.startup_timeout_s)
+        except Exception as e:  # noqa: BLE001
+            raise GraderError(f"cannot start a grader worker process: {type(e).__name__}: {e}") from e
+
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        self._workers[self._workers.index(w)] = self._start()
+        self.restarts += 1
+
+    def _run(self, pending: deque[int], responses, answers, rewards, statuses, bar) -> None:
+        """Hand out ``pending`` items to the workers until every item has a status."""
+        remaining = len(pending)
+
+        def finish(i: int, reward: float, status: str) -> None:
+            nonlocal remaining
+            rewards[i], statuses[i] = reward, status
+            remaining -= 1
+            bar.update(1)
+
+        def requeue(w: _Worker) -> None:  # items sent to a dead worker go back to the front
+            pending.extendleft(reversed(w.inflight))
+            w.inflight.clear()
+
+        while remaining > 0:
+            # 1. feed idle ready workers; chunk so that every worker gets a share
+            for w in self._workers:
+                if w.ready and not w.inflight and pending:
+                    size = min(self.chunk_size, max(1, len(pending) // len(self._workers)))
+                    items = [pending.popleft() for _ in range(min(size, len(pending)))]
+                    try:
+                        w.send([(i, responses[i], answers[i]) for i in items], self.timeout_s)
+                    except (OSError, ValueError):  # died while idle: resend elsewhere
+                        pending.extendleft(reversed(items))
+                        w.inflight.clear()
+                        self._replace(w)
+            # 2. wait for answers or the nearest deadline
+            now = time.monotonic()
+            active = [w for w in self._workers if w.inflight or not w.ready]
+            if not active:
+                if not pending:
+                    raise GraderError("internal error: items neither pending nor in flight")
+                continue
+            wait_s = max(0.0, min(w.deadline for w in active) - now)
+            mp_wait([w.conn for w in active], timeout=wait_s)
+            # 3. drain every answer that has arrived (before judging deadlines)
+            for w in list(active):
+                try:
+                    while w.conn.poll():
+                        msg = w.conn.recv()
+                        if msg[0] == "ready":
+                            w.ready = True
+                        elif msg[0] == "fatal":
+                            raise GraderError(msg[1])
+                        else:
+                            i, reward, status = msg
+                            if w.inflight and w.inflight[0] == i:
+                                w.inflight.popleft()
+                                finish(i, reward, status)
+                            w.deadline = time.monotonic() + self.timeout_s
+                except (EOFError, OSError):  # the worker died: its current item is lost
+                    if w.inflight:
+                        finish(w.inflight.popleft(), 0.0, VERIFY_ERROR)
+                    requeue(w)
+                    if not w.ready:
+                        raise GraderError(f"grader worker exited during start-up (exit code {w.proc.exitcode})")
+                    self._replace(w)
+            # 4. kill workers past their deadline
+            now = time.monotonic()
+            for w in list(self._workers):
+                if now < w.deadline:
+                    continue
+                if w.inflight:
+                    finish(w.inflight.popleft(), 0.0, VERIFY_TIMEOUT)
+                    requeue(w)
+                    self._replace(w)
+                elif not w.ready:
+                    w.kill()
+                    raise GraderError(f"grader worker not ready after {self.startup_timeout_s:.0f}s")

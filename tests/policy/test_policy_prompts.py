@@ -1,0 +1,77 @@
+"""Prompt templates, BOS handling and response tokenization."""
+from __future__ import annotations
+
+import pytest
+
+from graft.config import ConfigError, ModelConfig
+from graft.policy.prompts import FEWSHOT_EXAMPLES, encode_prompt, render_prompt
+
+PROBLEM = "What is 17 + 25?"
+
+
+def test_chat_template_smollm2(tiny_llama_policy):
+    tok = tiny_llama_policy.tokenizer
+    cfg = ModelConfig(path="x", template="chat")
+    text = render_prompt(cfg, tok, PROBLEM)
+    assert text.endswith("<|im_start|>assistant\n")  # generation prompt
+    assert f"<|im_start|>user\n{PROBLEM}\n{cfg.instruction}<|im_end|>" in text
+    ids = encode_prompt(tok, text)
+    assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and ids.count(tok.bos_token_id) == text.count("<|im_start|>")
+    assert ids[-2:] == tok("assistant\n", add_special_tokens=False)["input_ids"][-2:]
+
+
+def test_chat_template_needs_chat_tokenizer(tiny_gemma_policy):
+    with pytest.raises(ConfigError, match="plain or fewshot"):
+        render_prompt(ModelConfig(path="x", template="chat"), tiny_gemma_policy.tokenizer, PROBLEM)
+
+
+def test_plain_template(tiny_llama_policy):
+    text = render_prompt(ModelConfig(path="x", template="plain"), tiny_llama_policy.tokenizer, PROBLEM)
+    assert text == f"Problem: {PROBLEM}\nPut your final answer within \\boxed{{}}.\nSolution:"
+    text = render_prompt(ModelConfig(path="x", template="plain", instruction=""), tiny_llama_policy.tokenizer, PROBLEM)
+    assert text == f"Problem: {PROBLEM}\nSolution:"
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, len(FEWSHOT_EXAMPLES)])
+def test_fewshot_template(tiny_llama_policy, k):
+    cfg = ModelConfig(path="x", template="fewshot", fewshot=k)
+    text = render_prompt(cfg, tiny_llama_policy.tokenizer, PROBLEM)
+    assert text.count("Problem: ") == k + 1 and text.count("\\boxed{") == 2 * k + 1  # instruction in every block + k answers
+    assert text.endswith(f"Problem: {PROBLEM}\n{cfg.instruction}\nSolution:")
+    for q, a in FEWSHOT_EXAMPLES[:k]:
+        assert q in text and a in text and "\\boxed{" in a
+
+
+def test_fewshot_too_many():
+    with pytest.raises(ConfigError, match="fewshot"):
+        render_prompt(ModelConfig(path="x", template="fewshot", fewshot=len(FEWSHOT_EXAMPLES) + 1), None, PROBLEM)
+
+
+def test_bos_gemma_exactly_once(tiny_gemma_policy):
+    tok = tiny_gemma_policy.tokenizer
+    ids = tiny_gemma_policy.encode_prompt(PROBLEM)
+    assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+    # a text that already carries the BOS string (as chat templates write it) gets no second one
+    ids2 = encode_prompt(tok, tok.bos_token + "Problem: hi")
+    assert ids2[0] == tok.bos_token_id and ids2[1] != tok.bos_token_id
+    assert ids[-1] != tok.eos_token_id
+
+
+def test_bos_smollm2_plain_has_none(tiny_llama_policy):
+    tok = tiny_llama_policy.tokenizer
+    ids = tiny_llama_policy.encode_prompt(PROBLEM)
+    assert tok.bos_token_id not in ids  # SmolLM2 adds no BOS; its chat template writes <|im_start|> itself
+    assert tiny_llama_policy.decode(ids) == tiny_llama_policy.render_prompt(PROBLEM)
+
+
+@pytest.mark.parametrize("which", ["llama", "gemma"])
+def test_encode_response_round_trip(which, tiny_llama_policy, tiny_gemma_policy):
+    pol = tiny_llama_policy if which == "llama" else tiny_gemma_policy
+    text = " First, 17 + 25 = 42.\n\nSo the answer is \\boxed{42}."
+    ids = pol.encode_response(text, finished=False)
+    assert pol.decode(ids) == text
+    ids_f = pol.encode_response(text, finished=True)
+    assert ids_f == ids + [pol.eos_token_id]
+    assert pol.decode(ids_f) == text  # EOS is special: stripped
+    assert pol.encode_response("", finished=True) == [pol.eos_token_id]
+    assert pol.encode_response(pol.decode(ids), finished=False) == ids
