@@ -25,9 +25,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from graft.policy.loading import ModelLoadError
     from graft.storage.checkpoint import CheckpointError
     from graft.storage.trajectory_store import StoreError
+    from graft.distributed.ray_backend import WorkerFailure
     from graft.trainer.loop import GraderHang
 
-    return ConfigError, DataError, ModelLoadError, CheckpointError, StoreError, GraderHang, FileNotFoundError
+    return (ConfigError, DataError, ModelLoadError, CheckpointError, StoreError, GraderHang, WorkerFailure,
+            FileNotFoundError)
 
 
 def train_main(argv: list[str]) -> int:

@@ -94,6 +94,8 @@ class ArithmeticConfig:
     """Operators to draw from."""
     seed: int = 1234
     """Seed of the generator; the same seed gives the same problems and ids."""
+    style: str = "question"
+    """Problem phrasing (graft.data.arithmetic.STYLES)."""
 
     def __post_init__(self) -> None:
         _check(self.num_prompts > 0, "data.arithmetic.num_prompts must be positive")
@@ -129,8 +131,9 @@ class RolloutConfig:
     """Nucleus sampling threshold of training rollouts."""
     batch_size: int = 64
     """Sequences per generation call (memory knob; results do not depend on it except through RNG order)."""
-    engine: Literal["hf", "vllm"] = "hf"
-    """Generation backend: transformers ``generate`` (CPU/GPU) or vLLM (GPU, when installed)."""
+    engine: Literal["hf", "hf-cb", "vllm"] = "hf"
+    """Generation backend: graft's own sampler over transformers models (``hf``, CPU/GPU), transformers'
+    continuous batching (``hf-cb``) or vLLM (GPU, when installed); see ``graft/policy/engines.py``."""
 
     def __post_init__(self) -> None:
         _check(self.n >= 2, f"rollout.n must be >= 2: GRPO normalises inside a group, got {self.n}")

@@ -18,9 +18,10 @@ Files under ``out_dir``::
 
 Resuming: lines are appended (flushed and fsynced) after each prompt chunk is generated and
 graded. A re-run with the same ``out_dir`` reads the finished prompts back, drops a torn last
-line, and generates only the missing prompts. Sampling seeds are derived from ``(seed, repeat,
-chunk start)`` with fixed chunk boundaries, so a run killed between chunks resumes to exactly
-the same samples as an uninterrupted one (for a given backend and batch size).
+line, and generates only the missing prompts (a changed reference answer is regraded from the
+stored responses). Every prompt samples with its own seed ``derive_seed(seed, repeat, prompt_id)``
+(samplers that take per-prompt ``seeds``, as ``Policy.generate`` and the vLLM backend do), so a
+resumed run gives exactly the samples of an uninterrupted one, whatever the batch size or chunking.
 
 Backends: ``hf`` calls ``policy.generate`` (the training sampler, CPU or GPU); ``vllm``
 generates all samples of a chunk with one vLLM call from the model folder (GPU only; needs
@@ -35,7 +36,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -124,10 +125,36 @@ def _append(path: Path, records: Iterable[PromptRecord]) -> None:
 # ----------------------------------------------------------------------------- generation
 
 
-def derive_seed(seed: int, repeat: int, chunk_start: int) -> int:
-    """Sampling seed of one chunk: a stable 31-bit hash of (seed, repeat, index of the chunk's first prompt)."""
-    h = hashlib.sha256(f"graft-eval:{seed}:{repeat}:{chunk_start}".encode()).digest()
+def derive_seed(seed: int, repeat: int, key: int | str) -> int:
+    """A stable 31-bit sampling seed from (seed, repeat, key); key = a prompt id (per-prompt seeds)
+    or the index of a chunk's first prompt (samplers that take one seed per call)."""
+    h = hashlib.sha256(f"graft-eval:{seed}:{repeat}:{key}".encode()).digest()
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+def _accepts_seeds(generator) -> bool:
+    import inspect
+
+    try:
+        return "seeds" in inspect.signature(generator.generate).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+class EngineGenerator:
+    """Prompts encoded by ``policy``, samples drawn by ``engine`` (a :mod:`graft.policy.engines` engine)."""
+
+    def __init__(self, policy, engine):
+        self.policy, self.engine = policy, engine
+
+    def encode_prompt(self, problem: str) -> list[int]:
+        return self.policy.encode_prompt(problem)
+
+    def generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size=64, seed=0, seeds=None,
+                 progress=False, desc=""):
+        kw = {"seeds": seeds} if seeds is not None and _accepts_seeds(self.engine) else {}
+        return self.engine.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
+                                    top_p=top_p, batch_size=batch_size, seed=seed, progress=progress, desc=desc, **kw)
 
 
 @dataclass
@@ -183,11 +210,14 @@ class VllmGenerator:
         self.encode_prompt = encode_prompt
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float, top_p: float,
-                 batch_size: int | None = None, seed: int = 0, progress: bool = False, desc: str | None = None
-                 ) -> list[list[GenSample]]:
+                 batch_size: int | None = None, seed: int = 0, seeds: Sequence[int] | None = None,
+                 progress: bool = False, desc: str | None = None) -> list[list[GenSample]]:
+        """All ``n`` samples of every prompt in one vLLM call; prompt i uses seed ``seeds[i]`` (else ``seed``)."""
         from vllm import SamplingParams  # noqa: PLC0415
 
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
+        seeds = list(seeds) if seeds is not None else [seed] * len(prompt_ids)
+        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=int(s))
+                  for s in seeds]
         outs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in prompt_ids], params, use_tqdm=progress)
         result = []
         for out in outs:
@@ -255,6 +285,10 @@ def run_repeat(generator, prompts: Sequence[Prompt], grader, *, path: Path | Non
 
     With ``path``, finished prompts are read back from it and new ones appended per chunk. A
     stored prompt whose reference answer differs from ``prompts`` is regraded (not regenerated).
+    Seeds: a generator whose ``generate`` takes ``seeds`` gets one per prompt,
+    ``derive_seed(seed, repeat, prompt_id)``, so a prompt's samples do not depend on chunking,
+    batch size, ``--limit`` or resuming; otherwise one seed per chunk ``derive_seed(seed, repeat,
+    chunk_start)`` with fixed chunk boundaries.
     """
     done = read_records(path, repair=True) if path is not None else {}
     for rec in done.values():
@@ -278,15 +312,17 @@ def run_repeat(generator, prompts: Sequence[Prompt], grader, *, path: Path | Non
         if path is not None:
             _append(path, fixed)  # a later line for the same id replaces the earlier one
         done.update((r.id, r) for r in fixed)
+    per_prompt = _accepts_seeds(generator)
     bar = _bar(len(prompts), sum(1 for p in prompts if p.id in done), desc, progress)
     try:
         for start in range(0, len(prompts), chunk_prompts):
             todo = [p for p in prompts[start:start + chunk_prompts] if p.id not in done]
             if not todo:
                 continue
+            kw = {"seeds": [derive_seed(seed, repeat, p.id) for p in todo]} if per_prompt else {}
             samples = generator.generate([_encode(generator, p) for p in todo], n=n, max_new_tokens=max_new_tokens,
                                          temperature=temperature, top_p=top_p, batch_size=batch_size,
-                                         seed=derive_seed(seed, repeat, start), progress=False, desc=desc)
+                                         seed=derive_seed(seed, repeat, start), progress=False, desc=desc, **kw)
             if len(samples) != len(todo) or any(len(s) != n for s in samples):
                 raise EvalError(f"generator returned {[len(s) for s in samples]} samples for {len(todo)} prompts x n={n}")
             texts = [s.text for group in samples for s in group]
@@ -408,14 +444,17 @@ def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | P
              temperature: float = 0.6, top_p: float = 0.95, max_new_tokens: int = 2048, repeats: int = 1,
              seed: int = 0, batch_size: int = 64, backend: str = "hf", progress: bool = True,
              ks: Sequence[int] | None = None, chunk_prompts: int | None = None, model_path: str | None = None,
-             model_label: str | None = None) -> dict:
+             model_label: str | None = None, engine=None) -> dict:
     """Evaluate ``policy`` on every dataset with the spec §5 protocol; returns the results dict.
 
     ``policy`` needs ``encode_prompt(problem) -> ids`` and ``generate(...)`` (see module doc);
     ``grader.grade(texts, answers, progress=False) -> (rewards, statuses)``. With ``out_dir``
     (None keeps everything in memory) responses, ``results.json`` and ``results.md`` are written
-    and a killed evaluation resumes. ``backend="vllm"`` samples with vLLM from ``model_path``
-    (default: the policy's model folder) using the policy's prompt encoding. ``chunk_prompts``
+    and a killed evaluation resumes. ``backend="vllm"`` samples with vLLM: from the folder
+    ``model_path`` when given, else from an in-memory :class:`Policy`'s current weights (via
+    :class:`graft.policy.engines.VllmEngine`); prompts are always encoded by ``policy``.
+    ``engine`` (any :mod:`graft.policy.engines` engine, e.g. the trainer's rollout engine)
+    overrides the backend: prompts encoded by ``policy``, samples drawn by ``engine``. ``chunk_prompts``
     (prompts per generate call and per append) defaults to ``max(1, batch_size // n)`` for hf and
     256 for vllm.
     """
@@ -424,15 +463,23 @@ def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | P
     if backend not in ("hf", "vllm"):
         raise EvalError(f"unknown backend {backend!r}; choose hf or vllm")
     ks = sorted({k for k in (ks or default_ks(n)) if 1 <= k <= n} | {1})
-    generator = policy
-    if backend == "vllm" and not isinstance(policy, VllmGenerator):
-        path = model_path or _policy_model_path(policy)
-        if path is None:
+    generator = policy if engine is None else EngineGenerator(policy, engine)
+    if backend == "vllm" and engine is None and not isinstance(policy, VllmGenerator):
+        if model_path is not None:  # vLLM loads the folder itself
+            generator = VllmGenerator(model_path, encode_prompt=policy.encode_prompt,
+                                      tokenizer=getattr(getattr(policy, "cfg", None), "tokenizer", None), seed=seed)
+        elif hasattr(policy, "model"):  # an in-memory Policy: serve its current weights
+            reason = vllm_unavailable_reason()
+            if reason:
+                raise EvalError(f"backend vllm: {reason}")
+            from graft.policy.engines import make_engine
+
+            generator = EngineGenerator(policy, make_engine("vllm", policy))
+        else:
             raise EvalError("backend vllm: give model_path (the model folder vLLM should load)")
-        generator = VllmGenerator(path, encode_prompt=policy.encode_prompt,
-                                  tokenizer=getattr(getattr(policy, "cfg", None), "tokenizer", None), seed=seed)
-    if chunk_prompts is None:
-        chunk_prompts = max(1, batch_size // n) if backend == "hf" else 256
+    if chunk_prompts is None:  # hf: one generate call of batch_size sequences; vLLM: large calls
+        engine_kind = getattr(getattr(generator, "engine", None), "kind", "hf")
+        chunk_prompts = 256 if isinstance(generator, VllmGenerator) or engine_kind != "hf" else max(1, batch_size // n)
     for name in datasets:
         _check_name(name)
     protocol = {"n": n, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
@@ -472,7 +519,7 @@ def evaluate_during_training(policy, datasets: dict[str, list[Prompt]] | list[Pr
                              n: int | None = None, temperature: float | None = None, top_p: float | None = None,
                              max_new_tokens: int | None = None, repeats: int | None = None, seed: int = 0,
                              batch_size: int = 64, out_dir: str | Path | None = None,
-                             progress: bool = False) -> dict[str, float]:
+                             progress: bool = False, engine=None) -> dict[str, float]:
     """Same protocol as :func:`evaluate`, for the trainer; returns ``{"DATASET/pass@1": x, ...}``.
 
     Settings come from ``eval_cfg`` (an :class:`graft.config.EvalConfig`: n, temperature, top_p,
@@ -482,7 +529,9 @@ def evaluate_during_training(policy, datasets: dict[str, list[Prompt]] | list[Pr
     several datasets are given. A fixed ``seed`` across steps (common random numbers) makes
     checkpoints more comparable than a per-step seed. ``out_dir`` (e.g. ``RUN_DIR/eval/step_000010/A``)
     keeps the graded responses; None keeps nothing on disk. The trainer logs the values as
-    ``eval/M/DATASET/pass@1``; pick the best step with :func:`best_checkpoint`.
+    ``eval/M/DATASET/pass@1``; pick the best step with :func:`best_checkpoint`. ``engine``: sample
+    with the trainer's rollout engine (e.g. its vLLM engine, which already holds the current
+    weights) instead of ``policy.generate``.
     """
     def pick(explicit, attr, default):
         if explicit is not None:
@@ -495,7 +544,8 @@ def evaluate_during_training(policy, datasets: dict[str, list[Prompt]] | list[Pr
     reps = pick(repeats, "repeats", 1)
     res = evaluate(policy, datasets, grader, out_dir, n=pick(n, "n", 8), temperature=pick(temperature, "temperature", 0.6),
                    top_p=pick(top_p, "top_p", 0.95), max_new_tokens=pick(max_new_tokens, "max_new_tokens", 2048),
-                   repeats=reps, seed=seed, batch_size=batch_size, backend="hf", progress=progress, ks=[1])
+                   repeats=reps, seed=seed, batch_size=batch_size, backend="hf", progress=progress, ks=[1],
+                   engine=engine)
     out: dict[str, float] = {}
     for name, d in res["datasets"].items():
         out[f"{name}/pass@1"] = d["pass@1"]["mean"]

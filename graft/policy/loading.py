@@ -330,6 +330,7 @@ def load_model(cfg: ModelConfig, device: str | torch.device = "cpu", weights_fro
                 model = PeftModel.from_pretrained(base, weights_from, is_trainable=cfg.lora.enabled)
                 if not cfg.lora.enabled:
                     model = model.merge_and_unload()
+                    model.requires_grad_(True)  # PEFT froze the base; it is a full model again
             else:
                 if weights_from is not None:
                     raise ModelLoadError(f"model {cfg.name}: lora.enabled but {weights_from} holds no adapter_config.json")

@@ -133,7 +133,7 @@ class Policy:
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "",
-                 renormalize_top_p: bool = False) -> list[list[Sample]]:
+                 renormalize_top_p: bool = False, seeds: Sequence[int] | None = None) -> list[list[Sample]]:
         """``n`` samples for each prompt: result ``[P][G]``.
 
         Own batched loop with a KV cache: prompts left-padded, position ids counted over real
@@ -142,6 +142,11 @@ class Policy:
         batch size only changes which random numbers go to which sequence). A sequence stops
         at a stop token (kept in ``token_ids`` with its log-prob, ``finished=True``) or after
         ``max_new_tokens`` (``finished=False``); finished rows leave the batch.
+
+        ``seeds`` (one per prompt; overrides ``seed``): sample j of prompt i draws its random
+        numbers from its own generator seeded by ``engines.sample_seed(seeds[i], j)``, so it
+        does not depend on the batch size, on the other prompts of the call, or on how a batch
+        is split across Ray workers (the Ray backend relies on this).
         """
         if temperature <= 0:
             raise ValueError("temperature must be > 0 (greedy decoding has no sampling log-probs)")
@@ -153,6 +158,13 @@ class Policy:
         out: list[list[Sample]] = [[] for _ in prompt_ids]
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
+        row_gens = None
+        if seeds is not None:
+            from graft.policy.engines import sample_seed
+            if len(seeds) != len(prompt_ids):
+                raise ValueError(f"{len(seeds)} seeds for {len(prompt_ids)} prompts")
+            row_gens = [torch.Generator().manual_seed(sample_seed(int(seeds[i]), j))
+                        for i in range(len(prompt_ids)) for j in range(n)]
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -161,7 +173,8 @@ class Policy:
         try:
             for start in range(0, len(flat), max(1, batch_size)):
                 chunk = flat[start:start + batch_size]
-                samples = self._generate_batch([p for _, p in chunk], max_new_tokens, temperature, top_p, gen,
+                samples = self._generate_batch([p for _, p in chunk], max_new_tokens, temperature, top_p,
+                                               gen if row_gens is None else row_gens[start:start + batch_size],
                                                renormalize_top_p, bar)
                 for (i, _), s in zip(chunk, samples):
                     out[i].append(s)
@@ -199,7 +212,8 @@ class Policy:
                               **{self._cache_kw: cache}).last_hidden_state[:, -1]
             next_pos = pos[:, -1] + 1
         for step in range(max_new_tokens):
-            tok, lp = self._sample(self._logits(h, temperature), top_p, gen, renormalize_top_p)
+            g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
+            tok, lp = self._sample(self._logits(h, temperature), top_p, g, renormalize_top_p)
             is_stop = torch.isin(tok, stop)
             for r, (orig, t, l, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), is_stop.tolist())):
                 tokens[orig].append(t)
@@ -235,7 +249,10 @@ class Policy:
         """
         b, V = logits.shape
         lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # [b, 1]
-        u = 1.0 - torch.rand((b, 1), generator=gen, device=logits.device)  # (0, 1]: never picks a 0-prob token
+        if isinstance(gen, torch.Generator):
+            u = 1.0 - torch.rand((b, 1), generator=gen, device=logits.device)  # (0, 1]: never picks a 0-prob token
+        else:  # one CPU generator per row (``seeds``)
+            u = 1.0 - torch.cat([torch.rand((1, 1), generator=g) for g in gen]).to(logits.device)
         lp_renorm = None
         if top_p >= 1.0:
             c = (logits - lse).exp_().cumsum_(dim=-1)

@@ -141,8 +141,12 @@ class Grader:
         self._workers: list[_Worker] = []
         self._ctx = _context(start_method) if workers > 0 else None
         self._local_fn = worker.resolve(self.verify_fn) if workers == 0 else None
-        for _ in range(self.num_workers):  # start now: they warm up while the models load
-            self._workers.append(self._start())
+        try:
+            for _ in range(self.num_workers):  # start now: they warm up while the models load
+                self._workers.append(self._start())
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ public
 
@@ -280,7 +284,9 @@ class Grader:
                         finish(w.inflight.popleft(), 0.0, VERIFY_ERROR)
                     requeue(w)
                     if not w.ready:
-                        raise GraderError(f"grader worker exited during start-up (exit code {w.proc.exitcode})")
+                        w.proc.join(timeout=1.0)
+                        raise GraderError(f"grader worker exited during start-up (exit code {w.proc.exitcode}); "
+                                          "a main module without an `if __name__ == '__main__':` guard causes this")
                     self._replace(w)
             # 4. kill workers past their deadline
             now = time.monotonic()

@@ -38,6 +38,19 @@ def flatten(groups: list[RolloutGroup], sgt_prompts: frozenset[str] = frozenset(
     ]
 
 
+def prepare_minibatch(mb_groups: list[RolloutGroup], sgt_prompts: frozenset[str] = frozenset()
+                      ) -> tuple[list[Sequence], tuple[float, float, float]]:
+    """The rows of one minibatch that are forwarded, and the minibatch's normalisers
+    (policy-gradient tokens, sequences, SGT tokens) -- shared with the Ray backend, which
+    splits the rows across ranks and keeps these GLOBAL counts."""
+    seqs = flatten(mb_groups, sgt_prompts)
+    pg_rows = [s for s in seqs if not s.sgt]          # SGT rows are normalised separately
+    counts = (float(sum(len(s.response_ids) for s in pg_rows)), float(len(pg_rows)),
+              float(sum(len(s.response_ids) for s in seqs if s.sgt)))
+    active = [s for s in seqs if (s.advantage != 0.0 or s.sgt) and s.weight != 0.0 and s.response_ids]
+    return active, counts
+
+
 def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
     out = torch.zeros(len(rows), width)
     for i, r in enumerate(rows):
@@ -55,6 +68,27 @@ class Learner:
         self.name = cfg.name
         self.policy = Policy.load(cfg, device=device, weights_from=weights_from)
         self.optimizer = self.policy.make_optimizer()
+        self._engine = None
+
+    def engine(self, kind: str = "hf"):
+        """The rollout engine (:mod:`graft.policy.engines`) of kind ``rollout.engine``, built once."""
+        current = getattr(self, "_engine", None)
+        if current is None or current.kind != kind:
+            from graft.policy.engines import make_engine
+            if current is not None:
+                current.close()
+            self._engine = make_engine(kind, self.policy)
+        return self._engine
+
+    def weights_changed(self) -> None:
+        """Tell the rollout engine the weights changed (vLLM reloads them; no-op for hf)."""
+        if getattr(self, "_engine", None) is not None:
+            self._engine.weights_updated()
+
+    def close(self) -> None:
+        if getattr(self, "_engine", None) is not None:
+            self._engine.close()
+            self._engine = None
 
     # --------------------------------------------------------------- receiver side
     def render_prompt(self, problem: str) -> str:
@@ -72,13 +106,20 @@ class Learner:
                                           temperature=temperature)
 
     # --------------------------------------------------------------- rollout
-    def rollout(self, prompts: list[Prompt], rc: RolloutConfig, step: int, seed: int, progress: bool = False) -> tuple[list[RolloutGroup], dict]:
-        """G samples per prompt from pi_theta_old; rewards are filled by the scorer."""
+    def rollout(self, prompts: list[Prompt], rc: RolloutConfig, step: int, seed: int, progress: bool = False,
+                prompt_offset: int = 0) -> tuple[list[RolloutGroup], dict]:
+        """G samples per prompt from pi_theta_old; rewards are filled by the scorer.
+
+        Prompt i of the step's batch (``prompt_offset + i`` when this is a shard of it) samples
+        with its own seed, a function of (``seed``, i): the same whichever worker samples it."""
+        from graft.policy.engines import prompt_seeds
+
         t0 = time.perf_counter()
         prompt_ids = [self.encode_prompt(p.problem) for p in prompts]
-        samples = self.policy.generate(prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature,
-                                       top_p=rc.top_p, batch_size=rc.batch_size, seed=seed, progress=progress,
-                                       desc=f"{self.name} rollout")
+        samples = self.engine(rc.engine).generate(
+            prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_p=rc.top_p,
+            batch_size=rc.batch_size, seed=seed, seeds=prompt_seeds(seed, prompt_offset, len(prompts)),
+            progress=progress, desc=f"{self.name} rollout")
         groups = [
             RolloutGroup(
                 prompt_id=p.id, problem=p.problem, answer=p.answer, source=self.name, holder=self.name,
@@ -121,18 +162,14 @@ class Learner:
             mb_groups = [groups[i] for i in idx]
             if minibatch_weights is not None:
                 mb_groups = minibatch_weights(k, mb_groups)
-            seqs = flatten(mb_groups, sgt_prompts)
-            pg_rows = [s for s in seqs if not s.sgt]          # SGT rows are normalised separately
-            counts = (float(sum(len(s.response_ids) for s in pg_rows)), float(len(pg_rows)),
-                      float(sum(len(s.response_ids) for s in seqs if s.sgt)))
-            active = [s for s in seqs if (s.advantage != 0.0 or s.sgt) and s.weight != 0.0 and s.response_ids]
+            active, counts = prepare_minibatch(mb_groups, sgt_prompts)
             self.optimizer.zero_grad(set_to_none=True)
             mb_loss = 0.0
             for j in range(0, len(active), uc.micro_batch_size):
                 micro = active[j: j + uc.micro_batch_size]
                 loss, m = self._micro_loss(micro, loss_fn, uc, temperature, counts, loss_kwargs or {})
                 loss.backward()
-                mb_loss += float(loss)
+                mb_loss += float(loss.detach())
                 for key, v in m.items():
                     if key.startswith(("count/", "tokens/")):
                         totals[key] = totals.get(key, 0.0) + float(v)
@@ -141,6 +178,7 @@ class Learner:
             totals["loss"] = totals.get("loss", 0.0) + mb_loss / len(plan)
             totals["grad_norm"] = totals.get("grad_norm", 0.0) + grad_norm / len(plan)
         self.policy.model.eval()
+        self.weights_changed()
         return self._update_metrics(totals, tokens_done, time.perf_counter() - t0)
 
     def _micro_loss(self, micro: list[Sequence], loss_fn, uc: UpdateConfig, temperature: float,

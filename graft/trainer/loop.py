@@ -29,6 +29,7 @@ from graft.reward.grader import Grader
 from graft.storage.checkpoint import (latest_checkpoint, load_checkpoint, remove_checkpoints_after, save_checkpoint,
                                      set_rng_state)
 from graft.storage.trajectory_store import TrajectoryStore, select_stored_group
+from graft.distributed.ray_backend import close_learners, make_learners
 from graft.trainer.learner import Learner
 from graft.trainer.rules import get_rule
 from graft.trainer.metrics import JsonlWriter, console_line, group_stats, prefixed, timed
@@ -273,9 +274,7 @@ def setup(cfg: Config) -> Run:
     val = load_prompts(cfg.data.val, cfg.data.on_bad_row, cfg.data.arithmetic, cfg.data.val_limit)[0] if cfg.data.val else None
     ckpt = _find_resume(cfg, run_dir)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
-    learners = {}
-    for m in tqdm(cfg.models, desc="loading models", disable=not cfg.progress):
-        learners[m.name] = Learner(m, device=device, weights_from=ckpt.model_dirs[m.name] if ckpt else None)
+    learners = make_learners(cfg, device, ckpt)   # Learner per model, or RayLearner (backend: ray)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     run = Run(cfg=cfg, run_dir=run_dir, learners=learners,
@@ -338,15 +337,20 @@ def save(run: Run, step: int) -> Path:
 
 
 def evaluate_phase(run: Run, step: int) -> dict:
-    from graft.evaluation.evaluate import evaluate_during_training
+    from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 
     out = {}
     for name, learner in run.learners.items():
+        # The same seed at every step: checkpoints are compared on the same random draws.
         res = evaluate_during_training(learner.policy, {"val": run.val_prompts}, run.grader, run.cfg.eval,
                                        max_new_tokens=run.cfg.eval.max_new_tokens or run.cfg.rollout.max_new_tokens,
-                                       seed=step_seed(run.cfg.seed, step, f"eval/{name}"), batch_size=run.cfg.rollout.batch_size)
+                                       seed=step_seed(run.cfg.seed, 0, f"eval/{name}"), batch_size=run.cfg.rollout.batch_size,
+                                       out_dir=run.run_dir / "eval" / f"step_{step:06d}" / name)
         out |= prefixed(f"eval/{name}", res)
     run.eval_history.append({"step": step, **out})
+    for name in run.learners:
+        # Best checkpoint rule: highest validation pass@1, ties to the earlier step.
+        out[f"eval/{name}/best_step"] = best_checkpoint(run.eval_history, f"eval/{name}/val/pass@1")
     return out
 
 
@@ -370,6 +374,7 @@ def train(cfg: Config) -> dict:
         final = save(run, cfg.steps) if ck.save_final and cfg.steps >= run.start_step else None
     finally:
         run.grader.close()
+        close_learners(run.learners)   # Ray actors / rollout engines; a WorkerFailure propagates after this
     summary = summarize(run, time.perf_counter() - t_start, final)
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print_summary(summary, file=sys.stderr)

@@ -46,6 +46,7 @@ def test_eval_cli_errors_are_one_line(tmp_path, capsys):
     assert eval_main(["--model", "x", "--data", "bad name=foo.jsonl"]) == 2
 
 
+@pytest.mark.slow
 def test_train_then_eval_checkpoint_and_report(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
     """A tiny GRAFT run, then `graft eval` on its checkpoint and `graft analyze` / `graft report` on the run."""
     pytest.importorskip("graft.data.datasets")
@@ -57,13 +58,13 @@ def test_train_then_eval_checkpoint_and_report(tmp_path, tiny_llama_dir, tiny_ge
     crafted_rewards(monkeypatch)
     data = _write_data(tmp_path / "val.jsonl", ROWS[:2])
     cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, f"data.val={data}", "eval.every=1", "eval.n=2",
-                      "eval.max_new_tokens=4")
+                      "eval.max_new_tokens=4", "exchange.balance=none")
     loop.train(cfg)
     run = tmp_path / "run"
     a = analyze(run)
     assert set(a["complementarity"]) == {"A->B", "B->A"} and a["complementarity"]["A->B"]["source"] == "store"
     assert a["complementarity"]["A->B"]["overall"] == 1.0  # crafted rewards: the peer always solves
-    assert a["exchange"]["A->B"]["totals"]["transferred"] > 0
+    assert sum(a["exchange"][d]["totals"]["transferred"] for d in ("A->B", "B->A")) > 0
     assert "eval/A/val/pass@1" in a["eval"]
     md = report([run], tmp_path / "rep").read_text()
     for name in PLOTS:
@@ -74,3 +75,22 @@ def test_train_then_eval_checkpoint_and_report(tmp_path, tiny_llama_dir, tiny_ge
                       "--max-new-tokens", "4", "--verify-workers", "0", "--no-progress", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["datasets"]["val"]["num_prompts"] == 2
+
+
+def test_vllm_backend_prompt_encoding_matches_policy(tmp_path, tiny_llama_dir, capsys):
+    from graft.config import ModelConfig
+    from graft.evaluation.evaluate import PromptEncoder
+    from graft.policy.policy import Policy
+
+    cfg = ModelConfig(name="A", path=tiny_llama_dir, template="plain")
+    pol = Policy.load(cfg)
+    enc = PromptEncoder(cfg)
+    assert enc.encode_prompt("What is 2 + 2?") == pol.encode_prompt("What is 2 + 2?")
+    data = _write_data(tmp_path / "toy.jsonl", ROWS)
+    rc = eval_main(["--model", tiny_llama_dir, "--data", f"toy={data}", "--backend", "vllm", "--no-progress",
+                    "--out", str(tmp_path / "ev")])
+    err = capsys.readouterr().err
+    import importlib.util
+    import torch
+    if importlib.util.find_spec("vllm") is None or not torch.cuda.is_available():
+        assert rc == 2 and "backend vllm" in err

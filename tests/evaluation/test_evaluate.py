@@ -231,8 +231,11 @@ def test_vllm_backend_with_fake_vllm(monkeypatch):
                    max_new_tokens=32, progress=False)
     assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(0.4375)
     assert calls["init"]["model"] == "/models/x"
-    kw = calls["params"].kw
+    params = calls["params"]  # one SamplingParams per prompt, each with that prompt's seed
+    assert len(params) == 4
+    kw = params[0].kw
     assert (kw["n"], kw["temperature"], kw["top_p"], kw["max_tokens"]) == (4, 0.6, 0.95, 32)
+    assert [p.kw["seed"] for p in params] == [derive_seed(0, 0, p.id) for p in PROMPTS]
 
 
 def test_vllm_rejects_gguf(monkeypatch):
@@ -265,3 +268,45 @@ def test_changed_reference_answer_is_regraded_not_regenerated(tmp_path):
     # p2's four "\boxed{5}" responses are now correct: (1 + 0.5 + 1 + 0.25) / 4
     assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(2.75 / 4)
     assert read_records(tmp_path / "toy" / "repeat_0.jsonl")["p2"].rewards == [1.0] * 4
+
+
+class SeededPolicy(FakePolicy):
+    """A sampler that takes one seed per prompt (like Policy.generate): records them."""
+
+    def __init__(self):
+        super().__init__({0: TEXTS[0]})
+        self.seen: dict[str, int] = {}
+
+    def generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds=None,
+                 progress=False, desc=None):
+        self.calls += 1
+        for (idx,), s in zip(prompt_ids, seeds):
+            self.seen[self.problems[idx]] = s
+        return [[FakeSample([1], [], t, True) for t in TEXTS[0][self.problems[idx]]] for (idx,) in prompt_ids]
+
+
+def test_per_prompt_seeds_do_not_depend_on_chunking():
+    small, big = SeededPolicy(), SeededPolicy()
+    evaluate(small, {"toy": PROMPTS}, ExactGrader(), None, n=4, batch_size=4, progress=False)   # 1 prompt per call
+    evaluate(big, {"toy": PROMPTS}, ExactGrader(), None, n=4, batch_size=64, progress=False)    # all in one call
+    assert (small.calls, big.calls) == (4, 1)
+    assert small.seen == big.seen
+    assert small.seen["1+1"] == derive_seed(0, 0, "p1") and len(set(small.seen.values())) == 4
+
+
+def test_vllm_for_in_memory_policy_needs_vllm(monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    pol = FakePolicy(TEXTS)
+    pol.model = object()  # looks like a loaded Policy: served through graft.policy.engines
+    with pytest.raises(EvalError, match="not installed"):
+        evaluate(pol, {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", progress=False)
+
+
+def test_engine_samples_and_policy_encodes():
+    enc = FakePolicy(TEXTS)
+    eng = SeededPolicy()
+    eng.kind = "hf"
+    eng.problems = enc.problems  # the engine sees the ids the policy encoded
+    res = evaluate_during_training(enc, PROMPTS, ExactGrader(), EvalConfig(n=4), engine=eng, max_new_tokens=8)
+    assert res["val/pass@1"] == pytest.approx(0.4375)
+    assert enc.calls == 0 and eng.calls == 1

@@ -14,7 +14,7 @@ def tiny_config(tmp_path, llama_dir, gemma_dir, *overrides, models=("A", "B")):
         f"run_dir={tmp_path / 'run'}", "steps=2", "batch_prompts=4", "seed=3", "progress=false",
         f"models=[{model_yaml}]",
         "data.arithmetic.num_prompts=16", "rollout.n=4", "rollout.max_new_tokens=6", "rollout.batch_size=16",
-        "reward.workers=0", "update.num_minibatches=2", "update.micro_batch_size=8",
+        "reward.workers=0", "data.shuffle=false", "update.num_minibatches=2", "update.micro_batch_size=8",
         "checkpoint.save_final=true",
     ]
     return load_config(None, [*base, *overrides])

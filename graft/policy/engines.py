@@ -1,0 +1,385 @@
+"""Rollout engines: who samples the G responses per prompt, with their per-token log-probs.
+
+Every engine answers :meth:`RolloutEngine.generate` with the result type of
+:meth:`graft.policy.policy.Policy.generate` (``[P][G]`` :class:`~graft.policy.policy.Sample`:
+token ids including the stop token when finished, the sampler's log-prob of each token,
+text decoded by the policy's tokenizer, finished flag), and is told after every optimiser
+pass that the trainer's weights changed (:meth:`RolloutEngine.weights_updated`).
+
+``rollout.engine`` picks one:
+
+``hf``
+    :meth:`Policy.generate` (own KV-cache loop, CPU or GPU). Shares the trainer's weights,
+    so nothing is pushed. With ``seeds`` (one per prompt) every sample draws from its own
+    generator, so a sample depends only on (seed, prompt index, sample index) and the
+    weights -- not on batch size or on how prompts are split over Ray workers.
+``hf-cb``
+    transformers' continuous batching (``model.generate_batch`` with paged attention and
+    ``return_logprobs``). Shares the trainer's weights. One seed per call (the samples depend
+    on scheduling, so runs are not bit-reproducible across worker counts).
+``vllm``
+    a vLLM engine (``vllm.LLM``) on the same GPU as the trainer (``gpu_memory_utilization``
+    share of it, default 0.35; ``GRAFT_VLLM_GPU_MEMORY_UTILIZATION`` overrides). Per-sample
+    seeds (``SamplingParams.seed``), log-probs of the sampled tokens (``logprobs=0``), the
+    policy's stop ids. After each update the trainer's full weights are pushed in place with
+    ``model.load_weights`` (LoRA adapters merged first) and the prefix cache is reset.
+    Needs CUDA and ``pip install vllm``; requested without them it raises
+    :class:`EngineUnavailable` naming what is missing.
+
+Log-prob semantics. ``hf`` records ``log_softmax(logits / T)`` without top-p
+renormalisation, the same as ``Policy.forward_logprobs``. ``hf-cb`` and ``vllm`` record the
+log-prob of the distribution they sampled from; with the training defaults (T = 1,
+top-p = 1) all three agree up to float rounding. With top-p < 1 set
+``update.recompute_old_logprobs=true`` when using ``hf-cb``/``vllm``.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("hf", "hf-cb", "vllm")
+_MASK63 = (1 << 63) - 1
+
+
+class EngineUnavailable(RuntimeError):
+    """The requested rollout engine cannot run here; the message says why and what to use instead."""
+
+
+def _mix(*xs: int) -> int:
+    """SplitMix64-style hash of integers -> a 63-bit seed (decorrelates neighbouring indices)."""
+    h = 0x9E3779B97F4A7C15
+    for x in xs:
+        h = (h ^ (int(x) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        h = (h ^ (h >> 31)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 29
+    return h & _MASK63
+
+
+def prompt_seeds(seed: int, offset: int, count: int) -> list[int]:
+    """Seeds of prompts ``offset .. offset+count-1`` of a batch sampled with ``seed``.
+
+    A function of (seed, global prompt index) only: the single-process trainer and every
+    sharding of the batch over workers give each prompt the same seed."""
+    return [_mix(seed, offset + i) for i in range(count)]
+
+
+def sample_seed(prompt_seed: int, j: int) -> int:
+    """Seed of sample ``j`` of a prompt whose seed is ``prompt_seed``."""
+    return _mix(prompt_seed, j, 0x5EED)
+
+
+# ============================================================================ interface
+
+class RolloutEngine:
+    """Samples responses for one policy. Subclasses implement :meth:`generate`."""
+
+    kind = "base"
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+        self.last_stats: dict[str, float] = {}
+
+    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds: Sequence[int] | None = None,
+                 progress: bool = False, desc: str = "") -> list[list[Any]]:
+        raise NotImplementedError
+
+    def weights_updated(self, named_parameters: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None = None) -> None:
+        """The trainer changed the weights; ``named_parameters()`` yields (name, full tensor)
+        pairs (the default: the policy model's own parameters). No-op for engines that share
+        the trainer's weights."""
+
+    def close(self) -> None:
+        """Free the engine's memory."""
+
+    def _stats(self, samples: list[list[Any]], seconds: float) -> None:
+        tokens = sum(len(s.token_ids) for g in samples for s in g)
+        self.last_stats = {"tokens": float(tokens), "seconds": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)}
+
+
+class HFEngine(RolloutEngine):
+    """:meth:`Policy.generate` (the reference sampler; per-sample seeds when given)."""
+
+    kind = "hf"
+
+    def generate(self, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0, batch_size=64, seed=0,
+                 seeds=None, progress=False, desc=""):
+        t0 = time.perf_counter()
+        kwargs = {"seeds": list(seeds)} if seeds is not None and _accepts(self.policy.generate, "seeds") else {}
+        out = self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                   batch_size=batch_size, seed=seed, progress=progress, desc=desc, **kwargs)
+        self._stats(out, time.perf_counter() - t0)
+        return out
+
+
+def _accepts(fn: Callable, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class ContinuousBatchingEngine(RolloutEngine):
+    """transformers' continuous batching (``generate_batch``, paged KV cache, ``return_logprobs``)."""
+
+    kind = "hf-cb"
+
+    def __init__(self, policy) -> None:
+        super().__init__(policy)
+        reason = continuous_batching_unavailable_reason(policy.model)
+        if reason:
+            raise EngineUnavailable(f"rollout.engine=hf-cb: {reason}; use rollout.engine=hf")
+
+    def generate(self, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0, batch_size=64, seed=0,
+                 seeds=None, progress=False, desc=""):
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        from graft.policy.policy import Sample
+
+        t0 = time.perf_counter()
+        pol = self.policy
+        if not prompt_ids:
+            return []
+        gc = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,
+                              num_return_sequences=n, eos_token_id=sorted(pol.stop_ids), pad_token_id=pol.pad_token_id)
+        seed = int(seeds[0]) if seeds else int(seed)
+        cbc = ContinuousBatchingConfig(return_logprobs=True, seed=seed % (2**31), max_requests_per_batch=max(1, batch_size))
+        model = _unwrap(pol.model)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                res = model.generate_batch([list(p) for p in prompt_ids], generation_config=gc,
+                                           continuous_batching_config=cbc, progress_bar=progress, warmup=False)
+        finally:
+            model.train(was_training)
+        outs = list(res.values())
+        if len(outs) != len(prompt_ids) * n:
+            failed = [o.error for o in outs if getattr(o, "error", None)]
+            raise RuntimeError(f"continuous batching returned {len(outs)} of {len(prompt_ids) * n} samples {failed[:3]}")
+        samples = []
+        for i in range(len(prompt_ids)):
+            group = []
+            for o in outs[i * n:(i + 1) * n]:
+                toks = list(o.generated_tokens)
+                fin = bool(toks) and toks[-1] in pol.stop_ids
+                group.append(Sample(token_ids=toks, logprobs=[float(x) for x in o.logprobs[:len(toks)]],
+                                    text=pol.decode(toks), finished=fin))
+            samples.append(group)
+        self._stats(samples, time.perf_counter() - t0)
+        return samples
+
+
+def continuous_batching_unavailable_reason(model: Any = None) -> str | None:
+    try:
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    except ImportError:
+        return "this transformers has no continuous batching (needs transformers >= 5)"
+    if "return_logprobs" not in getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}) and \
+            not _accepts(ContinuousBatchingConfig, "return_logprobs"):
+        return "this transformers' continuous batching cannot return log-probs"
+    if model is not None and not hasattr(_unwrap(model), "generate_batch"):
+        return f"{type(model).__name__} has no generate_batch"
+    return None
+
+
+def _unwrap(model: Any) -> Any:
+    try:
+        from peft import PeftModel
+        if isinstance(model, PeftModel):
+            return model.get_base_model()
+    except ImportError:  # pragma: no cover
+        pass
+    return model
+
+
+# ============================================================================ vLLM
+
+def vllm_unavailable_reason() -> str | None:
+    """Why a vLLM rollout engine cannot start here, or None."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed (pip install 'graft[vllm]')"
+    if not torch.cuda.is_available():
+        return "vllm needs a CUDA GPU and torch.cuda.is_available() is False"
+    return None
+
+
+def hf_weights(model: Any, named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None
+               ) -> Iterator[tuple[str, torch.Tensor]]:
+    """(Hugging Face name, tensor) of the base model's weights as ``load_weights`` expects them.
+
+    PEFT: pass the parameters of a model whose LoRA adapters were merged; adapter tensors are
+    skipped, ``base_model.model.`` and ``.base_layer`` are stripped from names."""
+    items = named_parameters if named_parameters is not None else model.named_parameters()
+    for name, t in items:
+        if "lora_" in name or "modules_to_save" in name:
+            continue
+        name = name.replace("base_model.model.", "", 1) if name.startswith("base_model.model.") else name
+        name = name.replace(".base_layer", "")
+        yield name, t
+
+
+def _vllm_load_weights(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> int:
+    """Runs inside vLLM's (in-process) worker: load full HF-named weights into the model."""
+    model = worker.model_runner.model
+    model.load_weights(weights=weights)
+    return len(weights)
+
+
+class VllmEngine(RolloutEngine):
+    """vLLM colocated with the trainer on its GPU; weights pushed after each update."""
+
+    kind = "vllm"
+
+    def __init__(self, policy, gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
+                 enforce_eager: bool | None = None) -> None:
+        super().__init__(policy)
+        reason = vllm_unavailable_reason()
+        if reason:
+            raise EngineUnavailable(f"rollout.engine=vllm: {reason}; use rollout.engine=hf")
+        # The engine core runs in this process, so weights can be pushed by reference.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM  # noqa: PLC0415 - optional dependency
+
+        self._tmp = None
+        folder = self._model_folder()
+        util = gpu_memory_utilization or float(os.environ.get("GRAFT_VLLM_GPU_MEMORY_UTILIZATION", "0.35"))
+        kwargs: dict[str, Any] = dict(model=folder, tokenizer=folder, dtype=policy.cfg.dtype, seed=0,
+                                      gpu_memory_utilization=util, enable_prefix_caching=True,
+                                      enforce_eager=bool(int(os.environ.get("GRAFT_VLLM_EAGER", "0"))) if enforce_eager is None else enforce_eager)
+        if max_model_len:
+            kwargs["max_model_len"] = max_model_len
+        try:
+            self.llm = LLM(logprobs_mode="processed_logprobs", **kwargs)
+        except TypeError:   # vLLM < 0.10.2: logprobs of the raw logits (equal at temperature 1)
+            self.llm = LLM(**kwargs)
+        self.weights_updated()   # the policy may differ from the folder (resumed optimiser state etc.)
+
+    def _model_folder(self) -> str:
+        """A Hugging Face folder vLLM can read holding the policy's current weights."""
+        self._tmp = tempfile.TemporaryDirectory(prefix="graft-vllm-")
+        pol = self.policy
+        model = _unwrap(pol.model)
+        model.config.save_pretrained(self._tmp.name)
+        gen = getattr(model, "generation_config", None)
+        if gen is not None:
+            gen.save_pretrained(self._tmp.name)
+        pol.tokenizer.save_pretrained(self._tmp.name)
+        # Weights: a real file is needed for the first load; the real values are pushed right after.
+        from safetensors.torch import save_file
+
+        state = {k: v.detach().to("cpu").contiguous() for k, v in hf_weights(model, _full_named_params(model))}
+        dedup, seen = {}, {}
+        for k, v in state.items():
+            key = (v.data_ptr(), tuple(v.shape))
+            if key in seen:
+                continue
+            seen[key] = k
+            dedup[k] = v
+        save_file(dedup, str(Path(self._tmp.name) / "model.safetensors"))
+        return self._tmp.name
+
+    def generate(self, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0, batch_size=64, seed=0,
+                 seeds=None, progress=False, desc=""):
+        from vllm import SamplingParams  # noqa: PLC0415
+
+        from graft.policy.policy import Sample
+
+        t0 = time.perf_counter()
+        pol = self.policy
+        seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
+        requests, params = [], []
+        for ids, s in zip(prompt_ids, seeds):
+            for j in range(n):
+                requests.append({"prompt_token_ids": list(ids)})
+                params.append(SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
+                                             seed=sample_seed(s, j) % (2**31), logprobs=0, detokenize=False,
+                                             stop_token_ids=sorted(pol.stop_ids), skip_special_tokens=True))
+        outs = self.llm.generate(requests, params, use_tqdm=progress)
+        samples, k = [], 0
+        for _ in prompt_ids:
+            group = []
+            for _ in range(n):
+                o = outs[k].outputs[0]
+                k += 1
+                toks = list(o.token_ids)
+                lps = [_chosen_logprob(entry, t) for entry, t in zip(o.logprobs or [], toks)]
+                fin = o.finish_reason == "stop"
+                group.append(Sample(token_ids=toks, logprobs=lps, text=pol.decode(toks), finished=fin))
+            samples.append(group)
+        self._stats(samples, time.perf_counter() - t0)
+        return samples
+
+    def weights_updated(self, named_parameters=None) -> None:
+        model = self.policy.model
+        merged = False
+        if named_parameters is None and hasattr(model, "merge_adapter"):
+            model.merge_adapter()
+            merged = True
+        try:
+            items = named_parameters() if named_parameters is not None else _full_named_params(model)
+            batch, size = [], 0
+            for name, t in hf_weights(model, items):
+                batch.append((name, t.detach()))
+                size += t.numel() * t.element_size()
+                if size > (1 << 30):   # push in ~1 GiB slices
+                    self.llm.collective_rpc(_vllm_load_weights, args=(batch,))
+                    batch, size = [], 0
+            if batch:
+                self.llm.collective_rpc(_vllm_load_weights, args=(batch,))
+        finally:
+            if merged:
+                model.unmerge_adapter()
+        with contextlib.suppress(Exception):
+            self.llm.reset_prefix_cache()   # cached KV was computed with the old weights
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            del self.llm
+        if self._tmp is not None:
+            self._tmp.cleanup()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _chosen_logprob(entry: Any, token: int) -> float:
+    """The sampled token's log-prob from a vLLM per-position logprobs entry (dict or flat)."""
+    if entry is None:
+        return float("nan")
+    if isinstance(entry, dict):
+        lp = entry.get(token)
+        return float(lp.logprob if hasattr(lp, "logprob") else lp)
+    return float(entry)
+
+
+def _full_named_params(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """Named parameters with full tensors (gathers FSDP2 DTensor shards; collective when sharded)."""
+    from graft.distributed.fsdp import iter_full_parameters
+
+    return iter_full_parameters(model)
+
+
+# ============================================================================ factory
+
+def make_engine(kind: str, policy, **kwargs) -> RolloutEngine:
+    """The rollout engine ``kind`` (``hf``, ``hf-cb``, ``vllm``) for ``policy``."""
+    if kind == "hf":
+        return HFEngine(policy)
+    if kind in ("hf-cb", "cb", "continuous"):
+        return ContinuousBatchingEngine(policy)
+    if kind == "vllm":
+        return VllmEngine(policy, **kwargs)
+    raise ValueError(f"unknown rollout engine {kind!r}; valid: {', '.join(ENGINES)}")

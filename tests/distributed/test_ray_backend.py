@@ -1,0 +1,174 @@
+"""``backend: ray`` on a local Ray cluster (CPU, gloo): same answers as one process, clean stop on a dead worker.
+
+The two slow tests start 3-4 actor processes that each import torch + transformers and load a
+tiny model; on a 2-core box that is most of their ~1.5-2 minutes each.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from graft.config import RayConfig
+from graft.distributed.ray_backend import WorkerFailure, balanced_unit, blocks, split_sizes
+from graft.trainer import loop
+from tests.trainer.helpers import tiny_config
+
+ray = pytest.importorskip("ray")
+
+
+# ----------------------------------------------------------------------------- fast: sharding arithmetic
+
+def test_split_sizes_cover_in_order_and_respect_units():
+    assert split_sizes(10, 2) == [5, 5]
+    assert split_sizes(7, 2) == [4, 3]
+    assert split_sizes(16, 2, 4) == [8, 8]
+    assert split_sizes(12, 2, 8) == [8, 4]            # whole units, remainder last
+    assert split_sizes(3, 4) == [1, 1, 1, 0]
+    assert split_sizes(0, 3) == [0, 0, 0]
+    for total in range(0, 30):
+        for parts in (1, 2, 3):
+            for unit in (1, 2, 4, 8):
+                s = split_sizes(total, parts, unit)
+                assert sum(s) == total and len(s) == parts
+                assert sum(1 for x in s if x % unit) <= 1          # at most one partial unit
+                assert max(s) - min(s) < 2 * unit                  # balanced to within a unit
+    assert blocks(list(range(7)), [4, 3]) == [[0, 1, 2, 3], [4, 5, 6]]
+    assert balanced_unit(16, 2, 4) == 4                # enough rows: whole micro-batches per rank
+    assert balanced_unit(6, 2, 4) == 3                 # too few: an even split
+
+
+# ----------------------------------------------------------------------------- slow: local Ray cluster
+
+@pytest.fixture(scope="module")
+def local_ray():
+    from graft.distributed.ray_backend import init_ray
+    init_ray(RayConfig(), needed_cpus=4)
+    yield
+    ray.shutdown()
+
+
+def _recording_grade(log: list, kill=None):
+    """The crafted reward rule of the trainer tests (A solves even prompts, B odd ones, half of
+    the samples), recording every verified group; ``kill(run, groups)`` runs first."""
+    def grade(run, groups):
+        if kill is not None:
+            kill(run, groups)
+        for g in groups:
+            p = int(g.prompt_id.split("-")[-1])
+            solver = "A" if p % 2 == 0 else "B"
+            g.rewards = [1.0 if (g.source == solver and i % 2 == 0) else 0.0 for i in g.index]
+            g.status = ["ok"] * g.size
+            log.append((g.step, g.source, g.holder, g.prompt_id, list(g.index), list(g.responses), list(g.rewards)))
+    return grade
+
+
+# Exchange in both directions every step (balance none), a gate that admits some and drops some.
+# Generation batches of 2 prompts and micro-batches of 4 rows: with 4 prompts and 2 workers each
+# worker runs exactly the batches/micro-batches the single process runs.
+COMMON = ("threads=1", "rollout.batch_size=8", "update.micro_batch_size=4", "exchange.balance=none",
+          "exchange.delta=0.05")
+RAY2 = ("backend=ray", "ray.resources={A: {num_workers: 2}, B: {num_workers: 2}}", "ray.actor_timeout_s=120")
+
+
+def _run_steps(cfg, monkeypatch, log):
+    monkeypatch.setattr(loop, "grade", _recording_grade(log))
+    run = loop.setup(cfg)
+    rows = []
+    try:
+        for step in range(1, cfg.steps + 1):
+            rows.append(loop.train_step(run, step))
+        params = {n: (l.state_dict() if hasattr(l, "workers") else
+                      {k: v.detach().clone() for k, v in l.policy.model.state_dict().items()})
+                  for n, l in run.learners.items()}
+    finally:
+        run.grader.close()
+        loop.close_learners(run.learners)
+    audit = [json.loads(x) for x in (run.run_dir / "audit.jsonl").read_text().splitlines()]
+    return rows, params, audit
+
+
+PARAM_ATOL = 1e-6   # lr 1e-3, 2 steps; measured max |diff| ~2e-7 (gradient summation order only)
+
+
+@pytest.mark.slow
+def test_ray_two_workers_per_model_matches_single_process(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch,
+                                                          local_ray):
+    log_local, log_ray = [], []
+    cfg_l = tiny_config(tmp_path / "local", tiny_llama_dir, tiny_gemma_dir, *COMMON)
+    rows_l, params_l, audit_l = _run_steps(cfg_l, monkeypatch, log_local)
+    cfg_r = tiny_config(tmp_path / "ray", tiny_llama_dir, tiny_gemma_dir, *COMMON, *RAY2)
+    rows_r, params_r, audit_r = _run_steps(cfg_r, monkeypatch, log_ray)
+
+    # same prompts, responses and rewards (own groups and re-verified peer groups), in the same order
+    assert log_ray == log_local
+    # same exchange decisions: candidates, selections, and per response s / admitted / weight
+    assert len(audit_r) == len(audit_l) == 4
+    for a, b in zip(audit_l, audit_r):
+        assert (a["step"], a["source"], a["receiver"], a["candidates"], a["m"], a["selected"]) == \
+               (b["step"], b["source"], b["receiver"], b["candidates"], b["m"], b["selected"])
+        assert [(r["prompt_id"], r["index"], r["admitted"]) for r in a["responses"]] == \
+               [(r["prompt_id"], r["index"], r["admitted"]) for r in b["responses"]]
+        for x, y in zip(a["responses"], b["responses"]):
+            assert y["s"] == pytest.approx(x["s"], rel=1e-5) and y["weight"] == pytest.approx(x["weight"], rel=1e-5)
+    admitted = [r["admitted"] for a in audit_l for r in a["responses"]]
+    assert any(admitted) and not all(admitted), "the test needs both admitted and dropped peer responses"
+    for a, b in zip(rows_l, rows_r):
+        for key in ("A/peer_responses", "B/peer_responses", "exchange/A->B/admitted", "exchange/B->A/admitted",
+                    "A/tokens/generated", "B/tokens/generated", "A/reward/mean", "B/reward/mean"):
+            assert a[key] == b[key], key
+        for key in ("A/loss", "B/loss", "A/grad_norm", "B/grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), key
+    # parameters after two steps
+    for name in ("A", "B"):
+        assert params_l[name].keys() == params_r[name].keys()
+        worst = max((params_l[name][k] - params_r[name][k]).abs().max().item() for k in params_l[name])
+        assert worst <= PARAM_ATOL, f"{name}: max |param diff| {worst}"
+    assert rows_l[0]["A/peer_responses"] + rows_l[1]["B/peer_responses"] > 0   # both models trained on peers
+
+
+@pytest.mark.slow
+def test_killed_worker_stops_cleanly_and_the_run_resumes(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch,
+                                                         local_ray):
+    from graft.storage.checkpoint import latest_checkpoint
+
+    killed: dict = {}
+
+    def kill(run, groups):
+        # step 2, after the rollout: kill rank 1 of model B; the next call into B (scoring A's
+        # responses for the gate) finds it dead while rank 0 waits for it in a collective
+        if groups and groups[0].step == 2 and not killed:
+            ray.kill(run.learners["B"].workers[1], no_restart=True)
+            killed["t"] = time.monotonic()
+
+    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, *COMMON, "steps=3", "checkpoint.save_every=1",
+                      "backend=ray", "ray.resources={A: {num_workers: 1}, B: {num_workers: 2}}",
+                      "ray.actor_timeout_s=120")
+    monkeypatch.setattr(loop, "grade", _recording_grade([], kill))
+    with pytest.raises(WorkerFailure) as err:
+        loop.train(cfg)
+    stopped_after = time.monotonic() - killed["t"]
+    msg = str(err.value)
+    assert "model B" in msg and "died" in msg and "resume=true" in msg, msg
+    assert stopped_after < 30, f"took {stopped_after:.1f}s to stop"
+    run_dir = Path(cfg.run_dir)
+    assert latest_checkpoint(run_dir).name == "step_000001"
+    assert not (run_dir / "summary.json").exists()
+    # every actor of the run is gone and its resources are free again (the trainer closed both groups)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        time.sleep(0.5)
+    assert ray.available_resources().get("CPU", 0) == ray.cluster_resources()["CPU"]
+
+    # resume: the checkpoint written by the Ray backend (B gathered from 2 FSDP ranks) continues the run
+    monkeypatch.setattr(loop, "grade", _recording_grade([]))
+    cfg2 = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, *COMMON, "steps=3", "checkpoint.save_every=1",
+                       "backend=ray", "ray.resources={A: {num_workers: 1}, B: {num_workers: 2}}", "resume=true")
+    summary = loop.train(cfg2)
+    assert summary["steps"] == 3
+    steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+    assert latest_checkpoint(run_dir).name == "step_000003"
