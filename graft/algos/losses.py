@@ -45,12 +45,12 @@ def aggregate(
     mask = mask.bool()
     masked = torch.where(mask, loss_mat, torch.zeros_like(loss_mat))
     if mode == "token-mean":
-        denom = mask.sum().clamp(min=1).item() if num_tokens is None else num_tokens
+        denom = mask.sum().clamp(min=1).item() if num_tokens is None else max(num_tokens, 1.0)
         return masked.sum() / denom
     if mode == "seq-mean-token-mean":
         lengths = mask.sum(dim=1)
         seq = masked.sum(dim=1) / lengths.clamp(min=1).to(masked.dtype)
-        denom = (lengths > 0).sum().clamp(min=1).item() if num_seqs is None else num_seqs
+        denom = (lengths > 0).sum().clamp(min=1).item() if num_seqs is None else max(num_seqs, 1.0)
         return seq.sum() / denom
     raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGG_MODES)}")
 
@@ -216,7 +216,7 @@ def sgt_loss(
         logp, old_logp, advantages, weights, pg_mask, is_peer, clip_low, clip_high, agg, ratio_level, num_tokens, num_seqs
     )
     nll_sum = torch.where(sgt_tok, -logp, torch.zeros_like(logp)).sum()
-    denom = sgt_tok.sum().clamp(min=1).item() if num_sgt_tokens is None else num_sgt_tokens
+    denom = sgt_tok.sum().clamp(min=1).item() if num_sgt_tokens is None else max(num_sgt_tokens, 1.0)
     nll = nll_sum / denom
     metrics["sgt/nll"] = float(nll.detach())
     metrics["tokens/sgt"] = int(sgt_tok.sum())

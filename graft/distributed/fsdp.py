@@ -185,16 +185,37 @@ def dummy_backward(model: nn.Module, fn: Callable[[], torch.Tensor]) -> None:
     (out * 0.0).sum().backward()
 
 
+def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    """Global L2 norm of the gradients, accumulated in float64 (a 0-dim float64 tensor).
+
+    Sharded (DTensor) gradients: each rank sums the squares of its shards, then one all-reduce.
+    In float64 the result does not depend on how the sum is split, so after rounding to
+    float32 it is the same in one process and over any number of ranks -- which keeps the
+    clipping coefficient, and so the whole optimiser step, identical between backends."""
+    sharded = False
+    parts = []
+    for p in params:
+        g = p.grad
+        if g is None:
+            continue
+        if FSDPModule is not None and isinstance(g, DTensor):
+            sharded = True
+            g = g.to_local()
+        parts.append(g.detach().double().pow(2).sum())
+    dev = parts[0].device if parts else torch.device("cpu")
+    sq = torch.stack(parts).sum() if parts else torch.zeros((), dtype=torch.float64, device=dev)
+    if sharded and dist.is_initialized():
+        dist.all_reduce(sq)
+    return sq.sqrt()
+
+
 def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> float:
-    """Global gradient norm over all ranks (DTensor shards included); clips when ``max_norm > 0``."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return 0.0
-    total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()
-    if max_norm > 0:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    """:func:`grad_norm`, then scale gradients to ``max_norm`` when ``max_norm > 0`` (as
+    ``torch.nn.utils.clip_grad_norm_``). Returns the norm before clipping."""
+    params = [p for p in params if p.grad is not None]
+    total = grad_norm(params)
+    if max_norm > 0 and params:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total.float())
     return float(total)
 
 

@@ -17,7 +17,8 @@ NCCL on GPU; see :mod:`graft.distributed.fsdp` for the FSDP2 details):
   (step seed, global prompt index), and the groups are concatenated in prompt order;
 - ``token_logprobs`` (scoring peer responses for the compatibility score s, and
   ``recompute_old_logprobs``): sequences are sorted by length exactly as
-  :meth:`Policy.token_logprobs` does and split in whole micro-batches;
+  :meth:`Policy.token_logprobs` does and split in whole micro-batches, so every score is
+  computed in the same padded batch as in one process;
 - ``update``: each minibatch's forwarded rows are split across ranks in whole micro-batches
   (a minibatch with fewer micro-batches than ranks leaves ranks idle); every rank normalises its loss by the minibatch's GLOBAL token and
   sequence counts and FSDP2 sums the gradients, so the step equals the single-process step up
@@ -484,7 +485,8 @@ class RayLearner:
                        micro_batch: int = 8, temperature: float = 1.0) -> list[torch.Tensor]:
         N, W = len(response_ids), self.num_workers
         order = sorted(range(N), key=lambda i: -(len(prompt_ids[i]) + len(response_ids[i])))   # as Policy does
-        sizes = split_sizes(N, W, balanced_unit(N, W, max(1, micro_batch)))
+        # whole micro-batches per worker, in the single process's order: identical padding, identical values
+        sizes = split_sizes(N, W, max(1, micro_batch))
         parts = blocks(order, sizes)
         args = [([prompt_ids[i] for i in p], [response_ids[i] for i in p], chunk, micro_batch, temperature) for p in parts]
         res = self._call("token_logprobs", args, "token_logprobs")

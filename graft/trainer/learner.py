@@ -200,11 +200,10 @@ class Learner:
         return loss_fn(**(kwargs | loss_kwargs))
 
     def _step(self) -> float:
+        from graft.distributed.fsdp import clip_grad_norm_   # float64 norm: identical for sharded (Ray) training
+
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        if self.cfg.max_grad_norm > 0:
-            norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm))
-        else:
-            norm = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))) if params else 0.0
+        norm = clip_grad_norm_(params, self.cfg.max_grad_norm)
         self.optimizer.step()
         return norm
 

@@ -282,3 +282,17 @@ def test_registry_and_uniform_interface():
 def test_unknown_ratio_level_raises():
     with pytest.raises(ValueError, match="token, sequence"):
         policy_loss(**batch([[1.0]], [1.0]), ratio_level="geo")
+
+
+def test_zero_global_counts_give_zero_not_nan():
+    # A micro-batch of only SGT rows: the policy-gradient part has no tokens (num_tokens = 0),
+    # and a minibatch without SGT rows has num_sgt_tokens = 0; neither may produce NaN.
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    mask = torch.ones(1, 2)
+    kw = dict(old_logp=logp.detach(), advantages=torch.tensor([0.0]), weights=torch.tensor([1.0]), mask=mask,
+              is_peer=torch.tensor([True]))
+    loss, _ = sgt_loss(logp, **kw, sgt_mask=torch.tensor([True]), num_tokens=0.0, num_seqs=0.0, num_sgt_tokens=2.0)
+    # NLL token-mean: (1 + 2) / 2 = 1.5; the empty policy-gradient part adds 0
+    assert float(loss) == pytest.approx(1.5, abs=1e-7)
+    loss, _ = sgt_loss(logp, **kw, sgt_mask=torch.tensor([False]), num_tokens=2.0, num_seqs=1.0, num_sgt_tokens=0.0)
+    assert torch.isfinite(loss) and float(loss) == 0.0

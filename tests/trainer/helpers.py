@@ -21,16 +21,18 @@ def tiny_config(tmp_path, llama_dir, gemma_dir, *overrides, models=("A", "B")):
 
 
 def crafted_rewards(monkeypatch):
-    """Replace verification by a rule on (source, prompt, sample): A solves half its samples on
-    even-numbered prompts, B on odd ones; everything else fails. Every step then has
-    complementary all-fail groups in both directions, whatever the random models write.
-    Transferred responses are re-verified with the same rule (it looks at the source)."""
+    """Replace verification by a rule on (source, prompt, sample): A solves even-numbered
+    prompts, B odd ones, with k = 1 + (p // 2) % 3 successes (samples 0..k-1) out of n = 4;
+    everything else fails. Every step then has complementary all-fail groups in both
+    directions, whatever the random models write. Transferred responses are re-verified
+    with the same rule (it looks at the source)."""
 
     def grade(run, groups):
         for g in groups:
             p = int(g.prompt_id.split("-")[-1])
             solver = "A" if p % 2 == 0 else "B"
-            g.rewards = [1.0 if (g.source == solver and i % 2 == 0) else 0.0 for i in g.index]
+            k = 1 + (p // 2) % 3
+            g.rewards = [1.0 if (g.source == solver and i < k) else 0.0 for i in g.index]
             g.status = ["ok"] * g.size
 
     monkeypatch.setattr(loop, "grade", grade)
