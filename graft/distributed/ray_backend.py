@@ -337,12 +337,15 @@ class RemotePolicy:
         return self._learner.render_prompt(problem)
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "", **_):
+                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "",
+                 seeds: Sequence[int] | None = None, **_):
+        """``Policy.generate`` over the workers: prompts split in blocks, one seed per prompt
+        (``seeds``, else derived from (``seed``, prompt index)), results in prompt order."""
         from graft.policy.engines import prompt_seeds
 
         W = self._learner.num_workers
         sizes = split_sizes(len(prompt_ids), W, balanced_unit(len(prompt_ids), W, max(1, batch_size // max(n, 1))))
-        seeds = prompt_seeds(seed, 0, len(prompt_ids))
+        seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
         kw = dict(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, batch_size=batch_size,
                   seed=seed, progress=False, desc=desc)
         parts = self._learner._call("generate", [(p, s, kw) for p, s in zip(blocks(prompt_ids, sizes), blocks(seeds, sizes))],
@@ -617,7 +620,7 @@ def make_learners(cfg: Config, device: str, ckpt=None) -> dict:
     """``{name: Learner}`` for ``backend: local``, ``{name: RayLearner}`` for ``backend: ray``."""
     from graft.trainer.learner import Learner
 
-    weights = {m.name: (ckpt.model_dirs[m.name] if ckpt else None) for m in cfg.models}
+    weights = {m.name: (str(ckpt.model_dirs[m.name]) if ckpt else None) for m in cfg.models}
     if cfg.backend == "local":
         from tqdm.auto import tqdm
         return {m.name: Learner(m, device=device, weights_from=weights[m.name])

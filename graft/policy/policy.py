@@ -62,6 +62,55 @@ def _unwrap(model: Any) -> Any:
     return model.get_base_model() if isinstance(model, PeftModel) else model
 
 
+class _HeadLogProb(torch.autograd.Function):
+    """``log_softmax(z)[target]`` with ``z = softcap(h W^T + b) / T`` for a plain ``nn.Linear`` head.
+
+    Saves only ``h``, the targets and the log-normaliser; backward recomputes the logits
+    chunk in place (one n x V fp32 buffer, two with softcapping) instead of keeping the
+    logits, their exp and their gradient as autograd would. The weight gradient is skipped
+    when the head is frozen (LoRA).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
+                softcap: float | None, temperature: float) -> Tensor:
+        z = torch.nn.functional.linear(hidden, weight, bias).float()
+        if softcap:
+            z.div_(softcap).tanh_().mul_(softcap)
+        if temperature != 1.0:
+            z.div_(temperature)
+        picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        m = z.amax(dim=-1, keepdim=True)
+        lse = z.sub_(m).exp_().sum(dim=-1).log_() + m.squeeze(-1)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.softcap, ctx.temperature = softcap, temperature
+        return picked - lse
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        softcap, temperature = ctx.softcap, ctx.temperature
+        z = torch.nn.functional.linear(hidden, weight, bias).float()
+        t = None
+        if softcap:
+            t = z.div_(softcap).tanh_()  # the raw tanh, kept for the derivative
+            z = t * (softcap / temperature)
+        elif temperature != 1.0:
+            z.div_(temperature)
+        # d/dz [z_target - lse] = onehot - softmax(z); times the incoming grad, / T for dz/dlogits
+        g = (grad.float() / temperature).unsqueeze(-1)
+        gz = z.sub_(lse.unsqueeze(-1)).exp_().mul_(g).neg_()
+        gz.scatter_add_(-1, targets.unsqueeze(-1), g)
+        if t is not None:
+            gz.mul_(t.square_().neg_().add_(1.0))  # d softcap(x) / dx = 1 - tanh^2
+        gz = gz.to(weight.dtype)
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        gh = gz @ weight if need_h else None
+        gw = gz.t() @ hidden if need_w else None
+        gb = gz.sum(0) if need_b and bias is not None else None
+        return gh, gw, gb, None, None, None
+
+
 class Policy:
     """A causal LM with its tokenizer and prompt template (``cfg``), on ``device``."""
 
@@ -76,6 +125,8 @@ class Policy:
         self._head = base.get_output_embeddings()
         text_cfg = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
         self.softcap: float | None = getattr(text_cfg, "final_logit_softcapping", None) or None
+        self.fused_head: bool = True
+        """Use the fused head log-prob backward (:class:`_HeadLogProb`) when the head is a plain Linear."""
         self.eos_token_id: int = tokenizer.eos_token_id
         """EOS appended by :meth:`encode_response` to finished responses."""
         self.pad_token_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -127,7 +178,12 @@ class Policy:
     def _gather_logp(self, hidden: Tensor, targets: Tensor, temperature: float) -> Tensor:
         """log-softmax(logits)[target] for rows of ``hidden`` [n, H]; materialises n x V once."""
         logits = self._logits(hidden, temperature)
-        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        if torch.is_grad_enabled():
+            return picked - torch.logsumexp(logits, dim=-1)
+        # no autograd: logsumexp in place, so only one n x V buffer exists
+        m = logits.amax(dim=-1, keepdim=True)
+        return picked - (logits.sub_(m).exp_().sum(dim=-1).log_() + m.squeeze(-1))
 
     # ------------------------------------------------------------------ sampling
     @torch.no_grad()
@@ -192,10 +248,14 @@ class Policy:
                         gen: torch.Generator, renormalize_top_p: bool, bar: Any) -> list[Sample]:
         from transformers import DynamicCache
         dev, B = self.device, len(prompts)
-        L = max(len(p) for p in prompts)
-        ids = torch.full((B, L), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((B, L), dtype=torch.long)
-        for b, p in enumerate(prompts):
+        # Each distinct prompt is prefilled once; its KV cache is then copied to its G samples.
+        row_of: dict[tuple[int, ...], int] = {}
+        inv = [row_of.setdefault(tuple(p), len(row_of)) for p in prompts]
+        uniq = [list(k) for k in row_of]
+        L = max(len(p) for p in uniq)
+        ids = torch.full((len(uniq), L), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((len(uniq), L), dtype=torch.long)
+        for b, p in enumerate(uniq):
             ids[b, L - len(p):] = torch.tensor(p, dtype=torch.long)
             attn[b, L - len(p):] = 1
         ids, attn = ids.to(dev), attn.to(dev)
@@ -211,6 +271,10 @@ class Policy:
             h = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
                               **{self._cache_kw: cache}).last_hidden_state[:, -1]
             next_pos = pos[:, -1] + 1
+            if len(uniq) < B:
+                expand = torch.tensor(inv, dtype=torch.long, device=dev)
+                cache.batch_select_indices(expand)
+                h, attn, next_pos = h[expand], attn[expand], next_pos[expand]
         for step in range(max_new_tokens):
             g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
             tok, lp = self._sample(self._logits(h, temperature), top_p, g, renormalize_top_p)
@@ -282,8 +346,10 @@ class Policy:
         Differentiable. The decoder runs once over [B, Lp + T - 1] (prompts left-padded so all
         responses start in the same column); the LM head + log-softmax then run on the valid
         response positions only, ``chunk`` positions at a time, so no more than chunk x V
-        logits exist at once. With gradients on, each chunk is checkpointed (its logits are
-        recomputed in backward instead of being kept), which holds for backward too.
+        logits exist at once. With gradients on, no chunk's logits are kept for backward: a plain
+        ``nn.Linear`` head uses a fused log-prob function whose backward recomputes them
+        (:class:`_HeadLogProb`), any other head (LoRA on ``lm_head``, FSDP-sharded) a
+        checkpointed chunk; so the chunk x V bound holds for backward too.
         """
         if len(prompt_ids) != len(response_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
@@ -314,10 +380,14 @@ class Policy:
         hv = hidden[:, Lp - 1:][mask]  # [N, H] states that predict the response tokens
         chunk = max(1, int(chunk))
         grad = torch.is_grad_enabled()
+        fused = self.fused_head and type(self._head) is torch.nn.Linear and \
+            type(self._head.weight) in (torch.Tensor, torch.nn.Parameter)  # not LoRA-wrapped, not a DTensor
         parts = []
         for i in range(0, hv.shape[0], chunk):
             h_c, t_c = hv[i:i + chunk], targets[i:i + chunk]
-            if grad:
+            if grad and fused:
+                parts.append(_HeadLogProb.apply(h_c, self._head.weight, self._head.bias, t_c, self.softcap, temperature))
+            elif grad:
                 parts.append(checkpoint(self._gather_logp, h_c, t_c, temperature, use_reentrant=False))
             else:
                 parts.append(self._gather_logp(h_c, t_c, temperature))

@@ -84,6 +84,12 @@ def _run_steps(cfg, monkeypatch, log):
         params = {n: (l.state_dict() if hasattr(l, "workers") else
                       {k: v.detach().clone() for k, v in l.policy.model.state_dict().items()})
                   for n, l in run.learners.items()}
+        # what in-training evaluation uses: learner.policy.generate (a RemotePolicy for Ray)
+        from graft.policy.engines import prompt_seeds
+        pol = run.learners["B"].policy
+        ids = [pol.encode_prompt(f"What is {i} + 1?") for i in range(4)]
+        params["eval_sample"] = [[s.token_ids for s in g] for g in
+                                 pol.generate(ids, n=2, max_new_tokens=4, batch_size=4, seeds=prompt_seeds(9, 0, 4))]
     finally:
         run.grader.close()
         loop.close_learners(run.learners)
@@ -122,6 +128,7 @@ def test_ray_two_workers_per_model_matches_single_process(tmp_path, tiny_llama_d
             assert a[key] == b[key], key
         for key in ("A/loss", "B/loss", "A/grad_norm", "B/grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), key
+    assert params_r["eval_sample"] == params_l["eval_sample"]
     # parameters after two steps
     for name in ("A", "B"):
         assert params_l[name].keys() == params_r[name].keys()

@@ -75,20 +75,62 @@ def test_token_logprobs_order_and_values(pol):
         assert torch.allclose(o, ref, atol=1e-5)
 
 
-def test_gradients_chunked_equal_unchunked(tiny_gemma_dir):
+def _grads(pol, fn):
+    pol.model.zero_grad()
+    fn().backward()
+    return {n: p.grad.clone() for n, p in pol.model.named_parameters() if p.grad is not None}
+
+
+def _assert_same_grads(a, b):
+    assert a.keys() == b.keys()
+    for n in a:  # equal up to fp32 summation order
+        assert torch.allclose(a[n], b[n], rtol=1e-3, atol=1e-4 * a[n].abs().max().item()), n
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_gradients_match_plain_autograd(tiny_gemma_dir, temperature):
+    """Fused head backward, checkpointed chunks and plain autograd give the same gradients
+    (tiny Gemma: tied embeddings and final-logit softcapping)."""
     pol = Policy.load(ModelConfig(path=tiny_gemma_dir, template="plain"))
     P, R = _batch(pol)
-    grads = []
-    for chunk in (3, 4096):
-        pol.model.zero_grad()
-        logp, mask = pol.forward_logprobs(P, R, chunk=chunk)
-        assert logp.requires_grad
-        (logp * mask).sum().backward()
-        grads.append({n: p.grad.clone() for n, p in pol.model.named_parameters() if p.grad is not None})
-    assert grads[0].keys() == grads[1].keys() and len(grads[0]) == sum(1 for _ in pol.model.parameters())
-    for n in grads[0]:
-        a, b = grads[0][n], grads[1][n]  # equal up to fp32 summation order
-        assert torch.allclose(a, b, rtol=1e-3, atol=1e-4 * a.abs().max().item()), n
+
+    def reference():
+        total = 0
+        for p, r in zip(P, R):
+            if r:
+                h = pol._decoder(input_ids=torch.tensor([p + r])).last_hidden_state[0]
+                lp = torch.log_softmax(pol._logits(h, temperature), -1)
+                total = total + lp[len(p) - 1:-1].gather(-1, torch.tensor(r)[:, None]).sum()
+        return total
+
+    def ours(chunk):
+        def f():
+            logp, mask = pol.forward_logprobs(P, R, chunk=chunk, temperature=temperature)
+            assert logp.requires_grad
+            return (logp * mask).sum()
+        return f
+
+    ref = _grads(pol, reference)
+    assert len(ref) == sum(1 for _ in pol.model.parameters())
+    _assert_same_grads(ref, _grads(pol, ours(3)))
+    _assert_same_grads(ref, _grads(pol, ours(4096)))
+    pol.fused_head = False  # the checkpointed path (used for LoRA-wrapped or sharded heads)
+    _assert_same_grads(ref, _grads(pol, ours(5)))
+
+
+def test_gradients_lora_frozen_head(tiny_llama_dir):
+    from graft.config import LoraConfig
+    pol = Policy.load(ModelConfig(path=tiny_llama_dir, template="plain", lora=LoraConfig(enabled=True, r=2, alpha=4)))
+    P, R = _batch(pol)
+    with torch.no_grad():  # a non-zero adapter, so gradients reach lora_A too
+        for n, p in pol.model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)
+    f = lambda: (lambda lm: (lm[0] * lm[1]).sum())(pol.forward_logprobs(P, R, chunk=4))  # noqa: E731
+    fused = _grads(pol, f)
+    assert fused and all("lora_" in n for n in fused)
+    pol.fused_head = False
+    _assert_same_grads(fused, _grads(pol, f))
 
 
 def test_empty_and_errors(pol):
