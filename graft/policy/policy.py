@@ -121,8 +121,6 @@ class Policy:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         base = _unwrap(model)
-        self._decoder = base.get_decoder()
-        self._head = base.get_output_embeddings()
         text_cfg = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
         self.softcap: float | None = getattr(text_cfg, "final_logit_softcapping", None) or None
         self.fused_head: bool = True
@@ -138,6 +136,16 @@ class Policy:
         self.last_generate_stats: dict[str, float] = {}
         params = inspect.signature(self._decoder.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"  # transformers >= 5.x renamed it
+
+    # The decoder stack and LM head are looked up on every use, so that replacing or wrapping
+    # ``self.model`` later (a new adapter, FSDP) is picked up.
+    @property
+    def _decoder(self) -> Any:
+        return _unwrap(self.model).get_decoder()
+
+    @property
+    def _head(self) -> Any:
+        return _unwrap(self.model).get_output_embeddings()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -380,13 +388,14 @@ class Policy:
         hv = hidden[:, Lp - 1:][mask]  # [N, H] states that predict the response tokens
         chunk = max(1, int(chunk))
         grad = torch.is_grad_enabled()
-        fused = self.fused_head and type(self._head) is torch.nn.Linear and \
-            type(self._head.weight) in (torch.Tensor, torch.nn.Parameter)  # not LoRA-wrapped, not a DTensor
+        head = self._head
+        fused = self.fused_head and type(head) is torch.nn.Linear and \
+            type(head.weight) in (torch.Tensor, torch.nn.Parameter)  # not LoRA-wrapped, not a DTensor
         parts = []
         for i in range(0, hv.shape[0], chunk):
             h_c, t_c = hv[i:i + chunk], targets[i:i + chunk]
             if grad and fused:
-                parts.append(_HeadLogProb.apply(h_c, self._head.weight, self._head.bias, t_c, self.softcap, temperature))
+                parts.append(_HeadLogProb.apply(h_c, head.weight, head.bias, t_c, self.softcap, temperature))
             elif grad:
                 parts.append(checkpoint(self._gather_logp, h_c, t_c, temperature, use_reentrant=False))
             else:

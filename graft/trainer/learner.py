@@ -66,7 +66,7 @@ class Learner:
 
         self.cfg = cfg
         self.name = cfg.name
-        self.policy = Policy.load(cfg, device=device, weights_from=weights_from)
+        self.policy = Policy.load(cfg, device=device, weights_from=None if weights_from is None else str(weights_from))
         self.optimizer = self.policy.make_optimizer()
         self._engine = None
 

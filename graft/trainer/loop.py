@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import sys
 import time
@@ -243,6 +244,7 @@ def train_step(run: Run, step: int) -> dict:
     with timed(metrics, "update"):
         metrics |= update_phase(run, train_groups, peers, step)
     metrics["time/step_s"] = time.perf_counter() - t0
+    metrics["mem/peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20   # Linux: KiB
     run.store.write_step(step, epoch, [g for gs in groups.values() for g in gs], _tokenizer_names(run), _peer_use(audit))
     for rec in audit:
         run.audit.write(rec)
@@ -384,6 +386,7 @@ def train(cfg: Config) -> dict:
 def summarize(run: Run, seconds: float, final: Path | None) -> dict:
     rows = run.metrics.read()
     out = {"run_dir": str(run.run_dir), "steps": len(rows), "wall_clock_s": round(seconds, 1),
+           "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
            "final_checkpoint": str(final) if final else None, "models": {}}
     for name in run.learners:
         r = [x.get(f"{name}/reward/mean") for x in rows if x.get(f"{name}/reward/mean") is not None]
@@ -403,7 +406,8 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
 
 def print_summary(s: dict, file=sys.stderr) -> None:
     print("\n=== graft run summary ===", file=file)
-    print(f"run dir: {s['run_dir']}   steps: {s['steps']}   wall clock: {s['wall_clock_s']:.0f}s", file=file)
+    print(f"run dir: {s['run_dir']}   steps: {s['steps']}   wall clock: {s['wall_clock_s']:.0f}s   "
+          f"peak memory: {s['peak_rss_gb']:.1f} GB", file=file)
     for name, m in s["models"].items():
         keys = [k for k in m if k.startswith("reward_first") and k != "reward_first"]
         first = m[keys[0]] if keys else None

@@ -83,3 +83,27 @@ def test_dtype_option(tiny_llama_dir):
 def test_missing_checkpoint_folder(tiny_llama_dir):
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_model(ModelConfig(path=tiny_llama_dir), weights_from="/nonexistent/ckpt")
+
+
+def test_atomic_cache_build_runs_once(tmp_path):
+    import threading
+    import time
+
+    from graft.policy.loading import _atomic_build
+    calls = []
+
+    def build(tmp):
+        calls.append(1)
+        time.sleep(0.2)
+        (tmp / "weights.bin").write_text("w")
+
+    final = tmp_path / "cache" / "entry"
+    threads = [threading.Thread(target=_atomic_build, args=(final, build)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert (final / "weights.bin").read_text() == "w" and (final / "graft_cache.json").is_file()
+    assert not [p for p in final.parent.iterdir() if p.name.startswith(".tmp-")]
+    assert _atomic_build(final, build) == final and len(calls) == 1
