@@ -62,6 +62,9 @@ class ModelConfig:
     """Number of worked examples in the ``fewshot`` template."""
     instruction: str = "Put your final answer within \\boxed{}."
     """Sentence appended to every problem asking for the final answer in ``\\boxed{}``."""
+    stop: list[str] | None = None
+    """Stop strings that end a response (text before them is kept). ``None``: ``["\nProblem:"]`` for the
+    ``plain``/``fewshot`` templates (a base model otherwise writes the next problem), none for ``chat``."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype for training and generation (the paper trains in bf16; fp32 is safer on CPU)."""
     lr: float = 1e-6
@@ -82,6 +85,11 @@ class ModelConfig:
         _check(bool(self.path), f"model {self.name}: path is required")
         _check(self.lr >= 0, f"model {self.name}: lr must be >= 0")
         self.betas = tuple(self.betas)  # YAML gives lists
+
+    def stop_strings(self) -> list[str]:
+        if self.stop is not None:
+            return list(self.stop)
+        return [] if self.template == "chat" else ["\nProblem:"]
 
 
 @dataclass

@@ -7,7 +7,7 @@ trainer talks to learners only through the methods here, so the Ray backend
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -56,6 +56,21 @@ def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
     for i, r in enumerate(rows):
         out[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
     return out
+
+
+def cut_at_stop(sample, decode, stops: list[str]):
+    """End a sample at the first stop string (vLLM's ``stop``): tokens up to the one that
+    completes it, text before it, ``finished=True``. Base models given a few-shot prompt go on
+    to invent the next problem; without this its ``\boxed{}`` would be the one graded."""
+    if not stops or not any(s in sample.text for s in stops):
+        return sample
+    for k in range(1, len(sample.token_ids) + 1):
+        text = decode(sample.token_ids[:k])
+        hits = [text.index(s) for s in stops if s in text]
+        if hits:
+            return replace(sample, token_ids=sample.token_ids[:k], logprobs=sample.logprobs[:k],
+                           text=text[:min(hits)], finished=True)
+    return sample
 
 
 class Learner:
@@ -120,6 +135,8 @@ class Learner:
             prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_p=rc.top_p,
             batch_size=rc.batch_size, seed=seed, seeds=prompt_seeds(seed, prompt_offset, len(prompts)),
             progress=progress, desc=f"{self.name} rollout")
+        stops = self.cfg.stop_strings()
+        samples = [[cut_at_stop(s, self.policy.decode, stops) for s in ss] for ss in samples]
         groups = [
             RolloutGroup(
                 prompt_id=p.id, problem=p.problem, answer=p.answer, source=self.name, holder=self.name,

@@ -94,6 +94,7 @@ sys.exit(main(["train", {config!r}] + sys.argv[1:]))
 
 
 def _spawn(tmp_path: Path, cfg, slow_save: bool, *extra: str) -> subprocess.Popen:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cfg_path = tmp_path / "cfg.yaml"
     save_config(cfg, cfg_path)
     script = tmp_path / "runner.py"
