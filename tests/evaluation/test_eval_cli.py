@@ -17,7 +17,7 @@ ROWS = [{"id": f"q{i}", "problem": f"What is {i} + {i}?", "answer": str(2 * i)} 
 
 
 def test_eval_cli_on_a_model_folder(tmp_path, tiny_llama_dir, capsys):
-    pytest.importorskip("graft.data.datasets")
+
     data = _write_data(tmp_path / "toy.jsonl", ROWS)
     out = tmp_path / "ev"
     argv = ["--model", tiny_llama_dir, "--template", "plain", "--data", f"toy={data}", "--n", "2", "--repeats", "2",
@@ -49,7 +49,7 @@ def test_eval_cli_errors_are_one_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_train_then_eval_checkpoint_and_report(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
     """A tiny GRAFT run, then `graft eval` on its checkpoint and `graft analyze` / `graft report` on the run."""
-    pytest.importorskip("graft.data.datasets")
+
     from graft.evaluation.analyze import analyze
     from graft.evaluation.report import PLOTS, report
     from graft.trainer import loop
