@@ -156,7 +156,11 @@ class ContinuousBatchingEngine(RolloutEngine):
         gc = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,
                               num_return_sequences=n, eos_token_id=sorted(pol.stop_ids), pad_token_id=pol.pad_token_id)
         seed = int(seeds[0]) if seeds else int(seed)
-        cbc = ContinuousBatchingConfig(return_logprobs=True, seed=seed % (2**31), max_requests_per_batch=max(1, batch_size))
+        # Size the paged cache for the requests at hand: left to itself, transformers sizes it from
+        # free memory (up to 90% of it), which on a CPU host is most of the machine's RAM.
+        per_seq = -(-(max(len(p) for p in prompt_ids) + max_new_tokens) // 256)
+        cbc = ContinuousBatchingConfig(return_logprobs=True, seed=seed % (2**31), max_requests_per_batch=max(1, batch_size),
+                                       num_blocks=max(1, batch_size) * per_seq + 1, max_batch_tokens=4096)
         model = _unwrap(pol.model)
         was_training = model.training
         model.eval()
