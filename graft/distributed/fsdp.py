@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
+from graft.policy.policy import _unwrap
 
 try:  # torch >= 2.6
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
@@ -75,14 +76,6 @@ def destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
-    try:
-        from peft import PeftModel
-        if isinstance(model, PeftModel):
-            return model.get_base_model()
-    except ImportError:  # pragma: no cover
-        pass
-    return model
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

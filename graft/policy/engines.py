@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
+from graft.policy.policy import _unwrap
 
 log = logging.getLogger(__name__)
 
@@ -200,14 +201,6 @@ def continuous_batching_unavailable_reason(model: Any = None) -> str | None:
     return None
 
 
-def _unwrap(model: Any) -> Any:
-    try:
-        from peft import PeftModel
-        if isinstance(model, PeftModel):
-            return model.get_base_model()
-    except ImportError:  # pragma: no cover
-        pass
-    return model
 
 
 # ============================================================================ vLLM
