@@ -15,3 +15,9 @@ def hang_on_marker(response: str, answer: str):
     if "RAISE" in response:
         raise RuntimeError("boom")
     return verify(response, answer)
+
+
+def hang_always(response: str, answer: str):
+    """A grader that never answers."""
+    while True:
+        time.sleep(3600)
