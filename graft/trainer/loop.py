@@ -8,7 +8,6 @@ switches to a forward pass); zero-advantage sequences are not forwarded in the u
 from __future__ import annotations
 
 import json
-import os
 import resource
 import shutil
 import sys
