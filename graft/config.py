@@ -58,8 +58,9 @@ class ModelConfig:
     template: Literal["chat", "plain", "fewshot"] = "chat"
     """Prompt format: ``chat`` uses the tokenizer's chat template (instruct models), ``plain`` a
     'Problem:/Solution:' text, ``fewshot`` the plain text preceded by ``fewshot`` worked examples."""
-    fewshot: int = 2
-    """Number of worked examples in the ``fewshot`` template."""
+    fewshot: int | None = None
+    """Number of worked examples shown before the problem: as plain text in the ``fewshot`` template,
+    as earlier user/assistant turns in the ``chat`` template. ``None``: 2 for ``fewshot``, 0 otherwise."""
     instruction: str = "Put your final answer within \\boxed{}."
     """Sentence appended to every problem asking for the final answer in ``\\boxed{}``."""
     stop: list[str] | None = None
@@ -85,6 +86,14 @@ class ModelConfig:
         _check(bool(self.path), f"model {self.name}: path is required")
         _check(self.lr >= 0, f"model {self.name}: lr must be >= 0")
         self.betas = tuple(self.betas)  # YAML gives lists
+        _check(self.fewshot is None or self.fewshot >= 0, f"model {self.name}: fewshot must be >= 0")
+        _check(self.template != "plain" or not self.fewshot,
+               f"model {self.name}: fewshot examples need template fewshot or chat, not plain")
+
+    def num_shots(self) -> int:
+        if self.fewshot is not None:
+            return self.fewshot
+        return 2 if self.template == "fewshot" else 0
 
     def stop_strings(self) -> list[str]:
         if self.stop is not None:

@@ -24,7 +24,8 @@ class Receiver(Protocol):
     def encode_prompt(self, problem: str) -> list[int]: ...
     def render_prompt(self, problem: str) -> str: ...
     def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]: ...
-    def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[torch.Tensor]: ...
+    def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int, micro_batch: int,
+                       temperature: float) -> list[torch.Tensor]: ...
 
 
 @dataclass
@@ -41,6 +42,11 @@ class GateSettings:
     all_correct_advantage: float = 1.0
     adv_eps: float = 1e-6
     adv_unbiased: bool = True
+    temperature: float = 1.0
+    """The rollout temperature: the receiver's behaviour policy is its tempered distribution, the same one
+    its own rollouts were sampled from, so peer old log-probs and ``s`` are on the source's scale."""
+    logprob_chunk: int = 1024
+    micro_batch: int = 8
 
 
 def _mean_or_neg_inf(values: list[float] | torch.Tensor) -> float:
@@ -75,7 +81,8 @@ def hand_over(
     views = [receiver_view(g, receiver) for g in groups]
     prompt_ids = [p for (p, resp), g in zip(views, groups) for _ in resp]
     resp_ids = [r for _, resp in views for r in resp]
-    recv_lp = receiver.token_logprobs(prompt_ids, resp_ids)                       # [N] of [T_n]
+    recv_lp = receiver.token_logprobs(prompt_ids, resp_ids, chunk=settings.logprob_chunk,    # [N] of [T_n]
+                                      micro_batch=settings.micro_batch, temperature=settings.temperature)
     mean_r = torch.tensor([_mean_or_neg_inf(lp) for lp in recv_lp], dtype=torch.float64)
     mean_s = torch.tensor([_mean_or_neg_inf(lp) for g in groups for lp in g.gen_logprobs], dtype=torch.float64)
     s = torch.nan_to_num(gating.compatibility_scores(mean_r, mean_s), nan=0.0, posinf=0.0).float()   # [N]

@@ -1,8 +1,9 @@
 """Prompt templates (``ModelConfig.template``) and their tokenization.
 
 - ``chat``: the tokenizer's chat template with one user turn ``"{problem}\\n{instruction}"``
-  and the generation prompt (``add_generation_prompt=True``). Needs a tokenizer with a chat
-  template (instruct models); base models use ``plain`` / ``fewshot``.
+  and the generation prompt (``add_generation_prompt=True``), preceded by ``cfg.fewshot``
+  worked examples as earlier user/assistant turns (none by default). Needs a tokenizer with a
+  chat template (instruct models); base models use ``plain`` / ``fewshot``.
 - ``plain``: ``"Problem: {problem}\\n{instruction}\\nSolution:"``.
 - ``fewshot``: ``cfg.fewshot`` worked examples in the plain format (each ending with a
   ``\\boxed{}`` answer, separated by a blank line), then the plain prompt. The examples are
@@ -22,14 +23,18 @@ from typing import Any
 from graft.config import ConfigError, ModelConfig
 
 FEWSHOT_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("What is 57 - 38?",
+     "57 - 38 = 19. The final answer is \\boxed{19}."),
+    ("What is 41 * 3?",
+     "41 * 3 = 123. The final answer is \\boxed{123}."),
+    ("What is 45 - 18 + 9?",
+     "From left to right: 45 - 18 = 27, then 27 + 9 = 36. The final answer is \\boxed{36}."),
     ("What is 12 + 7 * 3?",
      "Multiplication comes first: 7 * 3 = 21. Then 12 + 21 = 33. The final answer is \\boxed{33}."),
     ("A box holds 6 rows of 8 eggs. If 5 eggs are broken, how many eggs are not broken?",
      "The box holds 6 * 8 = 48 eggs. Without the broken ones, 48 - 5 = 43 remain. The final answer is \\boxed{43}."),
     ("Solve for x: 3x - 4 = 11.",
      "Add 4 to both sides: 3x = 15. Divide by 3: x = 5. The final answer is \\boxed{5}."),
-    ("What is 45 - 18 + 9?",
-     "From left to right: 45 - 18 = 27, then 27 + 9 = 36. The final answer is \\boxed{36}."),
     ("What is 15% of 80?",
      "15% of 80 is 0.15 * 80 = 12. The final answer is \\boxed{12}."),
     ("Compute 1/4 + 1/3.",
@@ -51,29 +56,36 @@ def plain_prompt(problem: str, instruction: str) -> str:
     return f"Problem: {_question(problem, instruction)}\nSolution:"
 
 
-def fewshot_prompt(problem: str, instruction: str, k: int) -> str:
+def _shots(k: int) -> tuple[tuple[str, str], ...]:
     if not 0 <= k <= len(FEWSHOT_EXAMPLES):
         raise ConfigError(f"fewshot must be in [0, {len(FEWSHOT_EXAMPLES)}], got {k}")
-    shots = [f"{plain_prompt(q, instruction)} {a}" for q, a in FEWSHOT_EXAMPLES[:k]]
+    return FEWSHOT_EXAMPLES[:k]
+
+
+def fewshot_prompt(problem: str, instruction: str, k: int) -> str:
+    shots = [f"{plain_prompt(q, instruction)} {a}" for q, a in _shots(k)]
     return "\n\n".join(shots + [plain_prompt(problem, instruction)])
 
 
-def chat_prompt(tokenizer: Any, problem: str, instruction: str) -> str:
+def chat_prompt(tokenizer: Any, problem: str, instruction: str, k: int = 0) -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(f"template 'chat' needs a tokenizer with a chat template, and {tokenizer.name_or_path!r} has "
                           "none (a base model?); use template: plain or fewshot")
-    messages = [{"role": "user", "content": _question(problem, instruction)}]
+    messages = []
+    for q, a in _shots(k):
+        messages += [{"role": "user", "content": _question(q, instruction)}, {"role": "assistant", "content": a}]
+    messages.append({"role": "user", "content": _question(problem, instruction)})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def render_prompt(cfg: ModelConfig, tokenizer: Any, problem: str) -> str:
     """The prompt text of ``problem`` in ``cfg.template`` (chat / plain / fewshot)."""
     if cfg.template == "chat":
-        return chat_prompt(tokenizer, problem, cfg.instruction)
+        return chat_prompt(tokenizer, problem, cfg.instruction, cfg.num_shots())
     if cfg.template == "plain":
         return plain_prompt(problem, cfg.instruction)
     if cfg.template == "fewshot":
-        return fewshot_prompt(problem, cfg.instruction, cfg.fewshot)
+        return fewshot_prompt(problem, cfg.instruction, cfg.num_shots())
     raise ConfigError(f"model {cfg.name}: unknown template {cfg.template!r}; use chat, plain or fewshot")
 
 

@@ -85,7 +85,8 @@ def gate_settings(cfg: Config) -> GateSettings:
     return GateSettings(delta=ex.delta, weight_cap=ex.weight_cap, admission=ex.admission, weighting=ex.weighting,
                         delta_by_length=ex.delta_by_length or None, successes_only=ex.successes_only,
                         pooled_rewards=ex.pooled_rewards, all_correct_advantage=ex.all_correct_advantage,
-                        adv_eps=up.adv_eps, adv_unbiased=up.adv_std == "unbiased")
+                        adv_eps=up.adv_eps, adv_unbiased=up.adv_std == "unbiased", temperature=cfg.rollout.temperature,
+                        logprob_chunk=up.logprob_chunk, micro_batch=up.micro_batch_size)
 
 
 # ============================================================================ phases

@@ -20,6 +20,30 @@ def test_chat_template_smollm2(tiny_llama_policy):
     assert ids[-2:] == tok("assistant\n", add_special_tokens=False)["input_ids"][-2:]
 
 
+def test_chat_template_fewshot_turns(tiny_llama_policy):
+    tok = tiny_llama_policy.tokenizer
+    cfg = ModelConfig(path="x", template="chat", fewshot=2)
+    text = render_prompt(cfg, tok, PROBLEM)
+    # 2 example exchanges, then the problem: 3 user turns and 2 assistant answers before the generation prompt
+    assert text.count("<|im_start|>user\n") == 3 and text.count("<|im_start|>assistant\n") == 3
+    for q, a in FEWSHOT_EXAMPLES[:2]:
+        assert f"<|im_start|>user\n{q}\n{cfg.instruction}<|im_end|>" in text
+        assert f"<|im_start|>assistant\n{a}<|im_end|>" in text
+    assert text.index(FEWSHOT_EXAMPLES[1][1]) < text.index(PROBLEM)
+    assert text.endswith(f"<|im_start|>user\n{PROBLEM}\n{cfg.instruction}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_shots_default_per_template():
+    assert ModelConfig(path="x", template="fewshot").num_shots() == 2
+    assert ModelConfig(path="x", template="chat").num_shots() == 0
+    assert ModelConfig(path="x", template="plain").num_shots() == 0
+    assert ModelConfig(path="x", template="chat", fewshot=3).num_shots() == 3
+    with pytest.raises(ConfigError, match="plain"):
+        ModelConfig(path="x", template="plain", fewshot=2)
+    with pytest.raises(ConfigError, match=">= 0"):
+        ModelConfig(path="x", template="fewshot", fewshot=-1)
+
+
 def test_chat_template_needs_chat_tokenizer(tiny_gemma_policy):
     with pytest.raises(ConfigError, match="plain or fewshot"):
         render_prompt(ModelConfig(path="x", template="chat"), tiny_gemma_policy.tokenizer, PROBLEM)
