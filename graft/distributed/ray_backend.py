@@ -338,7 +338,7 @@ class RemotePolicy:
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "",
-                 seeds: Sequence[int] | None = None, **_):
+                 seeds: Sequence[int] | None = None, stop_strings: Sequence[str] = (), **_):
         """``Policy.generate`` over the workers: prompts split in blocks, one seed per prompt
         (``seeds``, else derived from (``seed``, prompt index)), results in prompt order."""
         from graft.policy.engines import prompt_seeds
@@ -347,7 +347,7 @@ class RemotePolicy:
         sizes = split_sizes(len(prompt_ids), W, balanced_unit(len(prompt_ids), W, max(1, batch_size // max(n, 1))))
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
         kw = dict(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, batch_size=batch_size,
-                  seed=seed, progress=False, desc=desc)
+                  seed=seed, progress=False, desc=desc, stop_strings=list(stop_strings))
         parts = self._learner._call("generate", [(p, s, kw) for p, s in zip(blocks(prompt_ids, sizes), blocks(seeds, sizes))],
                                     "generate")
         return [g for part in parts for g in part]

@@ -92,7 +92,9 @@ class RolloutEngine:
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds: Sequence[int] | None = None,
-                 progress: bool = False, desc: str = "") -> list[list[Any]]:
+                 progress: bool = False, desc: str = "", stop_strings: Sequence[str] = ()) -> list[list[Any]]:
+        """``n`` samples per prompt, ``[P][G]``. ``stop_strings`` lets an engine stop a sample early
+        once its text contains one; the caller cuts samples at stop strings either way."""
         raise NotImplementedError
 
     def weights_updated(self, named_parameters: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None = None) -> None:
@@ -114,9 +116,11 @@ class HFEngine(RolloutEngine):
     kind = "hf"
 
     def generate(self, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0, batch_size=64, seed=0,
-                 seeds=None, progress=False, desc=""):
+                 seeds=None, progress=False, desc="", stop_strings=()):
         t0 = time.perf_counter()
         kwargs = {"seeds": list(seeds)} if seeds is not None and _accepts(self.policy.generate, "seeds") else {}
+        if stop_strings and _accepts(self.policy.generate, "stop_strings"):
+            kwargs["stop_strings"] = list(stop_strings)
         out = self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                    batch_size=batch_size, seed=seed, progress=progress, desc=desc, **kwargs)
         self._stats(out, time.perf_counter() - t0)
@@ -144,7 +148,7 @@ class ContinuousBatchingEngine(RolloutEngine):
             raise EngineUnavailable(f"rollout.engine=hf-cb: {reason}; use rollout.engine=hf")
 
     def generate(self, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0, batch_size=64, seed=0,
-                 seeds=None, progress=False, desc=""):
+                 seeds=None, progress=False, desc="", stop_strings=()):
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
@@ -290,7 +294,7 @@ class VllmEngine(RolloutEngine):
         return self._tmp.name
 
     def generate(self, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0, batch_size=64, seed=0,
-                 seeds=None, progress=False, desc=""):
+                 seeds=None, progress=False, desc="", stop_strings=()):
         from vllm import SamplingParams  # noqa: PLC0415
 
         from graft.policy.policy import Sample

@@ -197,7 +197,8 @@ class Policy:
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "",
-                 renormalize_top_p: bool = False, seeds: Sequence[int] | None = None) -> list[list[Sample]]:
+                 renormalize_top_p: bool = False, seeds: Sequence[int] | None = None,
+                 stop_strings: Sequence[str] = ()) -> list[list[Sample]]:
         """``n`` samples for each prompt: result ``[P][G]``.
 
         Own batched loop with a KV cache: prompts left-padded, position ids counted over real
@@ -206,6 +207,11 @@ class Policy:
         batch size only changes which random numbers go to which sequence). A sequence stops
         at a stop token (kept in ``token_ids`` with its log-prob, ``finished=True``) or after
         ``max_new_tokens`` (``finished=False``); finished rows leave the batch.
+
+        ``stop_strings``: a row also leaves the batch once its text contains one of them (it
+        keeps ``finished=False`` and every token sampled so far; :func:`graft.trainer.learner.cut_at_stop`
+        does the cutting). This only saves work: with per-sample ``seeds`` the cut samples are
+        the same as without it.
 
         ``seeds`` (one per prompt; overrides ``seed``): sample j of prompt i draws its random
         numbers from its own generator seeded by ``engines.sample_seed(seeds[i], j)``, so it
@@ -239,7 +245,7 @@ class Policy:
                 chunk = flat[start:start + batch_size]
                 samples = self._generate_batch([p for _, p in chunk], max_new_tokens, temperature, top_p,
                                                gen if row_gens is None else row_gens[start:start + batch_size],
-                                               renormalize_top_p, bar)
+                                               renormalize_top_p, bar, tuple(stop_strings))
                 for (i, _), s in zip(chunk, samples):
                     out[i].append(s)
                     n_tok += len(s.token_ids)
@@ -253,7 +259,8 @@ class Policy:
         return out
 
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
-                        gen: torch.Generator, renormalize_top_p: bool, bar: Any) -> list[Sample]:
+                        gen: torch.Generator, renormalize_top_p: bool, bar: Any,
+                        stop_strings: tuple[str, ...] = ()) -> list[Sample]:
         from transformers import DynamicCache
         dev, B = self.device, len(prompts)
         # Each distinct prompt is prefilled once; its KV cache is then copied to its G samples.
@@ -269,6 +276,8 @@ class Policy:
         ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         stop = torch.tensor(sorted(self.stop_ids), dtype=torch.long, device=dev)
+        # a stop string lies within the last `window` tokens (>= 1 byte per token, <= 4 bytes per char)
+        window = 4 * max((len(x) for x in stop_strings), default=0) + 4
 
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
@@ -287,16 +296,19 @@ class Policy:
             g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
             tok, lp = self._sample(self._logits(h, temperature), top_p, g, renormalize_top_p)
             is_stop = torch.isin(tok, stop)
+            leave = is_stop.clone()
             for r, (orig, t, l, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), is_stop.tolist())):
                 tokens[orig].append(t)
                 logps[orig].append(l)
                 if s:
                     finished[orig] = True
+                elif stop_strings and any(x in self.decode(tokens[orig][-window:]) for x in stop_strings):
+                    leave[r] = True
             if bar is not None and step % 8 == 0:
                 bar.set_postfix_str(f"tokens {step + 1}/{max_new_tokens}, alive {len(alive)}", refresh=False)
             if step == max_new_tokens - 1:
                 break
-            keep = (~is_stop).nonzero().squeeze(-1)
+            keep = (~leave).nonzero().squeeze(-1)
             if keep.numel() == 0:
                 break
             if keep.numel() < len(alive):  # finished rows leave the batch

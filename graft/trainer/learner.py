@@ -131,11 +131,11 @@ class Learner:
 
         t0 = time.perf_counter()
         prompt_ids = [self.encode_prompt(p.problem) for p in prompts]
+        stops = self.cfg.stop_strings()
         samples = self.engine(rc.engine).generate(
             prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_p=rc.top_p,
             batch_size=rc.batch_size, seed=seed, seeds=prompt_seeds(seed, prompt_offset, len(prompts)),
-            progress=progress, desc=f"{self.name} rollout")
-        stops = self.cfg.stop_strings()
+            progress=progress, desc=f"{self.name} rollout", stop_strings=stops)
         samples = [[cut_at_stop(s, self.policy.decode, stops) for s in ss] for ss in samples]
         groups = [
             RolloutGroup(

@@ -122,3 +122,24 @@ def test_batch_size_and_padding(pol):
         pol.generate([[]], n=2, max_new_tokens=3)
     with pytest.raises(ValueError):
         pol.generate(prompts, n=2, max_new_tokens=3, temperature=0.0)
+
+
+def test_stop_strings_end_rows_early_with_the_same_cut_samples(pol):
+    """Rows leave the batch once their text holds a stop string; after cut_at_stop the samples
+    equal those of a run without early stopping (per-sample seeds: other rows do not matter;
+    log-probs to float precision, as a smaller batch computes them with other matmul shapes)."""
+    from graft.trainer.learner import cut_at_stop
+
+    prompts, stops = _prompts(pol), ["e", "a"]   # letters a random model writes within a few tokens
+    kw = dict(n=4, max_new_tokens=16, temperature=1.0, batch_size=8, seeds=[11, 12])
+    full = pol.generate(prompts, **kw)
+    early = pol.generate(prompts, stop_strings=stops, **kw)
+    shortened = 0
+    for g_full, g_early in zip(full, early):
+        for a, b in zip(g_full, g_early):
+            assert b.token_ids == a.token_ids[:len(b.token_ids)]
+            assert b.logprobs == pytest.approx(a.logprobs[:len(b.logprobs)], abs=1e-4)
+            ca, cb = cut_at_stop(a, pol.decode, stops), cut_at_stop(b, pol.decode, stops)
+            assert (cb.token_ids, cb.text, cb.finished) == (ca.token_ids, ca.text, ca.finished)
+            shortened += len(b.token_ids) < len(a.token_ids)
+    assert shortened >= 2
