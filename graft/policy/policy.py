@@ -165,7 +165,13 @@ class Policy:
         return _prompts.encode_prompt(self.tokenizer, self.render_prompt(problem))
 
     def encode_response(self, text: str, finished: bool) -> list[int]:
-        """This model's tokenization of a response text (no special tokens), + EOS if ``finished``."""
+        """This model's tokenization of a response text (no special tokens). A ``finished`` one ends
+        the way this model's own samples end: with its first stop string when its template has
+        stop strings (a few-shot base model's samples end at ``"\nProblem:"``, not at EOS, and
+        an EOS there would be a very unlikely token), else with EOS."""
+        stops = self.cfg.stop_strings()
+        if finished and stops:
+            text, finished = text + stops[0], False
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
         return ids + [self.eos_token_id] if finished else ids
 

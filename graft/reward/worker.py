@@ -56,4 +56,7 @@ def main(conn, verify_fn: str, sys_path: list[str]) -> None:
                 out = (index, float(reward), str(status))
             except Exception:  # noqa: BLE001 - a broken item scores 0
                 out = (index, 0.0, verifier.ERROR)
-            conn.send(out)
+            try:
+                conn.send(out)
+            except OSError:  # the parent is gone (BrokenPipeError): exit quietly
+                return

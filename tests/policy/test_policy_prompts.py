@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from dataclasses import replace
+
 from graft.config import ConfigError, ModelConfig
 from graft.policy.prompts import FEWSHOT_EXAMPLES, encode_prompt, render_prompt
 
@@ -89,8 +91,9 @@ def test_bos_smollm2_plain_has_none(tiny_llama_policy):
 
 
 @pytest.mark.parametrize("which", ["llama", "gemma"])
-def test_encode_response_round_trip(which, tiny_llama_policy, tiny_gemma_policy):
+def test_encode_response_round_trip(which, tiny_llama_policy, tiny_gemma_policy, monkeypatch):
     pol = tiny_llama_policy if which == "llama" else tiny_gemma_policy
+    monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template="fewshot" if which == "gemma" else "chat", stop=[]))
     text = " First, 17 + 25 = 42.\n\nSo the answer is \\boxed{42}."
     ids = pol.encode_response(text, finished=False)
     assert pol.decode(ids) == text
@@ -99,3 +102,17 @@ def test_encode_response_round_trip(which, tiny_llama_policy, tiny_gemma_policy)
     assert pol.decode(ids_f) == text  # EOS is special: stripped
     assert pol.encode_response("", finished=True) == [pol.eos_token_id]
     assert pol.encode_response(pol.decode(ids), finished=False) == ids
+
+
+@pytest.mark.parametrize("which", ["llama", "gemma"])
+def test_finished_response_ends_with_the_receivers_own_stop(which, tiny_llama_policy, tiny_gemma_policy, monkeypatch):
+    """A template with stop strings ends a finished response with its first stop string, as its
+    own samples end; a chat template (no stop strings) ends it with EOS."""
+    pol = tiny_llama_policy if which == "llama" else tiny_gemma_policy
+    text = " 17 + 25 = 42. The final answer is \\boxed{42}.\n"
+    monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template="fewshot", stop=None))
+    ids = pol.encode_response(text, finished=True)
+    assert pol.decode(ids) == text + "\nProblem:" and pol.eos_token_id not in ids
+    assert pol.encode_response(text, finished=False) == pol.tokenizer(text, add_special_tokens=False)["input_ids"]
+    monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template="chat", stop=None, fewshot=None))
+    assert pol.encode_response(text, finished=True) == pol.encode_response(text, finished=False) + [pol.eos_token_id]
