@@ -6,7 +6,9 @@ Samples ``rollout.n`` responses per prompt from every model of the config (the s
 templates and grader as training, no update), then prints per model the mean reward, the share
 of prompts with at least one success, the share of all-fail prompts, the share of responses
 with a ``\\boxed{}`` answer, and for each direction the share of the receiver's all-fail prompts
-that the source solved (spec §1 complementarity). Writes the numbers as JSON with ``--out``.
+that the source solved (spec §1 complementarity), and — with ``--compat`` — the compatibility
+score ``s`` of every response handed to the other model (quantiles, share above the config's
+δ, for all responses and for correct ones). Writes the numbers as JSON with ``--out``.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", type=int, default=64, help="how many training prompts to probe")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--compat", action="store_true", help="also score every response under the other model (s)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_intermixed_args(argv)
 
@@ -33,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     from graft.reward.grader import Grader
     from graft.trainer.learner import Learner
     from graft.trainer.metrics import group_stats
-    from graft.trainer.loop import step_seed
+    from graft.exchange.handover import hand_over
+    from graft.trainer.loop import gate_settings, step_seed
 
     cfg = load_config(args.config, args.overrides)
     if cfg.threads:
@@ -42,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     batch, _ = PromptSampler(prompts, min(args.prompts, len(prompts)), args.seed, True).next_batch()
     results: dict = {"config": args.config, "prompts": len(batch), "n": cfg.rollout.n,
                      "max_new_tokens": cfg.rollout.max_new_tokens, "models": {}, "complementarity": {}}
-    groups = {}
+    groups, learners = {}, {}
     with Grader(cfg.reward.timeout_s, cfg.reward.workers) as grader:
         for m in cfg.models:
             t0 = time.perf_counter()
@@ -61,12 +65,17 @@ def main(argv: list[str] | None = None) -> int:
                 "tokens_per_s": gen["tokens_per_s/rollout"],
             }
             groups[m.name] = gs
-            del learner
+            if args.compat:
+                learners[m.name] = learner
+            else:
+                del learner
     names = list(groups)
     for s in names:
         for r in names:
             if s != r:
                 results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
+                if args.compat:
+                    results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], gate_settings(cfg), hand_over)
     print(json.dumps(results, indent=2))
     print("\n| model | template | mean reward | prompts solved (>=1 of n) | all-fail prompts | boxed answers |")
     print("|---|---|---|---|---|---|")
@@ -77,10 +86,30 @@ def main(argv: list[str] | None = None) -> int:
         s, r = k.split("->")
         print(f"\n{s} solves {v:.1%} of {r}'s all-fail prompts", end="")
     print()
+    for k, c in results.get("compat", {}).items():
+        print(f"s {k}: all responses p10/p50/p90 {c['all']['q']} ({c['all']['above_delta']:.0%} > δ = {c['delta']}); "
+              f"correct ones {c['correct']['q']} ({c['correct']['above_delta']:.0%} > δ, n = {c['correct']['n']})")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
     return 0
+
+
+def _compat(groups, receiver, settings, hand_over) -> dict:
+    """s of every response of ``groups`` under ``receiver`` (the exchange's own scoring code)."""
+    for g in groups:   # hand_over copies the source's advantages; any values do here
+        g.advantages = [0.0] * g.size
+    _, audit, _ = hand_over(groups, receiver, {}, settings)
+    s = torch.tensor([a["s"] for a in audit])
+    correct = torch.tensor([a["reward_source"] > 0.5 for a in audit], dtype=torch.bool)
+
+    def summary(x: torch.Tensor) -> dict:
+        if not x.numel():
+            return {"n": 0, "q": [], "above_delta": 0.0}
+        q = torch.quantile(x, torch.tensor([0.1, 0.5, 0.9])).tolist()
+        return {"n": int(x.numel()), "q": [round(v, 3) for v in q], "above_delta": float((x > settings.delta).float().mean())}
+
+    return {"delta": settings.delta, "all": summary(s), "correct": summary(s[correct])}
 
 
 if __name__ == "__main__":

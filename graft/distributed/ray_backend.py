@@ -197,6 +197,7 @@ class PolicyWorker:
                 totals["loss"] = totals.get("loss", 0.0) + mb_loss / num_minibatches
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + grad_norm / num_minibatches
         finally:
+            lr.optimizer.zero_grad(set_to_none=True)
             model.eval()
         lr.weights_changed()
         totals["tokens/update"] = float(tokens_done)

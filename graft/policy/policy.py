@@ -165,15 +165,12 @@ class Policy:
         return _prompts.encode_prompt(self.tokenizer, self.render_prompt(problem))
 
     def encode_response(self, text: str, finished: bool) -> list[int]:
-        """This model's tokenization of a response text (no special tokens). A ``finished`` one ends
-        the way this model's own samples end: with its first stop string when its template has
-        stop strings (a few-shot base model's samples end at ``"\nProblem:"``, not at EOS, and
-        an EOS there would be a very unlikely token), else with EOS."""
-        stops = self.cfg.stop_strings()
-        if finished and stops:
-            text, finished = text + stops[0], False
+        """This model's tokenization of a (peer) response text, framed as its own samples are
+        (:func:`prompts.frame_response`: a few-shot base model's answers start with a space and
+        end at ``"\n\nProblem:"``, not at an EOS it never writes; a chat model's end with EOS)."""
+        text, eos = _prompts.frame_response(text, finished, self.cfg.template, self.cfg.stop_strings())
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
-        return ids + [self.eos_token_id] if finished else ids
+        return ids + [self.eos_token_id] if eos else ids
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` with special tokens stripped (no clean-up of spaces, so it re-encodes faithfully)."""

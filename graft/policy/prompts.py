@@ -12,6 +12,9 @@
 
 An empty ``cfg.instruction`` drops the instruction line.
 
+Peer responses are framed the way the receiver's own samples are (:func:`frame_response`):
+whitespace at the two ends of a response belongs to the template, not to its content.
+
 BOS: :func:`encode_prompt` lets the tokenizer add its special tokens (Gemma: ``<bos>``)
 unless the rendered text already starts with the BOS token (a chat template that writes
 it), and never yields two BOS tokens; an EOS a tokenizer appends is removed.
@@ -87,6 +90,24 @@ def render_prompt(cfg: ModelConfig, tokenizer: Any, problem: str) -> str:
     if cfg.template == "fewshot":
         return fewshot_prompt(problem, cfg.instruction, cfg.num_shots())
     raise ConfigError(f"model {cfg.name}: unknown template {cfg.template!r}; use chat, plain or fewshot")
+
+
+def frame_response(text: str, finished: bool, template: str, stops: list[str]) -> tuple[str, bool]:
+    """A response text as a model with this template writes its own: ``(text, append EOS)``.
+
+    - ``chat``: no surrounding whitespace; a finished response ends with EOS.
+    - ``plain`` / ``fewshot``: one space after ``"Solution:"``; a finished response ends with the
+      first stop string (after a line break when that string starts a new line, as between the
+      worked examples: ``"... \\boxed{5}.\n\nProblem:"``), since that is how such a model ends an
+      answer; with no stop strings, with EOS.
+    """
+    body = text.strip()
+    if template == "chat":
+        return body, finished
+    body = " " + body if body else body
+    if finished and stops:
+        return body + ("\n" if stops[0].startswith("\n") else "") + stops[0], False
+    return body, finished
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:

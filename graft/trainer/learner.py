@@ -194,6 +194,7 @@ class Learner:
             grad_norm = self._step()
             totals["loss"] = totals.get("loss", 0.0) + mb_loss / len(plan)
             totals["grad_norm"] = totals.get("grad_norm", 0.0) + grad_norm / len(plan)
+        self.optimizer.zero_grad(set_to_none=True)   # no gradients held through rollout, exchange, the peer's update
         self.policy.model.eval()
         self.weights_changed()
         return self._update_metrics(totals, tokens_done, time.perf_counter() - t0)

@@ -6,7 +6,7 @@ import pytest
 from dataclasses import replace
 
 from graft.config import ConfigError, ModelConfig
-from graft.policy.prompts import FEWSHOT_EXAMPLES, encode_prompt, render_prompt
+from graft.policy.prompts import FEWSHOT_EXAMPLES, encode_prompt, frame_response, render_prompt
 
 PROBLEM = "What is 17 + 25?"
 
@@ -92,16 +92,39 @@ def test_bos_smollm2_plain_has_none(tiny_llama_policy):
 
 @pytest.mark.parametrize("which", ["llama", "gemma"])
 def test_encode_response_round_trip(which, tiny_llama_policy, tiny_gemma_policy, monkeypatch):
+    """A text already framed as the template frames it encodes and decodes unchanged."""
     pol = tiny_llama_policy if which == "llama" else tiny_gemma_policy
-    monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template="fewshot" if which == "gemma" else "chat", stop=[]))
-    text = " First, 17 + 25 = 42.\n\nSo the answer is \\boxed{42}."
+    template = "fewshot" if which == "gemma" else "chat"
+    monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template=template, stop=[]))
+    text = "First, 17 + 25 = 42.\n\nSo the answer is \\boxed{42}."
+    text = " " + text if template == "fewshot" else text
     ids = pol.encode_response(text, finished=False)
     assert pol.decode(ids) == text
     ids_f = pol.encode_response(text, finished=True)
-    assert ids_f == ids + [pol.eos_token_id]
+    assert ids_f == ids + [pol.eos_token_id]   # no stop strings: EOS
     assert pol.decode(ids_f) == text  # EOS is special: stripped
     assert pol.encode_response("", finished=True) == [pol.eos_token_id]
     assert pol.encode_response(pol.decode(ids), finished=False) == ids
+
+
+# (peer text, finished, template, stops) -> (framed text, append EOS)
+FRAMES = [
+    # a Gemma few-shot answer handed to a chat model: surrounding whitespace dropped, EOS appended
+    (" 3 + 4 = 7. The final answer is \\boxed{7}.\n", True, "chat", [], ("3 + 4 = 7. The final answer is \\boxed{7}.", True)),
+    (" 3 + 4 = 7", False, "chat", [], ("3 + 4 = 7", False)),
+    # a chat answer handed to a few-shot model: one space after "Solution:", then a blank line and the
+    # stop string, as between the worked examples; no EOS
+    ("3 + 4 = 7. \\boxed{7}.", True, "fewshot", ["\nProblem:"], (" 3 + 4 = 7. \\boxed{7}.\n\nProblem:", False)),
+    ("3 + 4 = 7", False, "fewshot", ["\nProblem:"], (" 3 + 4 = 7", False)),      # cut at max_new_tokens: as is
+    ("\\boxed{7}", True, "plain", ["</answer>"], (" \\boxed{7}</answer>", False)),    # a stop on the same line
+    ("\\boxed{7}", True, "plain", [], (" \\boxed{7}", True)),                      # no stop strings: EOS
+    ("  ", True, "fewshot", ["\nProblem:"], ("\n\nProblem:", False)),
+]
+
+
+@pytest.mark.parametrize("text,finished,template,stops,expected", FRAMES)
+def test_frame_response(text, finished, template, stops, expected):
+    assert frame_response(text, finished, template, stops) == expected
 
 
 @pytest.mark.parametrize("which", ["llama", "gemma"])
@@ -113,6 +136,7 @@ def test_finished_response_ends_with_the_receivers_own_stop(which, tiny_llama_po
     monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template="fewshot", stop=None))
     ids = pol.encode_response(text, finished=True)
     assert pol.decode(ids) == text + "\nProblem:" and pol.eos_token_id not in ids
-    assert pol.encode_response(text, finished=False) == pol.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert pol.decode(pol.encode_response(text, finished=False)) == text.rstrip()
     monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template="chat", stop=None, fewshot=None))
     assert pol.encode_response(text, finished=True) == pol.encode_response(text, finished=False) + [pol.eos_token_id]
+    assert pol.decode(pol.encode_response(text, finished=True)) == text.strip()
