@@ -486,7 +486,7 @@ class RayLearner:
         return [self.text.encode_response(t, f) for t, f in zip(texts, finished)]
 
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
-                       micro_batch: int = 8, temperature: float = 1.0) -> list[torch.Tensor]:
+                       micro_batch: int = 8, temperature: float = 1.0, progress: bool = False) -> list[torch.Tensor]:
         N, W = len(response_ids), self.num_workers
         order = sorted(range(N), key=lambda i: -(len(prompt_ids[i]) + len(response_ids[i])))   # as Policy does
         # whole micro-batches per worker, in the single process's order: identical padding, identical values
@@ -522,7 +522,9 @@ class RayLearner:
 
     # ------------------------------------------------------------------ update
     def update(self, groups: list[RolloutGroup], plan: list[list[int]], uc: UpdateConfig, temperature: float,
-               loss_kwargs: dict | None = None, sgt_prompts: frozenset[str] = frozenset(), minibatch_weights=None) -> dict:
+               loss_kwargs: dict | None = None, sgt_prompts: frozenset[str] = frozenset(), minibatch_weights=None,
+               progress: bool = False) -> dict:
+        """Like ``Learner.update``; ``progress`` is accepted and ignored (the workers run the minibatches)."""
         from graft.trainer.learner import Learner, prepare_minibatch
 
         t0 = time.perf_counter()

@@ -25,7 +25,7 @@ class Receiver(Protocol):
     def render_prompt(self, problem: str) -> str: ...
     def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]: ...
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int, micro_batch: int,
-                       temperature: float) -> list[torch.Tensor]: ...
+                       temperature: float, progress: bool = False) -> list[torch.Tensor]: ...
 
 
 @dataclass
@@ -47,6 +47,8 @@ class GateSettings:
     its own rollouts were sampled from, so peer old log-probs and ``s`` are on the source's scale."""
     logprob_chunk: int = 1024
     micro_batch: int = 8
+    progress: bool = False
+    """Show a progress bar while the receiver scores the peer responses."""
 
 
 def _mean_or_neg_inf(values: list[float] | torch.Tensor) -> float:
@@ -82,7 +84,8 @@ def hand_over(
     prompt_ids = [p for (p, resp), g in zip(views, groups) for _ in resp]
     resp_ids = [r for _, resp in views for r in resp]
     recv_lp = receiver.token_logprobs(prompt_ids, resp_ids, chunk=settings.logprob_chunk,    # [N] of [T_n]
-                                      micro_batch=settings.micro_batch, temperature=settings.temperature)
+                                      micro_batch=settings.micro_batch, temperature=settings.temperature,
+                                      progress=settings.progress)
     mean_r = torch.tensor([_mean_or_neg_inf(lp) for lp in recv_lp], dtype=torch.float64)
     mean_s = torch.tensor([_mean_or_neg_inf(lp) for g in groups for lp in g.gen_logprobs], dtype=torch.float64)
     s = torch.nan_to_num(gating.compatibility_scores(mean_r, mean_s), nan=0.0, posinf=0.0).float()   # [N]

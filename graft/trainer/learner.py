@@ -116,9 +116,10 @@ class Learner:
         return [self.policy.encode_response(t, f) for t, f in zip(texts, finished)]
 
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
-                       chunk: int = 1024, micro_batch: int = 8, temperature: float = 1.0) -> list[torch.Tensor]:
+                       chunk: int = 1024, micro_batch: int = 8, temperature: float = 1.0,
+                       progress: bool = False) -> list[torch.Tensor]:
         return self.policy.token_logprobs(prompt_ids, response_ids, chunk=chunk, micro_batch=micro_batch,
-                                          temperature=temperature)
+                                          temperature=temperature, progress=progress)
 
     # --------------------------------------------------------------- rollout
     def rollout(self, prompts: list[Prompt], rc: RolloutConfig, step: int, seed: int, progress: bool = False,
@@ -163,18 +164,22 @@ class Learner:
     # --------------------------------------------------------------- update
     def update(self, groups: list[RolloutGroup], plan: list[list[int]], uc: UpdateConfig, temperature: float,
                loss_kwargs: dict | None = None, sgt_prompts: frozenset[str] = frozenset(),
-               minibatch_weights=None) -> dict:
+               minibatch_weights=None, progress: bool = False) -> dict:
         """One pass of ``plan`` (minibatches of group indices, in order); one optimiser step each.
 
         Sequences with zero advantage or zero weight contribute exactly zero loss and
         gradient, so they are not forwarded; their tokens still count in the token-mean
         denominator, which keeps the result identical to forwarding them.
         ``minibatch_weights(k, groups) -> groups`` lets HACPO re-weight peer rows per minibatch index k.
+        ``progress`` shows a bar over the minibatches (optimiser steps).
         """
+        from tqdm.auto import tqdm
+
         loss_fn = get_policy_loss(uc.rule)
         totals: dict[str, float] = {}
         t0, tokens_done = time.perf_counter(), 0
         self.policy.model.train()
+        bar = tqdm(total=len(plan), desc=f"{self.name} update", unit="minibatch", leave=False, disable=not progress)
         for k, idx in enumerate(plan):
             mb_groups = [groups[i] for i in idx]
             if minibatch_weights is not None:
@@ -191,9 +196,12 @@ class Learner:
                     if key.startswith(("count/", "tokens/")):
                         totals[key] = totals.get(key, 0.0) + float(v)
                 tokens_done += sum(len(s.response_ids) for s in micro)
+                bar.set_postfix_str(f"sequences {min(j + uc.micro_batch_size, len(active))}/{len(active)}")
             grad_norm = self._step()
+            bar.update(1)
             totals["loss"] = totals.get("loss", 0.0) + mb_loss / len(plan)
             totals["grad_norm"] = totals.get("grad_norm", 0.0) + grad_norm / len(plan)
+        bar.close()
         self.optimizer.zero_grad(set_to_none=True)   # no gradients held through rollout, exchange, the peer's update
         self.policy.model.eval()
         self.weights_changed()

@@ -86,7 +86,7 @@ def gate_settings(cfg: Config) -> GateSettings:
                         delta_by_length=ex.delta_by_length or None, successes_only=ex.successes_only,
                         pooled_rewards=ex.pooled_rewards, all_correct_advantage=ex.all_correct_advantage,
                         adv_eps=up.adv_eps, adv_unbiased=up.adv_std == "unbiased", temperature=cfg.rollout.temperature,
-                        logprob_chunk=up.logprob_chunk, micro_batch=up.micro_batch_size)
+                        logprob_chunk=up.logprob_chunk, micro_batch=up.micro_batch_size, progress=cfg.progress)
 
 
 # ============================================================================ phases
@@ -219,7 +219,7 @@ def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], peers: d
         m = {}
         for _ in range(cfg.update.epochs):
             m = learner.update(gs, plan, cfg.update, cfg.rollout.temperature, rule.loss_kwargs(cfg.update), sgt,
-                               rule.minibatch_weights(cfg.update))
+                               rule.minibatch_weights(cfg.update), progress=cfg.progress)
         m["peer_groups"] = sum(g.is_peer for g in gs)
         m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
         metrics |= prefixed(name, m)

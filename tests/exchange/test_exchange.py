@@ -28,7 +28,7 @@ class FakeReceiver:
     def encode_responses(self, texts, finished):
         return [[ord(c) for c in t] for t in texts]
 
-    def token_logprobs(self, prompt_ids, response_ids, chunk, micro_batch, temperature):
+    def token_logprobs(self, prompt_ids, response_ids, chunk, micro_batch, temperature, progress=False):
         self.temperature = temperature
         return [torch.full((len(r),), self.logp) for r in response_ids]
 
