@@ -44,8 +44,8 @@ def test_chunk_sizes_agree(pol):
         assert logp.shape == mask.shape == (len(R), T)
         assert mask.sum().item() == sum(len(r) for r in R)
         assert (logp[mask == 0] == 0).all() and (logp[mask == 1] < 0).all()
-    for logp, _ in res[1:]:
-        assert (logp - res[0][0]).abs().max().item() < 1e-6
+    for logp, _ in res[1:]:   # values ~ -13: fp32 spacing there is ~1e-6, and chunking changes matmul shapes
+        assert (logp - res[0][0]).abs().max().item() < 1e-5
 
 
 @torch.no_grad()
