@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     from graft.reward.grader import Grader
     from graft.trainer.learner import Learner
     from graft.trainer.metrics import group_stats
-    from graft.exchange.handover import hand_over
     from graft.trainer.loop import gate_settings, step_seed
 
     cfg = load_config(args.config, args.overrides)
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             if s != r:
                 results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
                 if args.compat:
-                    results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], gate_settings(cfg), hand_over)
+                    results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], gate_settings(cfg))
     print(json.dumps(results, indent=2))
     print("\n| model | template | mean reward | prompts solved (>=1 of n) | all-fail prompts | boxed answers |")
     print("|---|---|---|---|---|---|")
@@ -87,29 +86,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{s} solves {v:.1%} of {r}'s all-fail prompts", end="")
     print()
     for k, c in results.get("compat", {}).items():
-        print(f"s {k}: all responses p10/p50/p90 {c['all']['q']} ({c['all']['above_delta']:.0%} > δ = {c['delta']}); "
-              f"correct ones {c['correct']['q']} ({c['correct']['above_delta']:.0%} > δ, n = {c['correct']['n']})")
+        q = lambda m: f"{m['s_p10']:.2f}/{m['s_p50']:.2f}/{m['s_p90']:.2f}"  # noqa: E731
+        print(f"s {k} (δ = {c['delta']}): all responses p10/p50/p90 {q(c['all'])}, {c['all']['admitted_frac']:.0%} admitted; "
+              f"correct ones {q(c['correct'])}, {c['correct']['admitted_frac']:.0%} admitted (n = {c['correct']['transferred']})")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
     return 0
 
 
-def _compat(groups, receiver, settings, hand_over) -> dict:
-    """s of every response of ``groups`` under ``receiver`` (the exchange's own scoring code)."""
+def _compat(groups, receiver, settings) -> dict:
+    """Gate metrics (``gating.gate_metrics``) of every response of ``groups`` handed to ``receiver``
+    by the exchange's own code, for all responses and for the correct ones."""
+    from graft.algos.gating import gate_metrics
+    from graft.exchange.handover import hand_over
+
     for g in groups:   # hand_over copies the source's advantages; any values do here
         g.advantages = [0.0] * g.size
     _, audit, _ = hand_over(groups, receiver, {}, settings)
     s = torch.tensor([a["s"] for a in audit])
+    admitted = torch.tensor([a["admitted"] for a in audit], dtype=torch.bool)
     correct = torch.tensor([a["reward_source"] > 0.5 for a in audit], dtype=torch.bool)
-
-    def summary(x: torch.Tensor) -> dict:
-        if not x.numel():
-            return {"n": 0, "q": [], "above_delta": 0.0}
-        q = torch.quantile(x, torch.tensor([0.1, 0.5, 0.9])).tolist()
-        return {"n": int(x.numel()), "q": [round(v, 3) for v in q], "above_delta": float((x > settings.delta).float().mean())}
-
-    return {"delta": settings.delta, "all": summary(s), "correct": summary(s[correct])}
+    return {"delta": settings.delta, "all": gate_metrics(s, admitted),
+            "correct": gate_metrics(s[correct], admitted[correct])}
 
 
 if __name__ == "__main__":

@@ -53,7 +53,8 @@ def length_deltas(lengths: Tensor, buckets: dict[int, float], default: float) ->
     return out.to(lengths.device)
 
 
-def _gate_metrics(s: Tensor, admitted: Tensor) -> dict:
+def gate_metrics(s: Tensor, admitted: Tensor) -> dict:
+    """Count, admitted share, mean and p10/p50/p90 of the scores ``s`` [N] given the admitted mask [N]."""
     n = s.numel()
     if n == 0:
         return {"transferred": 0, "admitted": 0, "admitted_frac": 0.0, "s_mean": 0.0, "s_p10": 0.0, "s_p50": 0.0, "s_p90": 0.0}
@@ -105,7 +106,7 @@ def gate(
         weights = admitted.to(s.dtype)
     else:
         raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTING_MODES)}")
-    return admitted, weights, _gate_metrics(s, admitted)
+    return admitted, weights, gate_metrics(s, admitted)
 
 
 def hacpo_peer_weights(s: Tensor, delta: float, delta_step: float, k: int, capability_ratio: float = 1.0) -> Tensor:

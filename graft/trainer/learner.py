@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, replace
 
 import torch
+from tqdm.auto import tqdm
 
 from graft.algos.losses import get_policy_loss
 from graft.config import ModelConfig, RolloutConfig, UpdateConfig
@@ -173,8 +174,6 @@ class Learner:
         ``minibatch_weights(k, groups) -> groups`` lets HACPO re-weight peer rows per minibatch index k.
         ``progress`` shows a bar over the minibatches (optimiser steps).
         """
-        from tqdm.auto import tqdm
-
         loss_fn = get_policy_loss(uc.rule)
         totals: dict[str, float] = {}
         t0, tokens_done = time.perf_counter(), 0
