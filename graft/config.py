@@ -2,8 +2,13 @@
 
 Every field is documented once, here, in the docstring under it. A run is described
 by a YAML file whose keys mirror this tree, plus ``key=value`` overrides on the
-command line (``update.clip_high=0.3 models.0.lr=2e-6``). ``__post_init__`` methods
-reject broken invariants with the reason.
+command line (``update.clip_high=0.3 models.0.lr=2e-6``).
+
+Checks happen when the config is loaded, before anything is read or written: every value is
+checked against its field's type hint (``Literal`` choices, int, float, bool, str, optional,
+list, dict, tuple; see :func:`_coerce`), then ``__post_init__`` methods reject broken
+invariants. Every :class:`ConfigError` message starts with the dotted field it is about
+(``exchange.mode: 'GRPO' is not one of graft, grpo``; ``models.0.template: ...``).
 
 Defaults follow the paper (spec §3–§4) except where a field says otherwise; the
 embedded CPU job lives in ``configs/default.yaml``.
@@ -12,6 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +32,18 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message says which field and why."""
 
 
-def _check(ok: bool, msg: str) -> None:
+class _FieldError(ConfigError):
+    """A broken invariant of one dataclass; ``field`` is relative to it. :func:`_build` prefixes
+    the dotted path of the dataclass (``lr`` of ``models.0`` -> ``models.0.lr``)."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
+def _check(ok: bool, field: str, reason: str) -> None:
     if not ok:
-        raise ConfigError(msg)
+        raise _FieldError(field, reason)
 
 
 @dataclass
@@ -43,7 +60,10 @@ class LoraConfig:
     """Module names that receive adapters."""
 
     def __post_init__(self) -> None:
-        _check(self.r > 0, f"lora.r must be positive, got {self.r}")
+        _check(self.r > 0, "r", f"must be positive, got {self.r}")
+        _check(self.alpha > 0, "alpha", f"must be positive, got {self.alpha}")
+        _check(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        _check(len(self.target_modules) > 0, "target_modules", "must name at least one module")
 
 
 @dataclass
@@ -82,12 +102,17 @@ class ModelConfig:
     """Hub revision (branch, tag or commit) when ``path`` is a hub id."""
 
     def __post_init__(self) -> None:
-        _check(bool(self.name) and "/" not in self.name, f"model name {self.name!r} must be non-empty and contain no '/'")
-        _check(bool(self.path), f"model {self.name}: path is required")
-        _check(self.lr >= 0, f"model {self.name}: lr must be >= 0")
+        _check(bool(self.name) and "/" not in self.name and not self.name.startswith("."), "name",
+               f"{self.name!r} must be non-empty, contain no '/' and not start with '.' (it names checkpoint folders)")
+        _check(bool(self.path), "path", f"is required (model {self.name})")
+        _check(self.lr >= 0, "lr", f"must be >= 0, got {self.lr} (model {self.name})")
+        _check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         self.betas = tuple(self.betas)  # YAML gives lists
-        _check(self.fewshot is None or self.fewshot >= 0, f"model {self.name}: fewshot must be >= 0")
-        _check(self.template != "plain" or not self.fewshot,
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
+               f"must be two numbers in [0, 1), got {list(self.betas)}")
+        _check(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0 (0 disables clipping), got {self.max_grad_norm}")
+        _check(self.fewshot is None or self.fewshot >= 0, "fewshot", f"must be >= 0, got {self.fewshot} (model {self.name})")
+        _check(self.template != "plain" or not self.fewshot, "fewshot",
                f"model {self.name}: fewshot examples need template fewshot or chat, not plain")
 
     def num_shots(self) -> int:
@@ -115,8 +140,9 @@ class ArithmeticConfig:
     """Problem phrasing (graft.data.arithmetic.STYLES)."""
 
     def __post_init__(self) -> None:
-        _check(self.num_prompts > 0, "data.arithmetic.num_prompts must be positive")
-        _check(set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, f"data.arithmetic.ops must be a non-empty subset of + - *, got {self.ops}")
+        _check(self.num_prompts > 0, "num_prompts", f"must be positive, got {self.num_prompts}")
+        _check(self.max_operand >= 0, "max_operand", f"must be >= 0, got {self.max_operand}")
+        _check(set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, "ops", f"must be a non-empty subset of + - *, got {self.ops}")
 
 
 @dataclass
@@ -134,6 +160,10 @@ class DataConfig:
     """Settings of the procedural arithmetic task."""
     shuffle: bool = True
     """Reshuffle the prompts every epoch (seeded by ``seed`` and the epoch number)."""
+
+    def __post_init__(self) -> None:
+        _check(bool(str(self.train).strip()), "train", "is required (arithmetic, a .jsonl/.parquet file or hub:NAME)")
+        _check(self.val_limit is None or self.val_limit > 0, "val_limit", f"must be positive, got {self.val_limit}")
 
 
 @dataclass
@@ -153,9 +183,11 @@ class RolloutConfig:
     continuous batching (``hf-cb``) or vLLM (GPU, when installed); see ``graft/policy/engines.py``."""
 
     def __post_init__(self) -> None:
-        _check(self.n >= 2, f"rollout.n must be >= 2: GRPO normalises inside a group, got {self.n}")
-        _check(self.temperature > 0, "rollout.temperature must be > 0 (log-probs of greedy decoding are not a sampling distribution)")
-        _check(0 < self.top_p <= 1, "rollout.top_p must be in (0, 1]")
+        _check(self.n >= 2, "n", f"must be >= 2: GRPO normalises inside a group, got {self.n}")
+        _check(self.max_new_tokens > 0, "max_new_tokens", f"must be > 0, got {self.max_new_tokens} (an empty response cannot be trained on)")
+        _check(self.temperature > 0, "temperature", "must be > 0 (log-probs of greedy decoding are not a sampling distribution)")
+        _check(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
+        _check(self.batch_size >= 1, "batch_size", f"must be >= 1 (sequences per generation call), got {self.batch_size}")
 
 
 @dataclass
@@ -169,8 +201,9 @@ class RewardConfig:
     (a hanging grader), instead of training on a batch of zeros."""
 
     def __post_init__(self) -> None:
-        _check(self.timeout_s > 0, "reward.timeout_s must be > 0")
-        _check(0 < self.max_timeout_frac <= 1, "reward.max_timeout_frac must be in (0, 1]")
+        _check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
+        _check(self.workers >= 0, "workers", f"must be >= 0 (0 grades in-process), got {self.workers}")
+        _check(0 < self.max_timeout_frac <= 1, "max_timeout_frac", f"must be in (0, 1], got {self.max_timeout_frac}")
 
 
 @dataclass
@@ -211,9 +244,14 @@ class ExchangeConfig:
     the delta of the smallest bucket bound >= L, else ``delta``."""
 
     def __post_init__(self) -> None:
-        _check(self.delta >= 0, "exchange.delta must be >= 0")
-        _check(self.weight_cap > 0, "exchange.weight_cap must be > 0")
+        _check(self.delta >= 0, "delta", f"must be >= 0, got {self.delta}")
+        _check(self.weight_cap > 0, "weight_cap", f"must be > 0, got {self.weight_cap}")
+        _check(self.balance_ratio >= 0, "balance_ratio", f"must be >= 0, got {self.balance_ratio}")
+        _check(self.balance_floor >= 0, "balance_floor", f"must be >= 0, got {self.balance_floor}")
         self.delta_by_length = {int(k): float(v) for k, v in dict(self.delta_by_length).items()}
+        for k, v in self.delta_by_length.items():
+            _check(k >= 1, f"delta_by_length.{k}", "a bucket bound is a token count and must be >= 1")
+            _check(v >= 0, f"delta_by_length.{k}", f"delta must be >= 0, got {v}")
 
 
 @dataclass
@@ -235,7 +273,9 @@ class PeerConfig:
     """Apply balancing in stored-peer mode (there is no partner direction, so the default is off)."""
 
     def __post_init__(self) -> None:
-        _check(self.source == "live" or bool(self.store_path), "peer.source=store needs peer.store_path")
+        _check(self.source == "live" or bool(self.store_path), "store_path", "is required with peer.source=store")
+        _check(self.max_replacements is None or self.max_replacements >= 0, "max_replacements",
+               f"must be >= 0, got {self.max_replacements}")
 
 
 @dataclass
@@ -281,11 +321,18 @@ class UpdateConfig:
     """HACPO rolling window (steps) of success rates for the capability ratio."""
 
     def __post_init__(self) -> None:
-        _check(0 <= self.clip_low < 1, "update.clip_low must be in [0, 1)")
-        _check(self.clip_high >= 0, "update.clip_high must be >= 0")
-        _check(self.num_minibatches >= 1, "update.num_minibatches must be >= 1")
-        _check(self.epochs >= 1, "update.epochs must be >= 1")
-        _check(self.logprob_chunk >= 1 and self.micro_batch_size >= 1, "update.logprob_chunk and micro_batch_size must be >= 1")
+        _check(0 <= self.clip_low < 1, "clip_low", f"must be in [0, 1), got {self.clip_low}")
+        _check(self.clip_high >= 0, "clip_high", f"must be >= 0, got {self.clip_high}")
+        _check(self.num_minibatches >= 1, "num_minibatches", f"must be >= 1, got {self.num_minibatches}")
+        _check(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
+        _check(self.adv_eps >= 0, "adv_eps", f"must be >= 0, got {self.adv_eps}")
+        _check(self.logprob_chunk >= 1, "logprob_chunk", f"must be >= 1, got {self.logprob_chunk}")
+        _check(self.micro_batch_size >= 1, "micro_batch_size", f"must be >= 1, got {self.micro_batch_size}")
+        _check(self.luffy_gamma > 0, "luffy_gamma", f"must be > 0, got {self.luffy_gamma}")
+        _check(self.sgt_coef >= 0, "sgt_coef", f"must be >= 0, got {self.sgt_coef}")
+        _check(0 <= self.hacpo_delta <= 1, "hacpo_delta", f"must be in [0, 1], got {self.hacpo_delta}")
+        _check(self.hacpo_delta_step >= 0, "hacpo_delta_step", f"must be >= 0, got {self.hacpo_delta_step}")
+        _check(self.hacpo_window >= 1, "hacpo_window", f"must be >= 1, got {self.hacpo_window}")
 
 
 @dataclass
@@ -296,6 +343,9 @@ class CheckpointConfig:
     """How many checkpoints to keep."""
     save_final: bool = True
     """Save a checkpoint when the run ends."""
+
+    def __post_init__(self) -> None:
+        _check(self.save_every >= 0, "save_every", f"must be >= 0 (0: only at the end), got {self.save_every}")
 
 
 @dataclass
@@ -313,6 +363,15 @@ class EvalConfig:
     repeats: int = 1
     """Independent repeats (the paper uses 5 for final numbers)."""
 
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, "every", f"must be >= 0 (0 disables), got {self.every}")
+        _check(self.n >= 1, "n", f"must be >= 1, got {self.n}")
+        _check(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
+        _check(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
+        _check(self.max_new_tokens is None or self.max_new_tokens > 0, "max_new_tokens",
+               f"must be > 0, got {self.max_new_tokens}")
+        _check(self.repeats >= 1, "repeats", f"must be >= 1, got {self.repeats}")
+
 
 @dataclass
 class ResourceConfig:
@@ -322,6 +381,11 @@ class ResourceConfig:
     """GPUs per worker."""
     num_cpus: float = 1
     """CPUs per worker."""
+
+    def __post_init__(self) -> None:
+        _check(self.num_workers >= 1, "num_workers", f"must be >= 1, got {self.num_workers}")
+        _check(self.num_gpus >= 0, "num_gpus", f"must be >= 0, got {self.num_gpus}")
+        _check(self.num_cpus >= 0, "num_cpus", f"must be >= 0, got {self.num_cpus}")
 
 
 @dataclass
@@ -334,7 +398,9 @@ class RayConfig:
     """A remote call that does not answer within this many seconds stops the run."""
 
     def __post_init__(self) -> None:
-        self.resources = {k: v if isinstance(v, ResourceConfig) else ResourceConfig(**v) for k, v in dict(self.resources).items()}
+        self.resources = {k: v if isinstance(v, ResourceConfig) else _build(ResourceConfig, v, f"resources.{k}")
+                          for k, v in dict(self.resources).items()}
+        _check(self.actor_timeout_s > 0, "actor_timeout_s", f"must be > 0, got {self.actor_timeout_s}")
 
 
 @dataclass
@@ -380,49 +446,275 @@ class Config:
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.models]
-        _check(len(set(names)) == len(names), f"model names must be unique, got {names}")
+        _check(len(set(names)) == len(names), "models", f"model names must be unique, got {names}")
         if self.peer.source == "store":
-            _check(len(self.models) == 1, "peer.source=store trains one receiver: give exactly one model")
+            _check(len(self.models) == 1, "models", f"peer.source=store trains one receiver: give exactly one model, got {len(self.models)}")
         elif self.exchange.mode == "graft":
-            _check(len(self.models) == 2, f"mode graft exchanges between exactly two models, got {len(self.models)}")
+            _check(len(self.models) == 2, "models", f"exchange.mode=graft exchanges between exactly two models, got {len(self.models)}")
         else:
-            _check(len(self.models) >= 1, "give at least one model")
-        _check(self.steps >= 0, "steps must be >= 0")
-        _check(self.batch_prompts >= self.update.num_minibatches,
-               f"batch_prompts ({self.batch_prompts}) must be >= update.num_minibatches ({self.update.num_minibatches}): groups are never split")
+            _check(len(self.models) >= 1, "models", "give at least one model")
+        _check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        _check(self.steps >= 0, "steps", f"must be >= 0, got {self.steps}")
+        _check(self.batch_prompts >= 1, "batch_prompts", f"must be >= 1, got {self.batch_prompts}")
+        _check(self.batch_prompts >= self.update.num_minibatches, "batch_prompts",
+               f"{self.batch_prompts} must be >= update.num_minibatches ({self.update.num_minibatches}): groups are never split")
+        if self.data.train == "arithmetic":
+            _check(self.batch_prompts <= self.data.arithmetic.num_prompts, "batch_prompts",
+                   f"{self.batch_prompts} exceeds the {self.data.arithmetic.num_prompts} prompts of the arithmetic task "
+                   "(data.arithmetic.num_prompts): a batch would repeat prompts")
+        _check(self.threads is None or self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
+        _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)), "device",
+               f"{self.device!r} is not one of auto, cpu, cuda, cuda:N")
+        _check(bool(str(self.run_dir).strip()), "run_dir", "is required")
+        _check(not self.eval.every or self.data.val is not None, "eval.every",
+               f"is {self.eval.every} but data.val is not set: there is nothing to evaluate on "
+               "(set data.val, or eval.every=0)")
+        if self.backend == "ray":
+            for name in self.ray.resources:
+                _check(name in names, f"ray.resources.{name}", f"names no model; models: {names}")
 
 
 # ----------------------------------------------------------------------------- I/O
 
 def _build(cls: type, data: Any, where: str) -> Any:
-    """Build dataclass ``cls`` from nested dicts, rejecting unknown keys by name."""
+    """Build dataclass ``cls`` from nested dicts; every value is checked against its field's
+    type (:func:`_coerce`) and every error names the dotted field (``where`` is the path of ``cls``)."""
     if not dataclasses.is_dataclass(cls):
         return data
     if isinstance(data, cls):
         return data
     if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{where or 'config'}: expected a mapping of {cls.__name__} fields, got {_show(data)}")
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - known
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in known]
     if unknown:
-        raise ConfigError(f"unknown config key(s) {sorted(unknown)} in {where or 'config'}; known: {sorted(known)}")
-    kwargs = {}
-    for name, value in data.items():
-        sub = f"{where}.{name}" if where else name
-        hint = hints[name]
-        origin = typing.get_origin(hint)
-        if dataclasses.is_dataclass(hint):
-            kwargs[name] = _build(hint, value, sub)
-        elif origin is list and typing.get_args(hint) and dataclasses.is_dataclass(typing.get_args(hint)[0]):
-            item = typing.get_args(hint)[0]
-            kwargs[name] = [_build(item, v, f"{sub}.{i}") for i, v in enumerate(value or [])]
-        else:
-            kwargs[name] = value
+        raise ConfigError(f"{_join(where, unknown[0])}: unknown config key; the keys of {where or 'the top level'} "
+                          f"are {', '.join(known)}")
+    kwargs = {name: _coerce(hints[name], value, _join(where, name)) for name, value in data.items()}
     try:
         return cls(**kwargs)
+    except _FieldError as e:
+        raise ConfigError(f"{_join(where, e.field)}: {e.reason}") from None
     except TypeError as e:
         raise ConfigError(f"{where or 'config'}: {e}") from None
+
+
+def _join(where: str, name: Any) -> str:
+    return f"{where}.{name}" if where else str(name)
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it (YAML spelling for null/booleans/mappings)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return repr(value)
+
+
+def _describe(hint: Any) -> str:
+    """What a type hint accepts, in words (for messages)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is bool:
+        return "true or false"
+    if hint is int:
+        return "an integer"
+    if hint is float:
+        return "a number"
+    if hint is str:
+        return "text"
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        parts = [_describe(a) for a in args if a is not type(None)]
+        if type(None) in args:
+            parts.append("null")
+        return " or ".join(parts)
+    if origin is list:
+        return f"a list of {_describe(args[0])}" if args else "a list"
+    if origin is tuple:
+        return f"a list of {len(args)} numbers" if args and args[-1] is not Ellipsis else "a list"
+    if origin is dict:
+        return f"a mapping of {_describe(args[0])} to {_describe(args[1])}" if args else "a mapping"
+    if dataclasses.is_dataclass(hint):
+        return f"a mapping of {hint.__name__} fields"
+    return getattr(hint, "__name__", str(hint))
+
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _exact(hint: Any, value: Any) -> bool:
+    """``value`` already has type ``hint`` (no conversion needed); used to pick a member of a union."""
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, float)
+    if hint is str:
+        return isinstance(value, str)
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return any(type(value) is type(a) and value == a for a in typing.get_args(hint))
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin is dict or dataclasses.is_dataclass(hint):
+        return isinstance(value, dict)
+    return False
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    """``value`` checked against (and converted to) the type ``hint`` of field ``where``.
+
+    Literal: one of the choices, exactly (``GRPO`` is not ``grpo``). int: an integer (a float
+    with an integral value is accepted; booleans are not). float: a number (ints accepted; text
+    such as ``2e-6``, which YAML 1.1 reads as a string, is converted; NaN is rejected). bool:
+    true/false. str: text (numbers are turned into text). ``X | None``: null or X. list/tuple:
+    a list whose items are checked (``models.0``), tuple of the declared length. dict: a
+    mapping whose keys and values are checked, or the text ``{k:v,...}``. Dataclass: a mapping
+    (:func:`_build`).
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if origin is Literal:
+        if any(type(value) is type(a) and value == a for a in args):
+            return value
+        raise ConfigError(f"{where}: {_show(value)} is not one of {', '.join(str(a) for a in args)}")
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ConfigError(f"{where}: expected {_describe(hint)}, got null")
+        for a in members:
+            if _exact(a, value):
+                return _coerce(a, value, where)
+        errors = []
+        for a in members:
+            try:
+                return _coerce(a, value, where)
+            except ConfigError as e:
+                errors.append(e)
+        if len(members) == 1:
+            raise errors[0]
+        raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {_show(value)}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+            return int(value)
+        raise ConfigError(f"{where}: expected an integer, got {_show(value)}")
+    if hint is float:
+        out = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out = float(value)
+        elif isinstance(value, str) and _NUMBER.match(value.strip()):
+            out = float(value)
+        if out is None or math.isnan(out):
+            raise ConfigError(f"{where}: expected a number, got {_show(value)}")
+        return out
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{where}: expected text, got {_show(value)}")
+    if origin is list:
+        if value is None:
+            return []
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
+        return [_coerce(args[0], v, f"{where}.{i}") for i, v in enumerate(value)] if args else list(value)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
+        if args and args[-1] is Ellipsis:
+            return tuple(_coerce(args[0], v, f"{where}.{i}") for i, v in enumerate(value))
+        if args and len(value) != len(args):
+            raise ConfigError(f"{where}: expected {_describe(hint)}, got {len(value)} item(s)")
+        return tuple(_coerce(a, v, f"{where}.{i}") for i, (a, v) in enumerate(zip(args, value))) if args else tuple(value)
+    if origin is dict:
+        if value is None:
+            return {}
+        if isinstance(value, str):
+            value = parse_flow_mapping(value, where)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
+        key_t, val_t = args if args else (Any, Any)
+        if any(v is None for v in value.values()) and not _accepts_none(val_t):
+            raise ConfigError(f"{where}: a key has no value ({value!r}); in YAML write a space after each "
+                              "colon, e.g. {8: 0.01, 12: 0.9}")
+        out = {}
+        for k, v in value.items():
+            kk = _coerce(key_t, k, f"{where} key {k!r}")
+            out[kk] = _coerce(val_t, v, f"{where}.{k}")
+        return out
+    return value
+
+
+def _accepts_none(hint: Any) -> bool:
+    return hint is Any or (typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint))
+
+
+def parse_flow_mapping(text: str, where: str = "") -> dict:
+    """``{8:0.01,12:0.9}`` (or with spaces) as a dict, each key and value read as YAML.
+
+    YAML reads a flow mapping only with a space after each colon (``{8:0.01}`` is the single
+    key ``8:0.01``, a base-60 number in YAML 1.1), so mappings typed on the command line
+    without spaces are parsed here. Nested mappings/lists are not supported by this form.
+    """
+    t = text.strip()
+    if not (t.startswith("{") and t.endswith("}")) or any(c in t[1:-1] for c in "{}[]"):
+        raise ConfigError(f"{where}: expected a mapping such as {{8: 0.01, 12: 0.9}}, got {text!r}")
+    out: dict = {}
+    body = t[1:-1].strip()
+    for item in (body.split(",") if body else []):
+        k, sep, v = item.partition(":")
+        if not sep or not k.strip() or not v.strip():
+            raise ConfigError(f"{where}: {item.strip()!r} in {text!r} is not key:value")
+        try:
+            out[yaml.safe_load(k.strip())] = yaml.safe_load(v.strip())
+        except yaml.YAMLError:
+            raise ConfigError(f"{where}: {item.strip()!r} in {text!r} is not key:value") from None
+    return out
+
+
+def field_hint(key: str) -> Any:
+    """Type hint of the dotted config field ``key`` (``exchange.delta_by_length``, ``models.0.lr``),
+    or ``None`` when no such field exists (then :func:`_build` reports the key)."""
+    hint: Any = Config
+    for part in key.split("."):
+        while typing.get_origin(hint) in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(hint) if a is not type(None)]
+            if len(members) != 1:
+                return None
+            hint = members[0]
+        origin = typing.get_origin(hint)
+        if dataclasses.is_dataclass(hint):
+            hints = typing.get_type_hints(hint)
+            if part not in hints:
+                return None
+            hint = hints[part]
+        elif origin in (list, tuple, dict) and typing.get_args(hint):
+            hint = typing.get_args(hint)[-1 if origin is dict else 0]
+        else:
+            return None
+    return hint
 
 
 def to_dict(cfg: Any) -> dict:
@@ -430,29 +722,57 @@ def to_dict(cfg: Any) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 
-def _parse_value(text: str) -> Any:
-    return yaml.safe_load(text) if text != "" else ""
+def _parse_value(text: str, key: str = "") -> Any:
+    """The value of a ``key=value`` override: YAML, read with the field's type in mind.
+
+    A dict-typed field takes ``{8:0.01,12:0.9}`` without spaces (:func:`parse_flow_mapping`);
+    a text field keeps the raw text when YAML would read something else (``instruction=Answer: x``
+    is not a mapping, ``run_dir=2024`` is not a number).
+    """
+    if text == "":
+        return ""
+    hint = field_hint(key) if key else None
+    t = text.strip()
+    if hint is not None and typing.get_origin(hint) is dict and t.startswith("{") and not any(c in t[1:-1] for c in "{}[]"):
+        return parse_flow_mapping(t, key)
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        if hint is str:
+            return text
+        raise ConfigError(f"{key or 'override'}: {text!r} is not a valid value: {str(e).splitlines()[0]}") from None
+    if hint is str and not isinstance(value, str):
+        return text
+    return value
 
 
 def apply_override(tree: dict, key: str, value: Any) -> None:
     """Set ``a.b.0.c = value`` in a nested dict/list tree, creating dicts as needed."""
     parts = key.split(".")
+    if not all(parts):
+        raise ConfigError(f"override {key!r}: empty part in the dotted key")
     node: Any = tree
-    for i, part in enumerate(parts[:-1]):
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
         if isinstance(node, list):
+            if not re.fullmatch(r"\d+", part):
+                raise ConfigError(f"{'.'.join(parts[:i]) or key}: a list; {part!r} in override {key} is not an index")
             idx = int(part)
             if idx >= len(node):
-                raise ConfigError(f"override {key}: index {idx} out of range ({len(node)} items)")
-            node = node[idx]
+                raise ConfigError(f"{'.'.join(parts[:i])}: override {key}: index {idx} out of range ({len(node)} items)")
+            if last:
+                node[idx] = value
+            else:
+                node = node[idx]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if part not in node or node[part] is None:
+                    node[part] = {}
+                node = node[part]
         else:
-            if part not in node or node[part] is None:
-                node[part] = {}
-            node = node[part]
-    last = parts[-1]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
+            raise ConfigError(f"{'.'.join(parts[:i])}: is {_show(node)}, not a section; cannot set {key}")
 
 
 def _merge(base: dict, top: dict) -> dict:
@@ -489,7 +809,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
         key, value = item.split("=", 1)
-        apply_override(tree, key.strip(), _parse_value(value))
+        key = key.strip()
+        apply_override(tree, key, _parse_value(value, key))
     return _build(Config, tree, "")
 
 
