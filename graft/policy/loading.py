@@ -21,6 +21,15 @@ disables the model cache (the tokenizer cache is always used).
 
 Every failure to find or read a model is raised as :class:`ModelLoadError` with the path
 and the cause, never a bare traceback from deep inside transformers.
+
+Fail fast. A ``path`` that looks like a local path (starts with ``./``, ``../``, ``/`` or ``~``,
+has more than one ``/``, or whose first component exists here, e.g. ``models/foo`` next to a
+``models/`` folder) must exist locally; it is never sent to the hub. Before a hub id is fetched,
+:func:`hub_unavailable_reason` checks once (``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``, else one
+TCP connection to the hub with a 3 s limit) whether the hub can be reached; when it cannot, only
+the local hub cache is used (``local_files_only``) and a model missing from it is an immediate
+:class:`ModelLoadError` instead of a minute of retries. :func:`check_model_source` runs these
+checks without loading anything (the trainer calls it for every model before loading any).
 """
 from __future__ import annotations
 
@@ -32,8 +41,11 @@ import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
+import threading
 import time
+from urllib.parse import urlparse
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
@@ -116,6 +128,18 @@ def looks_like_hub_id(path: str) -> bool:
     return bool(_HUB_ID.match(path)) and ".." not in path and "--" not in path and not path.endswith(".")
 
 
+def _local_path_reason(path: str) -> str | None:
+    """Why ``path`` must be a local path (and not a hub id), or ``None`` if it may be a hub id."""
+    if path.startswith(("./", "../", "/", "~")) or path in (".", ".."):
+        return "it starts with ./, ../, / or ~"
+    if path.count("/") > (2 if path.endswith(".gguf") else 1):
+        return "it has more '/' than a hub id (owner/name, or owner/name/file.gguf)"
+    head = path.split("/")[0]
+    if "/" in path and Path(head).expanduser().exists():
+        return f"'{head}' exists here ({Path(head).resolve()})"
+    return None
+
+
 def resolve_model_path(path: str) -> tuple[str, str | None]:
     """``(folder_or_hub_id, gguf_file_name_or_None)`` for a ``ModelConfig.path``.
 
@@ -140,9 +164,10 @@ def resolve_model_path(path: str) -> tuple[str, str | None]:
             p = p.resolve()
             return str(p.parent), p.name
         repo, _, fname = path.rpartition("/")
-        if looks_like_hub_id(repo) and "/" in repo and not p.exists():
+        reason = _local_path_reason(path)
+        if looks_like_hub_id(repo) and "/" in repo and not p.exists() and reason is None:
             return repo, fname  # owner/name/file.gguf on the hub
-        raise ModelLoadError(f"GGUF file not found: {path}")
+        raise ModelLoadError(f"GGUF file not found: {path}" + (f" (read as a local path: {reason})" if reason else ""))
     if p.is_dir():
         p = p.resolve()
         if (p / "config.json").is_file() or (p / "adapter_config.json").is_file():
@@ -154,6 +179,10 @@ def resolve_model_path(path: str) -> tuple[str, str | None]:
                              + (f" and {len(ggufs)} .gguf files (name one)" if ggufs else ""))
     if p.exists():
         raise ModelLoadError(f"{path} is a file but not a .gguf file nor a model folder")
+    reason = _local_path_reason(path)
+    if reason is not None:
+        raise ModelLoadError(f"model path {path!r} does not exist ({Path(path).expanduser().absolute()}); "
+                             f"it is read as a local path because {reason}")
     if looks_like_hub_id(path):
         return path, None
     raise ModelLoadError(f"model path {path!r} does not exist locally and is not a Hugging Face hub id (owner/name)")
@@ -163,13 +192,89 @@ def _is_local(folder: str) -> bool:
     return Path(folder).is_dir()
 
 
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+_HUB_STATE: dict[str, str | None] = {}
+
+
+def hub_unavailable_reason(timeout_s: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached, or ``None`` when it (probably) can.
+
+    ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` set: offline. Otherwise one TCP connection to the
+    endpoint (``HF_ENDPOINT``, default huggingface.co) on port 443 within ``timeout_s`` (name
+    lookup included); behind a proxy (``HTTPS_PROXY``/``ALL_PROXY``) the check is skipped. The
+    answer is cached for the process.
+    """
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if _truthy(var):
+            return f"{var} is set"
+    if "answer" in _HUB_STATE:
+        return _HUB_STATE["answer"]
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    result: list[str | None] = ["no answer within the time limit"]
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                result[0] = None
+        except OSError as e:
+            result[0] = f"{type(e).__name__}: {e}"
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout_s + 0.5)
+    answer = None if result[0] is None else f"cannot connect to {host}:{port} ({result[0]})"
+    _HUB_STATE["answer"] = answer
+    return answer
+
+
+def _hub_kw(revision: str | None) -> dict:
+    """from_pretrained keyword arguments for a hub id: the revision, and ``local_files_only`` when
+    the hub cannot be reached (then the local hub cache answers at once instead of retrying)."""
+    kw: dict[str, Any] = {"revision": revision}
+    if hub_unavailable_reason() is not None:
+        kw["local_files_only"] = True
+    return kw
+
+
+def _in_hub_cache(repo: str, filename: str, revision: str | None) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        return isinstance(try_to_load_from_cache(repo, filename, revision=revision), str)
+    except Exception:  # noqa: BLE001 - an unusual cache layout: let the real load decide
+        return True
+
+
+def check_model_source(path: str, revision: str | None = None, what: str = "model") -> None:
+    """Fail fast, without loading anything, when ``path`` (a ``ModelConfig.path``/``tokenizer``)
+    cannot be found: a missing local path, or a hub id while the hub is unreachable and the id
+    is not in the local hub cache. Raises :class:`ModelLoadError` naming the path."""
+    folder, gguf = resolve_model_path(path)
+    if _is_local(folder):
+        return
+    reason = hub_unavailable_reason()
+    if reason is None:
+        return
+    wanted = gguf or ("config.json" if what == "model" else "tokenizer_config.json")
+    if not _in_hub_cache(folder, wanted, revision):
+        raise ModelLoadError(f"{what} path {path!r} is not a local path, and it is a hub id that cannot be fetched: "
+                             f"the Hugging Face hub is unreachable ({reason}) and {folder!r} is not in the local hub "
+                             "cache; give a local folder or .gguf file, or run with network access")
+
+
 def _local_gguf(folder: str, gguf_file: str, revision: str | None) -> Path:
     """Local path of a GGUF file (downloading it when ``folder`` is a hub repo)."""
     if _is_local(folder):
         return Path(folder) / gguf_file
     try:
         from huggingface_hub import hf_hub_download
-        return Path(hf_hub_download(folder, gguf_file, revision=revision))
+        return Path(hf_hub_download(folder, gguf_file, revision=revision,
+                                    local_files_only=hub_unavailable_reason() is not None))
     except Exception as e:  # noqa: BLE001
         raise ModelLoadError(f"could not fetch {gguf_file} from hub repo {folder!r}: {type(e).__name__}: {e}") from None
 
@@ -263,7 +368,7 @@ def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> A
     if gguf is not None:
         folder = str(gguf_tokenizer_folder(_local_gguf(folder, gguf, cfg.revision)))
     try:
-        kw = {} if _is_local(folder) else {"revision": cfg.revision}
+        kw = {} if _is_local(folder) else _hub_kw(cfg.revision)
         tok = AutoTokenizer.from_pretrained(folder, **kw)
     except Exception as e:  # noqa: BLE001
         raise _hf_error("tokenizer", folder, e) from None
@@ -325,7 +430,7 @@ def load_base_model(path: str, dtype: str | torch.dtype = "float32", revision: s
             return _gguf_model(gpath, tdtype)
         folder = str(gguf_model_folder(gpath))
     try:
-        kw = {} if _is_local(folder) else {"revision": revision}
+        kw = {} if _is_local(folder) else _hub_kw(revision)
         return AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype, **kw)
     except Exception as e:  # noqa: BLE001
         raise _hf_error("model", folder, e) from None
