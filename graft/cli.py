@@ -27,9 +27,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from graft.storage.trajectory_store import StoreError
     from graft.distributed.ray_backend import WorkerFailure
     from graft.trainer.loop import GraderHang
+    from graft.trainer.metrics import OutputError
 
     return (ConfigError, DataError, ModelLoadError, CheckpointError, StoreError, GraderHang, WorkerFailure,
-            FileNotFoundError)
+            OutputError, FileNotFoundError)
 
 
 def train_main(argv: list[str]) -> int:
@@ -112,6 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         return _dispatch(argv[0], argv[1:])
     except _user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:   # disk full, permissions, a file where a folder should be: one line, no traceback
+        from graft.trainer.metrics import output_error
+
+        err = output_error(e, e.filename or "?")
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

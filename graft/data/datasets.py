@@ -199,6 +199,29 @@ def _short(x: Any) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
+def check_batch_fits(prompts: list[Prompt], batch_prompts: int, source: str) -> None:
+    """Refuse ``batch_prompts`` larger than the usable prompts of ``source`` (a batch would hold a
+    prompt twice); checked right after loading, before any model is loaded."""
+    if batch_prompts > len(prompts):
+        raise DataError(f"batch_prompts: {batch_prompts} exceeds the {len(prompts)} usable prompts of data.train "
+                        f"({source}): a batch would repeat prompts; lower batch_prompts or add data")
+
+
+def prompts_fingerprint(prompts: list[Prompt]) -> dict:
+    """``{"prompts": N, "sha256": hex}`` over every prompt's id, problem and answer, in order.
+
+    Stored in checkpoints (``state["data_fingerprint"]``) so that resuming on a changed data file
+    (rows added, removed, reordered or edited) is refused instead of silently continuing.
+    """
+    h = hashlib.sha256()
+    for p in prompts:
+        for part in (p.id, p.problem, p.answer):
+            b = part.encode("utf-8")
+            h.update(len(b).to_bytes(8, "little"))
+            h.update(b)
+    return {"prompts": len(prompts), "sha256": h.hexdigest()}
+
+
 # ----------------------------------------------------------------------------- sampling
 
 class PromptSampler:

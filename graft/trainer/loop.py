@@ -7,7 +7,6 @@ switches to a forward pass); zero-advantage sequences are not forwarded in the u
 """
 from __future__ import annotations
 
-import json
 import resource
 import shutil
 import sys
@@ -22,7 +21,7 @@ from tqdm.auto import tqdm
 from graft.algos.advantages import RollingRate, grpo_advantages, hacpo_advantages
 from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, config_diff, save_config, to_dict
-from graft.data.datasets import PromptSampler, load_prompts
+from graft.data.datasets import DataError, PromptSampler, check_batch_fits, load_prompts, prompts_fingerprint
 from graft.exchange.handover import GateSettings
 from graft.exchange.live import complementarity, counts, exchange_pair, exchange_stored
 from graft.reward.grader import Grader
@@ -32,7 +31,8 @@ from graft.storage.trajectory_store import TrajectoryStore, select_stored_group
 from graft.distributed.ray_backend import close_learners, make_learners
 from graft.trainer.learner import Learner
 from graft.trainer.rules import get_rule
-from graft.trainer.metrics import JsonlWriter, console_line, group_stats, prefixed, timed
+from graft.trainer.metrics import (JsonlWriter, check_run_dir, console_line, dumps_json, group_stats, output_error,
+                                   prefixed, timed)
 from graft.types import VERIFY_TIMEOUT, RolloutGroup
 
 
@@ -273,8 +273,17 @@ def setup(cfg: Config) -> Run:
     prompts, stats = load_prompts(cfg.data.train, cfg.data.on_bad_row, cfg.data.arithmetic)
     if stats.get("skipped"):
         print(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}", file=sys.stderr)
+    check_batch_fits(prompts, cfg.batch_prompts, cfg.data.train)
     val = load_prompts(cfg.data.val, cfg.data.on_bad_row, cfg.data.arithmetic, cfg.data.val_limit)[0] if cfg.data.val else None
+    check_run_dir(run_dir)   # before anything is loaded or written
     ckpt = _find_resume(cfg, run_dir)
+    _check_same_data(ckpt, prompts, cfg.data.train)
+    from graft.policy.loading import check_model_source
+    for m in cfg.models:   # a missing path or an unreachable hub fails here, before any model loads
+        if ckpt is None or m.lora.enabled:
+            check_model_source(m.path, m.revision)
+        if m.tokenizer:
+            check_model_source(m.tokenizer, m.revision, what="tokenizer")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
     learners = make_learners(cfg, device, ckpt)   # Learner per model, or RayLearner (backend: ray)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -312,12 +321,28 @@ def _find_resume(cfg: Config, run_dir: Path):
     return ckpt
 
 
+def _check_same_data(ckpt, prompts, source: str) -> None:
+    """Refuse to resume on training data that differs from the data the checkpoint was trained on
+    (ids, problems or answers; checkpoints written before the fingerprint existed are not checked here)."""
+    saved = ckpt.state.get("data_fingerprint") if ckpt is not None else None
+    if saved is None:
+        return
+    now = prompts_fingerprint(prompts)
+    if now["sha256"] != saved.get("sha256"):
+        raise DataError(f"data.train ({source}) changed since {ckpt.path} was saved: it held {saved.get('prompts')} prompts "
+                        f"(sha256 {str(saved.get('sha256'))[:12]}), now {now['prompts']} (sha256 {now['sha256'][:12]}); "
+                        "resume with the original data, or start a new run_dir")
+
+
 def _restore(run: Run, ckpt) -> None:
     if ckpt is None:
         return
     for name, learner in run.learners.items():
         learner.optimizer.load_state_dict(ckpt.optimizer_state(name))
-    run.sampler.load_state_dict(ckpt.state["sampler"])
+    try:
+        run.sampler.load_state_dict(ckpt.state["sampler"])
+    except ValueError as e:   # e.g. a checkpoint from before the data fingerprint, on changed data
+        raise DataError(f"cannot resume from {ckpt.path} with data.train={run.cfg.data.train}: {e}") from None
     for name, st in ckpt.state.get("hacpo_rates", {}).items():
         run.hacpo_rates.setdefault(name, RollingRate(run.cfg.update.hacpo_window)).load_state_dict(st)
     run.eval_history = ckpt.state.get("eval_history", [])
@@ -332,10 +357,17 @@ def _restore(run: Run, ckpt) -> None:
 
 def save(run: Run, step: int) -> Path:
     state = {"sampler": run.sampler.state_dict(), "step": step, "eval_history": run.eval_history,
-             "hacpo_rates": {n: r.state_dict() for n, r in run.hacpo_rates.items()}}
-    return save_checkpoint(run.run_dir, step, {n: l.save for n, l in run.learners.items()},
-                           {n: l.optimizer for n, l in run.learners.items()}, state, to_dict(run.cfg),
-                           run.cfg.checkpoint.keep_last)
+             "hacpo_rates": {n: r.state_dict() for n, r in run.hacpo_rates.items()},
+             "data_fingerprint": prompts_fingerprint(run.sampler.prompts)}
+    try:
+        return save_checkpoint(run.run_dir, step, {n: l.save for n, l in run.learners.items()},
+                               {n: l.optimizer for n, l in run.learners.items()}, state, to_dict(run.cfg),
+                               run.cfg.checkpoint.keep_last)
+    except (OSError, RuntimeError) as e:   # disk full, permissions: one line, not a traceback
+        err = output_error(e, run.run_dir / "checkpoints")   # also a CheckpointError wrapping ENOSPC
+        if err is None:
+            raise
+        raise err from None
 
 
 def evaluate_phase(run: Run, step: int) -> dict:
@@ -378,7 +410,7 @@ def train(cfg: Config) -> dict:
         run.grader.close()
         close_learners(run.learners)   # Ray actors / rollout engines; a WorkerFailure propagates after this
     summary = summarize(run, time.perf_counter() - t_start, final)
-    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (run.run_dir / "summary.json").write_text(dumps_json(summary, indent=2, default=str))
     print_summary(summary, file=sys.stderr)
     return summary
 

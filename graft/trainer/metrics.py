@@ -1,6 +1,13 @@
-"""Per-step metrics: phase timers, group statistics and the JSONL writers."""
+"""Per-step metrics: phase timers, group statistics, the JSONL writers and run-folder checks.
+
+JSON outputs never hold NaN or infinities (which are not JSON): :func:`json_safe` turns them
+into ``null`` at any depth (audit rows nest lists of dicts), and the writers encode with
+``allow_nan=False`` so a value that slipped through fails loudly instead of writing
+``-Infinity``.
+"""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -42,10 +49,79 @@ def prefixed(prefix: str, metrics: dict) -> dict:
     return {f"{prefix}/{k}": v for k, v in metrics.items()}
 
 
-def _clean(v):
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
+class OutputError(RuntimeError):
+    """The run folder (or a file in it) cannot be written: permissions, a file in the way, disk full.
+    The message names the path and the cause."""
+
+
+# errno values that mean "this output cannot be written here", as opposed to a bug.
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
+                           errno.EISDIR, errno.ENAMETOOLONG, errno.EFBIG})
+
+
+def output_error(e: BaseException, what: str | os.PathLike) -> OutputError | None:
+    """An :class:`OutputError` for an exception raised while writing ``what``, when it is an
+    out-of-space / permission / path error (also torch's and safetensors' RuntimeErrors that
+    report a failed file write); ``None`` for anything else."""
+    if isinstance(e, OSError) and e.errno in OUTPUT_ERRNOS:
+        target = e.filename or what
+        hint = " (disk full?)" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
+        return OutputError(f"cannot write {target}: {e.strerror or e}{hint}")
+    text = str(e)
+    if isinstance(e, RuntimeError) and ("No space left" in text or "file write failed" in text):
+        return OutputError(f"cannot write {what}: {text.splitlines()[0][:200]} (disk full?)")
+    return None
+
+
+def check_run_dir(run_dir: str | os.PathLike) -> None:
+    """Refuse a ``run_dir`` that cannot be created or written, without creating anything.
+
+    The folder itself, or its nearest existing parent, must be a writable folder (a path under a
+    regular file, a read-only file system or missing permissions are refused here, before any
+    model is loaded). Raises :class:`OutputError` naming ``run_dir``.
+    """
+    p = Path(run_dir).expanduser()
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"run_dir {p}: is a file, not a folder")
+    probe = p
+    while not probe.exists():
+        parent = probe.parent
+        if parent == probe:
+            break
+        probe = parent
+    if not probe.is_dir():
+        raise OutputError(f"run_dir {p}: cannot be created because {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "cannot be written" if probe == p else f"cannot be created: no write permission in {probe}"
+        raise OutputError(f"run_dir {p}: {what}")
+    if p.is_dir():
+        for name in ("metrics.jsonl", "audit.jsonl", "config.yaml", "checkpoints", "trajectories"):
+            q = p / name
+            if q.exists() and not os.access(q, os.W_OK):
+                raise OutputError(f"run_dir {p}: {q} cannot be written")
+
+
+def json_safe(v):
+    """``v`` with NaN/±inf replaced by ``None`` at any depth (dict keys become text, tuples
+    lists, NumPy/torch scalars Python numbers); other objects are left for ``json`` to judge."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if v is None or isinstance(v, (str, bool, int)):
+        return v
+    if isinstance(v, dict):
+        return {(k if isinstance(k, str) else str(k)): json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    if hasattr(v, "tolist"):   # NumPy scalars and arrays, tensors
+        return json_safe(v.tolist())
+    if hasattr(v, "__float__") and not isinstance(v, (str, bytes)):
+        return json_safe(float(v))
     return v
+
+
+def dumps_json(record, **kw) -> str:
+    """``json.dumps`` of :func:`json_safe` ``(record)`` with ``allow_nan=False``."""
+    return json.dumps(json_safe(record), allow_nan=False, **kw)
 
 
 class JsonlWriter:
@@ -56,11 +132,19 @@ class JsonlWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, record: dict) -> None:
-        line = json.dumps({k: _clean(v) for k, v in record.items()}, default=float)
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append ``record`` as one line (NaN/inf at any depth -> null; see :func:`json_safe`).
+        A full disk or a permission problem is an :class:`OutputError` naming the file."""
+        line = dumps_json(record)
+        try:
+            with open(self.path, "a") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            err = output_error(e, self.path)
+            if err is None:
+                raise
+            raise err from None
 
     def truncate_after(self, step: int) -> None:
         """Drop records of steps > ``step`` (and a torn last line) when resuming."""
