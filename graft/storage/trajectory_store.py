@@ -61,6 +61,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from graft.trainer.metrics import dumps_json
 from graft.types import RolloutGroup
 
 SCHEMA_VERSION = 1
@@ -178,6 +179,18 @@ def _resolve_root(path: str | Path) -> Path:
     return p
 
 
+_EXPECTED = ("graft store expects a trajectory store folder (RUN/trajectories, holding step_NNNNNN.parquet files), "
+             "a run folder holding trajectories/, or one step_NNNNNN.parquet file")
+
+
+def _not_a_store(path: Path) -> str:
+    if not path.exists():
+        return f"no trajectory store at {path}: no such file or folder; {_EXPECTED}"
+    if path.is_file():
+        return f"{path} is a file but not a trajectory store step file (step_NNNNNN.parquet); {_EXPECTED}"
+    return f"no trajectory store at {path}: it holds no step_NNNNNN.parquet files; {_EXPECTED}"
+
+
 def _read_file(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:
     """Read and validate one step file; returns a table with ``columns`` (default: all) cast to SCHEMA."""
     try:
@@ -215,12 +228,17 @@ class TrajectoryStore:
 
     Constructing does not touch the disk; the folder is created by the first :meth:`write_step`.
     ``run_id`` is needed only for writing. Given a run folder holding ``trajectories/``,
-    reads use that subfolder.
+    reads use that subfolder; given one ``step_NNNNNN.parquet`` file, reads see only that step.
     """
 
     def __init__(self, root: str | Path, run_id: str | None = None) -> None:
+        self.given = Path(root)
         self.root = _resolve_root(root)
         self.run_id = run_id
+        self._only_step: int | None = None
+        m = _FILE_RE.match(self.root.name)
+        if m and self.root.is_file():   # a single step file: read-only view of that step
+            self.root, self._only_step = self.root.parent, int(m.group(1))
 
     # ------------------------------------------------------------------ paths
 
@@ -231,7 +249,8 @@ class TrajectoryStore:
         """Steps with a visible (committed) file, ascending."""
         if not self.root.is_dir():
             return []
-        return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _FILE_RE.match(p.name)))
+        return sorted(int(m.group(1)) for p in self.root.iterdir()
+                      if (m := _FILE_RE.match(p.name)) and self._only_step in (None, int(m.group(1))))
 
     def _cleanup_tmp(self) -> None:
         for p in self.root.glob(".step_*.parquet.*.tmp"):
@@ -300,6 +319,8 @@ class TrajectoryStore:
         (empty) file, marking the step as done. Returns the file path."""
         if not self.run_id:
             raise StoreError("TrajectoryStore needs a run_id to write")
+        if self._only_step is not None:
+            raise StoreError(f"{self.given}: a single step file is read-only; open its folder to write")
         self.root.mkdir(parents=True, exist_ok=True)
         self._cleanup_tmp()
         table = pa.Table.from_pydict(self._rows(step, epoch, groups, tokenizer_names, peer_use), schema=SCHEMA)
@@ -334,7 +355,7 @@ class TrajectoryStore:
 
     def _files(self, steps: Iterable[int] | None) -> list[Path]:
         if not self.root.is_dir():
-            raise StoreError(f"no trajectory store at {self.root}")
+            raise StoreError(_not_a_store(self.given))
         wanted = None if steps is None else set(int(s) for s in steps)
         return [self.path_for(s) for s in self.steps() if wanted is None or s in wanted]
 
@@ -406,6 +427,8 @@ def info(path: str | Path) -> dict:
     """Summary of a store: models, tokenizer per model, steps, rows, reward rate, size, schema version."""
     store = TrajectoryStore(path)
     files = store._files(None)
+    if not files:
+        raise StoreError(_not_a_store(store.given))
     cols = ["run_id", "model", "tokenizer", "step", "prompt_id", "reward", "verify_status"]
     t = store.read(columns=cols)
     size = sum(p.stat().st_size for p in files)
@@ -421,7 +444,7 @@ def info(path: str | Path) -> dict:
         m["status"][d["verify_status"][i]] = m["status"].get(d["verify_status"][i], 0) + 1
     steps = store.steps()
     return {
-        "path": str(store.root),
+        "path": str(store.given if store._only_step is not None else store.root),
         "schema_version": SCHEMA_VERSION,
         "run_ids": sorted(set(d["run_id"])),
         "files": len(files),
@@ -450,7 +473,7 @@ def export_jsonl(path: str | Path, out: str | Path, models: Iterable[str] | None
         with open(tmp, "w") as f:
             for p in store._files(None):
                 for row in _read_file(p, None, filters).to_pylist():
-                    f.write(json.dumps(row) + "\n")
+                    f.write(dumps_json(row) + "\n")
                     n += 1
         os.replace(tmp, out)
     finally:
