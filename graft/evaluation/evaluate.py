@@ -623,14 +623,29 @@ def _model_cfg_for(model: str, template: str | None):
         if match:  # RUN/checkpoints/step_N/A: architecture/template from the run, weights from the folder
             cfg, weights_from = match[0], str(p)
     elif p.is_dir() and (p / "config.yaml").exists() and not (p / "config.json").exists():
-        names = [m.name for m in load_config(p / "config.yaml").models]
-        raise EvalError(f"{p} is a checkpoint step folder; pass one model folder: "
-                        + ", ".join(str(p / n) for n in names))
+        raise EvalError(_which_model_folder(p, [m.name for m in load_config(p / "config.yaml").models]))
     if cfg is None:
         cfg = ModelConfig(name="eval", path=model)
     if template:
         cfg.template = template
     return cfg, weights_from
+
+
+def _which_model_folder(p: Path, names: list[str]) -> str:
+    """The message for ``--model`` naming a run folder or a checkpoint step folder: the model
+    folders that exist (of the latest checkpoint for a run folder), or that there is none."""
+    from graft.storage.checkpoint import latest_checkpoint
+
+    if (p / "manifest.json").exists() or p.parent.name == "checkpoints":
+        step, kind = p, "a checkpoint step folder"
+    else:
+        step, kind = latest_checkpoint(p), "a run folder"
+        if step is None:
+            return f"{p} is a run folder without a complete checkpoint (none in {p / 'checkpoints'}); pass a model folder"
+    found = [str(step / n) for n in names if (step / n).is_dir()]
+    if not found:
+        return f"{p} is {kind} but holds no model folder ({', '.join(names)})"
+    return f"{p} is {kind}; pass one model folder" + (" of its latest checkpoint" if step != p else "") + ": " + ", ".join(found)
 
 
 def build_parser() -> argparse.ArgumentParser:
