@@ -270,20 +270,16 @@ def setup(cfg: Config) -> Run:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    prompts, stats = load_prompts(cfg.data.train, cfg.data.on_bad_row, cfg.data.arithmetic)
+    prompts, stats = _load_data("data.train", cfg.data.train, cfg)
     if stats.get("skipped"):
         print(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}", file=sys.stderr)
     check_batch_fits(prompts, cfg.batch_prompts, cfg.data.train)
-    val = load_prompts(cfg.data.val, cfg.data.on_bad_row, cfg.data.arithmetic, cfg.data.val_limit)[0] if cfg.data.val else None
+    val = _load_data("data.val", cfg.data.val, cfg, cfg.data.val_limit)[0] if cfg.data.val else None
     check_run_dir(run_dir)   # before anything is loaded or written
     ckpt = _find_resume(cfg, run_dir)
     _check_same_data(ckpt, prompts, cfg.data.train)
-    from graft.policy.loading import check_model_source
-    for m in cfg.models:   # a missing path or an unreachable hub fails here, before any model loads
-        if ckpt is None or m.lora.enabled:
-            check_model_source(m.path, m.revision)
-        if m.tokenizer:
-            check_model_source(m.tokenizer, m.revision, what="tokenizer")
+    _check_model_sources(cfg, ckpt)
+    peer_groups, peer_name = _peer_groups(cfg) if cfg.peer.source == "store" else (None, "peer")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
     learners = make_learners(cfg, device, ckpt)   # Learner per model, or RayLearner (backend: ray)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -292,20 +288,49 @@ def setup(cfg: Config) -> Run:
               sampler=PromptSampler(prompts, cfg.batch_prompts, cfg.seed, cfg.data.shuffle),
               grader=Grader(cfg.reward.timeout_s, cfg.reward.workers),
               metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
-              store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val)
-    if cfg.peer.source == "store":
-        peer_store = TrajectoryStore(cfg.peer.store_path)
-        peer_model = peer_store.resolve_model(cfg.peer.store_model, exclude=cfg.models[0].name)
-        run.peer_groups = peer_store.iter_groups(peer_model)
-        run.peer_name = peer_model
+              store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val,
+              peer_groups=peer_groups, peer_name=peer_name)
     _restore(run, ckpt)
     return run
+
+
+def _load_data(field: str, spec: str, cfg: Config, limit: int | None = None):
+    try:
+        return load_prompts(spec, cfg.data.on_bad_row, cfg.data.arithmetic, limit)
+    except DataError as e:
+        raise DataError(f"{field}: {e}") from None
+
+
+def _check_model_sources(cfg: Config, ckpt) -> None:
+    """A missing model path or an unreachable hub fails here, before any model is loaded."""
+    from graft.policy.loading import ModelLoadError, check_model_source
+
+    for i, m in enumerate(cfg.models):
+        checks = [("path", m.path, "model")] if ckpt is None or m.lora.enabled else []   # resumed: weights from the checkpoint
+        checks += [("tokenizer", m.tokenizer, "tokenizer")] if m.tokenizer else []
+        for field_name, path, what in checks:
+            try:
+                check_model_source(path, m.revision, what=what)
+            except ModelLoadError as e:
+                raise ModelLoadError(f"models.{i}.{field_name}: {e}") from None
+
+
+def _peer_groups(cfg: Config):
+    """Stored-peer mode: the peer's stored groups and model name (read before any model loads)."""
+    from graft.storage.trajectory_store import StoreError
+
+    try:
+        peer_store = TrajectoryStore(cfg.peer.store_path)
+        peer_model = peer_store.resolve_model(cfg.peer.store_model, exclude=cfg.models[0].name)
+        return peer_store.iter_groups(peer_model), peer_model
+    except StoreError as e:
+        raise StoreError(f"peer.store_path: {e}") from None
 
 
 def _find_resume(cfg: Config, run_dir: Path):
     if cfg.resume is False or cfg.resume is None:
         if (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0:
-            raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it or choose another run_dir")
+            raise ConfigError(f"run_dir: {run_dir} already holds a run; pass resume=true to continue it or choose another run_dir")
         return None
     path = latest_checkpoint(run_dir) if cfg.resume is True else Path(str(cfg.resume))
     if path is None:
