@@ -102,8 +102,10 @@ class ModelConfig:
     """Hub revision (branch, tag or commit) when ``path`` is a hub id."""
 
     def __post_init__(self) -> None:
-        _check(bool(self.name) and "/" not in self.name and not self.name.startswith("."), "name",
-               f"{self.name!r} must be non-empty, contain no '/' and not start with '.' (it names checkpoint folders)")
+        _check(bool(self.name) and "/" not in self.name and not self.name.startswith(".")
+               and self.name not in ("state.pt", "config.yaml", "manifest.json"), "name",
+               f"{self.name!r} must be non-empty, contain no '/', not start with '.' and not be a checkpoint file name "
+               "(it names checkpoint folders)")
         _check(bool(self.path), "path", f"is required (model {self.name})")
         _check(self.lr >= 0, "lr", f"must be >= 0, got {self.lr} (model {self.name})")
         _check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
