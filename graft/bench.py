@@ -379,8 +379,11 @@ def bench_a(base: Config, model: str, reps: int, run_root: Path) -> dict:
             reason = trl_batch_problem(cfg)
         if reason is None:
             progress(f"(a) loading {model} for TRL {package_version('trl')}")
-            trl = TrlBench(cfg, entry, prompts, run.grader, learner, run_root / "a-trl")
-            out["prompt_ids_match"] = trl.prompt_ids_match
+            try:
+                trl = TrlBench(cfg, entry, prompts, run.grader, learner, run_root / "a-trl")
+                out["prompt_ids_match"] = trl.prompt_ids_match
+            except TrlUnsupported as e:
+                reason = str(e)
         sides = [("graft", lambda i: rollout_rate(step_row(rewound_step(run, state, i + 1), [entry.name])))]
         if trl is not None:
             sides.append(("trl", lambda i: rollout_rate(trl.step())))
@@ -399,6 +402,10 @@ def bench_a(base: Config, model: str, reps: int, run_root: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------- TRL helper section
+
+class TrlUnsupported(RuntimeError):
+    """The installed TRL cannot be set up to match graft (the message says why)."""
+
 
 def trl_unavailable_reason() -> str | None:
     """None when TRL can be imported, else why not (one line)."""
@@ -465,13 +472,17 @@ class TrlBench:
         from graft.policy.loading import load_model, load_tokenizer
 
         device = learner.policy.device
+        fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+        self.config_kwargs = trl_config_kwargs(cfg, entry, out_dir, device.type == "cpu", fields)
+        missing = sorted(set(self.config_kwargs) - fields)
+        if missing:
+            raise TrlUnsupported(f"TRL {package_version('trl')} has no GRPOConfig field(s) {', '.join(missing)}; "
+                                 "the bench cannot match graft's settings with it (tested with trl 1.16)")
         tokenizer = load_tokenizer(entry)
         model = load_model(entry, device=str(device))
         texts = [learner.render_prompt(p.problem) for p in prompts]
         self.prompt_ids_match = [list(ids) for ids in tokenizer(text=texts)["input_ids"]] == \
             [learner.encode_prompt(p.problem) for p in prompts]
-        self.config_kwargs = trl_config_kwargs(cfg, entry, out_dir, device.type == "cpu",
-                                               {f.name for f in dataclasses.fields(GRPOConfig)})
         self._rewards: list[list[float]] = []
         self._tokens: list[int] = []
 

@@ -163,3 +163,13 @@ def test_bench_trl_side_on_the_tiny_llama(tmp_path, tiny_llama_dir, tiny_gemma_d
     assert set(res) >= {"a"} and "b" not in res and "c" not in res
     assert "| step |" in (tmp_path / "out" / "bench.md").read_text()
     assert "train_runtime" not in capsys.readouterr().out      # TRL's end-of-train print is removed
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL not installed (pip install 'graft[bench]')")
+def test_a_trl_without_a_matching_setting_is_refused_before_loading(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(bench, "trl_config_kwargs", lambda *a: {"loss_type": "bnpo", "no_such_grpo_field": 1})
+    learner = SimpleNamespace(policy=SimpleNamespace(device=torch.device("cpu")))
+    with pytest.raises(bench.TrlUnsupported, match="no_such_grpo_field"):
+        bench.TrlBench(load_config(DEFAULT), load_config(DEFAULT).models[0], [], None, learner, Path("/tmp/x"))
