@@ -244,6 +244,11 @@ class ExchangeConfig:
     delta_by_length: dict[int, float] = field(default_factory=dict)
     """Beyond the paper: per-length-bucket gates ``{max_tokens: delta}``; a response of L receiver tokens uses
     the delta of the smallest bucket bound >= L, else ``delta``."""
+    conflict: Literal["most_successes", "most_compatible", "model_order"] = "most_successes"
+    """With three or more models, which source's group a receiver gets when several sources kept the same
+    prompt after balancing: ``most_successes`` (highest k_S, then highest mean s, then model order),
+    ``most_compatible`` (highest mean s, then k_S, then model order) or ``model_order`` (the earlier model
+    in ``models``). Every conflict is written into the audit log. Never arises with two models."""
 
     def __post_init__(self) -> None:
         _check(self.delta >= 0, "delta", f"must be >= 0, got {self.delta}")
@@ -452,7 +457,9 @@ class Config:
         if self.peer.source == "store":
             _check(len(self.models) == 1, "models", f"peer.source=store trains one receiver: give exactly one model, got {len(self.models)}")
         elif self.exchange.mode == "graft":
-            _check(len(self.models) == 2, "models", f"exchange.mode=graft exchanges between exactly two models, got {len(self.models)}")
+            _check(len(self.models) >= 2, "models", f"exchange.mode=graft needs at least two models, got {len(self.models)}")
+            _check(self.update.rule != "hacpo" or len(self.models) == 2, "models",
+                   f"update.rule=hacpo shares groups within a pair: give exactly two models, got {len(self.models)}")
         else:
             _check(len(self.models) >= 1, "models", "give at least one model")
         _check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")

@@ -137,10 +137,11 @@ def main(argv=None) -> int:
 
     from graft.algos.advantages import grpo_advantages
     from graft.algos.minibatch import plan_minibatches
-    from graft.config import ModelConfig, RolloutConfig, UpdateConfig
+    from graft.config import ExchangeConfig, ModelConfig, RolloutConfig, UpdateConfig
     from graft.data.arithmetic import make_arithmetic
-    from graft.exchange.handover import GateSettings
-    from graft.exchange.live import exchange_pair
+    from graft.exchange.handover import Scoring
+    from graft.exchange.live import exchange_live
+    from graft.trainer.rules import make_rule
     from graft.policy.engines import EngineUnavailable
     from graft.trainer.learner import Learner
 
@@ -181,11 +182,9 @@ def main(argv=None) -> int:
         for g, a in zip(gs, adv):
             g.advantages = a.tolist()
     t_ex = time.time()
-    train_groups, audit, xm, peers = exchange_pair(1, groups, learners, n, GateSettings(delta=0.0), balance="min",
-                                                   selection="ranked", include_all_correct=False, ratio=2.0, floor=1,
-                                                   generator=torch.Generator().manual_seed(0))
-    for recv, peer in peers.items():
-        crafted_rewards(peer)
+    ex = exchange_live(1, groups, learners, n, ExchangeConfig(delta=0.0), Scoring(), crafted_rewards,
+                       torch.Generator().manual_seed(0))
+    train_groups, xm = ex.train_groups, ex.metrics
     sync()
     results["exchange_s"] = round(time.time() - t_ex, 2)
     print(f"gpu_check: exchange: A->B {xm.get('exchange/A->B/transferred', 0)} responses, "
@@ -194,7 +193,7 @@ def main(argv=None) -> int:
         gs = train_groups[name]
         plan = plan_minibatches([g.is_peer for g in gs], uc.num_minibatches, uc.order, torch.Generator().manual_seed(1))
         sync()
-        m = lr.update(gs, plan, uc, rc.temperature)
+        m = lr.update(gs, plan, uc, rc.temperature, make_rule(uc))
         sync()
         results[f"{name}/train_tokens"] = m["tokens/update"]
         results[f"{name}/train_tokens_per_s"] = round(m["tokens_per_s/update"], 1)

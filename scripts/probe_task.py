@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from graft.reward.grader import Grader
     from graft.trainer.learner import Learner
     from graft.trainer.metrics import group_stats
-    from graft.trainer.loop import gate_settings, step_seed
+    from graft.trainer.loop import step_seed
 
     cfg = load_config(args.config, args.overrides)
     if cfg.threads:
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             if s != r:
                 results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
                 if args.compat:
-                    results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], gate_settings(cfg))
+                    results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], cfg)
     print(json.dumps(results, indent=2))
     print("\n| model | template | mean reward | prompts solved (>=1 of n) | all-fail prompts | boxed answers |")
     print("|---|---|---|---|---|---|")
@@ -95,19 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _compat(groups, receiver, settings) -> dict:
+def _compat(groups, receiver, cfg) -> dict:
     """Gate metrics (``gating.gate_metrics``) of every response of ``groups`` handed to ``receiver``
     by the exchange's own code, for all responses and for the correct ones."""
     from graft.algos.gating import gate_metrics
-    from graft.exchange.handover import hand_over
+    from graft.exchange.handover import Scoring, hand_over
 
     for g in groups:   # hand_over copies the source's advantages; any values do here
         g.advantages = [0.0] * g.size
-    _, audit, _ = hand_over(groups, receiver, {}, settings)
+    audit = hand_over(groups, receiver, cfg.exchange, Scoring.of(cfg)).rows
     s = torch.tensor([a["s"] for a in audit])
     admitted = torch.tensor([a["admitted"] for a in audit], dtype=torch.bool)
     correct = torch.tensor([a["reward_source"] > 0.5 for a in audit], dtype=torch.bool)
-    return {"delta": settings.delta, "all": gate_metrics(s, admitted),
+    return {"delta": cfg.exchange.delta, "all": gate_metrics(s, admitted),
             "correct": gate_metrics(s[correct], admitted[correct])}
 
 

@@ -6,13 +6,12 @@ policy π_θold^R, for own and peer rows alike), per-sequence ``advantages``, ``
 (1 for own rows, the gate weight for peer rows) and ``is_peer``, and returns
 ``(loss, metrics)``; the loss is minimised. Masked positions may hold any value, NaN included.
 
-Metrics are plain floats. Counts (``tokens/{own,peer}``, ``count/{own,peer}_clip_{low,high}``)
-are raw so a trainer can sum them across micro-batches; ``clip_frac/*`` are the per-call
-fractions (0 when there are no tokens).
+Metrics are plain floats: additive totals (``tokens/*``, ``count/*``, ``sum/*``; ``max/*``) that a
+trainer merges across micro-batches, minibatches and ranks with :func:`merge`, plus this call's
+:func:`summarize` (``clip_frac/*``, ``ratio/mean|max``, ...), which the trainer recomputes from
+the merged totals.
 """
 from __future__ import annotations
-
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -77,31 +76,61 @@ def _clipped_objective(ratio: Tensor, adv: Tensor, clip_low: float, clip_high: f
     return torch.minimum(ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv)
 
 
+ADDITIVE = ("tokens/", "count/", "sum/")
+"""Metric prefixes that add up over micro-batches, minibatches and ranks (``max/`` keys take the max)."""
+
+
+def summarize(totals: dict) -> dict:
+    """Per-call or per-update summary metrics from additive totals (one place for every fraction).
+
+    ``clip_frac/{own,peer}_{low,high}`` = clipped tokens / tokens of that population;
+    ``ratio/mean`` (over valid tokens), ``ratio/max``; ``luffy/peer_prob_mean`` (over peer
+    tokens) and ``sgt/nll`` (token-mean over SGT rows) when the loss reports them.
+    """
+    t = totals
+    frac = lambda num, den: t.get(num, 0.0) / t[den] if t.get(den) else 0.0  # noqa: E731
+    out = {f"clip_frac/{pop}_{side}": frac(f"count/{pop}_clip_{side}", f"tokens/{pop}")
+           for pop in ("own", "peer") for side in ("low", "high")}
+    valid = t.get("tokens/own", 0.0) + t.get("tokens/peer", 0.0)
+    if "sum/ratio" in t:
+        out["ratio/mean"] = t["sum/ratio"] / valid if valid else 1.0
+        out["ratio/max"] = t["max/ratio"] if valid else 1.0
+    if "sum/peer_prob" in t:
+        out["luffy/peer_prob_mean"] = frac("sum/peer_prob", "tokens/peer")
+    if "sum/sgt_nll" in t:
+        out["sgt/nll"] = frac("sum/sgt_nll", "tokens/sgt")
+    return out
+
+
+def merge(totals: dict, part: dict) -> dict:
+    """Add ``part``'s additive metrics into ``totals`` (``max/`` keys: maximum); other keys are ignored."""
+    for key, v in part.items():
+        if key.startswith(ADDITIVE):
+            totals[key] = totals.get(key, 0.0) + float(v)
+        elif key.startswith("max/"):
+            totals[key] = max(totals.get(key, float("-inf")), float(v))
+    return totals
+
+
 def _clip_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, is_peer: Tensor, clip_low: float, clip_high: float, peer_clipped: bool) -> dict:
-    """Token counts and fractions where clipping is ACTIVE (TRL convention): low = ρ < 1−ε_low
-    and Â < 0, high = ρ > 1+ε_high and Â > 0; per population (own / peer rows). One host sync."""
+    """Token counts where clipping is ACTIVE (TRL convention): low = ρ < 1−ε_low and Â < 0,
+    high = ρ > 1+ε_high and Â > 0; per population (own / peer rows); the ratio's sum and max
+    over valid tokens; and their :func:`summarize`. One host sync."""
     ratio = ratio.detach()
     low = (ratio < 1 - clip_low) & (adv < 0) & mask
     high = (ratio > 1 + clip_high) & (adv > 0) & mask
     rows = torch.stack([~is_peer, is_peer])[:, :, None]  # [2,B,1]: own, peer
     counts = torch.stack([(mask & rows).sum((1, 2)), (low & rows).sum((1, 2)), (high & rows).sum((1, 2))])
     ratio_sum = torch.where(mask, ratio, torch.zeros_like(ratio)).sum()
-    ratio_max = torch.where(mask, ratio, torch.full_like(ratio, -torch.inf)).max()
+    ratio_max = torch.where(mask, ratio, torch.full_like(ratio, -torch.inf)).max() if mask.numel() else ratio_sum
     counts, (ratio_sum, ratio_max) = counts.tolist(), torch.stack([ratio_sum, ratio_max]).tolist()
-    n_valid = counts[0][0] + counts[0][1]
-    out: dict = {}
+    out: dict = {"sum/ratio": ratio_sum, "max/ratio": ratio_max}
     for i, pop in enumerate(("own", "peer")):
-        tokens = counts[0][i]
         active = peer_clipped or pop == "own"
-        n_low, n_high = (counts[1][i], counts[2][i]) if active else (0, 0)
-        out[f"tokens/{pop}"] = tokens
-        out[f"count/{pop}_clip_low"] = n_low
-        out[f"count/{pop}_clip_high"] = n_high
-        out[f"clip_frac/{pop}_low"] = n_low / tokens if tokens else 0.0
-        out[f"clip_frac/{pop}_high"] = n_high / tokens if tokens else 0.0
-    out["ratio/mean"] = ratio_sum / n_valid if n_valid else 1.0
-    out["ratio/max"] = ratio_max if n_valid else 1.0
-    return out
+        out[f"tokens/{pop}"] = counts[0][i]
+        out[f"count/{pop}_clip_low"] = counts[1][i] if active else 0
+        out[f"count/{pop}_clip_high"] = counts[2][i] if active else 0
+    return out | summarize(out)
 
 
 def _ppo_parts(
@@ -175,8 +204,8 @@ def luffy_loss(
     loss = aggregate(-weights.to(obj.dtype)[:, None] * obj, mask, agg, num_tokens, num_seqs)
     metrics = _clip_metrics(ratio, adv, mask, is_peer, clip_low, clip_high, peer_clipped=False)
     peer_tok = mask & is_peer[:, None]
-    metrics["luffy/peer_prob_mean"] = float(prob.detach()[peer_tok].mean()) if peer_tok.any() else 0.0
-    return loss, metrics
+    metrics["sum/peer_prob"] = float(torch.where(peer_tok, prob.detach(), torch.zeros_like(prob)).sum())
+    return loss, metrics | summarize(metrics)
 
 
 def sgt_loss(
@@ -218,9 +247,9 @@ def sgt_loss(
     nll_sum = torch.where(sgt_tok, -logp, torch.zeros_like(logp)).sum()
     denom = sgt_tok.sum().clamp(min=1).item() if num_sgt_tokens is None else max(num_sgt_tokens, 1.0)
     nll = nll_sum / denom
-    metrics["sgt/nll"] = float(nll.detach())
+    metrics["sum/sgt_nll"] = float(nll_sum.detach())
     metrics["tokens/sgt"] = int(sgt_tok.sum())
-    return pg + coef * nll, metrics
+    return pg + coef * nll, metrics | summarize(metrics)
 
 
 def hacpo_loss(
@@ -254,18 +283,3 @@ def hacpo_loss(
     obj = torch.where(is_peer[:, None], ratio * adv, obj)
     loss = aggregate(-weights.to(obj.dtype)[:, None] * obj, mask, agg, num_tokens, num_seqs)
     return loss, _clip_metrics(ratio, adv, mask, is_peer, clip_low, clip_high, peer_clipped=False)
-
-
-POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict]]] = {
-    "graft": policy_loss,
-    "luffy": luffy_loss,
-    "sgt": sgt_loss,
-    "hacpo": hacpo_loss,
-}
-
-
-def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict]]:
-    """The loss of update rule ``name``; ValueError listing the valid names otherwise."""
-    if name not in POLICY_LOSSES:
-        raise ValueError(f"unknown update rule {name!r}; valid: {', '.join(POLICY_LOSSES)}")
-    return POLICY_LOSSES[name]

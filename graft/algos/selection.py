@@ -116,3 +116,37 @@ def capped_selection(k_source: Tensor, candidates: Tensor, cap: int | None) -> T
     top_with_ties(k_S, C, cap) (ties at the cap are kept, so more than ``cap`` may pass)."""
     _check_pair(k_source, candidates)
     return candidates.clone() if cap is None else top_with_ties(k_source, candidates, cap)
+
+
+CONFLICT_RULES = ("most_successes", "most_compatible", "model_order")
+
+
+def resolve_conflicts(keep: Tensor, k_source: Tensor, s_mean: Tensor, rule: str = "most_successes") -> Tensor:
+    """One receiver, several sources: at most one source per prompt (N-model exchange, beyond the paper).
+
+    ``keep`` Bool[S,P]: prompts each source S hands to this receiver after balancing;
+    ``k_source`` [S,P]: each source's success count; ``s_mean`` [S,P]: mean compatibility of
+    the source's group under the receiver (any value where ``keep`` is False). Sources are
+    rows in model order. Among the sources of a prompt, the winner has the largest key:
+
+    - ``most_successes``: (k_S, mean s, earlier model)
+    - ``most_compatible``: (mean s, k_S, earlier model)
+    - ``model_order``: (earlier model)
+
+    Returns Bool[S,P]: ``keep`` with every losing source's entry cleared. With a single
+    source (two models) it returns ``keep`` unchanged.
+    """
+    assert keep.dim() == 2 and keep.dtype == torch.bool, f"keep must be Bool[S,P], got {keep.dtype} {tuple(keep.shape)}"
+    assert k_source.shape == keep.shape and s_mean.shape == keep.shape, "k_source and s_mean must be [S,P] like keep"
+    if rule not in CONFLICT_RULES:
+        raise ValueError(f"unknown conflict rule {rule!r}; valid: {', '.join(CONFLICT_RULES)}")
+    out = keep.clone()
+    S = keep.shape[0]
+    for p in torch.nonzero(keep.sum(0) > 1).flatten().tolist():
+        def key(s: int) -> tuple:
+            k, c = int(k_source[s, p]), float(s_mean[s, p])
+            return {"most_successes": (k, c, -s), "most_compatible": (c, k, -s), "model_order": (-s,)}[rule]
+        winner = max((s for s in range(S) if keep[s, p]), key=key)
+        out[:, p] = False
+        out[winner, p] = True
+    return out

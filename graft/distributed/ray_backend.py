@@ -164,12 +164,13 @@ class PolicyWorker:
                num_minibatches: int) -> dict:
         """Run this rank's part of one pass: per minibatch, its micro-batches (plus zero-weight
         dummies up to the common count), then one optimiser step on the summed gradient."""
-        from graft.algos.losses import get_policy_loss
+        from graft.algos.losses import merge
         from graft.distributed import fsdp
+        from graft.trainer.rules import make_rule
 
         lr = self.learner
         model = self.policy.model
-        loss_fn = get_policy_loss(uc.rule)
+        loss_fn = make_rule(uc).loss
         totals: dict[str, float] = {}
         tokens_done = 0
         params = [p for p in model.parameters() if p.requires_grad]
@@ -185,9 +186,7 @@ class PolicyWorker:
                                                  loss_kwargs)
                         loss.backward()
                         mb_loss += float(loss)
-                        for key, v in m.items():
-                            if key.startswith(("count/", "tokens/")):
-                                totals[key] = totals.get(key, 0.0) + float(v)
+                        merge(totals, m)
                         tokens_done += sum(len(s.response_ids) for s in micro[j])
                     else:
                         tok = self.policy.pad_token_id
@@ -279,34 +278,6 @@ def _save_full(policy, state: dict, path: str | Path) -> None:
 
 # ============================================================================ driver side
 
-class _TextSide:
-    """The receiver-side text operations of a Policy (template, tokenizer), without the model.
-
-    Borrows :class:`Policy`'s own methods so that both backends tokenize identically."""
-
-    def __init__(self, cfg: ModelConfig, weights_from: str | None) -> None:
-        from graft.policy.loading import load_tokenizer
-        from graft.policy.policy import Policy
-
-        self.cfg = cfg
-        self.name = cfg.name
-        self.tokenizer = load_tokenizer(cfg, weights_from=weights_from)
-        self.eos_token_id = self.tokenizer.eos_token_id
-        self._policy_cls = Policy
-
-    def render_prompt(self, problem: str) -> str:
-        return self._policy_cls.render_prompt(self, problem)
-
-    def encode_prompt(self, problem: str) -> list[int]:
-        return self._policy_cls.encode_prompt(self, problem)
-
-    def encode_response(self, text: str, finished: bool) -> list[int]:
-        return self._policy_cls.encode_response(self, text, finished)
-
-    def decode(self, ids) -> str:
-        return self._policy_cls.decode(self, ids)
-
-
 class _RemoteOptimizer:
     """``state_dict``/``load_state_dict`` of the workers' optimizer (what checkpoints need)."""
 
@@ -339,7 +310,7 @@ class RemotePolicy:
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "",
-                 seeds: Sequence[int] | None = None, stop_strings: Sequence[str] = (), **_):
+                 seeds: Sequence[int] | None = None, stop_strings: Sequence[str] | None = None, **_):
         """``Policy.generate`` over the workers: prompts split in blocks, one seed per prompt
         (``seeds``, else derived from (``seed``, prompt index)), results in prompt order."""
         from graft.policy.engines import prompt_seeds
@@ -348,7 +319,7 @@ class RemotePolicy:
         sizes = split_sizes(len(prompt_ids), W, balanced_unit(len(prompt_ids), W, max(1, batch_size // max(n, 1))))
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
         kw = dict(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, batch_size=batch_size,
-                  seed=seed, progress=False, desc=desc, stop_strings=list(stop_strings))
+                  seed=seed, progress=False, desc=desc, stop_strings=None if stop_strings is None else list(stop_strings))
         parts = self._learner._call("generate", [(p, s, kw) for p, s in zip(blocks(prompt_ids, sizes), blocks(seeds, sizes))],
                                     "generate")
         return [g for part in parts for g in part]
@@ -369,7 +340,8 @@ class RayLearner:
         if W < 1:
             raise ConfigError(f"ray.resources.{cfg.name}.num_workers must be >= 1")
         self.failed: str | None = None
-        self.text = _TextSide(cfg, str(weights_from) if weights_from else None)
+        from graft.policy.codec import TextCodec
+        self.text = TextCodec.load(cfg, str(weights_from) if weights_from else None)
         self.optimizer = _RemoteOptimizer(self)
         self.policy = RemotePolicy(self)
         self.workers: list = []
@@ -483,7 +455,7 @@ class RayLearner:
         return self.text.encode_prompt(problem)
 
     def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]:
-        return [self.text.encode_response(t, f) for t, f in zip(texts, finished)]
+        return self.text.encode_responses(texts, finished)
 
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
                        micro_batch: int = 8, temperature: float = 1.0, progress: bool = False) -> list[torch.Tensor]:
@@ -522,8 +494,7 @@ class RayLearner:
 
     # ------------------------------------------------------------------ update
     def update(self, groups: list[RolloutGroup], plan: list[list[int]], uc: UpdateConfig, temperature: float,
-               loss_kwargs: dict | None = None, sgt_prompts: frozenset[str] = frozenset(), minibatch_weights=None,
-               progress: bool = False) -> dict:
+               rule, progress: bool = False) -> dict:
         """Like ``Learner.update``; ``progress`` is accepted and ignored (the workers run the minibatches)."""
         from graft.trainer.learner import Learner, prepare_minibatch
 
@@ -531,26 +502,21 @@ class RayLearner:
         W = self.num_workers
         per_rank: list[list[MinibatchShard]] = [[] for _ in range(W)]
         for k, idx in enumerate(plan):
-            mb_groups = [groups[i] for i in idx]
-            if minibatch_weights is not None:
-                mb_groups = minibatch_weights(k, mb_groups)
-            active, counts = prepare_minibatch(mb_groups, sgt_prompts)
+            mb_groups = rule.minibatch_weights(k, [groups[i] for i in idx])
+            active, counts = prepare_minibatch(mb_groups, rule.supervised)
             mbs = uc.micro_batch_size
             # whole micro-batches per rank: each is computed exactly as the single process computes it
             parts = blocks(active, split_sizes(len(active), W, mbs))
             num_micro = max(math.ceil(len(p) / mbs) for p in parts)
             for r in range(W):
                 per_rank[r].append(MinibatchShard(rows=parts[r], counts=counts, num_micro=num_micro))
-        res = self._call("update", [(per_rank[r], uc, temperature, loss_kwargs or {}, len(plan)) for r in range(W)],
+        res = self._call("update", [(per_rank[r], uc, temperature, rule.loss_kwargs(), len(plan)) for r in range(W)],
                          "update")
-        totals: dict[str, float] = {}
-        for r, t in enumerate(res):
-            for key, v in t.items():
-                if key == "grad_norm":
-                    if r == 0:
-                        totals[key] = v          # the global norm, identical on every rank
-                else:
-                    totals[key] = totals.get(key, 0.0) + v
+        from graft.algos.losses import merge
+        totals: dict[str, float] = {"loss": sum(t.get("loss", 0.0) for t in res),
+                                    "grad_norm": res[0].get("grad_norm", 0.0)}   # the global norm, the same on every rank
+        for t in res:
+            merge(totals, t)
         tokens = int(totals.pop("tokens/update", 0))
         return Learner._update_metrics(totals, tokens, time.perf_counter() - t0)
 

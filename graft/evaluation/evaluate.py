@@ -463,6 +463,10 @@ def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | P
     if backend not in ("hf", "vllm"):
         raise EvalError(f"unknown backend {backend!r}; choose hf or vllm")
     ks = sorted({k for k in (ks or default_ks(n)) if 1 <= k <= n} | {1})
+    if engine is None and backend == "hf" and hasattr(policy, "model") and hasattr(policy, "codec"):
+        from graft.policy.engines import make_engine   # a Policy samples through its rollout engine, as training does
+
+        engine = make_engine("hf", policy)
     generator = policy if engine is None else EngineGenerator(policy, engine)
     if backend == "vllm" and engine is None and not isinstance(policy, VllmGenerator):
         if model_path is not None:  # vLLM loads the folder itself

@@ -1,20 +1,50 @@
-"""One exchange step between co-trained models, and with a stored peer (spec §3.2–3.4, §6).
+"""One exchange step among N >= 2 co-trained models on the same prompts (spec §3.2-3.4).
 
-``exchange_pair`` decides which prompts each direction hands over (pure selection from
-:mod:`graft.algos.selection`), hands the source groups to the receiver
-(:func:`graft.exchange.handover.hand_over`) and splices the peer groups into the
-receiver's batch in place of its all-fail groups.
+For every ordered pair (S, R) the candidates are C_{S->R} = {q : k_R(q) = 0, 1 <= k_S(q) < n};
+every unordered pair {A, B} is balanced on its own with ``balanced_selection`` (m = min of the
+two directions' candidate counts, ties kept). A receiver prompt kept by several sources goes
+to one of them (``exchange.conflict``, :func:`graft.algos.selection.resolve_conflicts`); the
+others' groups for it are dropped and the conflict is written into every contender's audit
+record. With two models there are no conflicts and this is exactly the paper's exchange.
+
+The kept groups are handed to their receivers (:func:`graft.exchange.handover.hand_over`),
+re-verified by the receiver's grader, and spliced into the receiver's batch in place of its
+own groups of those prompts.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import torch
 
-from graft.algos.advantages import pooled_advantages, success_counts
-from graft.algos.selection import balanced_selection, candidate_mask, capped_selection, random_selection
-from graft.exchange.handover import GateSettings, Receiver, hand_over
+from graft.algos.advantages import success_counts
+from graft.algos.selection import balanced_selection, candidate_mask, random_selection, resolve_conflicts
+from graft.config import ExchangeConfig
+from graft.exchange.handover import HandOver, Receiver, Scoring, hand_over
 from graft.types import RolloutGroup
+
+Grade = Callable[[list[RolloutGroup]], None]
+"""Fills ``rewards`` and ``status`` of groups in place (the receiver's re-verification)."""
+
+
+@dataclass
+class ExchangeResult:
+    """What one exchange step hands to the update and to the logs."""
+
+    train_groups: dict[str, list[RolloutGroup]]
+    """Per model: its own groups, minus the prompts that were replaced, then the peer groups it received."""
+    peers: dict[str, list[RolloutGroup]] = field(default_factory=dict)
+    """Per model: the peer groups it received (admitted responses only)."""
+    audit: list[dict] = field(default_factory=list)
+    """One record per direction S->R (schema in the README)."""
+    metrics: dict = field(default_factory=dict)
+    """``exchange/S->R/...`` per direction."""
+
+    @classmethod
+    def unchanged(cls, groups: dict[str, list[RolloutGroup]]) -> "ExchangeResult":
+        """No exchange (``mode: grpo``): every model trains on its own groups."""
+        return cls({n: list(gs) for n, gs in groups.items()}, {n: [] for n in groups})
 
 
 def counts(groups: list[RolloutGroup]) -> torch.Tensor:
@@ -28,117 +58,138 @@ def complementarity(k_src: torch.Tensor, k_recv: torch.Tensor) -> float:
     return float((k_src[fail] > 0).float().mean()) if bool(fail.any()) else float("nan")
 
 
-def select_prompts(k_a: torch.Tensor, k_b: torch.Tensor, n: int, *, balance: str, selection: str,
-                   include_all_correct: bool, ratio: float, floor: int,
-                   generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """keep_ab[P], keep_ba[P]: prompts A hands to B and B hands to A."""
-    cand_ab = candidate_mask(k_b, k_a, n, include_all_correct)
-    cand_ba = candidate_mask(k_a, k_b, n, include_all_correct)
-    keep_ab, keep_ba, metrics = balanced_selection(k_a, cand_ab, k_b, cand_ba, balance, ratio, floor)
-    if selection == "random":
-        keep_ab = random_selection(k_b == 0, int(keep_ab.sum()), generator)
-        keep_ba = random_selection(k_a == 0, int(keep_ba.sum()), generator)
-    return keep_ab, keep_ba, {"cand_ab": cand_ab, "cand_ba": cand_ba, **metrics}
+def select(k: dict[str, torch.Tensor], n: int, ex: ExchangeConfig, generator: torch.Generator | None):
+    """Candidates, kept prompts and balanced targets m of every ordered pair (S, R), models in order.
 
-
-def splice(own: list[RolloutGroup], peer: list[RolloutGroup], pooled: bool, eps: float, unbiased: bool) -> list[RolloutGroup]:
-    """The receiver's batch: own groups, with each prompt that received a peer group replaced by it.
-
-    Under the pooled-rewards ablation the receiver keeps its own group too, with
-    advantages normalised jointly with the peer's rewards.
+    Returns ``cand[(S, R)]`` Bool[P], ``keep[(S, R)]`` Bool[P], ``m[(S, R)]`` (-1 without balancing).
     """
-    by_prompt = {g.prompt_id: g for g in peer}
+    names = list(k)
+    cand = {(s, r): candidate_mask(k[r], k[s], n, ex.include_all_correct) for s in names for r in names if s != r}
+    keep, m = {}, {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            keep[a, b], keep[b, a], sel = balanced_selection(k[a], cand[a, b], k[b], cand[b, a], ex.balance,
+                                                             ex.balance_ratio, ex.balance_floor)
+            if ex.selection == "random":   # ablation: as many prompts, drawn from the receiver's all-fail ones
+                keep[a, b] = random_selection(k[b] == 0, int(keep[a, b].sum()), generator)
+                keep[b, a] = random_selection(k[a] == 0, int(keep[b, a].sum()), generator)
+            unbalanced = ex.balance == "none"
+            m[a, b], m[b, a] = (-1, -1) if unbalanced else (int(sel["m_ab"]), int(sel["m_ba"]))
+    return cand, keep, m
+
+
+def splice(own: list[RolloutGroup], peer: list[RolloutGroup], replaced: set[str],
+           pooled_own_advantages: dict[str, list[float]]) -> list[RolloutGroup]:
+    """The receiver's batch: its own groups except those of ``replaced`` prompts, then ``peer``.
+
+    A replaced prompt whose peer group had no admitted response contributes nothing (README,
+    decisions). Under the pooled-rewards ablation the receiver keeps its own group of a prompt
+    that received peer responses, with the jointly normalised advantages.
+    """
+    received = {g.prompt_id for g in peer}
     out = []
     for g in own:
-        if g.prompt_id not in by_prompt:
+        if g.prompt_id not in replaced:
             out.append(g)
-        elif pooled:
-            own_adv, _ = pooled_advantages(g.rewards_tensor(), by_prompt[g.prompt_id].rewards_tensor(), eps, unbiased)
-            out.append(replace(g, advantages=own_adv.tolist()))
+        elif g.prompt_id in pooled_own_advantages and g.prompt_id in received:
+            out.append(replace(g, advantages=pooled_own_advantages[g.prompt_id]))
     return out + peer
 
 
 def direction_audit(step: int, src: str, recv: str, groups_src: list[RolloutGroup], k_src: torch.Tensor,
-                    k_recv: torch.Tensor, cand: torch.Tensor, keep: torch.Tensor, m: int, responses: list[dict]) -> dict:
+                    k_recv: torch.Tensor, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[dict],
+                    conflicts: list[dict]) -> dict:
     return {
         "step": step, "source": src, "receiver": recv,
         "candidates": [{"prompt_id": groups_src[i].prompt_id, "k_source": int(k_src[i]), "k_receiver": int(k_recv[i])}
                        for i in torch.nonzero(cand).flatten().tolist()],
         "m": m,
         "selected": [groups_src[i].prompt_id for i in torch.nonzero(keep).flatten().tolist()],
-        "responses": responses,
+        "responses": rows,
+        "conflicts": conflicts,
     }
 
 
-def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tensor, m: int,
-                      audit_rows: list[dict], gate_metrics: dict) -> dict:
+def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[dict],
+                      gate_metrics: dict, lost: int) -> dict:
     pre = f"exchange/{src}->{recv}"
-    admitted = sum(r["admitted"] for r in audit_rows)
+    admitted = sum(r["admitted"] for r in rows)
     return {
         f"{pre}/candidates": int(cand.sum()), f"{pre}/m": m, f"{pre}/kept_prompts": int(keep.sum()),
-        f"{pre}/transferred": len(audit_rows), f"{pre}/admitted": admitted,
-        f"{pre}/admitted_frac": admitted / len(audit_rows) if audit_rows else float("nan"),
+        f"{pre}/transferred": len(rows), f"{pre}/admitted": admitted,
+        f"{pre}/admitted_frac": admitted / len(rows) if rows else float("nan"),
+        f"{pre}/conflicts_lost": lost,
         **{f"{pre}/{k}": v for k, v in gate_metrics.items() if k.startswith("s_")},
     }
 
 
-def exchange_pair(step: int, groups: dict[str, list[RolloutGroup]], receivers: dict[str, Receiver], n: int,
-                  settings: GateSettings, *, balance: str, selection: str, include_all_correct: bool,
-                  ratio: float, floor: int, generator: torch.Generator | None):
-    """Exchange between exactly two models A and B on the same prompts (same order).
-
-    Returns (new groups per model, audit records [2], metrics, peer groups per receiver).
-    """
-    (a, ga), (b, gb) = groups.items()
-    assert [g.prompt_id for g in ga] == [g.prompt_id for g in gb], "both models must see the same prompts in the same order"
-    k_a, k_b = counts(ga), counts(gb)
-    keep_ab, keep_ba, sel = select_prompts(k_a, k_b, n, balance=balance, selection=selection,
-                                           include_all_correct=include_all_correct, ratio=ratio, floor=floor,
-                                           generator=generator)
-    out, audit, metrics, peers = {}, [], {}, {}
-    for src, recv, g_src, g_recv, k_src, k_recv, keep, cand, m in (
-        (a, b, ga, gb, k_a, k_b, keep_ab, sel["cand_ab"], sel["m_ab"]),
-        (b, a, gb, ga, k_b, k_a, keep_ba, sel["cand_ba"], sel["m_ba"]),
-    ):
-        chosen = [g_src[i] for i in torch.nonzero(keep).flatten().tolist()]
-        own_by_prompt = {g.prompt_id: g for g in g_recv}
-        peer, rows, gate_m = hand_over(chosen, receivers[recv], own_by_prompt, settings, generator)
-        peers[recv] = peer
-        out[recv] = splice(g_recv, peer, settings.pooled_rewards, settings.adv_eps, settings.adv_unbiased)
-        audit.append(direction_audit(step, src, recv, g_src, k_src, k_recv, cand, keep, int(m), rows))
-        metrics |= direction_metrics(src, recv, cand, keep, int(m), rows, gate_m)
-        metrics[f"complementarity/{src}->{recv}"] = complementarity(k_src, k_recv)
-    return out, audit, metrics, peers
+def regrade(grade: Grade, peers: list[RolloutGroup], rows: list[dict]) -> None:
+    """The receiver re-verifies the transferred responses it trains on; its verdict goes into the audit rows."""
+    grade(peers)
+    verdict = {(g.prompt_id, i): r for g in peers for i, r in zip(g.index, g.rewards)}
+    for row in rows:
+        row["reward_receiver"] = verdict.get((row["prompt_id"], row["index"]))
 
 
-def exchange_stored(step: int, own: list[RolloutGroup], stored: list[RolloutGroup | None], receiver: Receiver,
-                    n: int, settings: GateSettings, *, cap: int | None, balance: bool, source_name: str,
-                    include_all_correct: bool, generator: torch.Generator | None):
-    """One-direction exchange from stored peer groups (``stored[p]`` aligned with ``own``, None = no stored group).
+def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: dict[str, Receiver], n: int,
+                  ex: ExchangeConfig, scoring: Scoring, grade: Grade, generator: torch.Generator | None = None,
+                  adv_norm: tuple[float, bool] = (1e-6, True)) -> ExchangeResult:
+    """Exchange among the models of ``groups`` (same prompts, same order for every model)."""
+    names = list(groups)
+    order = [g.prompt_id for g in groups[names[0]]]
+    assert all([g.prompt_id for g in gs] == order for gs in groups.values()), "every model must see the same prompts in order"
+    k = {name: counts(gs) for name, gs in groups.items()}
+    cand, keep, m = select(k, n, ex, generator)
+    handed: dict[tuple[str, str], HandOver] = {}
+    for s in names:
+        for r in names:
+            if s != r:
+                chosen = [groups[s][i] for i in torch.nonzero(keep[s, r]).flatten().tolist()]
+                handed[s, r] = hand_over(chosen, receivers[r], ex, scoring, generator,
+                                         own={g.prompt_id: g for g in groups[r]}, adv_norm=adv_norm)
 
-    Candidates are the receiver's all-fail prompts whose stored group has 1 <= k < n
-    (its own group size n). There is no live partner direction: by default every
-    candidate is kept (up to ``cap``); with ``balance`` the reverse direction is read from
-    the store too (prompts where the stored group is all-fail and the receiver has
-    1 <= k < n) and m = min of the two counts, ties kept, as online.
-    """
-    k_recv = counts(own)
-    k_src = torch.tensor([g.num_correct if g is not None else 0 for g in stored])
-    n_src = torch.tensor([g.size if g is not None else n for g in stored])
-    upper_ok = (k_src <= n_src) if include_all_correct else (k_src < n_src)
-    cand = (k_recv == 0) & (k_src >= 1) & upper_ok
-    m = -1
-    if balance:
-        has = torch.tensor([g is not None for g in stored])
-        reverse = has & (k_src == 0) & (k_recv >= 1) & (k_recv < n)
-        m = min(int(cand.sum()), int(reverse.sum()))
-        cap = m if cap is None else min(cap, m)
-    keep = capped_selection(k_src, cand, cap)
-    chosen = [stored[i] for i in torch.nonzero(keep).flatten().tolist()]
-    peer, rows, gate_m = hand_over(chosen, receiver, {g.prompt_id: g for g in own}, settings, generator)
-    new = splice(own, peer, settings.pooled_rewards, settings.adv_eps, settings.adv_unbiased)
-    src_groups = [g if g is not None else own[i] for i, g in enumerate(stored)]
-    audit = [direction_audit(step, source_name, receiver.name, src_groups, k_src, k_recv, cand, keep, m, rows)]
-    metrics = direction_metrics(source_name, receiver.name, cand, keep, int(keep.sum()), rows, gate_m)
-    metrics[f"complementarity/{source_name}->{receiver.name}"] = complementarity(k_src, k_recv)
-    return {receiver.name: new}, audit, metrics, {receiver.name: peer}
+    result = ExchangeResult({}, {})
+    for r in names:
+        sources = [s for s in names if s != r]
+        won = _resolve(sources, r, keep, k, handed, order, ex.conflict)
+        conflicts = _conflict_records(sources, r, keep, won, k, handed, order)
+        peer, pooled = [], {}
+        for s in sources:
+            ho, lost_ids = handed[s, r], {order[i] for i in torch.nonzero(keep[s, r] & ~won[s]).flatten().tolist()}
+            peer += [g for g in ho.groups if g.prompt_id not in lost_ids]
+            pooled |= {p: a for p, a in ho.own_advantages.items() if p not in lost_ids}
+            ho.rows[:] = [row for row in ho.rows if row["prompt_id"] not in lost_ids]
+        regrade(grade, peer, [row for s in sources for row in handed[s, r].rows])
+        replaced = {order[i] for s in sources for i in torch.nonzero(won[s]).flatten().tolist()}
+        result.train_groups[r] = splice(groups[r], peer, replaced, pooled)
+        result.peers[r] = peer
+        for s in sources:
+            mine = [c for c in conflicts if s in c["contenders"]]
+            result.audit.append(direction_audit(step, s, r, groups[s], k[s], k[r], cand[s, r], keep[s, r], m[s, r],
+                                                handed[s, r].rows, mine))
+            result.metrics |= direction_metrics(s, r, cand[s, r], keep[s, r], m[s, r], handed[s, r].rows,
+                                                handed[s, r].metrics, sum(c["winner"] != s for c in mine))
+    result.audit.sort(key=lambda rec: (names.index(rec["source"]), names.index(rec["receiver"])))
+    return result
+
+
+def _resolve(sources: list[str], r: str, keep: dict, k: dict, handed: dict, order: list[str], rule: str
+             ) -> dict[str, torch.Tensor]:
+    """Per source: the prompts it actually hands to ``r`` once conflicts among sources are resolved."""
+    keep_m = torch.stack([keep[s, r] for s in sources])
+    k_m = torch.stack([k[s] for s in sources])
+    s_m = torch.tensor([[handed[s, r].s_mean.get(p, 0.0) for p in order] for s in sources])
+    won = resolve_conflicts(keep_m, k_m, s_m, rule)
+    return dict(zip(sources, won))
+
+
+def _conflict_records(sources: list[str], r: str, keep: dict, won: dict, k: dict, handed: dict,
+                      order: list[str]) -> list[dict]:
+    out = []
+    for i, pid in enumerate(order):
+        contenders = [s for s in sources if keep[s, r][i]]
+        if len(contenders) > 1:
+            out.append({"prompt_id": pid, "winner": next(s for s in contenders if won[s][i]),
+                        "contenders": {s: {"k_source": int(k[s][i]), "s_mean": handed[s, r].s_mean[pid]}
+                                       for s in contenders}})
+    return out

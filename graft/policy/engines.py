@@ -82,7 +82,7 @@ def sample_seed(prompt_seed: int, j: int) -> int:
 # ============================================================================ interface
 
 class RolloutEngine:
-    """Samples responses for one policy. Subclasses implement :meth:`generate`."""
+    """Samples responses for one policy. Subclasses implement :meth:`_sample`."""
 
     kind = "base"
 
@@ -92,9 +92,22 @@ class RolloutEngine:
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds: Sequence[int] | None = None,
-                 progress: bool = False, desc: str = "", stop_strings: Sequence[str] = ()) -> list[list[Any]]:
-        """``n`` samples per prompt, ``[P][G]``. ``stop_strings`` lets an engine stop a sample early
-        once its text contains one; the caller cuts samples at stop strings either way."""
+                 progress: bool = False, desc: str = "", stop_strings: Sequence[str] | None = None) -> list[list[Any]]:
+        """``n`` samples per prompt, ``[P][G]``, each ended at its first stop string
+        (:func:`graft.policy.prompts.cut_at_stop`; ``stop_strings=None``: the policy's configured ones,
+        ``ModelConfig.stop_strings()``). Rollouts, evaluation and probes all sample through here."""
+        codec = self.policy.codec
+        stops = codec.stops if stop_strings is None else tuple(stop_strings)
+        t0 = time.perf_counter()
+        out = self._sample(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                           batch_size=batch_size, seed=seed, seeds=seeds, progress=progress, desc=desc, stop_strings=stops)
+        out = [[codec.cut(s, stops) for s in group] for group in out]
+        self._stats(out, time.perf_counter() - t0)
+        return out
+
+    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
+                stop_strings) -> list[list[Any]]:
+        """The backend's samples (``stop_strings`` may end rows early; :meth:`generate` does the cutting)."""
         raise NotImplementedError
 
     def weights_updated(self, named_parameters: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None = None) -> None:
@@ -115,16 +128,11 @@ class HFEngine(RolloutEngine):
 
     kind = "hf"
 
-    def generate(self, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0, batch_size=64, seed=0,
-                 seeds=None, progress=False, desc="", stop_strings=()):
-        t0 = time.perf_counter()
-        kwargs = {"seeds": list(seeds)} if seeds is not None and _accepts(self.policy.generate, "seeds") else {}
-        if stop_strings and _accepts(self.policy.generate, "stop_strings"):
-            kwargs["stop_strings"] = list(stop_strings)
-        out = self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                   batch_size=batch_size, seed=seed, progress=progress, desc=desc, **kwargs)
-        self._stats(out, time.perf_counter() - t0)
-        return out
+    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
+                stop_strings):
+        return self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                    batch_size=batch_size, seed=seed, seeds=None if seeds is None else list(seeds),
+                                    progress=progress, desc=desc, stop_strings=stop_strings)
 
 
 def _accepts(fn: Callable, name: str) -> bool:
@@ -147,14 +155,13 @@ class ContinuousBatchingEngine(RolloutEngine):
         if reason:
             raise EngineUnavailable(f"rollout.engine=hf-cb: {reason}; use rollout.engine=hf")
 
-    def generate(self, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0, batch_size=64, seed=0,
-                 seeds=None, progress=False, desc="", stop_strings=()):
+    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
+                stop_strings):
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
         from graft.policy.policy import Sample
 
-        t0 = time.perf_counter()
         pol = self.policy
         if not prompt_ids:
             return []
@@ -188,7 +195,6 @@ class ContinuousBatchingEngine(RolloutEngine):
                 group.append(Sample(token_ids=toks, logprobs=[float(x) for x in o.logprobs[:len(toks)]],
                                     text=pol.decode(toks), finished=fin))
             samples.append(group)
-        self._stats(samples, time.perf_counter() - t0)
         return samples
 
 
@@ -265,8 +271,12 @@ class VllmEngine(RolloutEngine):
             kwargs["max_model_len"] = max_model_len
         try:
             self.llm = LLM(logprobs_mode="processed_logprobs", **kwargs)
-        except TypeError:   # vLLM < 0.10.2: logprobs of the raw logits (equal at temperature 1)
+            self.raw_logprobs = False
+        except TypeError:   # vLLM < 0.10.2: log-probs of the raw logits, right only at temperature 1
             self.llm = LLM(**kwargs)
+            self.raw_logprobs = True
+            log.warning("this vLLM returns log-probs of the raw logits; at temperature != 1 graft recomputes them "
+                        "with a forward pass of the policy (upgrade to vLLM >= 0.10.2 to avoid the extra pass)")
         self.weights_updated()   # the policy may differ from the folder (resumed optimiser state etc.)
 
     def _model_folder(self) -> str:
@@ -293,13 +303,12 @@ class VllmEngine(RolloutEngine):
         save_file(dedup, str(Path(self._tmp.name) / "model.safetensors"))
         return self._tmp.name
 
-    def generate(self, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0, batch_size=64, seed=0,
-                 seeds=None, progress=False, desc="", stop_strings=()):
+    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
+                stop_strings):
         from vllm import SamplingParams  # noqa: PLC0415
 
         from graft.policy.policy import Sample
 
-        t0 = time.perf_counter()
         pol = self.policy
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
         requests, params = [], []
@@ -321,8 +330,18 @@ class VllmEngine(RolloutEngine):
                 fin = o.finish_reason == "stop"
                 group.append(Sample(token_ids=toks, logprobs=lps, text=pol.decode(toks), finished=fin))
             samples.append(group)
-        self._stats(samples, time.perf_counter() - t0)
+        if getattr(self, "raw_logprobs", False) and temperature != 1.0:
+            self._recompute_logprobs(prompt_ids, samples, temperature)
         return samples
+
+    def _recompute_logprobs(self, prompt_ids, samples, temperature: float) -> None:
+        """Replace raw-logit log-probs (old vLLM) by the policy's tempered log-probs of the same tokens,
+        the value every other engine records (``log_softmax(logits / T)``)."""
+        rows = [(i, s) for i, group in enumerate(samples) for s in group if s.token_ids]
+        lps = self.policy.token_logprobs([list(prompt_ids[i]) for i, _ in rows], [s.token_ids for _, s in rows],
+                                         temperature=temperature)
+        for (_, s), lp in zip(rows, lps):
+            s.logprobs = lp.tolist()
 
     def weights_updated(self, named_parameters=None) -> None:
         model = self.policy.model

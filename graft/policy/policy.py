@@ -35,7 +35,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from graft.config import ModelConfig
-from graft.policy import prompts as _prompts
+from graft.policy.codec import TextCodec
 from graft.policy.loading import load_model, load_tokenizer
 
 
@@ -125,9 +125,10 @@ class Policy:
         self.softcap: float | None = getattr(text_cfg, "final_logit_softcapping", None) or None
         self.fused_head: bool = True
         """Use the fused head log-prob backward (:class:`_HeadLogProb`) when the head is a plain Linear."""
-        self.eos_token_id: int = tokenizer.eos_token_id
-        """EOS appended by :meth:`encode_response` to finished responses."""
-        self.pad_token_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.codec = TextCodec(cfg, tokenizer)
+        """Template, tokenizer and stop strings (the text side, shared with weight-less processes)."""
+        self.eos_token_id: int = self.codec.eos_token_id
+        self.pad_token_id: int = self.codec.pad_token_id
         stop = {tokenizer.eos_token_id}
         gen_eos = getattr(getattr(base, "generation_config", None), "eos_token_id", None)
         stop |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos])
@@ -156,25 +157,18 @@ class Policy:
         model = load_model(cfg, device=device, weights_from=weights_from)
         return cls(cfg, model, tokenizer, device)
 
-    # ------------------------------------------------------------------ text <-> tokens
+    # ------------------------------------------------------------------ text <-> tokens (the codec's)
     def render_prompt(self, problem: str) -> str:
-        return _prompts.render_prompt(self.cfg, self.tokenizer, problem)
+        return self.codec.render_prompt(problem)
 
     def encode_prompt(self, problem: str) -> list[int]:
-        """Token ids of the rendered prompt of ``problem`` (BOS handled, see :mod:`prompts`)."""
-        return _prompts.encode_prompt(self.tokenizer, self.render_prompt(problem))
+        return self.codec.encode_prompt(problem)
 
     def encode_response(self, text: str, finished: bool) -> list[int]:
-        """This model's tokenization of a (peer) response text, framed as its own samples are
-        (:func:`prompts.frame_response`: a few-shot base model's answers start with a space and
-        end at ``"\n\nProblem:"``, not at an EOS it never writes; a chat model's end with EOS)."""
-        text, eos = _prompts.frame_response(text, finished, self.cfg.template, self.cfg.stop_strings())
-        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
-        return ids + [self.eos_token_id] if eos else ids
+        return self.codec.encode_response(text, finished)
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids`` with special tokens stripped (no clean-up of spaces, so it re-encodes faithfully)."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        return self.codec.decode(ids)
 
     # ------------------------------------------------------------------ logits
     def _logits(self, hidden: Tensor, temperature: float) -> Tensor:
@@ -212,8 +206,8 @@ class Policy:
         ``max_new_tokens`` (``finished=False``); finished rows leave the batch.
 
         ``stop_strings``: a row also leaves the batch once its text contains one of them (it
-        keeps ``finished=False`` and every token sampled so far; :func:`graft.trainer.learner.cut_at_stop`
-        does the cutting). This only saves work: with per-sample ``seeds`` the cut samples are
+        keeps ``finished=False`` and every token sampled so far; the rollout engine's
+        :func:`graft.policy.prompts.cut_at_stop` does the cutting). This only saves work: with per-sample ``seeds`` the cut samples are
         the same as without it.
 
         ``seeds`` (one per prompt; overrides ``seed``): sample j of prompt i draws its random

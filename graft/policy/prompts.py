@@ -21,6 +21,7 @@ it), and never yields two BOS tokens; an EOS a tokenizer appends is removed.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from graft.config import ConfigError, ModelConfig
@@ -120,3 +121,28 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     if eos_id is not None and ids and ids[-1] == eos_id and not (tokenizer.eos_token and text.endswith(tokenizer.eos_token)):
         ids.pop()
     return ids
+
+
+def cut_at_stop(sample, decode, stops: list[str] | tuple[str, ...]):
+    """End a sample at the first stop string (vLLM's ``stop``): tokens up to the one that
+    completes it, text before it, ``finished=True``. Base models given a few-shot prompt go on
+    to invent the next problem; without this its ``\boxed{}`` would be the one graded.
+
+    The one stop-string rule of graft: every engine's samples pass through it, for rollouts,
+    evaluation and probes alike. The token that completes the stop string is the first k with
+    a stop string in ``decode(ids[:k])`` (found by bisection: once present, a stop string stays).
+    """
+    if not stops or not any(s in sample.text for s in stops):
+        return sample
+    ids = sample.token_ids
+    has = lambda k: any(s in decode(ids[:k]) for s in stops)  # noqa: E731
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if has(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    text = decode(ids[:lo])
+    cut = min(text.index(s) for s in stops if s in text)
+    return replace(sample, token_ids=ids[:lo], logprobs=sample.logprobs[:lo], text=text[:cut], finished=True)

@@ -7,12 +7,12 @@ trainer talks to learners only through the methods here, so the Ray backend
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
-from graft.algos.losses import get_policy_loss
+from graft.algos.losses import merge, summarize
 from graft.config import ModelConfig, RolloutConfig, UpdateConfig
 from graft.types import Prompt, RolloutGroup
 
@@ -30,21 +30,25 @@ class Sequence:
     sgt: bool = False
 
 
-def flatten(groups: list[RolloutGroup], sgt_prompts: frozenset[str] = frozenset()) -> list[Sequence]:
-    """All responses of ``groups`` as update sequences (SGT rows: peer successes on ``sgt_prompts``)."""
+def never(group: RolloutGroup, i: int) -> bool:
+    return False
+
+
+def flatten(groups: list[RolloutGroup], supervised=never) -> list[Sequence]:
+    """All responses of ``groups`` as update sequences; ``supervised(group, i)`` marks SGT (NLL) rows."""
     return [
         Sequence(g.prompt_token_ids, g.token_ids[i], g.old_logprobs[i], g.advantages[i], g.weights[i], g.is_peer,
-                 sgt=g.is_peer and g.prompt_id in sgt_prompts and g.rewards[i] > 0.5)
+                 sgt=supervised(g, i))
         for g in groups for i in range(g.size)
     ]
 
 
-def prepare_minibatch(mb_groups: list[RolloutGroup], sgt_prompts: frozenset[str] = frozenset()
+def prepare_minibatch(mb_groups: list[RolloutGroup], supervised=never
                       ) -> tuple[list[Sequence], tuple[float, float, float]]:
     """The rows of one minibatch that are forwarded, and the minibatch's normalisers
     (policy-gradient tokens, sequences, SGT tokens) -- shared with the Ray backend, which
     splits the rows across ranks and keeps these GLOBAL counts."""
-    seqs = flatten(mb_groups, sgt_prompts)
+    seqs = flatten(mb_groups, supervised)
     pg_rows = [s for s in seqs if not s.sgt]          # SGT rows are normalised separately
     counts = (float(sum(len(s.response_ids) for s in pg_rows)), float(len(pg_rows)),
               float(sum(len(s.response_ids) for s in seqs if s.sgt)))
@@ -57,21 +61,6 @@ def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
     for i, r in enumerate(rows):
         out[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
     return out
-
-
-def cut_at_stop(sample, decode, stops: list[str]):
-    """End a sample at the first stop string (vLLM's ``stop``): tokens up to the one that
-    completes it, text before it, ``finished=True``. Base models given a few-shot prompt go on
-    to invent the next problem; without this its ``\boxed{}`` would be the one graded."""
-    if not stops or not any(s in sample.text for s in stops):
-        return sample
-    for k in range(1, len(sample.token_ids) + 1):
-        text = decode(sample.token_ids[:k])
-        hits = [text.index(s) for s in stops if s in text]
-        if hits:
-            return replace(sample, token_ids=sample.token_ids[:k], logprobs=sample.logprobs[:k],
-                           text=text[:min(hits)], finished=True)
-    return sample
 
 
 class Learner:
@@ -114,7 +103,7 @@ class Learner:
         return self.policy.encode_prompt(problem)
 
     def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]:
-        return [self.policy.encode_response(t, f) for t, f in zip(texts, finished)]
+        return self.policy.codec.encode_responses(texts, finished)
 
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
                        chunk: int = 1024, micro_batch: int = 8, temperature: float = 1.0,
@@ -133,12 +122,10 @@ class Learner:
 
         t0 = time.perf_counter()
         prompt_ids = [self.encode_prompt(p.problem) for p in prompts]
-        stops = self.cfg.stop_strings()
         samples = self.engine(rc.engine).generate(
             prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_p=rc.top_p,
             batch_size=rc.batch_size, seed=seed, seeds=prompt_seeds(seed, prompt_offset, len(prompts)),
-            progress=progress, desc=f"{self.name} rollout", stop_strings=stops)
-        samples = [[cut_at_stop(s, self.policy.decode, stops) for s in ss] for ss in samples]
+            progress=progress, desc=f"{self.name} rollout")
         groups = [
             RolloutGroup(
                 prompt_id=p.id, problem=p.problem, answer=p.answer, source=self.name, holder=self.name,
@@ -164,36 +151,32 @@ class Learner:
 
     # --------------------------------------------------------------- update
     def update(self, groups: list[RolloutGroup], plan: list[list[int]], uc: UpdateConfig, temperature: float,
-               loss_kwargs: dict | None = None, sgt_prompts: frozenset[str] = frozenset(),
-               minibatch_weights=None, progress: bool = False) -> dict:
+               rule, progress: bool = False) -> dict:
         """One pass of ``plan`` (minibatches of group indices, in order); one optimiser step each.
 
         Sequences with zero advantage or zero weight contribute exactly zero loss and
         gradient, so they are not forwarded; their tokens still count in the token-mean
-        denominator, which keeps the result identical to forwarding them.
-        ``minibatch_weights(k, groups) -> groups`` lets HACPO re-weight peer rows per minibatch index k.
+        denominator, which keeps the result identical to forwarding them. ``rule`` (an
+        :class:`graft.trainer.rules.UpdateRule`) gives the loss, its keyword arguments, the
+        per-minibatch re-weighting (HACPO) and the supervised rows (SGT).
         ``progress`` shows a bar over the minibatches (optimiser steps).
         """
-        loss_fn = get_policy_loss(uc.rule)
+        loss_fn, loss_kwargs = rule.loss, rule.loss_kwargs()
         totals: dict[str, float] = {}
         t0, tokens_done = time.perf_counter(), 0
         self.policy.model.train()
         bar = tqdm(total=len(plan), desc=f"{self.name} update", unit="minibatch", leave=False, disable=not progress)
         for k, idx in enumerate(plan):
-            mb_groups = [groups[i] for i in idx]
-            if minibatch_weights is not None:
-                mb_groups = minibatch_weights(k, mb_groups)
-            active, counts = prepare_minibatch(mb_groups, sgt_prompts)
+            mb_groups = rule.minibatch_weights(k, [groups[i] for i in idx])
+            active, counts = prepare_minibatch(mb_groups, rule.supervised)
             self.optimizer.zero_grad(set_to_none=True)
             mb_loss = 0.0
             for j in range(0, len(active), uc.micro_batch_size):
                 micro = active[j: j + uc.micro_batch_size]
-                loss, m = self._micro_loss(micro, loss_fn, uc, temperature, counts, loss_kwargs or {})
+                loss, m = self._micro_loss(micro, loss_fn, uc, temperature, counts, loss_kwargs)
                 loss.backward()
                 mb_loss += float(loss.detach())
-                for key, v in m.items():
-                    if key.startswith(("count/", "tokens/")):
-                        totals[key] = totals.get(key, 0.0) + float(v)
+                merge(totals, m)
                 tokens_done += sum(len(s.response_ids) for s in micro)
                 bar.set_postfix_str(f"sequences {min(j + uc.micro_batch_size, len(active))}/{len(active)}")
             grad_norm = self._step()
@@ -234,17 +217,9 @@ class Learner:
 
     @staticmethod
     def _update_metrics(t: dict, tokens: int, seconds: float) -> dict:
-        def frac(num: str, den: str) -> float:
-            return t.get(num, 0.0) / t[den] if t.get(den) else 0.0
-
-        return {
-            "loss": t.get("loss", 0.0), "grad_norm": t.get("grad_norm", 0.0),
-            "clip_frac/own_low": frac("count/own_clip_low", "tokens/own"),
-            "clip_frac/own_high": frac("count/own_clip_high", "tokens/own"),
-            "clip_frac/peer_low": frac("count/peer_clip_low", "tokens/peer"),
-            "clip_frac/peer_high": frac("count/peer_clip_high", "tokens/peer"),
-            "tokens/update": tokens, "tokens_per_s/update": tokens / max(seconds, 1e-9),
-        }
+        """The update's metrics: loss, grad norm, :func:`losses.summarize` of the merged totals, throughput."""
+        return {"loss": t.get("loss", 0.0), "grad_norm": t.get("grad_norm", 0.0), **summarize(t),
+                "tokens/update": tokens, "tokens_per_s/update": tokens / max(seconds, 1e-9)}
 
     # --------------------------------------------------------------- persistence
     def save(self, path) -> None:

@@ -18,19 +18,20 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from graft.algos.advantages import RollingRate, grpo_advantages, hacpo_advantages
+from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, config_diff, save_config, to_dict
 from graft.data.datasets import DataError, PromptSampler, check_batch_fits, load_prompts, prompts_fingerprint
-from graft.exchange.handover import GateSettings
-from graft.exchange.live import complementarity, counts, exchange_pair, exchange_stored
+from graft.exchange.handover import Scoring
+from graft.exchange.live import ExchangeResult, complementarity, counts, exchange_live
+from graft.exchange.stored import exchange_stored, stored_peer_groups
 from graft.reward.grader import Grader
 from graft.storage.checkpoint import (latest_checkpoint, load_checkpoint, remove_checkpoints_after, save_checkpoint,
                                      set_rng_state)
-from graft.storage.trajectory_store import TrajectoryStore, select_stored_group
+from graft.storage.trajectory_store import TrajectoryStore
 from graft.distributed.ray_backend import close_learners, make_learners
 from graft.trainer.learner import Learner
-from graft.trainer.rules import get_rule
+from graft.trainer.rules import UpdateRule, make_rule
 from graft.trainer.metrics import (JsonlWriter, check_run_dir, console_line, dumps_json, group_stats, output_error,
                                    prefixed, timed)
 from graft.types import VERIFY_TIMEOUT, RolloutGroup
@@ -57,14 +58,22 @@ class Run:
     metrics: JsonlWriter
     audit: JsonlWriter
     store: TrajectoryStore
+    rule: UpdateRule
+    """The update rule (``update.rule``), with its state."""
     start_step: int = 1
     peer_groups: dict | None = None
     """Stored-peer mode: prompt_id -> stored groups of the peer."""
-    hacpo_rates: dict[str, RollingRate] = field(default_factory=dict)
     val_prompts: list | None = None
     peer_name: str = "peer"
     """Stored-peer mode: the model name of the stored peer."""
     eval_history: list[dict] = field(default_factory=list)
+
+    @property
+    def scoring(self) -> Scoring:
+        return Scoring.of(self.cfg)
+
+    def grade(self, groups: list[RolloutGroup]) -> None:
+        grade(self, groups)
 
 
 def step_seed(seed: int, step: int, stream: str) -> int:
@@ -74,19 +83,6 @@ def step_seed(seed: int, step: int, stream: str) -> int:
     the same whether it trains alone or in a pair.
     """
     return (seed * 1_000_003 + step * 1009 + zlib.crc32(stream.encode())) % (2**63 - 1)
-
-
-def _generator(seed: int, step: int) -> torch.Generator:
-    return torch.Generator().manual_seed(step_seed(seed, step, "exchange"))
-
-
-def gate_settings(cfg: Config) -> GateSettings:
-    ex, up = cfg.exchange, cfg.update
-    return GateSettings(delta=ex.delta, weight_cap=ex.weight_cap, admission=ex.admission, weighting=ex.weighting,
-                        delta_by_length=ex.delta_by_length or None, successes_only=ex.successes_only,
-                        pooled_rewards=ex.pooled_rewards, all_correct_advantage=ex.all_correct_advantage,
-                        adv_eps=up.adv_eps, adv_unbiased=up.adv_std == "unbiased", temperature=cfg.rollout.temperature,
-                        logprob_chunk=up.logprob_chunk, micro_batch=up.micro_batch_size, progress=cfg.progress)
 
 
 # ============================================================================ phases
@@ -125,101 +121,44 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
         for g, a in zip(gs, adv):
             g.advantages = a.tolist()
         metrics |= prefixed(name, group_stats(gs))
-    names = list(groups)
-    if len(names) == 2:
-        k = {n: counts(groups[n]) for n in names}
-        a, b = names
-        metrics[f"complementarity/{a}->{b}"] = complementarity(k[a], k[b])
-        metrics[f"complementarity/{b}->{a}"] = complementarity(k[b], k[a])
+    k = {n: counts(gs) for n, gs in groups.items()}
+    for s in k:
+        for r in k:
+            if s != r:
+                metrics[f"complementarity/{s}->{r}"] = complementarity(k[s], k[r])
     return metrics
 
 
-def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int):
-    """GRAFT exchange (live or stored peer); returns (training groups per model, audit records, metrics, peers)."""
-    cfg, ex = run.cfg, run.cfg.exchange
+def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int) -> ExchangeResult:
+    """Who trains on what: GRAFT's exchange among the live models, a stored peer's groups, the
+    rule's own sharing (HACPO), or nothing (``mode: grpo``)."""
+    cfg = run.cfg
+    adv_norm = (cfg.update.adv_eps, cfg.update.adv_std == "unbiased")
+    gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, "exchange"))
     if cfg.peer.source == "store":
         (name, own), = groups.items()
-        stored = [_stored_group(run, g.prompt_id, step) for g in own]
-        out = exchange_stored(step, own, stored, run.learners[name], cfg.rollout.n, gate_settings(cfg),
-                              cap=cfg.peer.max_replacements, balance=cfg.peer.balance,
-                              source_name=run.peer_name, include_all_correct=ex.include_all_correct,
-                              generator=_generator(cfg.seed, step))
-    elif ex.mode == "grpo":
-        return groups, [], {}, {n: [] for n in groups}
-    elif get_rule(cfg.update.rule).shares_every_prompt:
-        return hacpo_share(run, groups, step)
-    else:
-        out = exchange_pair(step, groups, run.learners, cfg.rollout.n, gate_settings(cfg), balance=ex.balance,
-                            selection=ex.selection, include_all_correct=ex.include_all_correct,
-                            ratio=ex.balance_ratio, floor=ex.balance_floor, generator=_generator(cfg.seed, step))
-    train_groups, audit, metrics, peers = out
-    for recv, peer in peers.items():
-        grade(run, peer)   # the receiver re-verifies transferred responses
-        for rec in audit:
-            if rec["receiver"] == recv:
-                verdict = {(g.prompt_id, i): r for g in peer for i, r in zip(g.index, g.rewards)}
-                for row in rec["responses"]:
-                    row["reward_receiver"] = verdict.get((row["prompt_id"], row["index"]))
-    return train_groups, audit, metrics, peers
+        stored = stored_peer_groups(run.peer_groups, own, step, cfg.peer.pick, cfg.exchange.include_all_correct)
+        return exchange_stored(step, own, stored, run.learners[name], cfg.rollout.n, cfg.exchange, run.scoring, run.grade,
+                               cap=cfg.peer.max_replacements, balance=cfg.peer.balance, source_name=run.peer_name,
+                               generator=gen, adv_norm=adv_norm)
+    if cfg.exchange.mode == "grpo":
+        return ExchangeResult.unchanged(groups)
+    if run.rule.exchange is not None:
+        return run.rule.exchange(run, groups, step)
+    return exchange_live(step, groups, run.learners, cfg.rollout.n, cfg.exchange, run.scoring, run.grade, gen, adv_norm)
 
 
-def hacpo_share(run: Run, groups: dict[str, list[RolloutGroup]], step: int):
-    """HACPO baseline: every prompt's peer responses join the learner's group (no failure gate)."""
-    from graft.exchange.handover import hand_over
-
-    (a, ga), (b, gb) = groups.items()
-    rates = {n: run.hacpo_rates.setdefault(n, RollingRate(run.cfg.update.hacpo_window)) for n in groups}
-    for n, gs in groups.items():
-        rates[n].update(sum(g.num_correct for g in gs) / max(sum(g.size for g in gs), 1))
-    settings = gate_settings(run.cfg)
-    settings.delta, settings.admission, settings.weighting = 0.0, "all", "compat"
-    out, audit, metrics, peers = {}, [], {}, {}
-    for src, recv, g_src, g_recv in ((a, b, ga, gb), (b, a, gb, ga)):
-        peer, rows, _ = hand_over(g_src, run.learners[recv], {g.prompt_id: g for g in g_recv}, settings)
-        own_by_prompt = {g.prompt_id: g for g in g_recv}
-        for pg in peer:
-            own = own_by_prompt[pg.prompt_id]
-            adv_own, adv_peer = hacpo_advantages(own.rewards_tensor(), pg.rewards_tensor(), rates[recv].value,
-                                                 rates[src].value, run.cfg.update.adv_eps)
-            own.advantages, pg.advantages = adv_own.tolist(), adv_peer.tolist()
-        out[recv], peers[recv] = list(g_recv) + peer, peer
-        audit.append({"step": step, "source": src, "receiver": recv, "candidates": [], "m": -1,
-                      "selected": [g.prompt_id for g in peer], "responses": rows})
-        metrics[f"exchange/{src}->{recv}/transferred"] = len(rows)
-    return out, audit, metrics, peers
-
-
-def _stored_group(run: Run, prompt_id: str, step: int) -> RolloutGroup | None:
-    stored = select_stored_group(run.peer_groups.get(prompt_id, []), step, run.cfg.peer.pick,
-                                 eligible=lambda g: 1 <= g.num_correct < g.size or run.cfg.exchange.include_all_correct)
-    if stored is None:
-        return None
-    G = len(stored.responses)
-    return RolloutGroup(
-        prompt_id=stored.prompt_id, problem=stored.problem, answer=stored.answer, source=stored.model,
-        holder=stored.model, prompt_text="", prompt_token_ids=[], responses=list(stored.responses),
-        token_ids=[list(t) for t in stored.token_ids], old_logprobs=[list(l) for l in stored.gen_logprobs],
-        gen_token_ids=[list(t) for t in stored.token_ids], gen_logprobs=[list(l) for l in stored.gen_logprobs],
-        finished=list(stored.finished), rewards=list(stored.rewards), status=list(stored.statuses),
-        advantages=list(stored.advantages), weights=[1.0] * G, compat=[1.0] * G, step=stored.step,
-    )
-
-
-def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], peers: dict, step: int) -> dict:
+def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], step: int) -> dict:
     cfg, metrics = run.cfg, {}
     for name, learner in run.learners.items():
-        gs = train_groups[name]
         gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
         if cfg.update.recompute_old_logprobs:
-            learner.recompute_old_logprobs(gs, cfg.update, cfg.rollout.temperature)
-        rule = get_rule(cfg.update.rule)
-        gs = rule.prepare(gs)
+            learner.recompute_old_logprobs(train_groups[name], cfg.update, cfg.rollout.temperature)
+        gs = run.rule.prepare(train_groups[name])
         plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
-        sgt = frozenset(g.prompt_id for g in peers.get(name, [])) if rule.sgt else frozenset()
         m = {}
         for _ in range(cfg.update.epochs):
-            m = learner.update(gs, plan, cfg.update, cfg.rollout.temperature, rule.loss_kwargs(cfg.update), sgt,
-                               rule.minibatch_weights(cfg.update), progress=cfg.progress)
+            m = learner.update(gs, plan, cfg.update, cfg.rollout.temperature, run.rule, progress=cfg.progress)
         m["peer_groups"] = sum(g.is_peer for g in gs)
         m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
         metrics |= prefixed(name, m)
@@ -239,14 +178,14 @@ def train_step(run: Run, step: int) -> dict:
     with timed(metrics, "score"):
         metrics |= score_phase(run, groups)
     with timed(metrics, "exchange"):
-        train_groups, audit, m, peers = exchange_phase(run, groups, step)
-    metrics |= m
+        ex = exchange_phase(run, groups, step)
+    metrics |= ex.metrics
     with timed(metrics, "update"):
-        metrics |= update_phase(run, train_groups, peers, step)
+        metrics |= update_phase(run, ex.train_groups, step)
     metrics["time/step_s"] = time.perf_counter() - t0
     metrics["mem/peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20   # Linux: KiB
-    run.store.write_step(step, epoch, [g for gs in groups.values() for g in gs], _tokenizer_names(run), _peer_use(audit))
-    for rec in audit:
+    run.store.write_step(step, epoch, [g for gs in groups.values() for g in gs], _tokenizer_names(run), _peer_use(ex.audit))
+    for rec in ex.audit:
         run.audit.write(rec)
     return metrics
 
@@ -289,16 +228,16 @@ def setup(cfg: Config) -> Run:
               grader=Grader(cfg.reward.timeout_s, cfg.reward.workers),
               metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
               store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val,
-              peer_groups=peer_groups, peer_name=peer_name)
+              rule=make_rule(cfg.update), peer_groups=peer_groups, peer_name=peer_name)
     _restore(run, ckpt)
     return run
 
 
-def _load_data(field: str, spec: str, cfg: Config, limit: int | None = None):
+def _load_data(key: str, spec: str, cfg: Config, limit: int | None = None):
     try:
         return load_prompts(spec, cfg.data.on_bad_row, cfg.data.arithmetic, limit)
     except DataError as e:
-        raise DataError(f"{field}: {e}") from None
+        raise DataError(f"{key}: {e}") from None
 
 
 def _check_model_sources(cfg: Config, ckpt) -> None:
@@ -368,8 +307,7 @@ def _restore(run: Run, ckpt) -> None:
         run.sampler.load_state_dict(ckpt.state["sampler"])
     except ValueError as e:   # e.g. a checkpoint from before the data fingerprint, on changed data
         raise DataError(f"cannot resume from {ckpt.path} with data.train={run.cfg.data.train}: {e}") from None
-    for name, st in ckpt.state.get("hacpo_rates", {}).items():
-        run.hacpo_rates.setdefault(name, RollingRate(run.cfg.update.hacpo_window)).load_state_dict(st)
+    run.rule.load_state_dict(ckpt.state.get("rule", {}))
     run.eval_history = ckpt.state.get("eval_history", [])
     run.start_step = ckpt.step + 1
     for w in (run.metrics, run.audit):
@@ -382,8 +320,7 @@ def _restore(run: Run, ckpt) -> None:
 
 def save(run: Run, step: int) -> Path:
     state = {"sampler": run.sampler.state_dict(), "step": step, "eval_history": run.eval_history,
-             "hacpo_rates": {n: r.state_dict() for n, r in run.hacpo_rates.items()},
-             "data_fingerprint": prompts_fingerprint(run.sampler.prompts)}
+             "rule": run.rule.state_dict(), "data_fingerprint": prompts_fingerprint(run.sampler.prompts)}
     try:
         return save_checkpoint(run.run_dir, step, {n: l.save for n, l in run.learners.items()},
                                {n: l.optimizer for n, l in run.learners.items()}, state, to_dict(run.cfg),

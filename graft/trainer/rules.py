@@ -1,8 +1,16 @@
-"""Update rules: what each one changes around the shared loop, in one table.
+"""Update rules: one object per rule, everything a rule changes around the shared loop.
 
-GRAFT, LUFFY, SGT and HACPO share rollout, scoring and the update loop; they differ in the
-loss (``graft.algos.losses.POLICY_LOSSES``) and in a few hooks listed here, so the loop
-never branches on the rule name.
+GRAFT, LUFFY, SGT and HACPO share rollout, scoring and the update loop; a rule supplies
+its loss (a pure function of :mod:`graft.algos.losses`) and, where it needs them, hooks:
+
+- ``prepare(groups)``: a learner's training groups before minibatch planning;
+- ``minibatch_weights(k, groups)``: re-weighting of the groups of minibatch k;
+- ``supervised(group, i)``: rows trained with a supervised NLL instead of the policy gradient;
+- ``exchange``: a replacement for GRAFT's exchange (HACPO shares every prompt);
+- ``state_dict`` / ``load_state_dict``: state carried across steps and checkpoints.
+
+Adding a rule = one subclass here, registered in :data:`RULES`, plus its name in
+``UpdateConfig.rule``'s ``Literal`` (graft/config.py).
 
 - ``graft``: spec §3.5.
 - ``luffy``: peer tokens use f(pi) = pi / (pi + gamma), no clipping.
@@ -15,59 +23,118 @@ never branches on the rule name.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 import torch
 
+from graft.algos import losses
+from graft.algos.advantages import RollingRate
 from graft.algos.gating import hacpo_peer_weights
 from graft.config import UpdateConfig
 from graft.types import RolloutGroup
 
 
-@dataclass(frozen=True)
-class Rule:
-    loss_kwargs: Callable[[UpdateConfig], dict]
-    """Extra keyword arguments of the rule's loss."""
-    prepare: Callable[[list[RolloutGroup]], list[RolloutGroup]] = lambda groups: groups
-    """Applied to a learner's training groups before minibatch planning."""
-    minibatch_weights: Callable[[UpdateConfig], Callable | None] = lambda uc: None
-    """Factory of a ``(k, groups) -> groups`` re-weighting for minibatch index k."""
-    shares_every_prompt: bool = False
-    """Bypass GRAFT's selection: every prompt's peer group joins the learner."""
-    sgt: bool = False
-    """Mark peer successes as supervised (NLL) rows."""
+class UpdateRule:
+    """GRAFT's update (spec §3.5); the base of every rule."""
+
+    name = "graft"
+    loss: Callable = staticmethod(losses.policy_loss)
+    """``(logp, old_logp, advantages, weights, mask, is_peer, ..., **loss_kwargs) -> (loss, metrics)``."""
+
+    def __init__(self, uc: UpdateConfig) -> None:
+        self.uc = uc
+
+    def loss_kwargs(self) -> dict:
+        """Extra keyword arguments of :attr:`loss`."""
+        return {}
+
+    def prepare(self, groups: list[RolloutGroup]) -> list[RolloutGroup]:
+        return groups
+
+    def minibatch_weights(self, k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
+        return groups
+
+    def supervised(self, group: RolloutGroup, i: int) -> bool:
+        """Is response ``i`` of ``group`` a supervised (NLL) row rather than a policy-gradient row?"""
+        return False
+
+    exchange = None
+    """``None``: GRAFT's exchange; else a callable ``(run, groups, step) -> ExchangeResult``."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
 
-def _peer_successes_only(groups: list[RolloutGroup]) -> list[RolloutGroup]:
-    out = []
-    for g in groups:
-        if g.is_peer:
-            keep = [i for i in range(g.size) if g.rewards[i] > 0.5]
+class LuffyRule(UpdateRule):
+    name = "luffy"
+    loss = staticmethod(losses.luffy_loss)
+
+    def loss_kwargs(self) -> dict:
+        return {"gamma": self.uc.luffy_gamma}
+
+
+class SgtRule(UpdateRule):
+    name = "sgt"
+    loss = staticmethod(losses.sgt_loss)
+
+    def loss_kwargs(self) -> dict:
+        return {"coef": self.uc.sgt_coef}
+
+    def prepare(self, groups: list[RolloutGroup]) -> list[RolloutGroup]:
+        """Peer groups keep their successes only (the NLL rows)."""
+        out = []
+        for g in groups:
+            keep = [i for i in range(g.size) if g.rewards[i] > 0.5] if g.is_peer else list(range(g.size))
             if keep:
-                out.append(g.subset(keep))
-        else:
-            out.append(g)
-    return out
+                out.append(g.subset(keep) if g.is_peer else g)
+        return out
+
+    def supervised(self, group: RolloutGroup, i: int) -> bool:
+        return group.is_peer and group.rewards[i] > 0.5
 
 
-def _hacpo_stepwise(uc: UpdateConfig):
-    def apply(k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
+class HacpoRule(UpdateRule):
+    name = "hacpo"
+    loss = staticmethod(losses.hacpo_loss)
+
+    def __init__(self, uc: UpdateConfig) -> None:
+        super().__init__(uc)
+        self.rates: dict[str, RollingRate] = {}
+        """Per model: rolling success rate over ``update.hacpo_window`` steps (the capability P)."""
+
+    def loss_kwargs(self) -> dict:
+        return {"agg": "seq-mean-token-mean"}
+
+    def minibatch_weights(self, k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
+        uc = self.uc
         return [replace(g, weights=hacpo_peer_weights(torch.tensor(g.compat), uc.hacpo_delta, uc.hacpo_delta_step, k).tolist())
                 if g.is_peer else g for g in groups]
-    return apply
+
+    def exchange(self, run, groups: dict[str, list[RolloutGroup]], step: int):
+        from graft.exchange.hacpo import hacpo_exchange
+
+        for name in groups:
+            self.rates.setdefault(name, RollingRate(self.uc.hacpo_window))
+        return hacpo_exchange(step, groups, run.learners, self.rates, run.cfg.exchange, run.scoring,
+                              run.grade, (self.uc.adv_eps, self.uc.adv_std == "unbiased"))
+
+    def state_dict(self) -> dict:
+        return {"rates": {n: r.state_dict() for n, r in self.rates.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, st in state.get("rates", {}).items():
+            self.rates.setdefault(name, RollingRate(self.uc.hacpo_window)).load_state_dict(st)
 
 
-RULES: dict[str, Rule] = {
-    "graft": Rule(loss_kwargs=lambda uc: {}),
-    "luffy": Rule(loss_kwargs=lambda uc: {"gamma": uc.luffy_gamma}),
-    "sgt": Rule(loss_kwargs=lambda uc: {"coef": uc.sgt_coef}, prepare=_peer_successes_only, sgt=True),
-    "hacpo": Rule(loss_kwargs=lambda uc: {"agg": "seq-mean-token-mean"}, minibatch_weights=_hacpo_stepwise,
-                  shares_every_prompt=True),
-}
+RULES: dict[str, type[UpdateRule]] = {r.name: r for r in (UpdateRule, LuffyRule, SgtRule, HacpoRule)}
 
 
-def get_rule(name: str) -> Rule:
-    if name not in RULES:
-        raise ValueError(f"unknown update rule {name!r}; valid: {', '.join(RULES)}")
-    return RULES[name]
+def make_rule(uc: UpdateConfig) -> UpdateRule:
+    """The update rule ``uc.rule`` (a fresh object: rules may carry state)."""
+    if uc.rule not in RULES:
+        raise ValueError(f"unknown update rule {uc.rule!r}; valid: {', '.join(RULES)}")
+    return RULES[uc.rule](uc)

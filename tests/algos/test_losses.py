@@ -4,15 +4,23 @@ import pytest
 import torch
 
 from graft.algos.losses import (
-    POLICY_LOSSES,
     aggregate,
-    get_policy_loss,
     hacpo_loss,
     importance_ratio,
     luffy_loss,
     policy_loss,
+    merge,
     sgt_loss,
+    summarize,
 )
+from graft.config import UpdateConfig
+from graft.trainer.rules import RULES, make_rule
+
+POLICY_LOSSES = {name: rule.loss for name, rule in RULES.items()}
+
+
+def get_policy_loss(name):
+    return make_rule(UpdateConfig(rule=name)).loss
 
 LN2 = math.log(2.0)
 
@@ -276,7 +284,35 @@ def test_registry_and_uniform_interface():
         assert counts | {"clip_frac/own_low", "clip_frac/peer_high", "tokens/own", "tokens/peer", "ratio/mean"} <= set(m)
         assert all(isinstance(v, (int, float)) for v in m.values())
     with pytest.raises(ValueError, match="graft, luffy, sgt, hacpo"):
-        get_policy_loss("ppo")
+        make_rule(_with_rule("ppo"))
+
+
+def _with_rule(name):
+    uc = UpdateConfig()
+    object.__setattr__(uc, "rule", name)
+    return uc
+
+
+def test_merged_micro_batch_metrics_equal_the_whole_batch():
+    """issue 10 item 8: ratio/mean, ratio/max, luffy/peer_prob_mean and sgt/nll survive aggregation:
+    the summary of merged micro-batch totals equals the summary of one call over the whole batch."""
+    torch.manual_seed(0)
+    for name, extra in (("graft", {}), ("luffy", {"gamma": 0.1}), ("sgt", {"coef": 1.0})):
+        kw = random_batch(6)
+        if name == "sgt":
+            extra = {"coef": 1.0, "sgt_mask": torch.tensor([True, False, True, False, False, True])}
+        whole = get_policy_loss(name)(**kw, **extra)[1]
+        totals = {}
+        for part in (slice(0, 2), slice(2, 6)):
+            sub = {k: (v[part] if torch.is_tensor(v) and v.dim() >= 1 else v) for k, v in kw.items()}
+            sub_extra = {k: (v[part] if torch.is_tensor(v) else v) for k, v in extra.items()}
+            merge(totals, get_policy_loss(name)(**sub, **sub_extra)[1])
+        merged = summarize(totals)
+        keys = {"graft": ["ratio/mean", "ratio/max"], "luffy": ["luffy/peer_prob_mean", "ratio/mean"],
+                "sgt": ["sgt/nll", "ratio/max"]}[name]
+        for key in keys:
+            assert merged[key] == pytest.approx(whole[key], rel=1e-6), (name, key)
+        assert merged["ratio/max"] > 1.0 or name == "sgt"
 
 
 def test_unknown_ratio_level_raises():

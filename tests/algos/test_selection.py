@@ -124,3 +124,21 @@ def test_capped_selection():
     assert capped_selection(ks, cand, 2).tolist() == [T, T, T, F]  # tie at the cap kept
     assert capped_selection(ks, cand, 1).tolist() == [T, F, F, F]
     assert not capped_selection(ks, cand, 0).any()
+
+
+def test_resolve_conflicts_keys_and_ties():
+    from graft.algos.selection import resolve_conflicts
+
+    # sources S0, S1, S2 (model order) x prompts q0..q3
+    keep = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 0], [0, 1, 1, 0]], dtype=torch.bool)
+    k = torch.tensor([[2, 3, 0, 1], [2, 1, 2, 0], [0, 3, 2, 0]])
+    s = torch.tensor([[0.9, 0.8, 0.0, 0.7], [0.95, 0.99, 0.85, 0.0], [0.0, 0.9, 0.85, 0.0]])
+    # q0: S0 (k2, s.9) vs S1 (k2, s.95): k ties -> s -> S1.   q1: S0 (3, .8), S1 (1, .99), S2 (3, .9): k -> S0|S2, s -> S2
+    # q2: S1 (2, .85) vs S2 (2, .85): full tie -> earlier model S1.   q3: S0 alone.
+    won = resolve_conflicts(keep, k, s, "most_successes")
+    assert won.int().tolist() == [[0, 0, 0, 1], [1, 0, 1, 0], [0, 1, 0, 0]]
+    # most_compatible: q0 -> S1 (.95), q1 -> S1 (.99), q2 -> tie on s and k -> S1
+    assert resolve_conflicts(keep, k, s, "most_compatible").int().tolist() == [[0, 0, 0, 1], [1, 1, 1, 0], [0, 0, 0, 0]]
+    assert resolve_conflicts(keep, k, s, "model_order").int().tolist() == [[1, 1, 0, 1], [0, 0, 1, 0], [0, 0, 0, 0]]
+    one = keep[:1]
+    assert torch.equal(resolve_conflicts(one, k[:1], s[:1]), one)   # a single source never conflicts

@@ -79,3 +79,38 @@ def test_continuous_batching_engine_on_cpu(tiny_llama_dir):
     lps = pol.token_logprobs([ids[i] for i in range(3) for _ in range(2)], [s.token_ids for s in flat])
     for s, lp in zip(flat, lps):
         torch.testing.assert_close(torch.tensor(s.logprobs), lp, atol=1e-4, rtol=0)
+
+
+def test_old_vllm_raw_logit_logprobs_are_recomputed_at_the_rollout_temperature(tiny_llama_policy, monkeypatch):
+    """issue 10 item 9: a vLLM that can only return raw-logit log-probs (< 0.10.2) would record T = 1
+    values for a T = 0.7 rollout; the engine replaces them by the policy's tempered log-probs."""
+    import sys
+    import types
+
+    from graft.policy.engines import RolloutEngine, VllmEngine
+
+    pol = tiny_llama_policy
+    ids = _ids(pol, 2)
+    ref = pol.generate(ids, n=2, max_new_tokens=5, temperature=0.7, seeds=prompt_seeds(3, 0, 2))
+    flat = [(i, s) for i, g in enumerate(ref) for s in g]
+    raw = pol.token_logprobs([ids[i] for i, _ in flat], [s.token_ids for _, s in flat], temperature=1.0)
+
+    class Out:
+        def __init__(self, s, lp):
+            self.outputs = [types.SimpleNamespace(token_ids=s.token_ids, finish_reason="stop" if s.finished else "length",
+                                                  logprobs=[{t: float(v)} for t, v in zip(s.token_ids, lp)])]
+
+    class FakeLLM:
+        def generate(self, requests, params, use_tqdm=False):
+            return [Out(s, lp) for (_, s), lp in zip(flat, raw)]
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eng = VllmEngine.__new__(VllmEngine)
+    RolloutEngine.__init__(eng, pol)
+    eng.llm, eng.raw_logprobs = FakeLLM(), True
+    got = eng.generate(ids, n=2, max_new_tokens=5, temperature=0.7)
+    for g_ref, g_got in zip(ref, got):
+        for a, b in zip(g_ref, g_got):
+            assert b.token_ids == a.token_ids
+            assert torch.allclose(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-4)   # tempered, as sampled
+    assert max(abs(x - y) for (_, s), r in zip(flat, raw) for x, y in zip(s.logprobs, r.tolist())) > 1e-2   # raw differ

@@ -310,3 +310,29 @@ def test_engine_samples_and_policy_encodes():
     res = evaluate_during_training(enc, PROMPTS, ExactGrader(), EvalConfig(n=4), engine=eng, max_new_tokens=8)
     assert res["val/pass@1"] == pytest.approx(0.4375)
     assert enc.calls == 0 and eng.calls == 1
+
+
+def test_eval_samples_are_cut_at_stop_strings_like_rollouts(tiny_llama_dir, tmp_path):
+    """issue 10 item 1: evaluation samples through the rollout engine, so a response ends at the model's
+    stop string (a few-shot base model's invented next problem is never graded), and eval samples equal
+    the engine's samples for the same seeds."""
+    from graft.config import ModelConfig
+    from graft.policy.engines import make_engine
+    from graft.policy.policy import Policy
+
+    stops = ["e"]   # a letter a random model writes within a few tokens, so many samples are cut
+    pol = Policy.load(ModelConfig(name="A", path=tiny_llama_dir, template="plain", stop=stops))
+    prompts = [Prompt(f"q{i}", f"What is {i} + 1?", str(i + 1)) for i in range(3)]
+    res = evaluate(pol, {"toy": prompts}, ExactGrader(), tmp_path, n=4, max_new_tokens=12, repeats=1, batch_size=8,
+                   progress=False, seed=5)
+    records = read_records(tmp_path / "toy" / "repeat_0.jsonl")
+    responses = [t for r in records.values() for t in r.responses]
+    assert res["datasets"]["toy"]["num_prompts"] == 3 and len(responses) == 12
+    assert not any("e" in t for t in responses)
+    cut = sum(f and n < 12 for r in records.values() for f, n in zip(r.finished, r.num_tokens))
+    assert cut >= 3   # ended by the stop string, not by max_new_tokens
+    engine = make_engine("hf", pol)
+    for p in prompts:
+        (group,) = engine.generate([pol.encode_prompt(p.problem)], n=4, max_new_tokens=12, temperature=0.6, top_p=0.95,
+                                   seeds=[derive_seed(5, 0, p.id)])
+        assert [s.text for s in group] == records[p.id].responses

@@ -6,8 +6,12 @@ import math
 import pytest
 import torch
 
-from graft.exchange.handover import GateSettings
-from graft.exchange.live import exchange_pair, exchange_stored
+from dataclasses import replace
+
+from graft.config import ExchangeConfig
+from graft.exchange.handover import Scoring
+from graft.exchange.live import exchange_live
+from graft.exchange.stored import exchange_stored
 from graft.types import RolloutGroup
 
 N = 4
@@ -54,12 +58,18 @@ def batch(k_a: list[int], k_b: list[int], logp_a=None):
     return {"A": ga, "B": gb}
 
 
-RECEIVERS = {"A": FakeReceiver("A"), "B": FakeReceiver("B")}
-DEFAULTS = dict(balance="min", selection="ranked", include_all_correct=False, ratio=2.0, floor=1, generator=None)
+RECEIVERS = {"A": FakeReceiver("A"), "B": FakeReceiver("B"), "C": FakeReceiver("C")}
+RENAMED = {"ratio": "balance_ratio", "floor": "balance_floor"}
 
 
-def run(groups, settings=None, **kw):
-    return exchange_pair(1, groups, RECEIVERS, N, settings or GateSettings(), **(DEFAULTS | kw))
+def no_regrade(groups):
+    """The receiver's re-verification: here it agrees with the source (the crafted rewards stay)."""
+
+
+def run(groups, settings=None, generator=None, **kw):
+    ex = replace(settings or ExchangeConfig(), **{RENAMED.get(k, k): v for k, v in kw.items()})
+    res = exchange_live(1, groups, RECEIVERS, N, ex, Scoring(), no_regrade, generator)
+    return res.train_groups, res.audit, res.metrics, res.peers
 
 
 def selected(audit, src):
@@ -121,7 +131,7 @@ def test_gate_drops_low_compatibility_and_caps_weight():
 
 def test_no_floor_admits_all_but_keeps_weights():
     g = batch([2, 0], [0, 1], logp_a=[-1.0, -0.9, -0.5, -1.5])
-    out, _, _, _ = run(g, GateSettings(delta=0.0))
+    out, _, _, _ = run(g, ExchangeConfig(delta=0.0))
     peer = next(x for x in out["B"] if x.is_peer)
     assert peer.index == [0, 1, 2, 3]
     assert peer.weights == pytest.approx([1.0, math.exp(-0.1), math.exp(-0.5), 1.0], rel=1e-6)
@@ -129,14 +139,14 @@ def test_no_floor_admits_all_but_keeps_weights():
 
 def test_no_compat_weighting_gives_weight_one():
     g = batch([2, 0], [0, 1], logp_a=[-1.0, -0.9, -0.5, -1.5])
-    out, _, _, _ = run(g, GateSettings(admission="all", weighting="none"))
+    out, _, _, _ = run(g, ExchangeConfig(admission="all", weighting="none"))
     peer = next(x for x in out["B"] if x.is_peer)
     assert peer.weights == [1.0] * 4
 
 
 def test_random_admission_admits_same_count():
     g = batch([2, 0], [0, 1], logp_a=[-1.0, -0.9, -0.5, -1.5])
-    out, audit, _, _ = run(g, GateSettings(admission="random"), generator=torch.Generator().manual_seed(0))
+    out, audit, _, _ = run(g, ExchangeConfig(admission="random"), generator=torch.Generator().manual_seed(0))
     rows = next(a for a in audit if a["source"] == "A")["responses"]
     assert sum(r["admitted"] for r in rows) == 3     # the gate would admit 3
 
@@ -149,7 +159,7 @@ def test_random_selection_draws_same_count_from_all_fail_prompts():
 
 
 def test_successes_only_transfers_correct_responses():
-    out, _, _, _ = run(batch([2, 0], [0, 1]), GateSettings(successes_only=True))
+    out, _, _, _ = run(batch([2, 0], [0, 1]), ExchangeConfig(successes_only=True))
     peer = next(x for x in out["B"] if x.is_peer)
     assert peer.index == [0, 1] and peer.rewards == [1.0, 1.0]
     # advantages stay those of the full source group: rewards [1,1,0,0] -> mean .5, std .577 -> +.866
@@ -157,7 +167,7 @@ def test_successes_only_transfers_correct_responses():
 
 
 def test_pooled_rewards_keeps_own_group_and_normalises_jointly():
-    out, _, _, _ = run(batch([2, 0], [0, 1]), GateSettings(pooled_rewards=True))
+    out, _, _, _ = run(batch([2, 0], [0, 1]), ExchangeConfig(pooled_rewards=True))
     own = next(x for x in out["B"] if x.prompt_id == "p0" and not x.is_peer)
     peer = next(x for x in out["B"] if x.prompt_id == "p0" and x.is_peer)
     # pooled rewards: own [0,0,0,0] + peer [1,1,0,0]: mean .25, unbiased std = sqrt(8 * .25 * .75 / 7) = .6547
@@ -167,7 +177,7 @@ def test_pooled_rewards_keeps_own_group_and_normalises_jointly():
 
 
 def test_include_all_correct_hands_over_k_equal_n_with_documented_advantage():
-    out, audit, _, _ = run(batch([4, 0], [0, 1]), GateSettings(all_correct_advantage=1.0), include_all_correct=True)
+    out, audit, _, _ = run(batch([4, 0], [0, 1]), ExchangeConfig(all_correct_advantage=1.0), include_all_correct=True)
     assert selected(audit, "A") == ["p0"]
     peer = next(x for x in out["B"] if x.is_peer)
     assert peer.advantages == [1.0] * 4
@@ -176,7 +186,7 @@ def test_include_all_correct_hands_over_k_equal_n_with_documented_advantage():
 def test_length_bucket_deltas():
     # responses are 2 characters = 2 receiver tokens; bucket {2: 0.95} applies: s = e^-0.1 = .905 <= .95 is dropped
     g = batch([2, 0], [0, 1], logp_a=[-1.0, -0.9, -1.0, -1.0])
-    out, audit, _, _ = run(g, GateSettings(delta_by_length={2: 0.95}))
+    out, audit, _, _ = run(g, ExchangeConfig(delta_by_length={2: 0.95}))
     rows = next(a for a in audit if a["source"] == "A")["responses"]
     assert [r["admitted"] for r in rows] == [True, False, True, True]
 
@@ -194,9 +204,96 @@ def test_swapping_models_swaps_decisions():
 def test_stored_peer_one_direction_with_cap_and_pick():
     own = [group("A", f"p{i}", [0.0] * N) for i in range(3)] + [group("A", "p3", [1.0, 0, 0, 0])]
     stored = [group("S", "p0", [1.0, 0, 0, 0]), group("S", "p1", [1.0, 1.0, 1.0, 0]), None, group("S", "p3", [1.0, 1, 0, 0])]
-    out, audit, m, _ = exchange_stored(1, own, stored, RECEIVERS["A"], N, GateSettings(), cap=1, balance=False,
-                                       source_name="S", include_all_correct=False, generator=None)
+    res = exchange_stored(1, own, stored, RECEIVERS["A"], N, ExchangeConfig(), Scoring(), no_regrade, cap=1,
+                          balance=False, source_name="S")
+    out, audit = res.train_groups, res.audit
     # candidates: p0 (k 1) and p1 (k 3); p2 has no stored group; p3 is not all-fail for A. cap 1 -> p1
     assert sorted(c["prompt_id"] for c in audit[0]["candidates"]) == ["p0", "p1"]
     assert audit[0]["selected"] == ["p1"]
     assert [g.prompt_id for g in out["A"] if g.is_peer] == ["p1"]
+
+
+def test_random_selection_of_an_all_correct_group_keeps_its_zero_advantages():
+    """issue 10 item 2: random selection may draw a prompt on which the source got every sample right;
+    without exchange.include_all_correct that group carries its GRPO advantages (all 0), not +1."""
+    # B's all-fail prompts {p0, p1}; A: k = 4 (all correct) on p0, 2 on p1; B -> A has one candidate (p2)
+    # so m = 1 and random selection draws 1 prompt from {p0, p1}. Seed 0 draws p0 here (checked below).
+    g = batch([4, 2, 0], [0, 0, 2])
+    for seed in range(8):
+        out, audit, _, _ = run(g, selection="random", generator=torch.Generator().manual_seed(seed))
+        if selected(audit, "A") == ["p0"]:
+            break
+    assert selected(audit, "A") == ["p0"], "no seed drew the all-correct prompt"
+    rows = next(a for a in audit if a["source"] == "A")["responses"]
+    assert [r["advantage"] for r in rows] == [0.0] * N
+    assert all(p.advantages == [0.0] * p.size for p in out["B"] if p.is_peer)
+
+
+def test_all_gated_out_group_removes_the_receivers_own_group():
+    """issue 10 item 6: a selected prompt whose peer responses are all gated out contributes nothing
+    (the receiver's own all-fail group is replaced by an empty group, not left in the token-mean denominator)."""
+    # C_A->B = {p0}, C_B->A = {p1}; every A response has mean gen log-prob -0.1 and the receiver scores -1:
+    # s = exp(-1 - (-0.1)) = e^-0.9 = .41 <= .8, so nothing of A's group reaches B.
+    g = batch([2, 0], [0, 1], logp_a=[-0.1] * N)
+    out, audit, m, _ = run(g)
+    assert selected(audit, "A") == ["p0"] and m["exchange/A->B/admitted"] == 0
+    assert [(x.prompt_id, x.is_peer) for x in out["B"]] == [("p1", False)]
+    # the other direction is untouched: A's own p1 group is replaced by B's
+    assert [(x.prompt_id, x.is_peer) for x in out["A"]] == [("p0", False), ("p1", True)]
+
+
+def test_audit_m_is_minus_one_without_balancing():
+    """issue 10 item 7: under exchange.balance=none there is no balanced target: m = -1 in the audit and
+    the metrics (the README's schema), not |C|."""
+    out, audit, m, _ = run(batch([3, 2, 1, 0], [0, 0, 0, 2]), balance="none")
+    assert [a["m"] for a in audit] == [-1, -1]
+    assert m["exchange/A->B/m"] == -1 and m["exchange/B->A/m"] == -1
+    assert m["exchange/A->B/candidates"] == 3
+
+
+def test_stored_balancing_counts_the_reverse_direction():
+    """issue 10 item 3: with peer.balance=true the reverse direction (stored group all-fail, receiver
+    mixed) is counted, so m = min(|C|, |reverse|) and prompts are exchanged."""
+    from graft.storage.trajectory_store import StoredGroup
+    from graft.exchange.stored import stored_peer_groups
+
+    def sg(pid, step, rewards):
+        G = len(rewards)
+        return StoredGroup(model="S", tokenizer="t", run_id="r", step=step, epoch=0, prompt_id=pid, problem=f"problem {pid}",
+                           answer="4", prompt_text="", responses=[f"s{i}" for i in range(G)], token_ids=[[7, 8]] * G,
+                           gen_logprobs=[[-1.0, -1.0]] * G, finished=[True] * G, rewards=rewards, statuses=["ok"] * G,
+                           advantages=[0.0] * G)
+
+    # receiver A: p0, p1 all-fail; p2 mixed (k 2). Stored S: p0 k 1, p1 k 2, p2 all-fail.
+    own = [group("A", "p0", [0.0] * N), group("A", "p1", [0.0] * N), group("A", "p2", [1.0, 1.0, 0, 0])]
+    store = {"p0": [sg("p0", 1, [1.0, 0, 0, 0])], "p1": [sg("p1", 1, [1.0, 1.0, 0, 0])], "p2": [sg("p2", 1, [0.0] * N)]}
+    stored = stored_peer_groups(store, own, step=1, pick="latest", include_all_correct=False)
+    res = exchange_stored(1, own, stored, RECEIVERS["A"], N, ExchangeConfig(), Scoring(), no_regrade, cap=None,
+                          balance=True, source_name="S")
+    # |C| = 2 (p0, p1), reverse = 1 (p2) -> m = 1 -> the top-1 by stored k: p1
+    assert res.audit[0]["m"] == 1 and res.audit[0]["selected"] == ["p1"]
+    assert res.metrics["exchange/S->A/m"] == 1 and res.metrics["exchange/S->A/kept_prompts"] == 1
+    assert [g.prompt_id for g in res.peers["A"]] == ["p1"]
+
+
+def test_stored_latest_pick_does_not_reach_back_to_an_older_success():
+    """issue 10 item 4: peer.pick=latest uses the latest stored group not after the receiver's step, as
+    documented; if that group is all-fail the prompt is no candidate, even when an older group succeeded."""
+    from graft.storage.trajectory_store import StoredGroup
+    from graft.exchange.stored import stored_peer_groups
+
+    def sg(step, rewards):
+        return StoredGroup(model="S", tokenizer="t", run_id="r", step=step, epoch=0, prompt_id="p0", problem="q",
+                           answer="4", prompt_text="", responses=["a"] * N, token_ids=[[7]] * N,
+                           gen_logprobs=[[-1.0]] * N, finished=[True] * N, rewards=rewards, statuses=["ok"] * N,
+                           advantages=[0.0] * N)
+
+    own = [group("A", "p0", [0.0] * N)]
+    store = {"p0": [sg(1, [1.0, 0, 0, 0]), sg(3, [0.0] * N)]}
+    (picked,) = stored_peer_groups(store, own, step=4, pick="latest", include_all_correct=False)
+    assert picked.step == 3 and picked.num_correct == 0
+    res = exchange_stored(4, own, [picked], RECEIVERS["A"], N, ExchangeConfig(), Scoring(), no_regrade, cap=None,
+                          balance=False, source_name="S")
+    assert res.audit[0]["candidates"] == [] and not res.peers["A"]
+    (any_pick,) = stored_peer_groups(store, own, step=4, pick="any", include_all_correct=False)
+    assert any_pick.step == 1    # "any" takes the group with most successes the candidate rule accepts

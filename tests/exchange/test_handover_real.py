@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from graft.config import ModelConfig, RolloutConfig
-from graft.exchange.handover import GateSettings, hand_over
+from graft.config import ExchangeConfig
+from graft.exchange.handover import Scoring, hand_over
 from graft.trainer.learner import Learner
 from graft.types import Prompt
 
@@ -36,8 +37,8 @@ def test_identical_receiver_gives_unit_compatibility(twins, temperature):
     groups, _ = src.rollout(PROMPTS, rc, step=1, seed=5)
     for g in groups:
         g.rewards, g.advantages = [1.0, 0.0, 0.0], [1.1547, -0.5774, -0.5774]
-    settings = GateSettings(delta=0.0, temperature=temperature, logprob_chunk=4, micro_batch=2)
-    peer, audit, _ = hand_over(groups, recv, {}, settings)
+    ho = hand_over(groups, recv, ExchangeConfig(delta=0.0), Scoring(temperature=temperature, chunk=4, micro_batch=2))
+    peer, audit = ho.groups, ho.rows
 
     assert len(audit) == 6 and len(peer) == 2
     assert all(a["weight"] == pytest.approx(min(a["s"], 1.0)) for a in audit)
@@ -59,7 +60,8 @@ def test_scoring_at_another_temperature_breaks_unit_compatibility(twins):
     groups, _ = src.rollout(PROMPTS, RolloutConfig(n=3, max_new_tokens=8, temperature=0.5, batch_size=8), step=1, seed=5)
     for g in groups:
         g.rewards, g.advantages = [1.0, 0.0, 0.0], [1.1547, -0.5774, -0.5774]
-    peer, audit, _ = hand_over(groups, recv, {}, GateSettings(delta=0.0, temperature=1.0))
+    ho = hand_over(groups, recv, ExchangeConfig(delta=0.0), Scoring(temperature=1.0))
+    peer, audit = ho.groups, ho.rows
     same = [a["s"] for g, p in zip(groups, peer) for i, a in zip(range(g.size), audit[3 * int(g.prompt_id[1]):])
             if p.token_ids[i] == g.gen_token_ids[i]]
     assert same and max(abs(v - 1) for v in same) > 1e-2

@@ -128,11 +128,11 @@ def test_stop_strings_end_rows_early_with_the_same_cut_samples(pol):
     """Rows leave the batch once their text holds a stop string; after cut_at_stop the samples
     equal those of a run without early stopping (per-sample seeds: other rows do not matter;
     log-probs to float precision, as a smaller batch computes them with other matmul shapes)."""
-    from graft.trainer.learner import cut_at_stop
+    from graft.policy.prompts import cut_at_stop
 
     prompts, stops = _prompts(pol), ["e", "a"]   # letters a random model writes within a few tokens
     kw = dict(n=4, max_new_tokens=16, temperature=1.0, batch_size=8, seeds=[11, 12])
-    full = pol.generate(prompts, **kw)
+    full = pol.generate(prompts, stop_strings=(), **kw)
     early = pol.generate(prompts, stop_strings=stops, **kw)
     shortened = 0
     for g_full, g_early in zip(full, early):

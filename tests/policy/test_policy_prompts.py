@@ -5,6 +5,8 @@ import pytest
 
 from dataclasses import replace
 
+from graft.policy.codec import TextCodec
+
 from graft.config import ConfigError, ModelConfig
 from graft.policy.prompts import FEWSHOT_EXAMPLES, encode_prompt, frame_response, render_prompt
 
@@ -95,7 +97,7 @@ def test_encode_response_round_trip(which, tiny_llama_policy, tiny_gemma_policy,
     """A text already framed as the template frames it encodes and decodes unchanged."""
     pol = tiny_llama_policy if which == "llama" else tiny_gemma_policy
     template = "fewshot" if which == "gemma" else "chat"
-    monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template=template, stop=[]))
+    monkeypatch.setattr(pol, "codec", TextCodec(replace(pol.cfg, template=template, stop=[]), pol.tokenizer))
     text = "First, 17 + 25 = 42.\n\nSo the answer is \\boxed{42}."
     text = " " + text if template == "fewshot" else text
     ids = pol.encode_response(text, finished=False)
@@ -133,10 +135,10 @@ def test_finished_response_ends_with_the_receivers_own_stop(which, tiny_llama_po
     own samples end; a chat template (no stop strings) ends it with EOS."""
     pol = tiny_llama_policy if which == "llama" else tiny_gemma_policy
     text = " 17 + 25 = 42. The final answer is \\boxed{42}.\n"
-    monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template="fewshot", stop=None))
+    monkeypatch.setattr(pol, "codec", TextCodec(replace(pol.cfg, template="fewshot", stop=None), pol.tokenizer))
     ids = pol.encode_response(text, finished=True)
     assert pol.decode(ids) == text + "\nProblem:" and pol.eos_token_id not in ids
     assert pol.decode(pol.encode_response(text, finished=False)) == text.rstrip()
-    monkeypatch.setattr(pol, "cfg", replace(pol.cfg, template="chat", stop=None, fewshot=None))
+    monkeypatch.setattr(pol, "codec", TextCodec(replace(pol.cfg, template="chat", stop=None, fewshot=None), pol.tokenizer))
     assert pol.encode_response(text, finished=True) == pol.encode_response(text, finished=False) + [pol.eos_token_id]
     assert pol.decode(pol.encode_response(text, finished=True)) == text.strip()

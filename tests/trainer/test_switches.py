@@ -72,3 +72,53 @@ def test_cross_model_baseline_runs_and_updates_both(tmp_path, tiny_llama_dir, ti
         assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith(name + ".")), name
         assert m[f"{name}/peer_responses"] > 0
         assert torch.isfinite(torch.tensor(m[f"{name}/loss"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule,keys", [("graft", ["ratio/mean", "ratio/max"]), ("luffy", ["luffy/peer_prob_mean"]),
+                                        ("sgt", ["sgt/nll"])])
+def test_update_metrics_reach_metrics_jsonl(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch, rule, keys):
+    """issue 10 item 8: the update's ratio / LUFFY / SGT metrics are written, not computed and dropped."""
+    crafted_rewards(monkeypatch)
+    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=1", f"update.rule={rule}", "exchange.delta=0.0")
+    loop.train(cfg)
+    row = loop.JsonlWriter(Path(cfg.run_dir) / "metrics.jsonl").read()[0]
+    for name in ("A", "B"):
+        for key in keys:
+            assert row.get(f"{name}/{key}") is not None, f"{name}/{key}"
+        assert row[f"{name}/ratio/max"] >= row[f"{name}/ratio/mean"] > 0
+
+
+@pytest.mark.slow
+def test_hacpo_leaves_own_grpo_advantages_and_honours_adv_std(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
+    """issue 10 item 5: HACPO trains on copies with HACPO advantages; the trajectory store keeps each model's
+    GRPO advantages; and update.adv_std reaches HACPO's normalisation."""
+    import math
+
+    from graft.storage.trajectory_store import TrajectoryStore
+
+    crafted_rewards(monkeypatch)
+    seen = {}
+    real = loop.update_phase
+
+    def spy(run, train_groups, step):
+        seen[run.cfg.update.adv_std] = {n: [(g.prompt_id, g.is_peer, list(g.advantages)) for g in gs]
+                                        for n, gs in train_groups.items()}
+        return real(run, train_groups, step)
+
+    monkeypatch.setattr(loop, "update_phase", spy)
+    for std in ("unbiased", "biased"):
+        cfg = tiny_config(tmp_path / std, tiny_llama_dir, tiny_gemma_dir, "steps=1", "update.rule=hacpo",
+                          f"update.adv_std={std}")
+        loop.train(cfg)
+        rows = TrajectoryStore(Path(cfg.run_dir) / "trajectories").read().to_pylist()
+        for r in rows:   # the crafted rule: G = 4 samples, k successes -> GRPO advantage of a success
+            k = sum(x["reward"] > 0.5 for x in rows if x["model"] == r["model"] and x["prompt_id"] == r["prompt_id"])
+            if 0 < k < 4:
+                mean, var = k / 4, (k * (1 - k / 4) ** 2 + (4 - k) * (k / 4) ** 2) / (3 if std == "unbiased" else 4)
+                want = ((1.0 if r["reward"] > 0.5 else 0.0) - mean) / (math.sqrt(var) + 1e-6)
+                assert r["advantage"] == pytest.approx(want, rel=1e-5)
+            else:
+                assert r["advantage"] == 0.0
+    own = lambda std: [a for n in ("A", "B") for (_, peer, adv) in seen[std][n] if not peer for a in adv]  # noqa: E731
+    assert own("unbiased") != pytest.approx(own("biased"), rel=1e-3)   # the std switch reaches HACPO's advantages

@@ -1,0 +1,54 @@
+"""HACPO's sharing (arXiv 2603.02604; spec §8): every prompt's peer responses join the learner's group.
+
+No failure gate and no balancing: on every prompt the receiver trains on its own group plus the
+whole peer group, scored like a GRAFT hand-over (``s``, weight ``min(s, 1)``, nothing dropped),
+with HACPO's capability-aware advantages over the joint group. The per-minibatch stepwise clip
+of the peer weights is the HACPO update rule's (:mod:`graft.trainer.rules`). Defined for a pair.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from graft.algos.advantages import RollingRate, hacpo_advantages
+from graft.config import ExchangeConfig
+from graft.exchange.handover import Receiver, Scoring, hand_over
+from graft.exchange.live import ExchangeResult, Grade, direction_metrics, regrade
+from graft.types import RolloutGroup
+
+
+def hacpo_exchange(step: int, groups: dict[str, list[RolloutGroup]], receivers: dict[str, Receiver],
+                   rates: dict[str, RollingRate], ex: ExchangeConfig, scoring: Scoring, grade: Grade,
+                   adv_norm: tuple[float, bool] = (1e-6, True)) -> ExchangeResult:
+    """Share every group both ways between the two models of ``groups``; ``rates`` are updated in place.
+
+    The models' own groups are not modified (the trajectory store keeps their GRPO advantages);
+    the receiver trains on copies carrying the HACPO advantages.
+    """
+    assert len(groups) == 2, "HACPO sharing is defined for a pair of models"
+    for name, gs in groups.items():
+        rates[name].update(sum(g.num_correct for g in gs) / max(sum(g.size for g in gs), 1))
+    share = replace(ex, delta=0.0, delta_by_length={}, admission="all", weighting="compat", successes_only=False,
+                    pooled_rewards=False, include_all_correct=False)
+    (a, ga), (b, gb) = groups.items()
+    result = ExchangeResult({}, {})
+    for src, recv, g_src, g_recv in ((a, b, ga, gb), (b, a, gb, ga)):
+        ho = hand_over(g_src, receivers[recv], share, scoring)
+        regrade(grade, ho.groups, ho.rows)
+        own = {g.prompt_id: g for g in g_recv}
+        train_own, peer = {g.prompt_id: g for g in g_recv}, []
+        for pg in ho.groups:
+            adv_own, adv_peer = hacpo_advantages(own[pg.prompt_id].rewards_tensor(), pg.rewards_tensor(), rates[recv].value,
+                                                 rates[src].value, adv_norm[0], unbiased=adv_norm[1])
+            train_own[pg.prompt_id] = replace(own[pg.prompt_id], advantages=adv_own.tolist())
+            peer.append(replace(pg, advantages=adv_peer.tolist()))
+        for row in ho.rows:
+            row["advantage"] = next(p.advantages[p.index.index(row["index"])] for p in peer if p.prompt_id == row["prompt_id"])
+        result.train_groups[recv] = list(train_own.values()) + peer
+        result.peers[recv] = peer
+        selected = torch.ones(len(g_src), dtype=torch.bool)
+        result.audit.append({"step": step, "source": src, "receiver": recv, "candidates": [], "m": -1,
+                             "selected": [g.prompt_id for g in peer], "responses": ho.rows, "conflicts": []})
+        result.metrics |= direction_metrics(src, recv, torch.zeros_like(selected), selected, -1, ho.rows, ho.metrics, 0)
+    return result
