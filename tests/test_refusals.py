@@ -306,6 +306,17 @@ def test_resuming_after_the_data_file_changed_is_refused(tmp_path, tiny_llama_di
         cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, f"data.train={data}", "steps=2", "resume=true")
         with pytest.raises(DataError, match=r"^data\.train \(.*train\.jsonl\) changed since .*step_000001 was saved"):
             loop.setup(cfg)
+    # a checkpoint written before the fingerprint existed: the sampler's own check of the ids, as a DataError
+    real_load = loop.load_checkpoint
+
+    def without_fingerprint(path):
+        ck = real_load(path)
+        ck.state.pop("data_fingerprint")
+        return ck
+
+    monkeypatch.setattr(loop, "load_checkpoint", without_fingerprint)
+    with pytest.raises(DataError, match=r"^data\.train: cannot resume from .*step_000001 with data\.train=.*different prompt set"):
+        loop.setup(cfg)
     assert sorted((p.relative_to(tmp_path), p.stat().st_size) for p in (tmp_path / "run").rglob("*")) == before
 
 

@@ -216,7 +216,7 @@ def setup(cfg: Config) -> Run:
     val = _load_data("data.val", cfg.data.val, cfg, cfg.data.val_limit)[0] if cfg.data.val else None
     check_run_dir(run_dir)   # before anything is loaded or written
     ckpt = _find_resume(cfg, run_dir)
-    _check_same_data(ckpt, prompts, cfg.data.train)
+    sampler = _sampler(cfg, prompts, ckpt)   # resuming on other training data fails here
     _check_model_sources(cfg, ckpt)
     peer_groups, peer_name = _peer_groups(cfg) if cfg.peer.source == "store" else (None, "peer")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
@@ -224,8 +224,7 @@ def setup(cfg: Config) -> Run:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     run = Run(cfg=cfg, run_dir=run_dir, learners=learners,
-              sampler=PromptSampler(prompts, cfg.batch_prompts, cfg.seed, cfg.data.shuffle),
-              grader=Grader(cfg.reward.timeout_s, cfg.reward.workers),
+              sampler=sampler, grader=Grader(cfg.reward.timeout_s, cfg.reward.workers),
               metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
               store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val,
               rule=make_rule(cfg.update), peer_groups=peer_groups, peer_name=peer_name)
@@ -285,17 +284,23 @@ def _find_resume(cfg: Config, run_dir: Path):
     return ckpt
 
 
-def _check_same_data(ckpt, prompts, source: str) -> None:
-    """Refuse to resume on training data that differs from the data the checkpoint was trained on
-    (ids, problems or answers; checkpoints written before the fingerprint existed are not checked here)."""
-    saved = ckpt.state.get("data_fingerprint") if ckpt is not None else None
-    if saved is None:
-        return
-    now = prompts_fingerprint(prompts)
-    if now["sha256"] != saved.get("sha256"):
-        raise DataError(f"data.train ({source}) changed since {ckpt.path} was saved: it held {saved.get('prompts')} prompts "
-                        f"(sha256 {str(saved.get('sha256'))[:12]}), now {now['prompts']} (sha256 {now['sha256'][:12]}); "
+def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
+    """The prompt sampler, continued from ``ckpt``. Resuming on training data that differs from the
+    data the checkpoint was trained on (ids, problems, answers or order: ``state["data_fingerprint"]``;
+    for older checkpoints the sampler's own check of the ids) is a :class:`DataError`."""
+    sampler = PromptSampler(prompts, cfg.batch_prompts, cfg.seed, cfg.data.shuffle)
+    if ckpt is None:
+        return sampler
+    saved, now = ckpt.state.get("data_fingerprint"), prompts_fingerprint(prompts)
+    if saved is not None and now["sha256"] != saved.get("sha256"):
+        raise DataError(f"data.train ({cfg.data.train}) changed since {ckpt.path} was saved: it held {saved.get('prompts')} "
+                        f"prompts (sha256 {str(saved.get('sha256'))[:12]}), now {now['prompts']} (sha256 {now['sha256'][:12]}); "
                         "resume with the original data, or start a new run_dir")
+    try:
+        sampler.load_state_dict(ckpt.state["sampler"])
+    except ValueError as e:
+        raise DataError(f"data.train: cannot resume from {ckpt.path} with data.train={cfg.data.train}: {e}") from None
+    return sampler
 
 
 def _restore(run: Run, ckpt) -> None:
@@ -303,10 +308,6 @@ def _restore(run: Run, ckpt) -> None:
         return
     for name, learner in run.learners.items():
         learner.optimizer.load_state_dict(ckpt.optimizer_state(name))
-    try:
-        run.sampler.load_state_dict(ckpt.state["sampler"])
-    except ValueError as e:   # e.g. a checkpoint from before the data fingerprint, on changed data
-        raise DataError(f"cannot resume from {ckpt.path} with data.train={run.cfg.data.train}: {e}") from None
     run.rule.load_state_dict(ckpt.state.get("rule", {}))
     run.eval_history = ckpt.state.get("eval_history", [])
     run.start_step = ckpt.step + 1
