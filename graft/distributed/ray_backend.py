@@ -459,8 +459,10 @@ class RayLearner:
 
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
                        micro_batch: int = 8, temperature: float = 1.0, progress: bool = False) -> list[torch.Tensor]:
+        from graft.policy.policy import scoring_order
+
         N, W = len(response_ids), self.num_workers
-        order = sorted(range(N), key=lambda i: -(len(prompt_ids[i]) + len(response_ids[i])))   # as Policy does
+        order = scoring_order(prompt_ids, response_ids)   # as Policy.token_logprobs does
         # whole micro-batches per worker, in the single process's order: identical padding, identical values
         sizes = split_sizes(N, W, max(1, micro_batch))
         parts = blocks(order, sizes)
