@@ -33,6 +33,7 @@ from graft.distributed.ray_backend import close_learners, make_learners
 from graft.trainer.learner import Learner
 from graft.trainer.rules import get_rule
 from graft.trainer.metrics import JsonlWriter, console_line, group_stats, prefixed, timed
+from graft.trainer.tracking import check_installed, open_trackers
 from graft.types import VERIFY_TIMEOUT, RolloutGroup
 
 
@@ -42,7 +43,7 @@ class GraderHang(RuntimeError):
 # Fields that may change between a run and its resumption without changing what it computes.
 RESUMABLE_CHANGES = ("resume", "steps", "progress", "threads", "device", "run_dir", "checkpoint.", "eval.",
                      "reward.workers", "rollout.batch_size", "update.micro_batch_size", "update.logprob_chunk",
-                     "ray.", "backend")
+                     "ray.", "backend", "logging")
 
 
 @dataclass
@@ -267,6 +268,7 @@ def _peer_use(audit: list[dict]) -> dict:
 def setup(cfg: Config) -> Run:
     """Validate inputs, load data and models (or a checkpoint), open the output files."""
     run_dir = Path(cfg.run_dir)
+    check_installed(cfg.logging)   # a requested tracker's package is missing: say so before anything loads
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -361,7 +363,9 @@ def train(cfg: Config) -> dict:
     run = setup(cfg)
     t_start, history = time.perf_counter(), []
     ck = cfg.checkpoint
+    tracker = None
     try:
+        tracker = open_trackers(run.run_dir, cfg, run.start_step)
         bar = tqdm(range(run.start_step, cfg.steps + 1), desc="steps", disable=not cfg.progress,
                    initial=run.start_step - 1, total=cfg.steps)
         for step in bar:
@@ -369,12 +373,15 @@ def train(cfg: Config) -> dict:
             if cfg.eval.every and run.val_prompts and step % cfg.eval.every == 0:
                 m |= evaluate_phase(run, step)
             run.metrics.write(m)
+            tracker.log(step, m)
             history.append(m)
             tqdm.write(console_line(step, cfg.steps, m, list(run.learners)), file=sys.stderr)
             if ck.save_every and step % ck.save_every == 0 and step < cfg.steps:
                 save(run, step)
         final = save(run, cfg.steps) if ck.save_final and cfg.steps >= run.start_step else None
     finally:
+        if tracker is not None:
+            tracker.close()
         run.grader.close()
         close_learners(run.learners)   # Ray actors / rollout engines; a WorkerFailure propagates after this
     summary = summarize(run, time.perf_counter() - t_start, final)
