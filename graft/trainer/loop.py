@@ -29,7 +29,7 @@ from graft.reward.grader import Grader
 from graft.storage.checkpoint import (checkpoint_step, list_checkpoints, load_checkpoint, newest_intact_checkpoint,
                                      remove_checkpoints_after, save_checkpoint, set_rng_state)
 from graft.storage.trajectory_store import TrajectoryStore, select_stored_group
-from graft.distributed.ray_backend import close_learners, make_learners
+from graft.distributed.ray_backend import close_learners, make_learners, worker_memory
 from graft.trainer.learner import Learner
 from graft.trainer.rules import get_rule
 from graft.trainer.metrics import JsonlWriter, console_line, group_stats, prefixed, timed
@@ -425,6 +425,7 @@ def train(cfg: Config) -> dict:
                    initial=run.start_step - 1, total=cfg.steps)
         for step in bar:
             m = train_step(run, step)
+            m |= worker_memory(run.learners)   # backend ray: peak RSS of each model's workers
             if cfg.eval.every and run.val_prompts and step % cfg.eval.every == 0:
                 m |= evaluate_phase(run, step)
             run.metrics.write(m)
