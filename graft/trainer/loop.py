@@ -315,7 +315,7 @@ def _find_resume(cfg: Config, run_dir: Path):
             if has_history:
                 raise ConfigError(f"resume=true: {run_dir} holds metrics of an earlier run but no checkpoint (stopped "
                                   "before the first save?), so there is nothing to resume and nothing was changed; "
-                                  "to start over pass resume=restart (deletes its metrics, audit log and trajectories) "
+                                  "to start over pass resume=restart (deletes this run's metrics, audit log and trajectories) "
                                   "or choose another run_dir")
             print(f"resume: no checkpoint and no finished step in {run_dir}; starting from scratch", file=sys.stderr)
             if (run_dir / "audit.jsonl").exists():   # lines of an unfinished first step: it runs again
