@@ -301,6 +301,13 @@ class CheckpointConfig:
     """How many checkpoints to keep."""
     save_final: bool = True
     """Save a checkpoint when the run ends."""
+    keep_optimizer: Literal["all", "last"] = "all"
+    """``all`` keeps ``optimizer.pt`` (AdamW state, about twice the weights in size) in every kept checkpoint;
+    ``last`` keeps it only in the newest one: when a checkpoint is saved, older ones lose their optimizer files
+    and their manifest is rewritten to match. Only a checkpoint with optimizer state can be resumed."""
+    keep_best: bool = True
+    """Pruning by ``keep_last`` never deletes the best-evaluated step of any model (highest in-training
+    ``eval/M/val/pass@1``, ties to the earlier step; see ``graft export --step best``)."""
 
 
 @dataclass
@@ -317,6 +324,29 @@ class EvalConfig:
     """Evaluation response limit (default: rollout.max_new_tokens)."""
     repeats: int = 1
     """Independent repeats (the paper uses 5 for final numbers)."""
+
+
+@dataclass
+class LoggingConfig:
+    report_to: list[Literal["tensorboard", "wandb"]] = field(default_factory=list)
+    """Experiment trackers that receive every ``metrics.jsonl`` value at the same step index (eval results
+    included), plus the resolved config: ``tensorboard`` writes ``RUN_DIR/tensorboard/`` (config as text and
+    hparams), ``wandb`` a W&B run under ``RUN_DIR/wandb/`` (config as the run config). Each needs its package
+    (``pip install 'graft[trackers]'``); graft/trainer/tracking.py has the details."""
+    wandb_project: str = "graft"
+    """W&B project of the run (the W&B run name is the run folder's name; ``WANDB_ENTITY`` picks the entity)."""
+    wandb_mode: Literal["auto", "online", "offline"] = "auto"
+    """``auto``: ``WANDB_MODE`` if set, else ``online`` when a W&B API key is configured (``WANDB_API_KEY`` or
+    ``wandb login``) and ``offline`` otherwise (no network needed; upload later with ``wandb sync``)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.report_to, str):   # `logging.report_to=tensorboard` on the command line
+            self.report_to = [self.report_to]
+        self.report_to = list(self.report_to or [])
+        bad = [t for t in self.report_to if t not in ("tensorboard", "wandb")]
+        _check(not bad, f"logging.report_to: unknown tracker(s) {bad}; choose from tensorboard, wandb")
+        _check(self.wandb_mode in ("auto", "online", "offline"),
+               f"logging.wandb_mode must be auto, online or offline, got {self.wandb_mode!r}")
 
 
 @dataclass
@@ -357,7 +387,10 @@ class Config:
     threads: int | None = None
     """torch intra-op threads on CPU (``None``: torch's default)."""
     resume: str | bool = False
-    """``true`` resumes from the last checkpoint in ``run_dir``; a path resumes from that checkpoint."""
+    """``true`` resumes from the newest checkpoint in ``run_dir`` that verifies (sha256 of every file; a damaged
+    newer one is reported and skipped; none at all in a folder that holds metrics is an error); a path resumes
+    from that checkpoint; ``restart`` deliberately deletes what ``run_dir`` holds of an earlier run (metrics,
+    audit log, trajectories, eval, checkpoints, TensorBoard events) and starts from scratch."""
     backend: Literal["local", "ray"] = "local"
     """Single process, or one Ray actor group per model."""
     progress: bool = True
@@ -382,6 +415,8 @@ class Config:
     """In-training evaluation."""
     ray: RayConfig = field(default_factory=RayConfig)
     """Ray backend settings."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Experiment trackers (TensorBoard, W&B)."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.models]
