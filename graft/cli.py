@@ -1,7 +1,8 @@
-"""The ``graft`` command: train, eval, analyze, report, store, sweep, bench.
+"""The ``graft`` command: train, eval, export, analyze, report, store, sweep, bench.
 
     graft train CONFIG.yaml [key=value ...]
-    graft eval --model PATH --data math500 [--n 8 --repeats 5]
+    graft eval --model PATH --data math500 [--n 8 --repeats 5] [--config RUN/config.yaml --model-name NAME]
+    graft export RUN_DIR [--step N|latest|best] [--model NAME] OUT [--dtype bfloat16]
     graft analyze RUN_DIR
     graft report RUN_DIR [RUN_DIR ...] [--out DIR]
     graft store info|export PATH ...
@@ -92,6 +93,9 @@ def _dispatch(cmd: str, argv: list[str]) -> int:
     if cmd == "eval":
         from graft.evaluation.evaluate import eval_main
         return eval_main(argv)
+    if cmd == "export":
+        from graft.export import export_main
+        return export_main(argv)
     if cmd == "analyze":
         from graft.evaluation.analyze import analyze_main
         return analyze_main(argv)

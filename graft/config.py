@@ -350,6 +350,13 @@ class CheckpointConfig:
     """How many checkpoints to keep."""
     save_final: bool = True
     """Save a checkpoint when the run ends."""
+    keep_optimizer: Literal["all", "last"] = "all"
+    """``all`` keeps ``optimizer.pt`` (AdamW state, about twice the weights in size) in every kept checkpoint;
+    ``last`` keeps it only in the newest one: when a checkpoint is saved, older ones lose their optimizer files
+    and their manifest is rewritten to match. Only a checkpoint with optimizer state can be resumed."""
+    keep_best: bool = True
+    """Pruning by ``keep_last`` never deletes the best-evaluated step of any model (highest in-training
+    ``eval/M/val/pass@1``, ties to the earlier step; see ``graft export --step best``)."""
 
     def __post_init__(self) -> None:
         _check(self.save_every >= 0, "save_every", f"must be >= 0 (0: only at the end), got {self.save_every}")
@@ -378,6 +385,29 @@ class EvalConfig:
         _check(self.max_new_tokens is None or self.max_new_tokens > 0, "max_new_tokens",
                f"must be > 0, got {self.max_new_tokens}")
         _check(self.repeats >= 1, "repeats", f"must be >= 1, got {self.repeats}")
+
+
+@dataclass
+class LoggingConfig:
+    report_to: list[Literal["tensorboard", "wandb"]] = field(default_factory=list)
+    """Experiment trackers that receive every ``metrics.jsonl`` value at the same step index (eval results
+    included), plus the resolved config: ``tensorboard`` writes ``RUN_DIR/tensorboard/`` (config as text and
+    hparams), ``wandb`` a W&B run under ``RUN_DIR/wandb/`` (config as the run config). Each needs its package
+    (``pip install 'graft[trackers]'``); graft/trainer/tracking.py has the details."""
+    wandb_project: str = "graft"
+    """W&B project of the run (the W&B run name is the run folder's name; ``WANDB_ENTITY`` picks the entity)."""
+    wandb_mode: Literal["auto", "online", "offline"] = "auto"
+    """``auto``: ``WANDB_MODE`` if set, else ``online`` when a W&B API key is configured (``WANDB_API_KEY`` or
+    ``wandb login``) and ``offline`` otherwise (no network needed; upload later with ``wandb sync``)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.report_to, str):   # `logging.report_to=tensorboard` on the command line
+            self.report_to = [self.report_to]
+        self.report_to = list(self.report_to or [])
+        bad = [t for t in self.report_to if t not in ("tensorboard", "wandb")]
+        _check(not bad, "report_to", f"unknown tracker(s) {bad}; choose from tensorboard, wandb")
+        _check(self.wandb_mode in ("auto", "online", "offline"), "wandb_mode",
+               f"must be auto, online or offline, got {self.wandb_mode!r}")
 
 
 @dataclass
@@ -425,7 +455,10 @@ class Config:
     threads: int | None = None
     """torch intra-op threads on CPU (``None``: torch's default)."""
     resume: str | bool = False
-    """``true`` resumes from the last checkpoint in ``run_dir``; a path resumes from that checkpoint."""
+    """``true`` resumes from the newest checkpoint in ``run_dir`` that verifies (sha256 of every file; a damaged
+    newer one is reported and skipped; none at all in a folder that holds metrics is an error); a path resumes
+    from that checkpoint; ``restart`` deliberately deletes what ``run_dir`` holds of an earlier run (metrics,
+    audit log, trajectories, eval, checkpoints, TensorBoard events) and starts from scratch."""
     backend: Literal["local", "ray"] = "local"
     """Single process, or one Ray actor group per model."""
     progress: bool = True
@@ -450,6 +483,8 @@ class Config:
     """In-training evaluation."""
     ray: RayConfig = field(default_factory=RayConfig)
     """Ray backend settings."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Experiment trackers (TensorBoard, W&B)."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.models]
@@ -585,7 +620,8 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     with an integral value is accepted; booleans are not). float: a number (ints accepted; text
     such as ``2e-6``, which YAML 1.1 reads as a string, is converted; NaN is rejected). bool:
     true/false. str: text (numbers are turned into text). ``X | None``: null or X. list/tuple:
-    a list whose items are checked (``models.0``), tuple of the declared length. dict: a
+    a list whose items are checked (``models.0``; a single text or number is a one-item list),
+    tuple of the declared length. dict: a
     mapping whose keys and values are checked, or the text ``{k:v,...}``. Dataclass: a mapping
     (:func:`_build`).
     """
@@ -646,6 +682,8 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     if origin is list:
         if value is None:
             return []
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            value = [value]   # one item: `logging.report_to=tensorboard`, `models.0.stop=END`
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
         return [_coerce(args[0], v, f"{where}.{i}") for i, v in enumerate(value)] if args else list(value)

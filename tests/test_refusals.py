@@ -55,7 +55,8 @@ def test_literal_fields_accept_only_their_choices(override, message):
     ("exchange.delta=.nan", "exchange.delta: expected a number, got nan"),
     ("progress=maybe", "progress: expected true or false, got 'maybe'"),
     ("models.0.betas=[0.9]", "models.0.betas: expected a list of 2 numbers, got 1 item(s)"),
-    ("data.arithmetic.ops=+", "data.arithmetic.ops: expected a list of text, got '+'"),
+    ("data.arithmetic.ops={a: 1}", "data.arithmetic.ops: expected a list of text, got a mapping"),
+    ("logging.report_to=tb", "logging.report_to.0: 'tb' is not one of tensorboard, wandb"),
     ("models.0.stop=[1, [2]]", "models.0.stop.1: expected text, got a list"),
     ("eval.max_new_tokens=abc", "eval.max_new_tokens: expected an integer, got 'abc'"),
     ("data.val=[a]", "data.val: expected text, got a list"),
@@ -73,8 +74,10 @@ def test_every_field_type_is_checked_at_load(override, message):
 
 def test_numbers_are_converted_where_the_type_allows():
     """issue 10: type checking converts what is unambiguous: ints for floats, `2e-6` (a string to
-    YAML 1.1) for floats, integral floats for ints, numbers for text."""
-    cfg = _load("exchange.delta=1", "models.0.lr=2e-6", "steps=3.0", "run_dir=2024", "models.0.instruction=Say: x")
+    YAML 1.1) for floats, integral floats for ints, numbers for text, one item for a list."""
+    cfg = _load("exchange.delta=1", "models.0.lr=2e-6", "steps=3.0", "run_dir=2024", "models.0.instruction=Say: x",
+                "logging.report_to=tensorboard", "data.arithmetic.ops=+")
+    assert cfg.logging.report_to == ["tensorboard"] and cfg.data.arithmetic.ops == ["+"]
     assert cfg.exchange.delta == 1.0 and isinstance(cfg.exchange.delta, float)
     assert cfg.models[0].lr == 2e-6 and cfg.steps == 3 and isinstance(cfg.steps, int)
     assert cfg.run_dir == "2024" and cfg.models[0].instruction == "Say: x"
@@ -307,14 +310,14 @@ def test_resuming_after_the_data_file_changed_is_refused(tmp_path, tiny_llama_di
         with pytest.raises(DataError, match=r"^data\.train \(.*train\.jsonl\) changed since .*step_000001 was saved"):
             loop.setup(cfg)
     # a checkpoint written before the fingerprint existed: the sampler's own check of the ids, as a DataError
-    real_load = loop.load_checkpoint
+    real_find = loop._find_resume
 
-    def without_fingerprint(path):
-        ck = real_load(path)
+    def without_fingerprint(*a):
+        ck = real_find(*a)
         ck.state.pop("data_fingerprint")
         return ck
 
-    monkeypatch.setattr(loop, "load_checkpoint", without_fingerprint)
+    monkeypatch.setattr(loop, "_find_resume", without_fingerprint)
     with pytest.raises(DataError, match=r"^data\.train: cannot resume from .*step_000001 with data\.train=.*different prompt set"):
         loop.setup(cfg)
     assert sorted((p.relative_to(tmp_path), p.stat().st_size) for p in (tmp_path / "run").rglob("*")) == before

@@ -139,6 +139,9 @@ class PolicyWorker:
     def ping(self) -> int:
         return self.rank
 
+    def peak_rss_gb(self) -> float:
+        return peak_rss_gb()
+
     # ------------------------------------------------------------------ inference
     def _gathered(self):
         from graft.distributed import fsdp
@@ -459,8 +462,10 @@ class RayLearner:
 
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
                        micro_batch: int = 8, temperature: float = 1.0, progress: bool = False) -> list[torch.Tensor]:
+        from graft.policy.policy import scoring_order
+
         N, W = len(response_ids), self.num_workers
-        order = sorted(range(N), key=lambda i: -(len(prompt_ids[i]) + len(response_ids[i])))   # as Policy does
+        order = scoring_order(prompt_ids, response_ids)   # as Policy.token_logprobs does
         # whole micro-batches per worker, in the single process's order: identical padding, identical values
         sizes = split_sizes(N, W, max(1, micro_batch))
         parts = blocks(order, sizes)
@@ -536,8 +541,24 @@ class RayLearner:
         """Full parameters (and buffers) of the model, gathered from the workers."""
         return self._call("state_dict", (), "state_dict")[0]
 
+    def peak_rss_gb(self) -> float:
+        """The largest peak resident memory (GB) among this model's worker processes."""
+        return max(self._call("peak_rss_gb", (), "peak_rss_gb"))
+
     def __repr__(self) -> str:
         return f"RayLearner({self.name!r}, workers={self.num_workers})"
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of the calling process in GB (``ru_maxrss`` is KiB on Linux)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def worker_memory(learners: dict) -> dict[str, float]:
+    """``{"mem/peak_rss_gb/NAME": GB}`` for every Ray-backed model (max over its workers); the driver's
+    own ``mem/peak_rss_gb`` does not see them. Empty for the local backend (one process)."""
+    return {f"mem/peak_rss_gb/{n}": lr.peak_rss_gb() for n, lr in learners.items() if isinstance(lr, RayLearner)}
 
 
 def _first_line(e: BaseException) -> str:

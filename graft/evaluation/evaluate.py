@@ -30,6 +30,7 @@ generates all samples of a chunk with one vLLM call from the model folder (GPU o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import math
@@ -614,25 +615,82 @@ def parse_data_args(specs: Sequence[str], data_dir: Path | None) -> dict[str, st
     return out
 
 
-def _model_cfg_for(model: str, template: str | None):
-    """ModelConfig and weights folder for ``--model`` (a plain model, or a graft checkpoint model folder)."""
-    from graft.config import ModelConfig, load_config
+def _unescape(text: str) -> str:
+    """``\\n``, ``\\t`` and ``\\\\`` in a command-line stop string become a newline, a tab and a backslash."""
+    return re.sub(r"\\(n|t|\\)", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], text)
+
+
+def _run_config(config: str):
+    from graft.config import ConfigError, load_config
+
+    p = Path(config)
+    if p.is_dir():
+        p = p / "config.yaml"
+    if not p.is_file():
+        raise ConfigError(f"--config: {p} not found (pass RUN_DIR/config.yaml of a graft run)")
+    return load_config(p)
+
+
+def _model_cfg_for(model: str, template: str | None = None, config: str | None = None, model_name: str | None = None,
+                   fewshot: int | None = None, stop: Sequence[str] | None = None, instruction: str | None = None):
+    """``(ModelConfig, weights folder or None, run Config or None)`` for ``graft eval --model``.
+
+    The prompt format (template, worked examples, instruction, stop strings), tokenizer and dtype
+    come from a run's model config: ``--config RUN/config.yaml --model-name NAME`` (then ``--model``
+    may be that model's base, any Hugging Face folder such as a ``graft export``, or a checkpoint
+    folder), else the checkpoint's own run when ``--model`` is ``RUN/checkpoints/step_N/NAME``, else
+    the ``ModelConfig`` defaults. ``--template/--fewshot/--stop/--instruction`` override it. A
+    checkpoint folder (or a LoRA adapter folder) supplies the weights on top of the run's base
+    ``path``; LoRA adapters are merged for evaluation. A checkpoint folder's files are verified
+    against its manifest (sha256) first.
+    """
+    from graft.config import ConfigError, ModelConfig, load_config
+    from graft.storage.checkpoint import verify_model_files
 
     p = Path(model)
-    weights_from = None
-    cfg = None
-    if p.is_dir() and (p.parent / "config.yaml").exists():
-        run_cfg = load_config(p.parent / "config.yaml")
-        match = [m for m in run_cfg.models if m.name == p.name]
-        if match:  # RUN/checkpoints/step_N/A: architecture/template from the run, weights from the folder
-            cfg, weights_from = match[0], str(p)
-    elif p.is_dir() and (p / "config.yaml").exists() and not (p / "config.json").exists():
+    if p.is_dir() and (p / "config.yaml").is_file() and not (p / "config.json").is_file():   # a run or step folder
         raise EvalError(_which_model_folder(p, [m.name for m in load_config(p / "config.yaml").models]))
-    if cfg is None:
-        cfg = ModelConfig(name="eval", path=model)
+    in_checkpoint = p.is_dir() and (p.parent / "manifest.json").is_file() and (p.parent / "config.yaml").is_file()
+    run_cfg, base = None, None
+    if config is not None:
+        run_cfg = _run_config(config)
+        names = [m.name for m in run_cfg.models]
+        if model_name is None and len(names) != 1:
+            raise ConfigError(f"--config {config} has models {', '.join(names)}; choose one with --model-name")
+        name = model_name or names[0]
+        if name not in names:
+            raise ConfigError(f"--model-name {name!r} is not a model of {config} (models: {', '.join(names)})")
+        base = run_cfg.models[names.index(name)]
+    elif model_name is not None:
+        raise ConfigError("--model-name needs --config RUN_DIR/config.yaml (the run whose model it names)")
+    elif in_checkpoint:   # RUN/checkpoints/step_N/A: the checkpoint's own run config
+        run_cfg = load_config(p.parent / "config.yaml")
+        base = next((m for m in run_cfg.models if m.name == p.name), None)
+        if base is None:
+            run_cfg = None
+    if in_checkpoint:
+        verify_model_files(p)
+    changes: dict[str, Any] = {}
+    if base is not None:
+        cfg = dataclasses.replace(base, lora=dataclasses.replace(base.lora, enabled=False))   # merged for inference
+        if in_checkpoint or (p / "adapter_config.json").is_file():
+            weights_from = str(p)       # the run's base path gives the architecture (and the LoRA base)
+        else:
+            weights_from = None         # the base model itself, an exported folder or a hub id
+            if model != base.path:
+                changes.update(path=model, revision=None)
+    else:
+        cfg, weights_from = ModelConfig(name="eval", path=model), None
     if template:
-        cfg.template = template
-    return cfg, weights_from
+        changes["template"] = template
+    if fewshot is not None:
+        changes["fewshot"] = fewshot
+    if instruction is not None:
+        changes["instruction"] = instruction
+    if stop is not None:
+        changes["stop"] = [_unescape(x) for x in stop if x != ""]   # --stop "" alone: no stop strings
+    cfg = dataclasses.replace(cfg, **changes)   # re-validated (e.g. --fewshot with template plain)
+    return cfg, weights_from, run_cfg
 
 
 def _which_model_folder(p: Path, names: list[str]) -> str:
@@ -656,7 +714,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="graft eval", description="pass@k of a model or checkpoint (spec §5 protocol).")
     ap.add_argument("--model", required=True, help="hub id, local HF folder, .gguf, embedded:NAME, or RUN/checkpoints/step_N/MODEL")
     ap.add_argument("--template", choices=["chat", "plain", "fewshot"], default=None,
-                    help="prompt format (default: the checkpoint's, else chat)")
+                    help="prompt format (default: the run's / checkpoint's, else chat)")
+    ap.add_argument("--config", default=None,
+                    help="RUN_DIR/config.yaml of a graft run: evaluate in that run's prompt format (template, worked "
+                         "examples, instruction, stop strings), tokenizer, dtype and max_new_tokens; --model may then "
+                         "be the base model, an exported folder or a checkpoint folder")
+    ap.add_argument("--model-name", default=None, help="which model of --config (default: its only one)")
+    ap.add_argument("--fewshot", type=int, default=None, help="worked examples before the problem (overrides the run's)")
+    ap.add_argument("--stop", action="append", default=None,
+                    help="stop string (repeatable; \\n and \\t are a newline and a tab; --stop '' for none)")
+    ap.add_argument("--instruction", default=None, help="sentence appended to every problem (overrides the run's)")
     ap.add_argument("--data", action="append", required=True,
                     help="NAME=PATH (jsonl/parquet/hub:NAME[:split]/arithmetic) or one of " + ", ".join(BENCHMARKS))
     ap.add_argument("--data-dir", default=None, help="folder of the benchmark files (default ../shared/data)")
@@ -664,7 +731,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=5, help="independent repeats (mean ± std)")
     ap.add_argument("--temperature", type=float, default=0.6)
     ap.add_argument("--top-p", type=float, default=0.95)
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the checkpoint's rollout limit, else 2048")
+    ap.add_argument("--max-new-tokens", type=int, default=None,
+                    help="default: the run's eval/rollout limit (--config or checkpoint), else 2048")
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts of each dataset")
     ap.add_argument("--out", default=None, help="output folder (default runs/eval/MODEL)")
     ap.add_argument("--backend", choices=["hf", "vllm"], default="hf")
@@ -705,10 +773,12 @@ def _eval_main(args) -> int:
     for name, spec in specs.items():
         prompts, _stats = load_prompts(spec, on_bad_row=args.on_bad_row, limit=args.limit)
         datasets[name] = prompts
-    cfg, weights_from = _model_cfg_for(args.model, args.template)
+    cfg, weights_from, run_cfg = _model_cfg_for(args.model, args.template, args.config, args.model_name,
+                                                args.fewshot, args.stop, args.instruction)
     if args.dtype:
         cfg.dtype = args.dtype
-    max_new = args.max_new_tokens or _checkpoint_max_new_tokens(args.model) or 2048
+    run_max = (run_cfg.eval.max_new_tokens or run_cfg.rollout.max_new_tokens) if run_cfg is not None else None
+    max_new = args.max_new_tokens or run_max or 2048
     device = args.device
     if device == "auto":
         import torch
@@ -728,19 +798,25 @@ def _eval_main(args) -> int:
         res = evaluate(generator, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
                        max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
                        backend=args.backend, progress=progress, model_label=args.model)
-    print(results_markdown(res))
     print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
+    print(summary_table(res, cfg))
     return 0
 
 
-def _checkpoint_max_new_tokens(model: str) -> int | None:
-    p = Path(model)
-    if p.is_dir() and (p.parent / "config.yaml").exists():
-        from graft.config import load_config
-
-        try:
-            c = load_config(p.parent / "config.yaml")
-        except Exception:
-            return None
-        return c.eval.max_new_tokens or c.rollout.max_new_tokens
-    return None
+def summary_table(results: dict, cfg=None) -> str:
+    """The one-screen table ``graft eval`` ends with: dataset, prompts, pass@1 mean ± std, n, repeats
+    (and the prompt format of ``cfg``, a ModelConfig, so a base model and its checkpoint can be
+    seen to share it)."""
+    proto = results["protocol"]
+    lines = [f"model: {proto.get('model')}"]
+    if cfg is not None:
+        stops = ", ".join(json.dumps(x) for x in cfg.stop_strings()) or "none"
+        lines.append(f"prompt: template {cfg.template}, {cfg.num_shots()} worked example(s), stop strings {stops}")
+    lines.append(f"temperature {proto['temperature']}, top-p {proto['top_p']}, max {proto['max_new_tokens']} new tokens")
+    lines += ["", "| dataset | prompts | pass@1 (%) | n | repeats |", "|---|---:|---:|---:|---:|"]
+    for name, d in results["datasets"].items():
+        lines.append(f"| {name} | {d['num_prompts']} | {_pct(d['pass@1'])} | {proto['n']} | {d['repeats']} |")
+    if len(results["datasets"]) > 1:
+        lines.append(f"| macro average | {len(results['datasets'])} sets | {_pct(results['macro']['pass@1'])} | "
+                     f"{proto['n']} | {proto['repeats']} |")
+    return "\n".join(lines)

@@ -111,6 +111,14 @@ class _HeadLogProb(torch.autograd.Function):
         return gh, gw, gb, None, None, None
 
 
+def scoring_order(prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[int]:
+    """Row order for no-grad scoring in micro-batches: longest prompts first, the rows of one prompt
+    together (its prefix is then forwarded once per micro-batch), longest responses first within it."""
+    first: dict[tuple[int, ...], int] = {}
+    key = [first.setdefault(tuple(p), i) for i, p in enumerate(prompt_ids)]
+    return sorted(range(len(prompt_ids)), key=lambda i: (-len(prompt_ids[i]), key[i], -len(response_ids[i])))
+
+
 class Policy:
     """A causal LM with its tokenizer and prompt template (``cfg``), on ``device``."""
 
@@ -356,45 +364,46 @@ class Policy:
 
     # ------------------------------------------------------------------ log-probs of given text
     def forward_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
-                         temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+                         temperature: float = 1.0, shared_prefix: bool | None = None) -> tuple[Tensor, Tensor]:
         """``(logp [B, T], mask [B, T])``: log pi(response token t | prompt, response[:t]) for every
         response token, right-padded (``mask`` is 1.0 on real tokens, ``logp`` 0 elsewhere).
 
-        Differentiable. The decoder runs once over [B, Lp + T - 1] (prompts left-padded so all
-        responses start in the same column); the LM head + log-softmax then run on the valid
-        response positions only, ``chunk`` positions at a time, so no more than chunk x V
-        logits exist at once. With gradients on, no chunk's logits are kept for backward: a plain
-        ``nn.Linear`` head uses a fused log-prob function whose backward recomputes them
-        (:class:`_HeadLogProb`), any other head (LoRA on ``lm_head``, FSDP-sharded) a
-        checkpointed chunk; so the chunk x V bound holds for backward too.
+        Differentiable. When rows share prompts (a GRPO group: G responses to one prompt) each
+        distinct prompt is forwarded once, with gradients, and the responses attend to its key/value
+        states expanded to their rows (:meth:`_hidden_shared`): the prompt costs U x Lp positions
+        instead of B x Lp. Otherwise (or with ``shared_prefix=False``) the decoder runs once over
+        [B, Lp + T - 1] (:meth:`_hidden_joint`). Both give the same values and gradients up to float
+        summation order (tested). The LM head + log-softmax then run on the valid response
+        positions only, ``chunk`` positions at a time, so no more than chunk x V logits exist at
+        once. With gradients on, no chunk's logits are kept for backward: a plain ``nn.Linear``
+        head uses a fused log-prob function whose backward recomputes them (:class:`_HeadLogProb`),
+        any other head (LoRA on ``lm_head``, FSDP-sharded) a checkpointed chunk; so the chunk x V
+        bound holds for backward too.
         """
         if len(prompt_ids) != len(response_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("empty prompt: every prompt needs at least one token")
         dev, B = self.device, len(prompt_ids)
-        Lp = max((len(p) for p in prompt_ids), default=1)
         T = max((len(r) for r in response_ids), default=0)
         mask = torch.zeros((B, T), dtype=torch.bool)
+        resp = torch.full((B, T), self.pad_token_id, dtype=torch.long)
         for b, r in enumerate(response_ids):
             mask[b, :len(r)] = True
+            if r:
+                resp[b, :len(r)] = torch.tensor(r, dtype=torch.long)
         if T == 0 or B == 0:
             return torch.zeros((B, T), device=dev), mask.float().to(dev)
-        ids = torch.full((B, Lp + T), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((B, Lp + T), dtype=torch.long)
-        for b, (p, r) in enumerate(zip(prompt_ids, response_ids)):
-            ids[b, Lp - len(p):Lp] = torch.tensor(p, dtype=torch.long)
-            attn[b, Lp - len(p):Lp] = 1
-            if r:
-                ids[b, Lp:Lp + len(r)] = torch.tensor(r, dtype=torch.long)
-                attn[b, Lp:Lp + len(r)] = 1
-        ids, attn, mask = ids.to(dev), attn.to(dev), mask.to(dev)
-        targets = ids[:, Lp:][mask]  # [N]
-        ids, attn = ids[:, :-1], attn[:, :-1]  # the last token is only ever a target
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        hidden = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos,
-                               use_cache=False).last_hidden_state  # [B, Lp+T-1, H]
-        hv = hidden[:, Lp - 1:][mask]  # [N, H] states that predict the response tokens
+        mask, resp = mask.to(dev), resp.to(dev)
+        row_of: dict[tuple[int, ...], int] = {}
+        inv = [row_of.setdefault(tuple(p), len(row_of)) for p in prompt_ids]
+        if shared_prefix is None:
+            shared_prefix = len(row_of) < B
+        if shared_prefix:
+            hidden = self._hidden_shared([list(k) for k in row_of], inv, resp, mask)
+        else:
+            hidden = self._hidden_joint(prompt_ids, resp, mask)     # [B, T, H]: row t predicts response token t
+        hv, targets = hidden[mask], resp[mask]                      # [N, H], [N]
         chunk = max(1, int(chunk))
         grad = torch.is_grad_enabled()
         head = self._head
@@ -413,18 +422,72 @@ class Policy:
         logp = torch.zeros((B, T), dtype=vals.dtype, device=dev).masked_scatter(mask, vals)
         return logp, mask.float()
 
+    @staticmethod
+    def _left_pad(seqs: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
+        """``(ids [n, L], attention [n, L])`` of ``seqs`` left-padded to the longest."""
+        L = max(len(x) for x in seqs)
+        ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+        attn = torch.zeros((len(seqs), L), dtype=torch.long)
+        for b, x in enumerate(seqs):
+            ids[b, L - len(x):] = torch.tensor(x, dtype=torch.long)
+            attn[b, L - len(x):] = 1
+        return ids, attn
+
+    def _hidden_joint(self, prompt_ids: list[list[int]], resp: Tensor, mask: Tensor) -> Tensor:
+        """Decoder states [B, T, H] predicting the response tokens: one pass over prompt + response
+        (prompts left-padded so all responses start in the same column)."""
+        dev, T = resp.device, resp.shape[1]
+        ids, attn = self._left_pad(prompt_ids, self.pad_token_id)
+        ids, attn = ids.to(dev), attn.to(dev)
+        Lp = ids.shape[1]
+        ids = torch.cat([ids, resp[:, :-1]], dim=1)               # the last response token is only ever a target
+        attn = torch.cat([attn, mask[:, :-1].long()], dim=1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        hidden = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
+        return hidden[:, Lp - 1:]
+
+    def _hidden_shared(self, prompts: list[list[int]], inv: list[int], resp: Tensor, mask: Tensor) -> Tensor:
+        """Decoder states [B, T, H] predicting the response tokens, each distinct prompt forwarded once.
+
+        The U distinct prompts (left-padded) run through the decoder with a KV cache; the cache is
+        expanded to the B rows (``inv[b]`` = row b's prompt); the responses then run against it with
+        position ids continuing each prompt. The gradient reaches the prompt's states through the
+        cache, so it equals the joint forward's.
+        """
+        from transformers import DynamicCache
+
+        dev, B, T = resp.device, resp.shape[0], resp.shape[1]
+        ids, attn = self._left_pad(prompts, self.pad_token_id)
+        ids, attn = ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=_unwrap(self.model).config)
+        h_prompt = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                                 **{self._cache_kw: cache}).last_hidden_state[:, -1]      # [U, H] predicts token 0
+        rows = torch.tensor(inv, dtype=torch.long, device=dev)
+        first = h_prompt[rows][:, None]                                                   # [B, 1, H]
+        if T == 1:
+            return first
+        cache.batch_select_indices(rows)
+        attn_rows = attn[rows]
+        full_attn = torch.cat([attn_rows, mask[:, :-1].long()], dim=1)
+        resp_pos = pos[rows, -1:] + 1 + torch.arange(T - 1, device=dev)[None]
+        h_resp = self._decoder(input_ids=resp[:, :-1], attention_mask=full_attn, position_ids=resp_pos, use_cache=True,
+                               **{self._cache_kw: cache}).last_hidden_state                # [B, T-1, H]
+        return torch.cat([first, h_resp], dim=1)
+
     @torch.no_grad()
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
                        micro_batch: int = 8, temperature: float = 1.0, progress: bool = False) -> list[Tensor]:
         """Per-response log-prob vectors ``[N]`` of ``[T_n]`` (CPU fp32), no gradients.
 
-        Sequences are grouped into micro-batches by length (less padding); the result is in
-        input order.
+        Sequences are grouped into micro-batches by :func:`scoring_order` (rows of one prompt
+        together, so its prefix is forwarded once; then by length, for less padding); the result
+        is in input order.
         """
         if len(prompt_ids) != len(response_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
         N = len(response_ids)
-        order = sorted(range(N), key=lambda i: -(len(prompt_ids[i]) + len(response_ids[i])))
+        order = scoring_order(prompt_ids, response_ids)
         out: list[Tensor | None] = [None] * N
         mb = max(1, int(micro_batch))
         bar = None

@@ -20,8 +20,20 @@ the two renames, readers fall back to that folder and the next save restores it.
 A checkpoint is *complete* when ``manifest.json`` parses and every file it lists exists with
 the recorded size. Loading checks that (cheap); ``verify="full"`` also re-hashes every file.
 Pruning keeps the ``keep_last`` complete checkpoints with the highest steps (the one just
-written is never pruned); folders are renamed to ``.del-...`` before deletion so a kill
-mid-delete never leaves a half-deleted ``step_*`` folder behind.
+written is never pruned, nor any step in ``keep_steps``, e.g. the best-evaluated one); folders
+are renamed to ``.del-...`` before deletion so a kill mid-delete never leaves a half-deleted
+``step_*`` folder behind.
+
+``keep_optimizer="last"``: after a save, every older checkpoint loses its ``{name}/optimizer.pt``
+files. Its manifest is rewritten first (atomically: the files leave ``files`` and
+``optimizers`` becomes empty), then the files are deleted, so a kill in between leaves a
+complete checkpoint with a stray unlisted file, never one whose manifest lists a missing file.
+Such a checkpoint still holds weights, RNG and sampler state (``graft export`` and ``graft eval``
+use it) but cannot be resumed (the trainer refuses with a message).
+
+Resuming (:func:`newest_intact_checkpoint`) re-hashes every file: flipped bytes or a missing
+file are reported by name; a damaged newest checkpoint is skipped with a warning in favour of an
+older intact one, and no intact checkpoint at all is an error (never a silent fresh start).
 
 ``state.pt`` is loaded with ``torch.load(weights_only=True)``: ``state`` must hold plain data
 (dict, list, tuple, str, int, float, bool, None, tensors). ``save_checkpoint`` checks that
@@ -39,7 +51,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 import numpy as np
 import torch
@@ -223,12 +235,12 @@ def _cleanup(root: Path) -> None:
     _fsync_path(root)
 
 
-def _prune(root: Path, keep_last: int, keep: Path) -> None:
+def _prune(root: Path, keep_last: int, keep: Path, keep_steps: frozenset[int] = frozenset()) -> None:
     if keep_last < 1:
         return
     complete = [p for p in root.iterdir() if _step_of(p) is not None and p.is_dir() and is_complete(p)]
     complete.sort(key=lambda p: _step_of(p))
-    doomed = [p for p in complete[: max(0, len(complete) - keep_last)] if p != keep]
+    doomed = [p for p in complete[: max(0, len(complete) - keep_last)] if p != keep and _step_of(p) not in keep_steps]
     for p in doomed:
         trash = root / f".del-{p.name}-{os.getpid()}"
         os.rename(p, trash)
@@ -247,6 +259,8 @@ def save_checkpoint(
     config: dict | Any,
     keep_last: int = 2,
     hash_files: bool = True,
+    keep_optimizer: Literal["all", "last"] = "all",
+    keep_steps: Iterable[int] = (),
 ) -> Path:
     """Write ``RUN_DIR/checkpoints/step_{step:06d}`` atomically and prune to ``keep_last``.
 
@@ -255,7 +269,9 @@ def save_checkpoint(
     ``state`` is stored in ``state.pt`` together with ``step`` and, unless ``state`` has an
     ``"rng"`` entry already, :func:`rng_state` (capture it *before* anything consumes random
     numbers after the step, i.e. call this at the end of the step). ``config`` is a dict or a
-    config dataclass. ``keep_last < 1`` keeps every checkpoint. ``hash_files`` records sha256
+    config dataclass. ``keep_last < 1`` keeps every checkpoint; steps in ``keep_steps`` (the
+    best-evaluated ones) are never pruned. ``keep_optimizer="last"`` removes the optimizer files
+    of every older checkpoint (:func:`drop_optimizer_state`). ``hash_files`` records sha256
     of each file in the manifest (costs one read of the checkpoint).
 
     Any exception from a writer propagates after the temporary folder is removed; earlier
@@ -320,8 +336,49 @@ def save_checkpoint(
     else:
         os.rename(tmp, final)
     _fsync_path(root)
-    _prune(root, keep_last, keep=final)
+    _prune(root, keep_last, keep=final, keep_steps=frozenset(int(s) for s in keep_steps))
+    if keep_optimizer == "last":
+        for p in list_checkpoints(run_dir):
+            if p != final:
+                drop_optimizer_state(p)
+    elif keep_optimizer != "all":
+        raise CheckpointError(f"keep_optimizer must be 'all' or 'last', got {keep_optimizer!r}")
     return final
+
+
+def _write_manifest(path: Path, manifest: dict) -> None:
+    """Replace ``path/manifest.json`` atomically (temporary file, fsync, rename, fsync the folder)."""
+    tmp = path / f".manifest.json.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path / "manifest.json")
+    _fsync_path(path)
+
+
+def drop_optimizer_state(path: str | Path) -> list[str]:
+    """Remove the ``{name}/optimizer.pt`` files of the checkpoint at ``path``; returns their relative paths.
+
+    The manifest is rewritten first (without those files, ``optimizers`` empty), then the files
+    are deleted: the checkpoint stays complete at every moment."""
+    path = Path(path)
+    manifest = _read_manifest(path)
+    names = list(manifest.get("optimizers", []))
+    rels = [f"{n}/optimizer.pt" for n in names]
+    if not names:
+        return []
+    manifest = {**manifest, "optimizers": [],
+                "files": {rel: meta for rel, meta in manifest["files"].items() if rel not in rels}}
+    _write_manifest(path, manifest)
+    for rel in rels:
+        (path / rel).unlink(missing_ok=True)
+    return rels
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The step of a checkpoint folder (from its manifest)."""
+    return int(_read_manifest(Path(path))["step"])
 
 
 def remove_checkpoints_after(run_dir: str | Path, step: int) -> list[Path]:
@@ -408,3 +465,54 @@ def load_checkpoint(path: str | Path, verify: Literal["size", "full"] = "size") 
         path=p, step=int(manifest["step"]), state=state, config=config,
         model_dirs={m: p / m for m in models}, optimizer_names=list(manifest.get("optimizers", [])), manifest=manifest,
     )
+
+
+def verify_model_files(model_dir: str | Path) -> None:
+    """Re-hash the files of one model folder of a checkpoint (``RUN/checkpoints/step_N/NAME``)
+    against the step's manifest (``optimizer.pt`` is not read). A missing, resized or changed
+    file raises :class:`CheckpointError` naming it."""
+    model_dir = Path(model_dir)
+    step_dir = model_dir.parent
+    manifest = _read_manifest(step_dir)
+    prefix = model_dir.name + "/"
+    files = {rel: meta for rel, meta in manifest["files"].items()
+             if rel.startswith(prefix) and rel != prefix + "optimizer.pt"}
+    if not files:
+        raise CheckpointError(f"{step_dir}: manifest.json lists no files of model {model_dir.name!r} "
+                              f"(models: {', '.join(manifest.get('models', [])) or 'none'})")
+    _verify(step_dir, {"files": files}, full=True)
+
+
+def newest_intact_checkpoint(run_dir: str | Path) -> tuple[Checkpoint | None, list[str]]:
+    """The newest checkpoint of ``run_dir`` whose every file matches its manifest (sha256), and one
+    warning line per newer checkpoint that was skipped as damaged.
+
+    ``(None, [])`` when the run has no checkpoint folder at all. Raises :class:`CheckpointError`
+    naming the damaged file when checkpoints exist but none is intact.
+    """
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None, []
+    found: dict[int, Path] = {}
+    for p in root.iterdir():
+        step = _step_of(p)
+        if step is not None and p.is_dir():
+            found[step] = p
+    for p in root.iterdir():   # a same-step replace killed between its two renames
+        m = _HIDDEN_RE.match(p.name)
+        if m and m.group(1) == "old" and int(m.group(2)) not in found and is_complete(p):
+            found[int(m.group(2))] = p
+    damaged: list[str] = []
+    for step in sorted(found, reverse=True):
+        try:
+            ckpt = load_checkpoint(found[step], verify="full")
+        except CheckpointError as e:
+            damaged.append(str(e))
+            continue
+        return ckpt, [f"warning: skipping damaged checkpoint: {d}; resuming from {ckpt.path} instead" for d in damaged]
+    if not damaged:
+        return None, []
+    more = f" (and {len(damaged) - 1} older damaged checkpoint(s))" if len(damaged) > 1 else ""
+    raise CheckpointError(f"{damaged[0]}{more}; {root} holds no intact checkpoint to resume from and nothing was "
+                          "changed; to start over pass resume=restart (deletes this run's metrics, audit log, "
+                          "trajectories and checkpoints) or choose another run_dir")

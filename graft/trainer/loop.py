@@ -26,14 +26,15 @@ from graft.exchange.handover import Scoring
 from graft.exchange.live import ExchangeResult, complementarity, counts, exchange_live
 from graft.exchange.stored import exchange_stored, stored_peer_groups
 from graft.reward.grader import Grader
-from graft.storage.checkpoint import (latest_checkpoint, load_checkpoint, remove_checkpoints_after, save_checkpoint,
-                                     set_rng_state)
+from graft.storage.checkpoint import (checkpoint_step, list_checkpoints, load_checkpoint, newest_intact_checkpoint,
+                                     remove_checkpoints_after, save_checkpoint, set_rng_state)
 from graft.storage.trajectory_store import TrajectoryStore
-from graft.distributed.ray_backend import close_learners, make_learners
+from graft.distributed.ray_backend import close_learners, make_learners, worker_memory
 from graft.trainer.learner import Learner
 from graft.trainer.rules import UpdateRule, make_rule
 from graft.trainer.metrics import (JsonlWriter, check_run_dir, console_line, dumps_json, group_stats, output_error,
                                    prefixed, timed)
+from graft.trainer.tracking import check_installed, open_trackers
 from graft.types import VERIFY_TIMEOUT, RolloutGroup
 
 
@@ -43,7 +44,7 @@ class GraderHang(RuntimeError):
 # Fields that may change between a run and its resumption without changing what it computes.
 RESUMABLE_CHANGES = ("resume", "steps", "progress", "threads", "device", "run_dir", "checkpoint.", "eval.",
                      "reward.workers", "rollout.batch_size", "update.micro_batch_size", "update.logprob_chunk",
-                     "ray.", "backend")
+                     "ray.", "backend", "logging")
 
 
 @dataclass
@@ -206,6 +207,7 @@ def _peer_use(audit: list[dict]) -> dict:
 def setup(cfg: Config) -> Run:
     """Validate inputs, load data and models (or a checkpoint), open the output files."""
     run_dir = Path(cfg.run_dir)
+    check_installed(cfg.logging)   # a requested tracker's package is missing: say so before anything loads
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -266,21 +268,50 @@ def _peer_groups(cfg: Config):
 
 
 def _find_resume(cfg: Config, run_dir: Path):
+    """The checkpoint to resume from (fully verified), or None for a fresh start. Never deletes an
+    earlier run's history unless asked to (``resume=restart``)."""
+    has_history = (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0
     if cfg.resume is False or cfg.resume is None:
-        if (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0:
-            raise ConfigError(f"run_dir: {run_dir} already holds a run; pass resume=true to continue it or choose another run_dir")
+        if has_history:
+            raise ConfigError(f"run_dir: {run_dir} already holds a run; pass resume=true to continue it, resume=restart to "
+                              "discard it, or choose another run_dir")
         return None
-    path = latest_checkpoint(run_dir) if cfg.resume is True else Path(str(cfg.resume))
-    if path is None:
-        print(f"resume: no checkpoint in {run_dir}; starting from scratch", file=sys.stderr)
-        for f in ("metrics.jsonl", "audit.jsonl"):
-            (run_dir / f).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / "trajectories", ignore_errors=True)
+    if cfg.resume == "restart":
+        _discard_run(run_dir)
         return None
-    ckpt = load_checkpoint(path)
+    if cfg.resume is True:
+        ckpt, warnings = newest_intact_checkpoint(run_dir)   # a damaged newest one is skipped, with a warning
+        for w in warnings:
+            print(w, file=sys.stderr)
+        if ckpt is None:
+            if has_history:
+                raise ConfigError(f"resume=true: {run_dir} holds metrics of an earlier run but no checkpoint (stopped "
+                                  "before the first save?), so there is nothing to resume and nothing was changed; "
+                                  "to start over pass resume=restart (deletes this run's metrics, audit log and trajectories) "
+                                  "or choose another run_dir")
+            print(f"resume: no checkpoint and no finished step in {run_dir}; starting from scratch", file=sys.stderr)
+            if (run_dir / "audit.jsonl").exists():   # lines of an unfinished first step: it runs again
+                JsonlWriter(run_dir / "audit.jsonl").truncate_after(0)
+            if (run_dir / "trajectories").is_dir():
+                TrajectoryStore(run_dir / "trajectories").truncate_after(0)
+            return None
+        path = ckpt.path
+    else:
+        path = Path(str(cfg.resume))
+        ckpt = load_checkpoint(path, verify="full")
     changed = [k for k in config_diff(ckpt.config, to_dict(cfg)) if not k.startswith(RESUMABLE_CHANGES)]
     if changed:
         raise ConfigError(f"cannot resume from {path}: these config fields differ from the checkpoint: {', '.join(changed)}")
+    missing = [m.name for m in cfg.models if m.name not in ckpt.optimizer_names]
+    if missing:
+        names = {m.name for m in cfg.models}
+        with_opt = [p for p in list_checkpoints(run_dir)
+                    if names <= set(load_checkpoint(p).optimizer_names)] if run_dir.is_dir() else []
+        hint = (f"resume from {with_opt[-1]} (resume={with_opt[-1]}), which has it" if with_opt else
+                f"to start a new run from these weights, export them (graft export {run_dir} --step {ckpt.step} "
+                "--model NAME OUT) and train a new run_dir with models.I.path=OUT")
+        raise ConfigError(f"cannot resume from {path}: it holds no optimizer state for model(s) {', '.join(missing)} "
+                          f"(checkpoint.keep_optimizer=last keeps it only in the newest checkpoint); {hint}")
     return ckpt
 
 
@@ -303,6 +334,26 @@ def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
     return sampler
 
 
+RUN_OUTPUTS = ("metrics.jsonl", "audit.jsonl", "summary.json", "trajectories", "eval", "checkpoints", "tensorboard",
+               "wandb/graft_run_id")
+"""What ``resume=restart`` deletes from a run folder (config.yaml is rewritten; W&B's own files stay)."""
+
+
+def _discard_run(run_dir: Path) -> None:
+    gone = []
+    for name in RUN_OUTPUTS:
+        p = run_dir / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+        else:
+            continue
+        gone.append(name)
+    if gone:
+        print(f"resume=restart: deleted {', '.join(gone)} from {run_dir}; starting from scratch", file=sys.stderr)
+
+
 def _restore(run: Run, ckpt) -> None:
     if ckpt is None:
         return
@@ -322,10 +373,16 @@ def _restore(run: Run, ckpt) -> None:
 def save(run: Run, step: int) -> Path:
     state = {"sampler": run.sampler.state_dict(), "step": step, "eval_history": run.eval_history,
              "rule": run.rule.state_dict(), "data_fingerprint": prompts_fingerprint(run.sampler.prompts)}
+    ck = run.cfg.checkpoint
+    best = set()
+    if ck.keep_best and run.eval_history:   # the best-evaluated checkpoint of each model survives pruning
+        from graft.evaluation.evaluate import best_checkpoint
+        saved = {checkpoint_step(p) for p in list_checkpoints(run.run_dir)} | {step}
+        best = {b for n in run.learners if (b := best_checkpoint(run.eval_history, f"eval/{n}/val/pass@1", saved)) is not None}
     try:
         return save_checkpoint(run.run_dir, step, {n: l.save for n, l in run.learners.items()},
                                {n: l.optimizer for n, l in run.learners.items()}, state, to_dict(run.cfg),
-                               run.cfg.checkpoint.keep_last)
+                               ck.keep_last, keep_optimizer=ck.keep_optimizer, keep_steps=best)
     except (OSError, RuntimeError) as e:   # disk full, permissions: one line, not a traceback
         err = output_error(e, run.run_dir / "checkpoints")   # also a CheckpointError wrapping ENOSPC
         if err is None:
@@ -356,20 +413,26 @@ def train(cfg: Config) -> dict:
     run = setup(cfg)
     t_start, history = time.perf_counter(), []
     ck = cfg.checkpoint
+    tracker = None
     try:
+        tracker = open_trackers(run.run_dir, cfg, run.start_step)
         bar = tqdm(range(run.start_step, cfg.steps + 1), desc="steps", disable=not cfg.progress,
                    initial=run.start_step - 1, total=cfg.steps)
         for step in bar:
             m = train_step(run, step)
+            m |= worker_memory(run.learners)   # backend ray: peak RSS of each model's workers
             if cfg.eval.every and run.val_prompts and step % cfg.eval.every == 0:
                 m |= evaluate_phase(run, step)
             run.metrics.write(m)
+            tracker.log(step, m)
             history.append(m)
             tqdm.write(console_line(step, cfg.steps, m, list(run.learners)), file=sys.stderr)
             if ck.save_every and step % ck.save_every == 0 and step < cfg.steps:
                 save(run, step)
         final = save(run, cfg.steps) if ck.save_final and cfg.steps >= run.start_step else None
     finally:
+        if tracker is not None:
+            tracker.close()
         run.grader.close()
         close_learners(run.learners)   # Ray actors / rollout engines; a WorkerFailure propagates after this
     summary = summarize(run, time.perf_counter() - t_start, final)

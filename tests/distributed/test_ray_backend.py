@@ -180,3 +180,16 @@ def test_killed_worker_stops_cleanly_and_the_run_resumes(tmp_path, tiny_llama_di
     steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
     assert latest_checkpoint(run_dir).name == "step_000003"
+
+
+@pytest.mark.slow
+def test_ray_run_reports_each_models_worker_peak_memory(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch, local_ray):
+    """mem/peak_rss_gb counts only the driver; mem/peak_rss_gb/{model} is the max over that model's workers."""
+    monkeypatch.setattr(loop, "grade", _recording_grade([]))
+    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, *COMMON, "steps=1", "checkpoint.save_final=false",
+                      "backend=ray", "ray.resources={A: {num_workers: 1}, B: {num_workers: 1}}", "ray.actor_timeout_s=120")
+    loop.train(cfg)
+    row = json.loads((Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()[0])
+    for name in ("A", "B"):
+        # a worker process with torch and a model loaded holds well over 0.1 GB; KiB read as bytes would be ~1e-6
+        assert 0.1 < row[f"mem/peak_rss_gb/{name}"] < 64, row

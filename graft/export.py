@@ -1,0 +1,265 @@
+"""``graft export``: one model of a checkpoint as a plain Hugging Face folder a user can ship.
+
+    graft export RUN_DIR [--step N|latest|best] [--model NAME] OUT [--dtype bfloat16]
+
+``OUT`` gets ``model.safetensors`` (sharded for large models), ``config.json`` with the real
+architecture and the exported dtype, ``generation_config.json`` (EOS ids = every token graft's
+sampler stopped at: the tokenizer's EOS plus the base model's generation EOS ids), the
+tokenizer files (with its chat template), and a ``README.md`` model card: base model, method
+(GRAFT / GRPO / stored peer) and update rule, the key config values, steps trained, the
+prompt format (template, worked examples, instruction, stop strings and an example prompt)
+and the in-training evaluation results when the run has them. The folder loads with
+``AutoModelForCausalLM.from_pretrained(OUT)``; it is the layout vLLM loads (``LLM(model=OUT)``),
+which was not run here (no GPU).
+
+- ``--step``: default the newest complete checkpoint; ``best`` the saved step with the highest
+  in-training ``eval/NAME/val/pass@1`` (ties to the earlier step, :func:`best_checkpoint`),
+  read from ``metrics.jsonl`` and the checkpoint's ``eval_history``.
+- LoRA checkpoints hold only the adapter; it is merged into the base weights (``cfg.path``,
+  which must be reachable) in float32, then cast to the export dtype.
+- Weights are loaded in float32 and cast to ``--dtype`` (default: the dtype the model trained
+  in), so a float32 export is bit-identical to the checkpoint.
+- The checkpoint's files of that model are re-hashed against its manifest first; a changed
+  file is an error naming it. ``OUT`` is written to a temporary folder and renamed into place;
+  an existing non-empty ``OUT`` is refused.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from graft.config import Config, ModelConfig, load_config
+from graft.storage.checkpoint import (CheckpointError, checkpoint_step, list_checkpoints, load_checkpoint,
+                                      verify_model_files)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+RULES = {
+    "graft": "GRAFT: admitted peer tokens in the clipped token-level ratio, each response weighted min(s, cap) (spec §3.5)",
+    "hacpo": "HACPO: peer responses of every prompt, capability-aware advantages, stepwise-clipped sequence weights",
+    "luffy": "LUFFY-style: peer tokens shaped by f(p) = p / (p + gamma), unclipped",
+    "sgt": "SGT: supervised NLL on peer successes",
+}
+
+
+# ----------------------------------------------------------------------------- choosing the checkpoint
+
+def eval_history(run_dir: Path, checkpoints: list[Path]) -> list[dict]:
+    """Rows ``{"step", "eval/...": value}`` of in-training evaluation: the newest checkpoint's
+    ``eval_history`` overlaid by ``metrics.jsonl`` (the run's full record)."""
+    by_step: dict[int, dict] = {}
+    if checkpoints:
+        for row in load_checkpoint(checkpoints[-1]).state.get("eval_history", []) or []:
+            by_step.setdefault(int(row["step"]), {}).update(row)
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue   # a torn last line
+            ev = {k: v for k, v in row.items() if k.startswith("eval/")}
+            if ev and "step" in row:
+                by_step.setdefault(int(row["step"]), {}).update({"step": int(row["step"]), **ev})
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def select_checkpoint(run_dir: Path, step: str | int | None, model: str) -> Path:
+    """The checkpoint folder for ``--step`` (None/``latest``, ``best`` or a step number)."""
+    from graft.evaluation.evaluate import best_checkpoint
+
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run folder not found: {run_dir}")
+    cks = list_checkpoints(run_dir)
+    if not cks:
+        raise CheckpointError(f"{run_dir}: no complete checkpoint under {run_dir / 'checkpoints'}")
+    by_step = {checkpoint_step(p): p for p in cks}
+    if step is None or step == "latest":
+        return cks[-1]
+    if step == "best":
+        key = f"eval/{model}/val/pass@1"
+        best = best_checkpoint(eval_history(run_dir, cks), key, steps=by_step)
+        if best is None:
+            raise CheckpointError(f"--step best: {run_dir} has no {key} at a saved step (saved steps: "
+                                  f"{sorted(by_step)}; in-training evaluation needs data.val and eval.every > 0)")
+        return by_step[best]
+    try:
+        n = int(step)
+    except (TypeError, ValueError):
+        raise CheckpointError(f"--step must be a step number, 'latest' or 'best', got {step!r}") from None
+    if n not in by_step:
+        raise CheckpointError(f"{run_dir}: no checkpoint at step {n}; saved steps: {sorted(by_step)}")
+    return by_step[n]
+
+
+def _model_cfg(run_cfg: Config, name: str | None, available: Sequence[str], where: Path) -> ModelConfig:
+    names = [m.name for m in run_cfg.models if m.name in available]
+    if name is None:
+        if len(names) != 1:
+            raise CheckpointError(f"{where} holds models {', '.join(names)}; choose one with --model")
+        name = names[0]
+    match = [m for m in run_cfg.models if m.name == name]
+    if not match or name not in available:
+        raise CheckpointError(f"{where} has no model {name!r}; it holds: {', '.join(names) or 'none'}")
+    return match[0]
+
+
+# ----------------------------------------------------------------------------- the model card
+
+def _is_hub_id(path: str) -> bool:
+    from graft.policy.loading import looks_like_hub_id
+    return "/" in path and looks_like_hub_id(path) and not Path(path).exists()
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return "none" if v is None else str(v)
+
+
+def model_card(run_cfg: Config, mcfg: ModelConfig, step: int, source: Path, dtype: str, history: list[dict],
+               example_prompt: str | None) -> str:
+    """README.md of an exported model (pure: everything comes from the arguments)."""
+    ex, up, ro = run_cfg.exchange, run_cfg.update, run_cfg.rollout
+    if run_cfg.peer.source == "store":
+        method = (f"GRAFT with a stored peer: failed groups replaced by groups of model "
+                  f"`{run_cfg.peer.store_model or 'peer'}` from the trajectory store `{run_cfg.peer.store_path}`")
+    elif ex.mode == "graft":
+        method = "GRAFT, co-trained with " + ", ".join(f"`{m.name}` (`{m.path}`)" for m in run_cfg.models if m.name != mcfg.name)
+    else:
+        method = "GRPO (no exchange between models)"
+    lines = ["---", "library_name: transformers"]
+    if _is_hub_id(mcfg.path):
+        lines.append(f"base_model: {mcfg.path}")
+    lines += ["tags:", "- graft", "- grpo", "- rlvr", "---", "",
+              f"# {mcfg.name} after {step} steps of {'GRPO' if ex.mode == 'grpo' and run_cfg.peer.source == 'live' else 'GRAFT'}",
+              "",
+              f"Exported by `graft export` from `{source}` (model `{mcfg.name}`, step {step} of {run_cfg.steps} "
+              f"configured), as `{dtype}` weights" + (" with the LoRA adapter merged into the base." if mcfg.lora.enabled else "."),
+              "", "## Training", "",
+              f"- Base model: `{mcfg.path}`" + (f" (tokenizer `{mcfg.tokenizer}`)" if mcfg.tokenizer else ""),
+              f"- Method: {method}",
+              f"- Update rule: `{up.rule}` — {RULES.get(up.rule, up.rule)}",
+              f"- Steps trained: {step} × {run_cfg.batch_prompts} prompts × {ro.n} samples (data: `{run_cfg.data.train}`)",
+              "", "| setting | value |", "|---|---|"]
+    rows = [("lr", mcfg.lr), ("trained dtype", mcfg.dtype),
+            ("LoRA", f"r={mcfg.lora.r}, alpha={mcfg.lora.alpha}, merged" if mcfg.lora.enabled else "no (full fine-tuning)"),
+            ("rollout.n / temperature / top_p", f"{ro.n} / {_fmt(ro.temperature)} / {_fmt(ro.top_p)}"),
+            ("rollout.max_new_tokens", ro.max_new_tokens), ("batch_prompts", run_cfg.batch_prompts),
+            ("update.clip_low / clip_high", f"{_fmt(up.clip_low)} / {_fmt(up.clip_high)}"),
+            ("update.loss_agg", up.loss_agg), ("update.num_minibatches", up.num_minibatches)]
+    if ex.mode == "graft":
+        rows += [("exchange.delta (gate)", ex.delta), ("exchange.balance", ex.balance),
+                 ("exchange.weighting / admission", f"{ex.weighting} / {ex.admission}")]
+    rows.append(("seed", run_cfg.seed))
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in rows]
+    stops = mcfg.stop_strings()
+    lines += ["", "## Prompt format", "",
+              "Use the prompt the model trained with (`graft eval --config RUN/config.yaml --model-name "
+              f"{mcfg.name}` does):", "",
+              f"- template `{mcfg.template}`, {mcfg.num_shots()} worked example(s), instruction {json.dumps(mcfg.instruction)}",
+              f"- stop strings: {', '.join(json.dumps(s) for s in stops) if stops else 'none (the model ends with EOS)'}"]
+    if example_prompt is not None:
+        lines += ["", "Example (problem `What is 2 + 3?`):", "", "```text", example_prompt, "```"]
+    key = f"eval/{mcfg.name}/val/pass@1"
+    evals = [(r["step"], r[key]) for r in history if r.get(key) is not None]
+    lines += ["", "## Evaluation", ""]
+    if evals:
+        lines += [f"In-training validation pass@1 (`data.val` = `{run_cfg.data.val}`, {run_cfg.eval.n} samples per prompt, "
+                  f"temperature {_fmt(run_cfg.eval.temperature)}, top-p {_fmt(run_cfg.eval.top_p)}):", "",
+                  "| step | pass@1 (%) |", "|---:|---:|"]
+        lines += [f"| {s}{' (exported)' if s == step else ''} | {100 * v:.2f} |" for s, v in evals]
+    else:
+        lines.append("No in-training evaluation was recorded for this run.")
+    lines += ["", "## Loading", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+              'model = AutoModelForCausalLM.from_pretrained("PATH")', 'tokenizer = AutoTokenizer.from_pretrained("PATH")',
+              "```", "",
+              "vLLM: `LLM(model=\"PATH\")` with `SamplingParams(stop=[...])` set to the stop strings above "
+              "(a plain Hugging Face folder; not run by graft's tests).", ""]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- export
+
+def export(run_dir: str | Path, out: str | Path, step: str | int | None = None, model: str | None = None,
+           dtype: str | None = None) -> Path:
+    """Write model ``model`` of checkpoint ``step`` of ``run_dir`` to ``out``; returns ``out``."""
+    from transformers import GenerationConfig
+
+    from graft.policy import prompts
+    from graft.policy.loading import load_model, load_tokenizer
+
+    run_dir, out = Path(run_dir), Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CheckpointError(f"{out} already exists and is not empty; choose another output folder")
+    if dtype is not None and dtype not in DTYPES:
+        raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if model is None and run_dir.is_dir() and (run_dir / "config.yaml").is_file():
+        names = [m.name for m in load_config(run_dir / "config.yaml").models]
+        model = names[0] if len(names) == 1 else None
+    if model is None:
+        raise CheckpointError(f"{run_dir}: choose the model to export with --model NAME")
+    path = select_checkpoint(run_dir, step, model)
+    ckpt = load_checkpoint(path)
+    run_cfg = load_config(path / "config.yaml")
+    mcfg = _model_cfg(run_cfg, model, list(ckpt.model_dirs), path)
+    folder = ckpt.model_dirs[mcfg.name]
+    verify_model_files(folder)   # sha256 of the weights and tokenizer files
+    target = dtype or mcfg.dtype
+    # float32 load (a bf16 checkpoint upcasts exactly), LoRA merged (lora.enabled off + an adapter folder)
+    load_cfg = dataclasses.replace(mcfg, dtype="float32", lora=dataclasses.replace(mcfg.lora, enabled=False))
+    net = load_model(load_cfg, device="cpu", weights_from=str(folder)).to(DTYPES[target])
+    tok = load_tokenizer(mcfg, weights_from=str(folder))
+    gen = getattr(net, "generation_config", None) or GenerationConfig.from_model_config(net.config)
+    eos = gen.eos_token_id if isinstance(gen.eos_token_id, (list, tuple)) else [gen.eos_token_id]
+    stop_ids = sorted({int(i) for i in [*eos, tok.eos_token_id] if i is not None})   # what graft's sampler stops at
+    gen.eos_token_id = stop_ids[0] if len(stop_ids) == 1 else stop_ids
+    if gen.pad_token_id is None:
+        gen.pad_token_id = tok.pad_token_id
+    net.generation_config = gen
+    try:
+        example = prompts.render_prompt(mcfg, tok, "What is 2 + 3?")
+    except Exception:  # noqa: BLE001 - the card is still useful without an example
+        example = None
+    card = model_card(run_cfg, mcfg, ckpt.step, path, target, eval_history(run_dir, list_checkpoints(run_dir)), example)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        net.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        (tmp / "README.md").write_text(card)
+        cfg_file = tmp / "config.json"   # defensive: an FSDP class name must never reach a shipped folder
+        data = json.loads(cfg_file.read_text())
+        data["architectures"] = [a[4:] if a.startswith("FSDP") else a for a in data.get("architectures") or []]
+        cfg_file.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        if out.exists():
+            out.rmdir()   # empty (checked above)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def export_main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="graft export", description="Write one model of a checkpoint as a plain "
+                                "Hugging Face folder (safetensors, tokenizer, generation config, model card).")
+    p.add_argument("run_dir", help="the run folder (holding checkpoints/)")
+    p.add_argument("out", help="output folder (must not exist or be empty)")
+    p.add_argument("--step", default=None, help="step number, 'latest' (default) or 'best' (highest in-training "
+                   "validation pass@1 of the model)")
+    p.add_argument("--model", default=None, help="model name in the run (default: the only one)")
+    p.add_argument("--dtype", choices=list(DTYPES), default=None, help="weights dtype (default: the training dtype)")
+    args = p.parse_intermixed_args(argv)
+    out = export(args.run_dir, args.out, args.step, args.model, args.dtype)
+    print(f"exported to {out} (model card: {out / 'README.md'})")
+    return 0

@@ -1,0 +1,185 @@
+"""Experiment trackers: TensorBoard and W&B (offline) receive exactly what metrics.jsonl holds."""
+from __future__ import annotations
+
+import json
+import struct
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from graft.config import ConfigError, load_config
+from graft.trainer import loop, tracking
+from tests.trainer.helpers import crafted_rewards, tiny_config
+
+ROWS = [{"id": f"v{i}", "problem": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(2)]
+
+
+def _val(tmp_path: Path) -> Path:
+    p = tmp_path / "val.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return p
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _expected(rows: list[dict]) -> dict[str, dict[int, float]]:
+    """tag -> {step: value} of every number in metrics.jsonl (null = NaN is not a number there)."""
+    out: dict[str, dict[int, float]] = {}
+    for r in rows:
+        for k, v in r.items():
+            if k != "step" and isinstance(v, (int, float)):
+                out.setdefault(k, {})[r["step"]] = v
+    return out
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+def test_scalars_keep_what_metrics_jsonl_stores_as_numbers():
+    m = {"step": 3, "A/loss": 0.5, "A/peer_groups": 2, "complementarity/A->B": float("nan"),
+         "eval/A/best_step": None, "x": float("inf")}
+    assert tracking.scalars(m) == {"A/loss": 0.5, "A/peer_groups": 2}
+
+
+def test_wandb_mode_without_key_is_offline(tmp_path):
+    no_netrc = {"NETRC": str(tmp_path / "missing")}
+    assert tracking.wandb_mode("auto", no_netrc) == "offline"
+    assert tracking.wandb_mode("auto", {**no_netrc, "WANDB_API_KEY": "k"}) == "online"
+    assert tracking.wandb_mode("auto", {**no_netrc, "WANDB_API_KEY": "k", "WANDB_MODE": "offline"}) == "offline"
+    assert tracking.wandb_mode("offline", {"WANDB_API_KEY": "k"}) == "offline"
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password abc\n")
+    assert tracking.wandb_mode("auto", {"NETRC": str(netrc)}) == "online"
+
+
+def test_unknown_tracker_names_the_field():
+    with pytest.raises(ConfigError, match=r"logging\.report_to.*mlflow"):
+        load_config(None, ["models=[{name: A, path: x}]", "exchange.mode=grpo", "logging.report_to=[mlflow]"])
+    assert load_config(None, ["models=[{name: A, path: x}]", "exchange.mode=grpo",
+                              "logging.report_to=tensorboard"]).logging.report_to == ["tensorboard"]
+
+
+def test_missing_tracker_package_is_a_one_line_error_before_models_load(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from graft.cli import main
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    run_dir = tmp_path / "run"
+    rc = main(["train", str(Path(__file__).resolve().parents[2] / "configs" / "default.yaml"), f"run_dir={run_dir}",
+               f"models.0.path={tmp_path / 'no-such-model'}", "logging.report_to=[tensorboard, wandb]"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err[-1].startswith("error:") and "'wandb' package is not installed" in err[-1] and "pip install wandb" in err[-1]
+    assert "no-such-model" not in err[-1]   # reported before any model is looked at
+    assert not run_dir.exists()
+
+
+# ----------------------------------------------------------------------------- TensorBoard
+
+def _read_tensorboard(folder: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    scal = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors("config/text_summary")]
+    return scal, texts
+
+
+def test_tensorboard_holds_the_metrics_jsonl_scalars_and_resume_does_not_duplicate(tmp_path, tiny_llama_dir,
+                                                                                  tiny_gemma_dir, monkeypatch):
+    crafted_rewards(monkeypatch)
+    common = (f"data.val={_val(tmp_path)}", "eval.every=1", "eval.n=2", "eval.max_new_tokens=4",
+              "checkpoint.save_every=1", "logging.report_to=[tensorboard]")
+    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=3", *common)
+    loop.train(cfg)
+    run_dir = Path(cfg.run_dir)
+    # resume from step 2: step 3 runs again (other timings), TensorBoard must show it once, with the new values
+    ck2 = run_dir / "checkpoints" / "step_000002"
+    loop.train(tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=3", *common, f"resume={ck2}"))
+
+    rows = _metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    expected = _expected(rows)
+    assert "eval/A/val/pass@1" in expected and "B/reward/mean" in expected and "time/step_s" in expected
+    scal, texts = _read_tensorboard(run_dir / "tensorboard")
+    assert set(scal) == set(expected)
+    for tag, by_step in expected.items():
+        got = scal[tag]
+        assert [s for s, _ in got] == sorted(by_step), tag          # each step exactly once
+        for s, v in got:
+            assert v == pytest.approx(by_step[s], rel=1e-6, abs=1e-7), (tag, s)   # float32 in the event file
+    # the resolved config as YAML text: once at step 0, once more at the resume (step 2)
+    assert [s for s, _ in texts] == [0, 2]
+    assert yaml.safe_load(textwrap.dedent(texts[-1][1])) == yaml.safe_load((run_dir / "config.yaml").read_text())
+
+
+# ----------------------------------------------------------------------------- W&B offline
+
+def _wandb_records(path: Path):
+    """Records of a ``.wandb`` file: a 7-byte ``:W&B`` header, then a LevelDB-style log (32 KiB blocks,
+    records of crc32 (4) + length (2) + type (1: full, 2: first, 3: middle, 4: last) + payload)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, buf = 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString((buf + chunk) if kind == 4 else chunk)
+            yield rec
+        elif kind == 2:
+            buf = chunk
+        elif kind == 3:
+            buf += chunk
+
+
+def test_wandb_offline_without_a_key_holds_the_scalars_and_the_config(tmp_path, tiny_llama_dir, tiny_gemma_dir,
+                                                                       monkeypatch, capsys):
+    crafted_rewards(monkeypatch)
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, f"data.val={_val(tmp_path)}", "eval.every=2",
+                      "eval.n=2", "eval.max_new_tokens=4", "logging.report_to=[wandb]")
+    loop.train(cfg)
+    run_dir = Path(cfg.run_dir)
+    assert "W&B logs offline" in capsys.readouterr().err
+    files = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    run_id = (run_dir / "wandb" / "graft_run_id").read_text().strip()
+    assert files[0].name == f"run-{run_id}.wandb"
+
+    history, config = {}, None
+    for rec in _wandb_records(files[0]):
+        kind = rec.WhichOneof("record_type")
+        if kind == "history":
+            # W&B stores "a/b/c" keys split into nested_key
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+            history[rec.history.step.num] = {k: v for k, v in items.items() if not k.startswith("_")}
+        elif kind == "run":
+            config = {i.key: json.loads(i.value_json) for i in rec.run.config.update if i.key != "_wandb"}
+            assert rec.run.display_name == run_dir.name and rec.run.project == "graft"
+    expected = _expected(_metrics(run_dir))
+    assert "eval/A/val/pass@1" in expected
+    assert sorted(history) == [1, 2]
+    got = {}
+    for step, items in history.items():
+        for k, v in items.items():
+            got.setdefault(k, {})[step] = v
+    assert got == expected          # same keys, same steps, same (double) values
+    assert config == yaml.safe_load((run_dir / "config.yaml").read_text())
