@@ -147,6 +147,7 @@ class EngineGenerator:
 
     def __init__(self, policy, engine):
         self.policy, self.engine = policy, engine
+        self.cfg = getattr(policy, "cfg", None)
 
     def encode_prompt(self, problem: str) -> list[int]:
         return self.policy.encode_prompt(problem)
