@@ -87,3 +87,162 @@ def make_arithmetic(num_prompts: int, max_operand: int, ops: list[str] | tuple[s
     width = max(5, len(str(num_prompts - 1)))
     return [Prompt(id=f"arith-{i:0{width}d}", problem=format_problem(a, op, b, style), answer=str(_value(a, op, b)))
             for i, (a, op, b) in enumerate(triples)]
+
+
+# ----------------------------------------------------------------------------- problem families
+
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+         "seventeen eighteen nineteen").split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def number_words(n: int) -> str:
+    """English words of 0 <= n <= 999 (``47`` -> ``forty-seven``, ``305`` -> ``three hundred five``)."""
+    if not 0 <= n <= 999:
+        raise ValueError(f"number_words covers 0..999, got {n}")
+    if n >= 100:
+        rest = n % 100
+        return f"{_ONES[n // 100]} hundred" + (f" {number_words(rest)}" if rest else "")
+    if n < 20:
+        return _ONES[n]
+    return _TENS[n // 10 - 2] + (f"-{_ONES[n % 10]}" if n % 10 else "")
+
+
+def _pair(rng: random.Random, lo: int, hi: int) -> tuple[int, int]:
+    return rng.randint(lo, hi), rng.randint(lo, hi)
+
+
+def _ordered(rng: random.Random, lo: int, hi: int) -> tuple[int, int]:
+    a, b = _pair(rng, lo, hi)
+    return (a, b) if a >= b else (b, a)
+
+
+def _fam_add(rng, m):
+    a, b = _pair(rng, 0, m)
+    return f"What is {a} + {b}?", a + b
+
+
+def _fam_sub(rng, m):
+    a, b = _ordered(rng, 0, m)
+    return f"What is {a} - {b}?", a - b
+
+
+def _fam_mul(rng, m):
+    a, b = _pair(rng, 0, m)
+    return f"What is {a} * {b}?", a * b
+
+
+def _fam_words(rng, m):
+    a, b = _pair(rng, 0, m)
+    op = rng.choice(("plus", "times"))
+    return f"What is {a} {op} {b}?", a + b if op == "plus" else a * b
+
+
+def _fam_latex(rng, m):
+    a, b = _pair(rng, 0, m)
+    op = rng.choice(("+", "\\times"))
+    return f"Compute ${a} {op} {b}$.", a + b if op == "+" else a * b
+
+
+def _fam_chain(rng, m):
+    a, b, c = rng.randint(0, m), rng.randint(0, m), rng.randint(0, m)
+    return f"What is {a} + {b} - {c}?", a + b - c
+
+
+def _fam_story_add(rng, m):
+    a, b = _pair(rng, 1, m)
+    return f"Sam has {a} marbles and finds {b} more. How many marbles does Sam have now?", a + b
+
+
+def _fam_story_sub(rng, m):
+    a, b = _ordered(rng, 1, m)
+    return f"A shelf holds {a} books. {b} of them are taken away. How many books are left on the shelf?", a - b
+
+
+def _fam_story_mul(rng, m):
+    a, b = _pair(rng, 2, max(2, m // 2))
+    return f"There are {a} bags with {b} apples in each bag. How many apples are there in total?", a * b
+
+
+def _fam_spelled(rng, m):
+    a, b = _pair(rng, 0, min(m, 99))
+    return f"What is {number_words(a)} plus {number_words(b)}?", a + b
+
+
+def _fam_big_add(rng, m):
+    a, b = _pair(rng, 100, 999)
+    return f"What is {a} + {b}?", a + b
+
+
+def _fam_div(rng, m):
+    b, q = rng.randint(2, 12), rng.randint(2, max(2, m))
+    return f"What is {b * q} divided by {b}?", q
+
+
+def _fam_mod(rng, m):
+    a, b = rng.randint(10, max(10, 3 * m)), rng.randint(2, 9)
+    return f"What is the remainder when {a} is divided by {b}?", a % b
+
+
+def _fam_square(rng, m):
+    a = rng.randint(0, m)
+    return f"What is {a} squared?", a * a
+
+
+def _fam_next(rng, m):
+    a = rng.randint(10, 999)
+    return f"What number comes right after {a}?", a + 1
+
+
+def _fam_double(rng, m):
+    a = rng.randint(0, 5 * m)
+    return f"What is twice {a}?", 2 * a
+
+
+def _fam_max(rng, m):
+    a, b = rng.sample(range(0, 10 * m + 1), 2)
+    return f"Which number is larger: {a} or {b}?", max(a, b)
+
+
+FAMILIES: dict[str, object] = {
+    "add": _fam_add, "sub": _fam_sub, "mul": _fam_mul, "words": _fam_words, "latex": _fam_latex,
+    "chain": _fam_chain, "story_add": _fam_story_add, "story_sub": _fam_story_sub, "story_mul": _fam_story_mul,
+    "spelled": _fam_spelled, "big_add": _fam_big_add, "div": _fam_div, "mod": _fam_mod, "square": _fam_square,
+    "next": _fam_next, "double": _fam_double, "max": _fam_max,
+}
+"""Procedural problem families: ``name -> (rng, max_operand) -> (problem, integer answer)``. Operands
+scale with ``max_operand`` except where a family fixes its range (``big_add``: 3-digit, ``next``)."""
+
+
+def make_families(num_prompts: int, families: list[str] | tuple[str, ...], max_operand: int, seed: int,
+                  exclude: set[str] | frozenset[str] = frozenset()) -> list[Prompt]:
+    """``num_prompts`` distinct problems, prompt i from ``families[i % len(families)]`` (a family named
+    twice gets twice the share). Ids are ``FAMILY-00017`` (the index over the whole list), so every
+    result can be broken down by family. ``exclude``: problem texts that must not appear (e.g. the
+    training prompts, when generating a test split with another seed). Deterministic in the arguments.
+    """
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown or not families:
+        raise ValueError(f"unknown arithmetic families {unknown or families}; valid: {', '.join(FAMILIES)}")
+    if num_prompts <= 0:
+        raise ValueError(f"num_prompts must be positive, got {num_prompts}")
+    rng = random.Random(seed)
+    seen, out = set(exclude), []
+    width = max(5, len(str(num_prompts - 1)))
+    for i in range(num_prompts):
+        fam = families[i % len(families)]
+        for _ in range(10_000):
+            problem, answer = FAMILIES[fam](rng, max_operand)
+            if problem not in seen:
+                break
+        else:
+            raise ValueError(f"family {fam!r} with max_operand={max_operand} has too few distinct problems for "
+                             f"{num_prompts} prompts")
+        seen.add(problem)
+        out.append(Prompt(id=f"{fam}-{i:0{width}d}", problem=problem, answer=str(answer)))
+    return out
+
+
+def family_of(prompt_id: str) -> str:
+    """The family name in a :func:`make_families` id (``story_add-00017`` -> ``story_add``)."""
+    return prompt_id.rsplit("-", 1)[0]

@@ -364,16 +364,17 @@ class Policy:
 
     # ------------------------------------------------------------------ log-probs of given text
     def forward_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
-                         temperature: float = 1.0, shared_prefix: bool | None = None) -> tuple[Tensor, Tensor]:
+                         temperature: float = 1.0, shared_prefix: bool = True) -> tuple[Tensor, Tensor]:
         """``(logp [B, T], mask [B, T])``: log pi(response token t | prompt, response[:t]) for every
         response token, right-padded (``mask`` is 1.0 on real tokens, ``logp`` 0 elsewhere).
 
-        Differentiable. When rows share prompts (a GRPO group: G responses to one prompt) each
-        distinct prompt is forwarded once, with gradients, and the responses attend to its key/value
-        states expanded to their rows (:meth:`_hidden_shared`): the prompt costs U x Lp positions
-        instead of B x Lp. Otherwise (or with ``shared_prefix=False``) the decoder runs once over
-        [B, Lp + T - 1] (:meth:`_hidden_joint`). Both give the same values and gradients up to float
-        summation order (tested). The LM head + log-softmax then run on the valid response
+        Differentiable. Each distinct prompt is forwarded once, with gradients, and the responses
+        attend to its key/value states expanded to their rows (:meth:`_hidden_shared`): a GRPO
+        group's prompt costs Lp positions instead of G x Lp. Every call makes exactly two decoder
+        passes (prompts, then responses), so FSDP ranks issue the same collectives whatever their
+        rows. ``shared_prefix=False`` runs the reference instead: one pass over [B, Lp + T - 1]
+        (:meth:`_hidden_joint`). Both give the same values and gradients up to float summation
+        order (tested). The LM head + log-softmax then run on the valid response
         positions only, ``chunk`` positions at a time, so no more than chunk x V logits exist at
         once. With gradients on, no chunk's logits are kept for backward: a plain ``nn.Linear``
         head uses a fused log-prob function whose backward recomputes them (:class:`_HeadLogProb`),
@@ -397,8 +398,6 @@ class Policy:
         mask, resp = mask.to(dev), resp.to(dev)
         row_of: dict[tuple[int, ...], int] = {}
         inv = [row_of.setdefault(tuple(p), len(row_of)) for p in prompt_ids]
-        if shared_prefix is None:
-            shared_prefix = len(row_of) < B
         if shared_prefix:
             hidden = self._hidden_shared([list(k) for k in row_of], inv, resp, mask)
         else:
@@ -465,15 +464,13 @@ class Policy:
                                  **{self._cache_kw: cache}).last_hidden_state[:, -1]      # [U, H] predicts token 0
         rows = torch.tensor(inv, dtype=torch.long, device=dev)
         first = h_prompt[rows][:, None]                                                   # [B, 1, H]
-        if T == 1:
-            return first
         cache.batch_select_indices(rows)
-        attn_rows = attn[rows]
-        full_attn = torch.cat([attn_rows, mask[:, :-1].long()], dim=1)
-        resp_pos = pos[rows, -1:] + 1 + torch.arange(T - 1, device=dev)[None]
-        h_resp = self._decoder(input_ids=resp[:, :-1], attention_mask=full_attn, position_ids=resp_pos, use_cache=True,
-                               **{self._cache_kw: cache}).last_hidden_state                # [B, T-1, H]
-        return torch.cat([first, h_resp], dim=1)
+        n_in = max(T - 1, 1)   # all responses of one token: one position anyway, so every call makes two passes
+        full_attn = torch.cat([attn[rows], mask[:, :n_in].long() if T > 1 else torch.zeros_like(mask[:, :1]).long()], dim=1)
+        resp_pos = pos[rows, -1:] + 1 + torch.arange(n_in, device=dev)[None]
+        h_resp = self._decoder(input_ids=resp[:, :n_in], attention_mask=full_attn, position_ids=resp_pos, use_cache=True,
+                               **{self._cache_kw: cache}).last_hidden_state                # [B, n_in, H]
+        return torch.cat([first, h_resp[:, :T - 1]], dim=1)
 
     @torch.no_grad()
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
