@@ -178,6 +178,10 @@ def dummy_backward(model: nn.Module, fn: Callable[[], torch.Tensor]) -> None:
     (out * 0.0).sum().backward()
 
 
+_NORM_CHUNK = 1 << 22
+"""Gradient entries squared per float64 chunk in :func:`grad_norm` (32 MiB of float64 at a time)."""
+
+
 def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
     """Global L2 norm of the gradients, accumulated in float64 (a 0-dim float64 tensor).
 
@@ -194,7 +198,9 @@ def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
         if FSDPModule is not None and isinstance(g, DTensor):
             sharded = True
             g = g.to_local()
-        parts.append(g.detach().double().pow(2).sum())
+        flat = g.detach().reshape(-1)
+        for i in range(0, flat.numel(), _NORM_CHUNK):   # never a float64 copy of a whole 168M-entry embedding
+            parts.append(flat[i:i + _NORM_CHUNK].double().pow_(2).sum())
     dev = parts[0].device if parts else torch.device("cpu")
     sq = torch.stack(parts).sum() if parts else torch.zeros((), dtype=torch.float64, device=dev)
     if sharded and dist.is_initialized():

@@ -266,7 +266,7 @@ class Policy:
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
                         gen: torch.Generator, renormalize_top_p: bool, bar: Any,
                         stop_strings: tuple[str, ...] = ()) -> list[Sample]:
-        from transformers import DynamicCache
+        from graft.policy.kvcache import buffered_cache
         dev, B = self.device, len(prompts)
         # Each distinct prompt is prefilled once; its KV cache is then copied to its G samples.
         row_of: dict[tuple[int, ...], int] = {}
@@ -289,7 +289,7 @@ class Policy:
         finished = [False] * B
         alive = torch.arange(B, device=dev)  # original row of each row still in the batch
         if max_new_tokens > 0:
-            cache = DynamicCache(config=_unwrap(self.model).config)
+            cache = buffered_cache(_unwrap(self.model).config, L + max_new_tokens)
             h = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
                               **{self._cache_kw: cache}).last_hidden_state[:, -1]
             next_pos = pos[:, -1] + 1
@@ -299,7 +299,7 @@ class Policy:
                 h, attn, next_pos = h[expand], attn[expand], next_pos[expand]
         for step in range(max_new_tokens):
             g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
-            tok, lp = self._sample(self._logits(h, temperature), top_p, g, renormalize_top_p)
+            tok, lp = self._sample(self._step_logits(h, temperature), top_p, g, renormalize_top_p)
             is_stop = torch.isin(tok, stop)
             leave = is_stop.clone()
             for r, (orig, t, l, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), is_stop.tolist())):
@@ -326,31 +326,45 @@ class Policy:
         return [Sample(token_ids=tokens[b], logprobs=logps[b], text=self.decode(tokens[b]), finished=finished[b])
                 for b in range(B)]
 
+    def _step_logits(self, hidden: Tensor, temperature: float) -> Tensor:
+        """:meth:`_logits` for one decoding step [b, H] -> [b, V], with the elementwise work done in place
+        (over Gemma's 262k vocabulary each extra [b, V] temporary costs milliseconds per step)."""
+        z = self._head(hidden).float()
+        if self.softcap:
+            z.div_(self.softcap).tanh_().mul_(self.softcap)
+        if temperature != 1.0:
+            z.div_(temperature)
+        return z
+
     @staticmethod
     def _sample(logits: Tensor, top_p: float, gen: torch.Generator, renormalize_top_p: bool) -> tuple[Tensor, Tensor]:
-        """One token per row of ``logits`` [b, V] (already / temperature) and its log-prob.
+        """One token per row of ``logits`` [b, V] (already / temperature; overwritten) and its log-prob.
 
         Inverse-CDF sampling (one uniform number per row: ``torch.multinomial`` and a full
-        sort cost seconds per step over Gemma's 262k vocabulary on CPU). Top-p < 1 works on
-        a ``topk`` prefix grown until it holds the nucleus, instead of sorting the vocabulary.
-        The recorded log-prob is ``log_softmax(logits)[token]`` (the forward-pass value),
-        or the nucleus-renormalised one with ``renormalize_top_p``.
+        sort cost seconds per step over Gemma's 262k vocabulary on CPU) on the unnormalised
+        CDF of ``exp(z - max z)``. Top-p < 1 works on a ``topk`` prefix grown until it holds the
+        nucleus, instead of sorting the vocabulary. The recorded log-prob is
+        ``log_softmax(logits)[token]`` (the forward-pass value), or the nucleus-renormalised one
+        with ``renormalize_top_p``.
         """
         b, V = logits.shape
-        lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # [b, 1]
+        z = logits.sub_(logits.amax(dim=-1, keepdim=True))     # [b, V], max 0
+        e = torch.exp(z)
         if isinstance(gen, torch.Generator):
             u = 1.0 - torch.rand((b, 1), generator=gen, device=logits.device)  # (0, 1]: never picks a 0-prob token
         else:  # one CPU generator per row (``seeds``)
             u = 1.0 - torch.cat([torch.rand((1, 1), generator=g) for g in gen]).to(logits.device)
         lp_renorm = None
         if top_p >= 1.0:
-            c = (logits - lse).exp_().cumsum_(dim=-1)
-            tok = torch.searchsorted(c, u * c[:, -1:]).clamp_(max=V - 1).squeeze(-1)
+            c = e.cumsum_(dim=-1)
+            total = c[:, -1:]
+            tok = torch.searchsorted(c, u * total).clamp_(max=V - 1).squeeze(-1)
         else:
+            total = e.sum(dim=-1, keepdim=True)
             k = min(V, 256)
             while True:
-                vals, idx = torch.topk(logits, k, dim=-1)  # descending
-                p = (vals - lse).exp()
+                vals, idx = torch.topk(z, k, dim=-1)  # descending
+                p = vals.exp() / total
                 if k == V or bool((p.sum(-1) >= top_p).all()):
                     break
                 k = min(V, k * 8)
@@ -359,7 +373,7 @@ class Policy:
             j = torch.searchsorted(c, u * c[:, -1:]).clamp_(max=k - 1)
             tok = idx.gather(-1, j).squeeze(-1)
             lp_renorm = (p.gather(-1, j).log() - c[:, -1:].log()).squeeze(-1)
-        lp = logits.gather(-1, tok[:, None]).squeeze(-1) - lse.squeeze(-1)
+        lp = z.gather(-1, tok[:, None]).squeeze(-1) - total.log().squeeze(-1)
         return tok, (lp_renorm if renormalize_top_p and lp_renorm is not None else lp)
 
     # ------------------------------------------------------------------ log-probs of given text
