@@ -1,4 +1,4 @@
-"""The ``graft`` command: train, eval, export, analyze, report, store, sweep, bench.
+"""The ``graft`` command: train, eval, export, analyze, report, store, sweep, experiment, bench.
 
     graft train CONFIG.yaml [key=value ...]
     graft eval --model PATH --data math500 [--n 8 --repeats 5] [--config RUN/config.yaml --model-name NAME]
@@ -7,6 +7,7 @@
     graft report RUN_DIR [RUN_DIR ...] [--out DIR]
     graft store info|export PATH ...
     graft sweep CONFIG.yaml --grid key=v1,v2 [--grid ...] [--print] [key=value ...]
+    graft experiment run|summarize|print PLAN.yaml [--max-minutes M] [--only ARM ...]
     graft bench [--only a,b,c] [--reps 3] [--model M] [--models M1,M2] [--config CFG] [--out DIR] [key=value ...]
 """
 from __future__ import annotations
@@ -105,6 +106,9 @@ def _dispatch(cmd: str, argv: list[str]) -> int:
     if cmd == "store":
         from graft.storage.trajectory_store import store_main
         return store_main(argv)
+    if cmd == "experiment":
+        from graft.experiment import experiment_main
+        return experiment_main(argv)
     if cmd == "bench":
         from graft.bench import bench_main
         return bench_main(argv)

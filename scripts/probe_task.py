@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                 results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
                 if args.compat:
                     results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], cfg)
+    if cfg.data.arithmetic.families and cfg.data.train == "arithmetic":
+        results["families"] = _by_family(groups)
     print(json.dumps(results, indent=2))
     print("\n| model | template | mean reward | prompts solved (>=1 of n) | all-fail prompts | boxed answers |")
     print("|---|---|---|---|---|---|")
@@ -89,10 +91,37 @@ def main(argv: list[str] | None = None) -> int:
         q = lambda m: f"{m['s_p10']:.2f}/{m['s_p50']:.2f}/{m['s_p90']:.2f}"  # noqa: E731
         print(f"s {k} (δ = {c['delta']}): all responses p10/p50/p90 {q(c['all'])}, {c['all']['admitted_frac']:.0%} admitted; "
               f"correct ones {q(c['correct'])}, {c['correct']['admitted_frac']:.0%} admitted (n = {c['correct']['transferred']})")
+    if results.get("families"):
+        a, b = names[:2]
+        print(f"\n| family | prompts | {a} reward | {b} reward | {a} solves {b}'s all-fail | {b} solves {a}'s all-fail |")
+        print("|---|---|---|---|---|---|")
+        for fam, r in results["families"].items():
+            f = lambda v: "n/a" if v != v else f"{v:.0%}"  # noqa: E731
+            print(f"| {fam} | {r['prompts']} | {f(r[a]['reward_mean'])} | {f(r[b]['reward_mean'])} | "
+                  f"{f(r['complementarity'][f'{a}->{b}'])} | {f(r['complementarity'][f'{b}->{a}'])} |")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
     return 0
+
+
+def _by_family(groups: dict) -> dict:
+    """Per problem family (the ``FAMILY-00017`` ids of a family mixture): mean reward of every model and
+    complementarity of every ordered pair."""
+    from graft.data.arithmetic import family_of
+    from graft.exchange.live import complementarity, counts
+
+    names = list(groups)
+    fams = sorted({family_of(g.prompt_id) for g in groups[names[0]]})
+    out = {}
+    for fam in fams:
+        sub = {n: [g for g in gs if family_of(g.prompt_id) == fam] for n, gs in groups.items()}
+        out[fam] = {"prompts": len(sub[names[0]]),
+                    **{n: {"reward_mean": sum(r for g in gs for r in g.rewards) / max(1, sum(g.size for g in gs))}
+                       for n, gs in sub.items()},
+                    "complementarity": {f"{s}->{r}": complementarity(counts(sub[s]), counts(sub[r]))
+                                        for s in names for r in names if s != r}}
+    return out
 
 
 def _compat(groups, receiver, cfg) -> dict:

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from graft.data.arithmetic import DEFAULT_STYLE, make_arithmetic
+from graft.data.arithmetic import DEFAULT_STYLE, make_arithmetic, make_families
 from graft.types import Prompt
 
 
@@ -108,6 +108,8 @@ def _arithmetic(cfg: Any) -> list[Prompt]:
         from graft.config import ArithmeticConfig
         cfg = ArithmeticConfig()
     try:
+        if getattr(cfg, "families", None):
+            return make_families(cfg.num_prompts, cfg.families, cfg.max_operand, cfg.seed)
         return make_arithmetic(cfg.num_prompts, cfg.max_operand, cfg.ops, cfg.seed,
                                style=getattr(cfg, "style", None) or DEFAULT_STYLE)
     except ValueError as e:

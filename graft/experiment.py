@@ -1,0 +1,399 @@
+"""``graft experiment``: a seeded comparison of arms (GRPO, GRAFT, ablations, stored peers), run
+resumably one training run at a time, each final checkpoint evaluated, everything summarised.
+
+    graft experiment run configs/experiments/mini-repro.yaml [--max-minutes 85] [--only ARM ...]
+    graft experiment summarize configs/experiments/mini-repro.yaml
+
+A plan (YAML) names a base training config, common overrides, seeds, arms (each a list of
+overrides, optionally its own seeds) and the evaluation data::
+
+    name: mini-repro
+    config: ../default.yaml            # relative to the plan file
+    runs: runs/mini-repro              # run folders (checkpoints, stores: large, not committed)
+    results: results/mini-repro        # small files per run + summary.json + REPORT.md (committed)
+    overrides: [steps=24, batch_prompts=8]
+    seeds: [1, 2, 3]
+    arms:
+      grpo_n8: [exchange.mode=grpo]
+      graft_n8: []
+      grpo_n16: {overrides: [exchange.mode=grpo, rollout.n=16], seeds: [1]}
+      peer_first: {overrides: [update.order=peer_first], seeds: [1]}
+    stored: {from: grpo_n8, seeds: [1]}  # each model trained alone on the other's stored groups of that arm
+    eval: {data: {test: ../../results/mini-repro/data/test.jsonl}, n: 8, temperature: 0.6, top_p: 0.95}
+
+``run`` goes through the plan in order, arm by arm and seed by seed: a run whose ``summary.json``
+exists is skipped, a run with a checkpoint is resumed, the others start; each finished run's final
+checkpoint is evaluated per model (``graft eval`` with the run's own prompt format) and its small
+files are copied to ``results/ARM/seedS/``. ``--max-minutes`` stops starting new runs after that
+long, so the whole plan runs as resumable pieces. Every run is the command printed before it
+starts; rerunning it alone gives the same training metrics (same seed, same samples).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from graft.config import ConfigError, load_config
+
+SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json")
+
+
+@dataclass
+class Member:
+    """One training run of the plan."""
+
+    arm: str
+    seed: int
+    overrides: list[str]
+    run_dir: Path
+    results_dir: Path
+    models: list[str] = field(default_factory=list)
+    """Models this run trains (all of the base config's, or one for a stored-peer run)."""
+
+    def command(self, config: Path) -> list[str]:
+        return [sys.executable, "-m", "graft.cli", "train", str(config), *self.overrides,
+                f"seed={self.seed}", f"run_dir={self.run_dir}"]
+
+
+@dataclass
+class Plan:
+    name: str
+    config: Path
+    runs: Path
+    results: Path
+    members: list[Member]
+    eval: dict
+    models: list[str]
+
+    def arms(self) -> dict[str, list[Member]]:
+        out: dict[str, list[Member]] = {}
+        for m in self.members:
+            out.setdefault(m.arm, []).append(m)
+        return out
+
+
+def _arm(spec: Any, seeds: list[int]) -> tuple[list[str], list[int]]:
+    if isinstance(spec, dict):
+        return list(spec.get("overrides", [])), list(spec.get("seeds", seeds))
+    return list(spec or []), seeds
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and check a plan; every member's config is validated before anything runs."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"experiment plan not found: {path}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    unknown = set(raw) - {"name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
+    base = (path.parent / raw.get("config", "")).resolve()
+    common, seeds = list(raw.get("overrides", [])), list(raw.get("seeds", [0]))
+    runs, results = Path(raw.get("runs", f"runs/{path.stem}")), Path(raw.get("results", f"results/{path.stem}"))
+    cfg = load_config(base, common)
+    models = [m.name for m in cfg.models]
+    members = []
+    for arm, spec in (raw.get("arms") or {}).items():
+        overrides, arm_seeds = _arm(spec, seeds)
+        for s in arm_seeds:
+            members.append(Member(arm, s, common + overrides, runs / arm / f"seed{s}", results / "runs" / arm / f"seed{s}",
+                                  models))
+    stored = raw.get("stored")
+    if stored:
+        src_arm = stored["from"]
+        for s in stored.get("seeds", seeds[:1]):
+            src = runs / src_arm / f"seed{s}" / "trajectories"
+            for i, recv in enumerate(models):
+                peer = models[1 - i] if len(models) == 2 else None
+                if peer is None:
+                    raise ConfigError(f"{path}: stored-peer arms need a pair of models, got {models}")
+                extra = [f"models=[{_model_yaml(cfg.models[i])}]", "peer.source=store", f"peer.store_path={src}",
+                         f"peer.store_model={peer}"]
+                members.append(Member(f"stored_{recv}", s, common + extra, runs / f"stored_{recv}" / f"seed{s}",
+                                      results / "runs" / f"stored_{recv}" / f"seed{s}", [recv]))
+    for m in members:
+        if not m.arm.startswith("stored_"):
+            load_config(base, m.overrides + [f"seed={m.seed}"])
+    ev = dict(raw.get("eval") or {})
+    ev["data"] = {k: str((path.parent / v).resolve()) for k, v in (ev.get("data") or {}).items()}
+    return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models)
+
+
+def _model_yaml(m) -> str:
+    """A model's config as a one-line YAML flow mapping (for a ``models=[...]`` override)."""
+    from graft.config import to_dict
+
+    return json.dumps(to_dict(m))
+
+
+# ----------------------------------------------------------------------------- running
+
+def _done(m: Member) -> bool:
+    return (m.run_dir / "summary.json").is_file() and all(
+        (m.run_dir / "eval_final" / name / "results.json").is_file() for name in m.models)
+
+
+def run_member(plan: Plan, m: Member, log) -> None:
+    from graft.storage.checkpoint import latest_checkpoint
+
+    if not (m.run_dir / "summary.json").is_file():
+        resume = ["resume=true"] if latest_checkpoint(m.run_dir) is not None else []
+        if not resume and m.run_dir.exists():
+            shutil.rmtree(m.run_dir)    # killed before its first checkpoint: nothing to keep
+        cmd = m.command(plan.config) + resume
+        log(f"$ {shlex.join(cmd)}")
+        subprocess.run(cmd, check=True)
+    final = latest_checkpoint(m.run_dir)
+    for name in m.models:
+        out = m.run_dir / "eval_final" / name
+        if (out / "results.json").is_file():
+            continue
+        cmd = [sys.executable, "-m", "graft.cli", "eval", "--model", str(final / name), "--config",
+               str(m.run_dir / "config.yaml"), "--model-name", name, "--out", str(out), "--no-progress",
+               "--n", str(plan.eval.get("n", 8)), "--repeats", str(plan.eval.get("repeats", 1)),
+               "--temperature", str(plan.eval.get("temperature", 0.6)), "--top-p", str(plan.eval.get("top_p", 0.95)),
+               "--seed", str(plan.eval.get("seed", 0))]
+        for dname, dpath in plan.eval["data"].items():
+            cmd += ["--data", f"{dname}={dpath}"]
+        log(f"$ {shlex.join(cmd)}")
+        subprocess.run(cmd, check=True)
+    copy_small_files(m)
+
+
+def copy_small_files(m: Member) -> None:
+    """The run's config, metrics, audit log, summary and evaluation results (never checkpoints or stores)."""
+    m.results_dir.mkdir(parents=True, exist_ok=True)
+    for f in SMALL_FILES:
+        if (m.run_dir / f).is_file():
+            shutil.copy2(m.run_dir / f, m.results_dir / f)
+    for name in m.models:
+        src = m.run_dir / "eval_final" / name
+        for f in ("results.json", "results.md"):
+            if (src / f).is_file():
+                (m.results_dir / "eval" / name).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src / f, m.results_dir / "eval" / name / f)
+
+
+def run_plan(plan: Plan, max_minutes: float | None = None, only: list[str] | None = None) -> list[Member]:
+    """Run every unfinished member (of ``only`` arms), in plan order; returns the members still unfinished."""
+    t0 = time.monotonic()
+    log = lambda s: print(f"[experiment {plan.name}] {s}", file=sys.stderr, flush=True)  # noqa: E731
+    todo = [m for m in plan.members if only is None or m.arm in only]
+    for m in todo:
+        if _done(m):
+            copy_small_files(m)
+            continue
+        if m.arm.startswith("stored_"):
+            src = Path(str([o for o in m.overrides if o.startswith("peer.store_path=")][0]).split("=", 1)[1])
+            if not (src.parent / "summary.json").is_file():
+                log(f"skip {m.arm}/seed{m.seed}: its peer's run ({src.parent}) has not finished")
+                continue
+        if max_minutes is not None and (time.monotonic() - t0) / 60 > max_minutes:
+            log(f"stopping after {max_minutes:g} minutes; rerun the same command to continue")
+            break
+        log(f"{m.arm} seed {m.seed}: {m.run_dir}")
+        run_member(plan, m, log)
+    return [m for m in todo if not _done(m)]
+
+
+# ----------------------------------------------------------------------------- summary
+
+def _pass1(m: Member, model: str, dataset: str | None = None) -> float | None:
+    path = m.results_dir / "eval" / model / "results.json"
+    if not path.is_file():
+        return None
+    res = json.loads(path.read_text())
+    if dataset is None:
+        return res["macro"]["pass@1"]["mean"]
+    d = res["datasets"].get(dataset)
+    return d["pass@1"]["mean"] if d else None
+
+
+def _metrics(m: Member) -> list[dict]:
+    p = m.results_dir / "metrics.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.is_file() else []
+
+
+def _admitted(m: Member, direction: str) -> int:
+    return int(sum(r.get(f"exchange/{direction}/admitted") or 0 for r in _metrics(m)))
+
+
+def _mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _std(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    if len(xs) < 2:
+        return None
+    mu = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def _clip_peer(m: Member, model_keys: list[str]) -> float | None:
+    """Peer-token clip rate (low + high) over the run: clipped peer tokens / peer tokens, from per-step
+    fractions weighted by the steps' peer-token counts where logged, else their mean over steps with peer data."""
+    vals = []
+    for r in _metrics(m):
+        for name in model_keys:
+            lo, hi = r.get(f"{name}/clip_frac/peer_low"), r.get(f"{name}/clip_frac/peer_high")
+            if (r.get(f"{name}/peer_responses") or 0) > 0 and lo is not None:
+                vals.append(lo + (hi or 0.0))
+    return _mean(vals)
+
+
+def summarize(plan: Plan) -> dict:
+    """``results/summary.json`` (the shape the mini reproduction promises, plus details)."""
+    arms = plan.arms()
+    A = plan.models
+    seeds = sorted({m.seed for m in plan.members})
+    out: dict[str, Any] = {"models": A, "seeds": seeds,
+                           "eval": {"data": {k: Path(v).name for k, v in plan.eval["data"].items()},
+                                    "n": plan.eval.get("n", 8), "temperature": plan.eval.get("temperature", 0.6),
+                                    "top_p": plan.eval.get("top_p", 0.95), "repeats": plan.eval.get("repeats", 1),
+                                    "metric": "pass@1, macro average over the eval data sets"},
+                           "arms": {}, "by_dataset": {}, "exchanged": {}, "clip_frac_peer": {}, "stored": {},
+                           "train_reward": {}}
+    for arm, members in arms.items():
+        if arm.startswith("stored_"):
+            continue
+        out["arms"][arm] = {a: [_pass1(m, a) for m in members] for a in A}
+        out["by_dataset"][arm] = {a: {d: [_pass1(m, a, d) for m in members] for d in plan.eval["data"]} for a in A}
+        out["train_reward"][arm] = {a: [_last_reward(m, a) for m in members] for a in A}
+        if any(_admitted(m, f"{A[0]}->{A[1]}") or _admitted(m, f"{A[1]}->{A[0]}") for m in members) or arm.startswith("graft"):
+            out["exchanged"][arm] = {f"{s}->{r}": [_admitted(m, f"{s}->{r}") for m in members]
+                                     for s in A for r in A if s != r}
+    for arm, key in (("graft_n8", "peer_last"), ("peer_first", "peer_first")):
+        if arm in arms:
+            first = [m for m in arms[arm] if m.seed == min(x.seed for x in arms[arm])]
+            out["clip_frac_peer"][key] = {a: _clip_peer(first[0], [a]) for a in A}
+    for a in A:
+        members = arms.get(f"stored_{a}", [])
+        out["stored"][a] = [_pass1(m, a) for m in members]
+    if "grpo_n8" in out["arms"] and "graft_n8" in out["arms"]:
+        out["paired_diff_graft_minus_grpo_n8"] = {
+            a: [None if g is None or b is None else g - b for g, b in zip(out["arms"]["graft_n8"][a], out["arms"]["grpo_n8"][a])]
+            for a in A}
+    return out
+
+
+def _last_reward(m: Member, model: str, k: int = 4) -> float | None:
+    rows = [r.get(f"{model}/reward/mean") for r in _metrics(m)]
+    rows = [r for r in rows if r is not None]
+    return _mean(rows[-k:]) if rows else None
+
+
+def _fmt(mean: float | None, std: float | None = None) -> str:
+    if mean is None:
+        return "–"
+    return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
+
+
+def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
+    A = summary["models"]
+    md = [f"# {plan.name}: GRAFT vs GRPO on {A[0]} and {A[1]}", ""]
+    md += ["pass@1 (%) on held-out prompts (macro over " + ", ".join(summary["eval"]["data"]) +
+           f"; n = {summary['eval']['n']} samples per prompt, T = {summary['eval']['temperature']}, "
+           f"top-p {summary['eval']['top_p']}), mean ± std over seeds (seeds run per arm in brackets).", ""]
+    md += ["| arm | " + " | ".join(A) + " | pair mean |", "|---|" + "---:|" * (len(A) + 1)]
+    for arm, vals in summary["arms"].items():
+        cells, means = [], []
+        for a in A:
+            xs = [x for x in vals[a] if x is not None]
+            cells.append(_fmt(_mean(xs), _std(xs)) + f" [{len(xs)}]")
+            means.append(_mean(xs))
+        pair = _mean(means) if None not in means else None
+        md.append(f"| {arm} | " + " | ".join(cells) + f" | {_fmt(pair)} |")
+    for a in A:
+        xs = [x for x in summary["stored"].get(a, []) if x is not None]
+        if xs:
+            md.append(f"| stored peer ({a} receives) | " + " | ".join(_fmt(_mean(xs)) if b == a else "" for b in A) + " | |")
+    diff = summary.get("paired_diff_graft_minus_grpo_n8")
+    if diff:
+        md += ["", "Per-seed paired difference GRAFT n=8 − GRPO n=8 (points): " +
+               "; ".join(f"{a}: " + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds) for a, ds in diff.items())]
+    md += ["", "## Per data set", "", "| arm | model | " + " | ".join(summary["eval"]["data"]) + " |",
+           "|---|---|" + "---:|" * len(summary["eval"]["data"])]
+    for arm, per in summary["by_dataset"].items():
+        for a in A:
+            md.append(f"| {arm} | {a} | " + " | ".join(_fmt(_mean(v), _std(v)) for v in per[a].values()) + " |")
+    md += ["", "## Exchange", ""]
+    for arm, ex in summary["exchanged"].items():
+        md.append(f"- {arm}: admitted peer responses per seed " + "; ".join(f"{d}: {v}" for d, v in ex.items()))
+    if summary["clip_frac_peer"]:
+        md.append("- peer-token clip rate (low + high, mean over steps with peer data): " + "; ".join(
+            f"{k}: " + ", ".join(f"{a} {'–' if v is None else f'{100 * v:.2f}%'}" for a, v in d.items())
+            for k, d in summary["clip_frac_peer"].items()))
+    for title, key in (("Training reward", "rewards"), ("Complementarity (independent GRPO runs)", "complementarity"),
+                       ("Compatibility s", "s_hist"), ("Exchange sizes", "exchange"), ("Clip rates", "clip_rates")):
+        if plots.get(key):
+            md += ["", f"## {title}", "", f"![{title}]({plots[key]})"]
+    md += ["", "## Commands", "", "```", f"graft experiment run {plan_path_hint(plan)}",
+           f"graft experiment summarize {plan_path_hint(plan)}", "```", "",
+           "Each run's exact `graft train` / `graft eval` command is printed by `graft experiment run` before it "
+           "starts; `results/.../runs/ARM/seedS/config.yaml` is the resolved config."]
+    return "\n".join(md) + "\n"
+
+
+def plan_path_hint(plan: Plan) -> str:
+    return f"configs/experiments/{plan.name}.yaml"
+
+
+def write_summary(plan: Plan) -> Path:
+    from graft.evaluation import report as rep
+    from graft.evaluation.analyze import compute_analysis
+
+    summary = summarize(plan)
+    plan.results.mkdir(parents=True, exist_ok=True)
+    (plan.results / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plots: dict[str, str] = {}
+    finished = [m for m in plan.members if (m.results_dir / "metrics.jsonl").is_file() and m.seed == min(plan_seeds(plan, m.arm))]
+    if finished:
+        runs = [(f"{m.arm}", compute_analysis(m.results_dir)) for m in finished if not m.arm.startswith("stored_")]
+        if runs:
+            plots["rewards"] = rep.plot_rewards(runs, plan.results)
+            plots["s_hist"] = rep.plot_s_hist(runs, plan.results)
+            plots["exchange"] = rep.plot_exchange(runs, plan.results)
+            plots["clip_rates"] = rep.plot_clip_rates(runs, plan.results)
+            grpo = [r for r in runs if r[0].startswith("grpo")]
+            if grpo:
+                plots["complementarity"] = rep.plot_complementarity(grpo, plan.results)
+    (plan.results / "REPORT.md").write_text(report_markdown(plan, summary, plots))
+    return plan.results / "summary.json"
+
+
+def plan_seeds(plan: Plan, arm: str) -> list[int]:
+    return [m.seed for m in plan.members if m.arm == arm]
+
+
+def experiment_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="graft experiment", description=__doc__.split("\n")[0])
+    ap.add_argument("action", choices=["run", "summarize", "print"])
+    ap.add_argument("plan")
+    ap.add_argument("--max-minutes", type=float, default=None, help="start no new run after this many minutes")
+    ap.add_argument("--only", nargs="*", default=None, help="arms to run (default: all)")
+    args = ap.parse_args(argv)
+    plan = load_plan(args.plan)
+    if args.action == "print":
+        for m in plan.members:
+            print(shlex.join(m.command(plan.config)))
+        return 0
+    if args.action == "run":
+        left = run_plan(plan, args.max_minutes, args.only)
+        print(f"[experiment {plan.name}] {len(left)} run(s) left" if left else f"[experiment {plan.name}] all runs done",
+              file=sys.stderr)
+    path = write_summary(plan)
+    print(f"summary: {path}; report: {plan.results / 'REPORT.md'}")
+    return 0
