@@ -185,7 +185,7 @@ def _fam_mod(rng, m):
 
 
 def _fam_square(rng, m):
-    a = rng.randint(0, m)
+    a = rng.randint(0, 2 * m)
     return f"What is {a} squared?", a * a
 
 
@@ -211,7 +211,8 @@ FAMILIES: dict[str, object] = {
     "next": _fam_next, "double": _fam_double, "max": _fam_max,
 }
 """Procedural problem families: ``name -> (rng, max_operand) -> (problem, integer answer)``. Operands
-scale with ``max_operand`` except where a family fixes its range (``big_add``: 3-digit, ``next``)."""
+scale with ``max_operand`` (``square``: up to 2 x, ``double``: 5 x, ``max``: 10 x) except where a family
+fixes its range (``big_add``: 3-digit, ``next``)."""
 
 
 def make_families(num_prompts: int, families: list[str] | tuple[str, ...], max_operand: int, seed: int,
