@@ -23,6 +23,20 @@ VERIFY_ERROR = "error"
 
 
 @dataclass
+class Sample:
+    """One sampled response (every rollout engine's result type)."""
+
+    token_ids: list[int]
+    """Sampled tokens, including the stop token when ``finished``."""
+    logprobs: list[float]
+    """log pi(token) of each sampled token under the sampling distribution (``graft.policy.policy``)."""
+    text: str
+    """Decoded response, special tokens stripped."""
+    finished: bool
+    """True when it ended with a stop (EOS) token or stop string, False when cut at ``max_new_tokens``."""
+
+
+@dataclass
 class Prompt:
     """One training or evaluation problem."""
 

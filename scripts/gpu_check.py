@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     for name, kind in (("A", "llama"), ("B", "gemma3")):
         path, sizes[name] = build_model(kind, work / name, args.device, dtype, tiny, seed=1 if name == "A" else 2)
-        learners[name] = Learner(ModelConfig(name=name, path=path, template="plain", dtype=dtype_name, lr=1e-6),
+        learners[name] = Learner.local(ModelConfig(name=name, path=path, template="plain", dtype=dtype_name, lr=1e-6),
                                  device=args.device)
         print(f"gpu_check: model {name}: random {kind}, {sizes[name] / 1e6:.1f}M parameters")
     print(f"gpu_check: models built and loaded in {time.time() - t0:.1f}s")
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
             continue
         try:
             lr = learners["A"]
-            eng = lr.engine(kind)
+            lr.workers.call("set_engine", [(kind,)])
             rck = RolloutConfig(n=n, max_new_tokens=T, batch_size=rc.batch_size, engine=kind)
             sync()
             lr.rollout(prompts[: max(1, P // 4)], rck, step=0, seed=7)   # warm-up (graphs, compilation)
@@ -222,11 +222,11 @@ def main(argv=None) -> int:
             print(f"gpu_check: A rollout ({kind}): {m['tokens/generated']} tokens, {m['tokens_per_s/rollout']:.0f} tokens/s")
             if kind == "vllm":   # the weight push after an update
                 t = time.time()
-                eng.weights_updated()
+                lr.workers.call("weights_changed", [()])
                 sync()
                 results["vllm_weight_push_s"] = round(time.time() - t, 2)
                 print(f"gpu_check: vllm weight push: {results['vllm_weight_push_s']}s")
-            lr.engine("hf")
+            lr.workers.call("set_engine", [("hf",)])
         except EngineUnavailable as e:
             print(f"gpu_check: engine {kind}: unavailable ({e})")
             results[f"A/rollout_tokens_per_s/{kind}"] = None

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     with Grader(cfg.reward.timeout_s, cfg.reward.workers) as grader:
         for m in cfg.models:
             t0 = time.perf_counter()
-            learner = Learner(m)
+            learner = Learner.local(m)
             gs, gen = learner.rollout(batch, cfg.rollout, 0, step_seed(args.seed, 0, m.name), progress=True)
             texts = [r for g in gs for r in g.responses]
             rewards, statuses = grader.grade(texts, [g.answer for g in gs for _ in g.responses])

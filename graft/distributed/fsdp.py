@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
-from graft.policy.policy import _unwrap
+from graft.policy.loading import unwrap as _unwrap
 
 try:  # torch >= 2.6
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from graft.evaluation.metrics import mean_std, num_correct, pass_at_k_from_rewards
+from graft.seeds import derive_seed  # noqa: F401 (re-exported)
 from graft.types import VERIFY_NO_ANSWER, VERIFY_TIMEOUT, Prompt
 
 BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
@@ -124,13 +124,6 @@ def _append(path: Path, records: Iterable[PromptRecord]) -> None:
 
 
 # ----------------------------------------------------------------------------- generation
-
-
-def derive_seed(seed: int, repeat: int, key: int | str) -> int:
-    """A stable 31-bit sampling seed from (seed, repeat, key); key = a prompt id (per-prompt seeds)
-    or the index of a chunk's first prompt (samplers that take one seed per call)."""
-    h = hashlib.sha256(f"graft-eval:{seed}:{repeat}:{key}".encode()).digest()
-    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
 
 
 def _accepts_seeds(generator) -> bool:

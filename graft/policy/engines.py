@@ -1,7 +1,7 @@
 """Rollout engines: who samples the G responses per prompt, with their per-token log-probs.
 
 Every engine answers :meth:`RolloutEngine.generate` with the result type of
-:meth:`graft.policy.policy.Policy.generate` (``[P][G]`` :class:`~graft.policy.policy.Sample`:
+:meth:`graft.policy.policy.Policy.generate` (``[P][G]`` :class:`~graft.types.Sample`:
 token ids including the stop token when finished, the sampler's log-prob of each token,
 text decoded by the policy's tokenizer, finished flag), and is told after every optimiser
 pass that the trainer's weights changed (:meth:`RolloutEngine.weights_updated`).
@@ -44,39 +44,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
-from graft.policy.policy import _unwrap
+from graft.policy.loading import unwrap as _unwrap
+from graft.types import Sample
+from graft.seeds import prompt_seeds, sample_seed  # noqa: F401 (re-exported for callers)
 
 log = logging.getLogger(__name__)
 
 ENGINES = ("hf", "hf-cb", "vllm")
-_MASK63 = (1 << 63) - 1
 
 
 class EngineUnavailable(RuntimeError):
     """The requested rollout engine cannot run here; the message says why and what to use instead."""
-
-
-def _mix(*xs: int) -> int:
-    """SplitMix64-style hash of integers -> a 63-bit seed (decorrelates neighbouring indices)."""
-    h = 0x9E3779B97F4A7C15
-    for x in xs:
-        h = (h ^ (int(x) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
-        h = (h ^ (h >> 31)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
-        h ^= h >> 29
-    return h & _MASK63
-
-
-def prompt_seeds(seed: int, offset: int, count: int) -> list[int]:
-    """Seeds of prompts ``offset .. offset+count-1`` of a batch sampled with ``seed``.
-
-    A function of (seed, global prompt index) only: the single-process trainer and every
-    sharding of the batch over workers give each prompt the same seed."""
-    return [_mix(seed, offset + i) for i in range(count)]
-
-
-def sample_seed(prompt_seed: int, j: int) -> int:
-    """Seed of sample ``j`` of a prompt whose seed is ``prompt_seed``."""
-    return _mix(prompt_seed, j, 0x5EED)
 
 
 # ============================================================================ interface
@@ -160,7 +138,6 @@ class ContinuousBatchingEngine(RolloutEngine):
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-        from graft.policy.policy import Sample
 
         pol = self.policy
         if not prompt_ids:
@@ -307,7 +284,6 @@ class VllmEngine(RolloutEngine):
                 stop_strings):
         from vllm import SamplingParams  # noqa: PLC0415
 
-        from graft.policy.policy import Sample
 
         pol = self.policy
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))

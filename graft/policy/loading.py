@@ -377,6 +377,15 @@ def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> A
 
 # ----------------------------------------------------------------------------- model
 
+def unwrap(model: Any) -> Any:
+    """The transformers CausalLM inside a PEFT wrapper (LoRA layers are injected in place)."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return model
+    return model.get_base_model() if isinstance(model, PeftModel) else model
+
+
 def _torch_dtype(name: str) -> torch.dtype:
     try:
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]

@@ -37,29 +37,9 @@ from torch.utils.checkpoint import checkpoint
 from graft.config import ModelConfig
 from graft.policy.codec import TextCodec
 from graft.policy.loading import load_model, load_tokenizer
-
-
-@dataclass
-class Sample:
-    """One sampled response."""
-
-    token_ids: list[int]
-    """Sampled tokens, including the stop token when ``finished``."""
-    logprobs: list[float]
-    """log pi(token) of each sampled token under the sampling distribution (see module doc)."""
-    text: str
-    """Decoded response, special tokens stripped."""
-    finished: bool
-    """True when it ended with a stop (EOS) token, False when cut at ``max_new_tokens``."""
-
-
-def _unwrap(model: Any) -> Any:
-    """The transformers CausalLM inside a PEFT wrapper (LoRA layers are injected in place)."""
-    try:
-        from peft import PeftModel
-    except ImportError:  # pragma: no cover - peft is a dependency
-        return model
-    return model.get_base_model() if isinstance(model, PeftModel) else model
+from graft.policy.loading import unwrap as _unwrap
+from graft.seeds import sample_seed
+from graft.types import Sample
 
 
 class _HeadLogProb(torch.autograd.Function):
@@ -219,7 +199,7 @@ class Policy:
         the same as without it.
 
         ``seeds`` (one per prompt; overrides ``seed``): sample j of prompt i draws its random
-        numbers from its own generator seeded by ``engines.sample_seed(seeds[i], j)``, so it
+        numbers from its own generator seeded by ``seeds.sample_seed(seeds[i], j)``, so it
         does not depend on the batch size, on the other prompts of the call, or on how a batch
         is split across Ray workers (the Ray backend relies on this).
         """
@@ -235,7 +215,6 @@ class Policy:
         gen.manual_seed(int(seed))
         row_gens = None
         if seeds is not None:
-            from graft.policy.engines import sample_seed
             if len(seeds) != len(prompt_ids):
                 raise ValueError(f"{len(seeds)} seeds for {len(prompt_ids)} prompts")
             row_gens = [torch.Generator().manual_seed(sample_seed(int(seeds[i]), j))

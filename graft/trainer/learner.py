@@ -1,11 +1,14 @@
-"""One model's side of training: sample, score peer text, update.
+"""One model's side of training, on the driver: sample, score peer text, update.
 
-A :class:`Learner` owns a :class:`~graft.policy.policy.Policy` and its optimizer. The
-trainer talks to learners only through the methods here, so the Ray backend
-(:mod:`graft.distributed.ray_backend`) can put each learner in its own actor group.
+A :class:`Learner` holds the model's text codec and talks to its worker group -- one in-process
+rank (``backend: local``) or W Ray ranks (``backend: ray``) -- through primitives only
+(:class:`graft.trainer.workers.PolicyWorker`). Everything that is not arithmetic on weights
+happens here, once, for both backends: prompt encoding, building rollout groups, the minibatch
+loop (rows, global normalisers, one :func:`~graft.trainer.workers.scatter` over ranks, metrics).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -14,6 +17,9 @@ from tqdm.auto import tqdm
 
 from graft.algos.losses import merge, summarize
 from graft.config import ModelConfig, RolloutConfig, UpdateConfig
+from graft.policy.codec import TextCodec
+from graft.seeds import prompt_seeds
+from graft.trainer.workers import LocalWorkers, PolicyWorker, Shard, scatter
 from graft.types import Prompt, RolloutGroup
 
 
@@ -63,69 +69,98 @@ def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
     return out
 
 
+def micro_loss(policy, micro: list[Sequence], loss_fn, uc: UpdateConfig, temperature: float,
+               counts: tuple[float, float, float], loss_kwargs: dict):
+    """Loss of one micro-batch, normalised by the whole minibatch's counts (policy-gradient tokens,
+    sequences, SGT tokens) so micro-batch (and rank) gradients add up exactly."""
+    num_tokens, num_seqs, num_sgt_tokens = counts
+    logp, mask = policy.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
+                                         chunk=uc.logprob_chunk, temperature=temperature)   # [B,T]
+    old = _pad([s.old_logprobs for s in micro], logp.shape[1]).to(logp.device)
+    f = lambda xs, dt=torch.float32: torch.tensor(xs, dtype=dt, device=logp.device)  # noqa: E731
+    kwargs = dict(
+        logp=logp, old_logp=old, advantages=f([s.advantage for s in micro]), weights=f([s.weight for s in micro]),
+        mask=mask, is_peer=f([s.is_peer for s in micro], torch.bool), clip_low=uc.clip_low, clip_high=uc.clip_high,
+        agg=uc.loss_agg, ratio_level=uc.ratio_level, num_tokens=num_tokens, num_seqs=num_seqs,
+    )
+    if any(s.sgt for s in micro) or num_sgt_tokens:
+        kwargs |= {"sgt_mask": f([s.sgt for s in micro], torch.bool), "num_sgt_tokens": num_sgt_tokens}
+    return loss_fn(**(kwargs | loss_kwargs))
+
+
 class Learner:
-    """A policy, its optimizer and the three operations the trainer needs from it."""
+    """One model on the driver: its codec and its worker group."""
 
-    def __init__(self, cfg: ModelConfig, device: str = "cpu", weights_from=None):
-        from graft.policy.policy import Policy
+    def __init__(self, cfg: ModelConfig, workers, codec: TextCodec) -> None:
+        self.cfg, self.name, self.workers, self.codec = cfg, cfg.name, workers, codec
+        self.optimizer = _Optimizer(self)
 
-        self.cfg = cfg
-        self.name = cfg.name
-        self.policy = Policy.load(cfg, device=device, weights_from=None if weights_from is None else str(weights_from))
-        self.optimizer = self.policy.make_optimizer()
-        self._engine = None
+    @classmethod
+    def local(cls, cfg: ModelConfig, device: str = "cpu", weights_from=None, engine: str = "hf") -> "Learner":
+        """A learner whose one rank lives in this process (``backend: local``)."""
+        worker = PolicyWorker(cfg.name)
+        worker.setup(cfg, device, None if weights_from is None else str(weights_from), None, None, engine)
+        return cls(cfg, LocalWorkers(worker), worker.policy.codec)
 
-    def engine(self, kind: str = "hf"):
-        """The rollout engine (:mod:`graft.policy.engines`) of kind ``rollout.engine``, built once."""
-        current = getattr(self, "_engine", None)
-        if current is None or current.kind != kind:
-            from graft.policy.engines import make_engine
-            if current is not None:
-                current.close()
-            self._engine = make_engine(kind, self.policy)
-        return self._engine
+    @property
+    def policy(self):
+        """What evaluation samples from: the in-process Policy, or this learner over its Ray workers."""
+        return getattr(self.workers, "local_policy", None) or self
 
-    def weights_changed(self) -> None:
-        """Tell the rollout engine the weights changed (vLLM reloads them; no-op for hf)."""
-        if getattr(self, "_engine", None) is not None:
-            self._engine.weights_updated()
-
-    def close(self) -> None:
-        if getattr(self, "_engine", None) is not None:
-            self._engine.close()
-            self._engine = None
-
-    # --------------------------------------------------------------- receiver side
+    # --------------------------------------------------------------- text (the codec's)
     def render_prompt(self, problem: str) -> str:
-        return self.policy.render_prompt(problem)
+        return self.codec.render_prompt(problem)
 
     def encode_prompt(self, problem: str) -> list[int]:
-        return self.policy.encode_prompt(problem)
+        return self.codec.encode_prompt(problem)
 
     def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]:
-        return self.policy.codec.encode_responses(texts, finished)
+        return self.codec.encode_responses(texts, finished)
 
-    def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
-                       chunk: int = 1024, micro_batch: int = 8, temperature: float = 1.0,
-                       progress: bool = False) -> list[torch.Tensor]:
-        return self.policy.token_logprobs(prompt_ids, response_ids, chunk=chunk, micro_batch=micro_batch,
-                                          temperature=temperature, progress=progress)
+    # --------------------------------------------------------------- primitives over the ranks
+    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds=None, progress: bool = False,
+                 desc: str = "", stop_strings=None, **_) -> list[list]:
+        """``n`` samples per prompt, ``[P][G]``: prompts in blocks of whole generation batches per rank,
+        prompt i sampling with ``seeds[i]`` (default: derived from ``seed`` and i), results in prompt order."""
+        W = self.workers.size
+        seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
+        per_batch = batch_size // n if batch_size % n == 0 else 1
+        order = scatter(list(range(len(prompt_ids))), W, per_batch, even=True)
+        kw = dict(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, batch_size=batch_size,
+                  desc=desc or f"{self.name} generate", stop_strings=stop_strings)
+        parts = self.workers.call("generate", [([prompt_ids[i] for i in idx], [seeds[i] for i in idx],
+                                                {**kw, "progress": progress and r == 0}) for r, idx in enumerate(order)],
+                                  "generate")
+        return [g for part in parts for g in part]
+
+    def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
+                       micro_batch: int = 8, temperature: float = 1.0, progress: bool = False) -> list[torch.Tensor]:
+        """Per-response log-probs ``[N]`` of ``[T_n]`` under the current weights (no gradients): whole
+        micro-batches per rank in :func:`~graft.policy.policy.scoring_order`, so every value is computed in
+        the same padded batch as in one process."""
+        from graft.policy.policy import scoring_order
+
+        order = scoring_order(prompt_ids, response_ids)
+        parts = scatter(order, self.workers.size, max(1, micro_batch))
+        res = self.workers.call("logprobs", [([prompt_ids[i] for i in p], [response_ids[i] for i in p], chunk, micro_batch,
+                                              temperature) for p in parts], "logprobs")
+        out: list = [None] * len(response_ids)
+        for p, lps in zip(parts, res):
+            for i, lp in zip(p, lps):
+                out[i] = lp
+        return out
 
     # --------------------------------------------------------------- rollout
-    def rollout(self, prompts: list[Prompt], rc: RolloutConfig, step: int, seed: int, progress: bool = False,
-                prompt_offset: int = 0) -> tuple[list[RolloutGroup], dict]:
-        """G samples per prompt from pi_theta_old; rewards are filled by the scorer.
-
-        Prompt i of the step's batch (``prompt_offset + i`` when this is a shard of it) samples
-        with its own seed, a function of (``seed``, i): the same whichever worker samples it."""
-        from graft.policy.engines import prompt_seeds
-
+    def rollout(self, prompts: list[Prompt], rc: RolloutConfig, step: int, seed: int, progress: bool = False
+                ) -> tuple[list[RolloutGroup], dict]:
+        """G samples per prompt from pi_theta_old (ended at the model's stop strings); rewards are
+        filled by the scorer. Prompt i samples with its own seed, a function of (``seed``, i)."""
         t0 = time.perf_counter()
         prompt_ids = [self.encode_prompt(p.problem) for p in prompts]
-        samples = self.engine(rc.engine).generate(
-            prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_p=rc.top_p,
-            batch_size=rc.batch_size, seed=seed, seeds=prompt_seeds(seed, prompt_offset, len(prompts)),
-            progress=progress, desc=f"{self.name} rollout")
+        samples = self.generate(prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature,
+                                top_p=rc.top_p, batch_size=rc.batch_size, seeds=prompt_seeds(seed, 0, len(prompts)),
+                                progress=progress, desc=f"{self.name} rollout")
         groups = [
             RolloutGroup(
                 prompt_id=p.id, problem=p.problem, answer=p.answer, source=self.name, holder=self.name,
@@ -154,73 +189,66 @@ class Learner:
                rule, progress: bool = False) -> dict:
         """One pass of ``plan`` (minibatches of group indices, in order); one optimiser step each.
 
-        Sequences with zero advantage or zero weight contribute exactly zero loss and
-        gradient, so they are not forwarded; their tokens still count in the token-mean
-        denominator, which keeps the result identical to forwarding them. ``rule`` (an
-        :class:`graft.trainer.rules.UpdateRule`) gives the loss, its keyword arguments, the
-        per-minibatch re-weighting (HACPO) and the supervised rows (SGT).
-        ``progress`` shows a bar over the minibatches (optimiser steps).
+        Sequences with zero advantage or zero weight contribute exactly zero loss and gradient, so
+        they are not forwarded; their tokens still count in the token-mean denominator, which keeps
+        the result identical to forwarding them. ``rule`` (a :class:`graft.trainer.rules.UpdateRule`)
+        gives the loss, the per-minibatch re-weighting (HACPO) and the supervised rows (SGT). Each
+        minibatch's rows go to the ranks in whole micro-batches, each rank dividing by the minibatch's
+        global counts, so W ranks compute the single process's step.
         """
-        loss_fn, loss_kwargs = rule.loss, rule.loss_kwargs()
+        W, mbs = self.workers.size, uc.micro_batch_size
         totals: dict[str, float] = {}
-        t0, tokens_done = time.perf_counter(), 0
-        self.policy.model.train()
+        t0 = time.perf_counter()
         bar = tqdm(total=len(plan), desc=f"{self.name} update", unit="minibatch", leave=False, disable=not progress)
-        for k, idx in enumerate(plan):
-            mb_groups = rule.minibatch_weights(k, [groups[i] for i in idx])
-            active, counts = prepare_minibatch(mb_groups, rule.supervised)
-            self.optimizer.zero_grad(set_to_none=True)
-            mb_loss = 0.0
-            for j in range(0, len(active), uc.micro_batch_size):
-                micro = active[j: j + uc.micro_batch_size]
-                loss, m = self._micro_loss(micro, loss_fn, uc, temperature, counts, loss_kwargs)
-                loss.backward()
-                mb_loss += float(loss.detach())
-                merge(totals, m)
-                tokens_done += sum(len(s.response_ids) for s in micro)
-                bar.set_postfix_str(f"sequences {min(j + uc.micro_batch_size, len(active))}/{len(active)}")
-            grad_norm = self._step()
-            bar.update(1)
-            totals["loss"] = totals.get("loss", 0.0) + mb_loss / len(plan)
-            totals["grad_norm"] = totals.get("grad_norm", 0.0) + grad_norm / len(plan)
-        bar.close()
-        self.optimizer.zero_grad(set_to_none=True)   # no gradients held through rollout, exchange, the peer's update
-        self.policy.model.eval()
-        self.weights_changed()
-        return self._update_metrics(totals, tokens_done, time.perf_counter() - t0)
+        try:
+            for k, idx in enumerate(plan):
+                active, counts = prepare_minibatch(rule.minibatch_weights(k, [groups[i] for i in idx]), rule.supervised)
+                parts = scatter(active, W, mbs)
+                num_micro = max(math.ceil(len(p) / mbs) for p in parts)
+                res = self.workers.call("train_minibatch", [(Shard(p, counts, num_micro), uc, temperature, rule.name)
+                                                            for p in parts], "update")
+                for r in res:
+                    merge(totals, r)
+                totals["loss"] = totals.get("loss", 0.0) + sum(r["loss"] for r in res) / len(plan)
+                totals["grad_norm"] = totals.get("grad_norm", 0.0) + res[0]["grad_norm"] / len(plan)   # global norm
+                bar.update(1)
+        finally:
+            bar.close()
+        self.workers.call("weights_changed", [()] * W, "weights_changed")
+        seconds, tokens = time.perf_counter() - t0, totals.get("tokens/update", 0.0)
+        return {"loss": totals.get("loss", 0.0), "grad_norm": totals.get("grad_norm", 0.0), **summarize(totals),
+                "tokens/update": int(tokens), "tokens_per_s/update": tokens / max(seconds, 1e-9)}
 
-    def _micro_loss(self, micro: list[Sequence], loss_fn, uc: UpdateConfig, temperature: float,
-                    counts: tuple[float, float, float], loss_kwargs: dict):
-        """Loss of one micro-batch, normalised by the whole minibatch's counts
-        (policy-gradient tokens, sequences, SGT tokens) so micro-batch gradients add up exactly."""
-        num_tokens, num_seqs, num_sgt_tokens = counts
-        logp, mask = self.policy.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
-                                                  chunk=uc.logprob_chunk, temperature=temperature)   # [B,T]
-        old = _pad([s.old_logprobs for s in micro], logp.shape[1]).to(logp.device)
-        f = lambda xs, dt=torch.float32: torch.tensor(xs, dtype=dt, device=logp.device)  # noqa: E731
-        kwargs = dict(
-            logp=logp, old_logp=old, advantages=f([s.advantage for s in micro]), weights=f([s.weight for s in micro]),
-            mask=mask, is_peer=f([s.is_peer for s in micro], torch.bool), clip_low=uc.clip_low, clip_high=uc.clip_high,
-            agg=uc.loss_agg, ratio_level=uc.ratio_level, num_tokens=num_tokens, num_seqs=num_seqs,
-        )
-        if any(s.sgt for s in micro) or num_sgt_tokens:
-            kwargs |= {"sgt_mask": f([s.sgt for s in micro], torch.bool), "num_sgt_tokens": num_sgt_tokens}
-        return loss_fn(**(kwargs | loss_kwargs))
-
-    def _step(self) -> float:
-        from graft.distributed.fsdp import clip_grad_norm_   # float64 norm: identical for sharded (Ray) training
-
-        params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        norm = clip_grad_norm_(params, self.cfg.max_grad_norm)
-        self.optimizer.step()
-        return norm
-
-    @staticmethod
-    def _update_metrics(t: dict, tokens: int, seconds: float) -> dict:
-        """The update's metrics: loss, grad norm, :func:`losses.summarize` of the merged totals, throughput."""
-        return {"loss": t.get("loss", 0.0), "grad_norm": t.get("grad_norm", 0.0), **summarize(t),
-                "tokens/update": tokens, "tokens_per_s/update": tokens / max(seconds, 1e-9)}
-
-    # --------------------------------------------------------------- persistence
+    # --------------------------------------------------------------- persistence, resources
     def save(self, path) -> None:
-        self.policy.save(path)
+        """The model (or its LoRA adapter) as a Hugging Face folder at ``path``."""
+        self.workers.save(path)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Full parameters (and buffers) of the model."""
+        return self.workers.call("state_dict", [()] * self.workers.size, "state_dict")[0]
+
+    def peak_rss_gb(self) -> float:
+        """The largest peak resident memory (GB) among this model's worker processes."""
+        return max(self.workers.call("peak_rss_gb", [()] * self.workers.size, "peak_rss_gb"))
+
+    def close(self) -> None:
+        self.workers.close()
+
+    def __repr__(self) -> str:
+        return f"Learner({self.name!r}, ranks={self.workers.size})"
+
+
+class _Optimizer:
+    """``state_dict``/``load_state_dict`` of the workers' optimizer (what checkpoints need)."""
+
+    def __init__(self, learner: Learner) -> None:
+        self._learner = learner
+
+    def state_dict(self) -> dict:
+        W = self._learner.workers.size
+        return self._learner.workers.call("optimizer_state", [()] * W, "optimizer.state_dict")[0]
+
+    def load_state_dict(self, state: dict) -> None:
+        W = self._learner.workers.size
+        self._learner.workers.call("load_optimizer_state", [(state,)] * W, "optimizer.load_state_dict")

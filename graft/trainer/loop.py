@@ -11,7 +11,6 @@ import resource
 import shutil
 import sys
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from graft.trainer.rules import UpdateRule, make_rule
 from graft.trainer.metrics import (JsonlWriter, check_run_dir, console_line, dumps_json, group_stats, output_error,
                                    prefixed, timed)
 from graft.trainer.tracking import check_installed, open_trackers
+from graft.seeds import step_seed  # noqa: F401 (re-exported)
 from graft.types import VERIFY_TIMEOUT, RolloutGroup
 
 
@@ -75,15 +75,6 @@ class Run:
 
     def grade(self, groups: list[RolloutGroup]) -> None:
         grade(self, groups)
-
-
-def step_seed(seed: int, step: int, stream: str) -> int:
-    """Seed of one random stream (a model's sampling, selection ablations, evaluation) at ``step``.
-
-    A function of (seed, step, stream name) only: resuming replays it, and a model samples
-    the same whether it trains alone or in a pair.
-    """
-    return (seed * 1_000_003 + step * 1009 + zlib.crc32(stream.encode())) % (2**63 - 1)
 
 
 # ============================================================================ phases
@@ -222,7 +213,7 @@ def setup(cfg: Config) -> Run:
     _check_model_sources(cfg, ckpt)
     peer_groups, peer_name = _peer_groups(cfg) if cfg.peer.source == "store" else (None, "peer")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
-    learners = make_learners(cfg, device, ckpt)   # Learner per model, or RayLearner (backend: ray)
+    learners = make_learners(cfg, device, ckpt)   # one Learner per model, its ranks local or in Ray
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     run = Run(cfg=cfg, run_dir=run_dir, learners=learners,
@@ -396,7 +387,7 @@ def evaluate_phase(run: Run, step: int) -> dict:
     out = {}
     for name, learner in run.learners.items():
         # The same seed at every step: checkpoints are compared on the same random draws.
-        res = evaluate_during_training(learner.policy, {"val": run.val_prompts}, run.grader, run.cfg.eval,
+        res = evaluate_during_training(learner, {"val": run.val_prompts}, run.grader, run.cfg.eval,
                                        max_new_tokens=run.cfg.eval.max_new_tokens or run.cfg.rollout.max_new_tokens,
                                        seed=step_seed(run.cfg.seed, 0, f"eval/{name}"), batch_size=run.cfg.rollout.batch_size,
                                        out_dir=run.run_dir / "eval" / f"step_{step:06d}" / name)

@@ -71,7 +71,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
         full_opt = fsdp.gather_optimizer_state(opt, rank)
         state = fsdp.full_state_dict(pol.model, rank)
         if rank == 0:
-            from graft.distributed.ray_backend import _save_full
+            from graft.trainer.workers import _save_full
             _save_full(pol, state, os.path.join(os.path.dirname(out), "saved"))
         # the gathered (rank-0) optimizer state, loaded into a fresh sharded optimizer, gives the same shards
         box = [full_opt]

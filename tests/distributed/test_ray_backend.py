@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from graft.config import RayConfig
-from graft.distributed.ray_backend import WorkerFailure, balanced_unit, blocks, split_sizes
+from graft.distributed.ray_backend import WorkerFailure
+from graft.trainer.workers import scatter
 from graft.trainer import loop
 from tests.trainer.helpers import tiny_config
 
@@ -21,23 +22,26 @@ ray = pytest.importorskip("ray")
 
 # ----------------------------------------------------------------------------- fast: sharding arithmetic
 
-def test_split_sizes_cover_in_order_and_respect_units():
-    assert split_sizes(10, 2) == [5, 5]
-    assert split_sizes(7, 2) == [4, 3]
-    assert split_sizes(16, 2, 4) == [8, 8]
-    assert split_sizes(12, 2, 8) == [8, 4]            # whole units, remainder last
-    assert split_sizes(3, 4) == [1, 1, 1, 0]
-    assert split_sizes(0, 3) == [0, 0, 0]
+def test_scatter_covers_in_order_and_respects_units():
+    sizes = lambda n, parts, unit=1, even=False: [len(b) for b in scatter(list(range(n)), parts, unit, even)]  # noqa: E731
+    assert sizes(10, 2) == [5, 5]
+    assert sizes(7, 2) == [4, 3]
+    assert sizes(16, 2, 4) == [8, 8]
+    assert sizes(12, 2, 8) == [8, 4]            # whole units, remainder last
+    assert sizes(3, 4) == [1, 1, 1, 0]
+    assert sizes(0, 3) == [0, 0, 0]
     for total in range(0, 30):
         for parts in (1, 2, 3):
             for unit in (1, 2, 4, 8):
-                s = split_sizes(total, parts, unit)
+                s = sizes(total, parts, unit)
                 assert sum(s) == total and len(s) == parts
                 assert sum(1 for x in s if x % unit) <= 1          # at most one partial unit
                 assert max(s) - min(s) < 2 * unit                  # balanced to within a unit
-    assert blocks(list(range(7)), [4, 3]) == [[0, 1, 2, 3], [4, 5, 6]]
-    assert balanced_unit(16, 2, 4) == 4                # enough rows: whole micro-batches per rank
-    assert balanced_unit(6, 2, 4) == 3                 # too few: an even split
+                flat = [x for b in scatter(list(range(total)), parts, unit) for x in b]
+                assert flat == list(range(total))                  # contiguous, in order
+    assert sizes(16, 2, 4, even=True) == [8, 8]      # enough rows: whole units per rank
+    assert sizes(6, 2, 4, even=True) == [3, 3]       # too few for a unit per rank: an even split
+    assert sizes(6, 2, 4) == [4, 2]                  # update / scoring: whole micro-batches, as one process runs them
 
 
 # ----------------------------------------------------------------------------- slow: local Ray cluster
@@ -80,12 +84,10 @@ def _run_steps(cfg, monkeypatch, log):
     try:
         for step in range(1, cfg.steps + 1):
             rows.append(loop.train_step(run, step))
-        params = {n: (l.state_dict() if hasattr(l, "workers") else
-                      {k: v.detach().clone() for k, v in l.policy.model.state_dict().items()})
-                  for n, l in run.learners.items()}
-        # what in-training evaluation uses: learner.policy.generate (a RemotePolicy for Ray)
-        from graft.policy.engines import prompt_seeds
-        pol = run.learners["B"].policy
+        params = {n: l.state_dict() for n, l in run.learners.items()}
+        # what in-training evaluation uses: the learner's generate, over its rank(s)
+        from graft.seeds import prompt_seeds
+        pol = run.learners["B"]
         ids = [pol.encode_prompt(f"What is {i} + 1?") for i in range(4)]
         params["eval_sample"] = [[s.token_ids for s in g] for g in
                                  pol.generate(ids, n=2, max_new_tokens=4, batch_size=4, seeds=prompt_seeds(9, 0, 4))]
@@ -148,7 +150,7 @@ def test_killed_worker_stops_cleanly_and_the_run_resumes(tmp_path, tiny_llama_di
         # step 2, after the rollout: kill rank 1 of model B; the next call into B (scoring A's
         # responses for the gate) finds it dead while rank 0 waits for it in a collective
         if groups and groups[0].step == 2 and not killed:
-            ray.kill(run.learners["B"].workers[1], no_restart=True)
+            ray.kill(run.learners["B"].workers.actors[1], no_restart=True)
             killed["t"] = time.monotonic()
 
     cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, *COMMON, "steps=3", "checkpoint.save_every=1",
@@ -157,6 +159,7 @@ def test_killed_worker_stops_cleanly_and_the_run_resumes(tmp_path, tiny_llama_di
     monkeypatch.setattr(loop, "grade", _recording_grade([], kill))
     with pytest.raises(WorkerFailure) as err:
         loop.train(cfg)
+    assert killed, f"stopped before the kill: {err.value}"
     stopped_after = time.monotonic() - killed["t"]
     print(f"WorkerFailure raised {stopped_after:.1f}s after the kill: {err.value}")
     msg = str(err.value)

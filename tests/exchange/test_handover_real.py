@@ -26,8 +26,8 @@ PROMPTS = [Prompt("p0", "What is 3 + 4?", "7"), Prompt("p1", "What is 9 - 2?", "
 
 @pytest.fixture(scope="module")
 def twins(tiny_llama_dir):
-    return (Learner(ModelConfig(name="A", path=tiny_llama_dir, template="plain")),
-            Learner(ModelConfig(name="B", path=tiny_llama_dir, template="plain")))
+    return (Learner.local(ModelConfig(name="A", path=tiny_llama_dir, template="plain")),
+            Learner.local(ModelConfig(name="B", path=tiny_llama_dir, template="plain")))
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

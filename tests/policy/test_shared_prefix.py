@@ -74,7 +74,7 @@ def test_update_with_shared_prefix_equals_the_joint_update(tiny_gemma_dir, monke
     uc = UpdateConfig(num_minibatches=2, micro_batch_size=3)
     result = {}
     for shared in (True, False):
-        learner = Learner(ModelConfig(name="B", path=tiny_gemma_dir, template="plain", lr=1e-3))
+        learner = Learner.local(ModelConfig(name="B", path=tiny_gemma_dir, template="plain", lr=1e-3))
         groups, _ = learner.rollout(prompts, RolloutConfig(n=4, max_new_tokens=6, temperature=1.0, batch_size=8), 1, seed=3)
         for g in groups:
             g.rewards = [1.0, 0.0, 0.0, 1.0]

@@ -30,7 +30,7 @@ def _final_params(run_dir: Path, cfg) -> dict:
     from graft.trainer.learner import Learner
 
     ck = load_checkpoint(latest_checkpoint(run_dir))
-    return params({m.name: Learner(m, weights_from=ck.model_dirs[m.name]) for m in cfg.models})
+    return params({m.name: Learner.local(m, weights_from=ck.model_dirs[m.name]) for m in cfg.models})
 
 
 DETERMINISTIC = ("reward/mean", "all_fail_frac", "response_length/mean", "peer_responses")

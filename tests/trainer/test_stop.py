@@ -1,6 +1,6 @@
 """Stop strings end a sampled response at the first occurrence (tokens, log-probs and text)."""
 from graft.config import ModelConfig
-from graft.policy.policy import Sample
+from graft.types import Sample
 from graft.policy.prompts import cut_at_stop
 
 VOCAB = {1: " 2 + 2 = 4.", 2: " \\boxed{4}", 3: "\n", 4: "Problem:", 5: " What", 6: " \\boxed{9}"}

@@ -1,0 +1,261 @@
+"""The worker side of a model: one rank holding the policy's weights, optimizer and rollout engine.
+
+A :class:`PolicyWorker` exposes primitives only -- generate, log-probs, train on its share of one
+minibatch, optimizer state, save -- and knows nothing of groups, exchange or plans: that is the
+driver-side :class:`graft.trainer.learner.Learner`. The same class runs in-process
+(:class:`LocalWorkers`, one rank) and inside Ray actors (:class:`graft.distributed.ray_backend.RayWorkers`,
+W ranks of one ``torch.distributed`` group, FSDP2-sharded when W > 1).
+
+:func:`scatter` is the one way work is split over ranks: contiguous blocks of whole units
+(generation batches, scoring micro-batches, update micro-batches), so every rank computes exactly
+what the single process computes for those rows.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+
+def scatter(items: Sequence, parts: int, unit: int = 1, even: bool = False) -> list[list]:
+    """``items`` in ``parts`` contiguous blocks of whole ``unit``s, as even as possible (the last
+    non-empty block takes the remainder). ``even``: when there are fewer than ``parts`` units, split
+    the items evenly instead (rollouts: per-prompt seeds make any split give the same samples)."""
+    n, unit = len(items), max(1, unit)
+    if even and n < parts * unit:
+        unit = max(1, math.ceil(n / parts)) if n else 1
+    units = math.ceil(n / unit) if n else 0
+    base, extra = divmod(units, parts)
+    out, start = [], 0
+    for r in range(parts):
+        size = min(n - start, (base + (1 if r < extra else 0)) * unit)
+        out.append(list(items[start:start + size]))
+        start += size
+    return out
+
+
+@dataclass
+class Shard:
+    """One rank's rows of one minibatch, with the minibatch's global normalisers."""
+
+    rows: list
+    """``graft.trainer.learner.Sequence`` rows to forward (non-zero advantage or supervised)."""
+    counts: tuple[float, float, float]
+    """(policy-gradient tokens, sequences, SGT tokens) of the WHOLE minibatch: every rank divides by these."""
+    num_micro: int
+    """Micro-batches every rank runs (the maximum over ranks; a rank with fewer runs zero-weight dummies)."""
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of the calling process in GB (``ru_maxrss`` is KiB on Linux)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+class PolicyWorker:
+    """One rank of a model: its :class:`~graft.policy.policy.Policy`, optimizer and rollout engine."""
+
+    def __init__(self, name: str, rank: int = 0, world_size: int = 1, threads: int | None = None) -> None:
+        self.name, self.rank, self.world = name, rank, world_size
+        if threads:
+            torch.set_num_threads(int(threads))
+        self.policy = self.optimizer = self._engine = None
+
+    # ------------------------------------------------------------------ setup
+    def address(self) -> tuple[str, int]:
+        from graft.distributed import fsdp
+        return fsdp.node_ip(), fsdp.free_port()
+
+    def setup(self, cfg, device: str, weights_from: str | None, master: tuple[str, int] | None, seed: int | None,
+              engine: str, timeout_s: float = 600.0) -> dict:
+        """Load the model (from ``weights_from`` when resuming), shard it over the group when W > 1,
+        build the optimizer and the rollout engine."""
+        from graft.distributed import fsdp
+        from graft.policy.engines import make_engine
+        from graft.policy.policy import Policy
+
+        if seed is not None:
+            torch.manual_seed(seed)
+        if device == "cuda":
+            torch.cuda.set_device(0)   # Ray restricts CUDA_VISIBLE_DEVICES to this worker's GPU(s)
+        if self.world > 1:
+            fsdp.init_process_group(self.rank, self.world, master[0], master[1], device=device, timeout_s=timeout_s)
+        self.policy = Policy.load(cfg, device=device, weights_from=weights_from)
+        if self.world > 1:
+            fsdp.shard_model(self.policy.model)   # parameters keep cfg.dtype, as in one process
+        self.optimizer = self.policy.make_optimizer()
+        self._engine = make_engine(engine, self.policy)   # built now: a vLLM engine's first weight push is collective
+        return {"rank": self.rank, "pid": os.getpid(), "node": fsdp.node_ip(), "device": device, "engine": engine,
+                "parameters": sum(p.numel() for p in self.policy.model.parameters())}
+
+    def ping(self) -> int:
+        return self.rank
+
+    def _gathered(self):
+        from graft.distributed import fsdp
+        return fsdp.gathered(self.policy.model) if self._engine.kind != "vllm" else contextlib.nullcontext()
+
+    # ------------------------------------------------------------------ primitives
+    def generate(self, prompt_ids: list[list[int]], seeds: list[int], kwargs: dict) -> list[list]:
+        """``n`` samples per prompt through the rollout engine (ended at stop strings), ``[P][G]``."""
+        with self._gathered():
+            return self._engine.generate(prompt_ids, seeds=seeds, **kwargs)
+
+    def logprobs(self, prompt_ids, response_ids, chunk: int, micro_batch: int, temperature: float) -> list[torch.Tensor]:
+        with self._gathered():
+            return self.policy.token_logprobs(prompt_ids, response_ids, chunk=chunk, micro_batch=micro_batch,
+                                              temperature=temperature)
+
+    def train_minibatch(self, shard: Shard, uc, temperature: float, rule: str) -> dict:
+        """This rank's micro-batches of one minibatch (plus zero-weight dummies up to the common count),
+        then one optimiser step on the gradient summed over ranks. Returns additive metric totals
+        (``graft.algos.losses.merge``), the rank's loss and the global gradient norm."""
+        from graft.algos.losses import merge
+        from graft.distributed import fsdp
+        from graft.trainer.learner import micro_loss
+        from graft.trainer.rules import RULES
+
+        model, mbs = self.policy.model, uc.micro_batch_size
+        loss_fn, loss_kwargs = RULES[rule].loss, RULES[rule](uc).loss_kwargs()
+        params = [p for p in model.parameters() if p.requires_grad]
+        totals: dict[str, float] = {"loss": 0.0, "tokens/update": 0.0}
+        micro = [shard.rows[j:j + mbs] for j in range(0, len(shard.rows), mbs)]
+        self.optimizer.zero_grad(set_to_none=True)
+        model.train()
+        try:
+            for j in range(shard.num_micro):
+                if j < len(micro):
+                    loss, m = fsdp.root_call(model, micro_loss, self.policy, micro[j], loss_fn, uc, temperature,
+                                             shard.counts, loss_kwargs)
+                    loss.backward()
+                    totals["loss"] += float(loss.detach())
+                    totals["tokens/update"] += sum(len(s.response_ids) for s in micro[j])
+                    merge(totals, m)
+                else:
+                    tok = self.policy.pad_token_id
+                    fsdp.dummy_backward(model, lambda: self.policy.forward_logprobs([[tok]], [[tok]])[0])
+            totals["grad_norm"] = fsdp.clip_grad_norm_(params, self.policy.cfg.max_grad_norm) if shard.num_micro else 0.0
+            self.optimizer.step()
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)   # no gradients held through rollout, exchange, the peer's update
+            model.eval()
+        return totals
+
+    def set_engine(self, kind: str) -> None:
+        """Sample with another rollout engine from now on (``hf``, ``hf-cb``, ``vllm``)."""
+        from graft.policy.engines import make_engine
+
+        if self._engine is None or self._engine.kind != kind:
+            if self._engine is not None:
+                self._engine.close()
+            self._engine = make_engine(kind, self.policy)
+
+    def weights_changed(self) -> None:
+        """Tell the rollout engine the weights changed (vLLM reloads them; no-op for engines sharing them)."""
+        self._engine.weights_updated()
+
+    # ------------------------------------------------------------------ state
+    def optimizer_state(self) -> dict | None:
+        from graft.distributed import fsdp
+        if self.world > 1:
+            return fsdp.gather_optimizer_state(self.optimizer, self.rank)
+        return _to_cpu(self.optimizer.state_dict())
+
+    def load_optimizer_state(self, state: dict) -> None:
+        from graft.distributed import fsdp
+        if self.world > 1:
+            fsdp.load_optimizer_state(self.optimizer, state)
+        else:
+            self.optimizer.load_state_dict(state)
+
+    def state_dict(self) -> dict | None:
+        from graft.distributed import fsdp
+        if self.world > 1:
+            return fsdp.full_state_dict(self.policy.model, self.rank)
+        return {k: v.detach().cpu().clone() for k, v in self.policy.model.state_dict().items()}
+
+    def save(self, path: str, ship: bool = False) -> dict | None:
+        """Rank 0 writes the Hugging Face folder to ``path`` (or, with ``ship``, returns its files as
+        bytes for the driver to write: rank 0 is on another node)."""
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from graft.distributed import fsdp
+        full = fsdp.full_state_dict(self.policy.model, self.rank) if self.world > 1 else None
+        if self.rank != 0:
+            return None
+        target = Path(tempfile.mkdtemp(prefix="graft-save-")) if ship else Path(path)
+        try:
+            if full is None:
+                self.policy.save(target)
+            else:
+                _save_full(self.policy, full, target)
+            if not ship:
+                return None
+            return {str(f.relative_to(target)): f.read_bytes() for f in sorted(target.rglob("*")) if f.is_file()}
+        finally:
+            if ship:
+                shutil.rmtree(target, ignore_errors=True)
+
+    def peak_rss_gb(self) -> float:
+        return peak_rss_gb()
+
+    def shutdown(self) -> None:
+        from graft.distributed import fsdp
+        with contextlib.suppress(Exception):
+            self._engine.close()
+        fsdp.destroy_process_group()
+
+
+def _to_cpu(x: Any) -> Any:
+    if torch.is_tensor(x):
+        return x.detach().cpu()
+    if isinstance(x, dict):
+        return {k: _to_cpu(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_to_cpu(v) for v in x]
+    return x
+
+
+def _save_full(policy, state: dict, path) -> None:
+    """What :meth:`Policy.save` writes, from a gathered full state dict (sharded models)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    policy.model.save_pretrained(str(path), state_dict=state)
+    policy.tokenizer.save_pretrained(str(path))
+    cfg_file = path / "config.json"
+    if cfg_file.exists():   # FSDP2 renames the class (FSDPLlamaForCausalLM); keep the real architecture
+        data = json.loads(cfg_file.read_text())
+        data["architectures"] = [a[4:] if a.startswith("FSDP") else a for a in data.get("architectures") or []]
+        cfg_file.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+class LocalWorkers:
+    """One in-process rank (``backend: local``)."""
+
+    def __init__(self, worker: PolicyWorker) -> None:
+        self.worker, self.size = worker, 1
+
+    def call(self, method: str, args: list[tuple], what: str = "") -> list:
+        assert len(args) == 1, f"{method}: one rank, {len(args)} argument tuples"
+        return [getattr(self.worker, method)(*args[0])]
+
+    def save(self, path) -> None:
+        self.worker.save(str(path))
+
+    @property
+    def local_policy(self):
+        """The in-process policy (in-training evaluation samples from it directly)."""
+        return self.worker.policy
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.worker._engine.close()
