@@ -1,0 +1,49 @@
+"""Issue 12: with two models the N-model exchange and the learner over a worker group change nothing.
+
+``tests/data/pinned_pair.json`` was written by this file's ``_record`` on the code before the
+refactor (commit d61b83c, the two-model path with one in-process learner): every exchange
+decision of a 3-step tiny run with crafted rewards, and every model parameter's sum and sum of
+squares after the 3 updates. The test reruns the same job on today's code: decisions must be
+equal, parameter statistics equal to float32 rounding (1e-6 relative; they were bit-identical on
+the development machine, but other CPUs may round differently).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graft.trainer import loop
+from tests.trainer.helpers import crafted_rewards, params, tiny_config
+
+PIN = Path(__file__).resolve().parents[1] / "data" / "pinned_pair.json"
+OVERRIDES = ("steps=3", "exchange.balance=none", "exchange.delta=0.3", "update.micro_batch_size=3")
+
+
+def _record(tmp_path, tiny_llama_dir, tiny_gemma_dir) -> dict:
+    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, *OVERRIDES)
+    loop.train(cfg)
+    audit = [json.loads(x) for x in (Path(cfg.run_dir) / "audit.jsonl").read_text().splitlines()]
+    decisions = [{"step": a["step"], "source": a["source"], "receiver": a["receiver"], "candidates": a["candidates"],
+                  "selected": a["selected"], "admitted": [[r["prompt_id"], r["index"], r["admitted"]] for r in a["responses"]],
+                  "s": [round(r["s"], 5) for r in a["responses"]]} for a in audit]
+    from graft.trainer.learner import Learner
+    from graft.storage.checkpoint import latest_checkpoint, load_checkpoint
+    ck = load_checkpoint(latest_checkpoint(cfg.run_dir))
+    p = params({m.name: Learner.local(m, weights_from=ck.model_dirs[m.name]) for m in cfg.models})
+    stats = {k: [float(v.double().sum()), float(v.double().pow(2).sum())] for k, v in sorted(p.items())}
+    return {"decisions": decisions, "params": stats}
+
+
+@pytest.mark.slow
+def test_two_model_run_matches_the_pinned_pre_refactor_run(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
+    crafted_rewards(monkeypatch)
+    got = _record(tmp_path, tiny_llama_dir, tiny_gemma_dir)
+    want = json.loads(PIN.read_text())
+    assert got["decisions"] == want["decisions"]
+    assert any(adm for d in want["decisions"] for *_, adm in d["admitted"]), "the pinned run exchanges"
+    assert got["params"].keys() == want["params"].keys()
+    for k, (s, q) in want["params"].items():
+        assert got["params"][k][0] == pytest.approx(s, rel=1e-6, abs=1e-6), k
+        assert got["params"][k][1] == pytest.approx(q, rel=1e-6), k
