@@ -20,6 +20,8 @@ overrides, optionally its own seeds) and the evaluation data::
       peer_first: {overrides: [update.order=peer_first], seeds: [1]}
     stored: {from: grpo_n8, seeds: [1]}  # each model trained alone on the other's stored groups of that arm
     eval: {data: {test: ../../results/mini-repro/data/test.jsonl}, n: 8, temperature: 0.6, top_p: 0.95}
+    order: [grpo_n8/1, graft_n8/1, stored_A/1, ...]   # optional run order; unlisted runs follow, arm by arm
+    keep_checkpoints: false            # delete a run's checkpoints once its final one is evaluated
 
 ``run`` goes through the plan in order, arm by arm and seed by seed: a run whose ``summary.json``
 exists is skipped, a run with a checkpoint is resumed, the others start; each finished run's final
@@ -75,6 +77,7 @@ class Plan:
     members: list[Member]
     eval: dict
     models: list[str]
+    keep_checkpoints: bool = True
 
     def arms(self) -> dict[str, list[Member]]:
         out: dict[str, list[Member]] = {}
@@ -95,7 +98,7 @@ def load_plan(path: str | Path) -> Plan:
     if not path.is_file():
         raise ConfigError(f"experiment plan not found: {path}")
     raw = yaml.safe_load(path.read_text()) or {}
-    unknown = set(raw) - {"name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval"}
+    unknown = set(raw) - {"name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval", "order", "keep_checkpoints"}
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
     base = (path.parent / raw.get("config", "")).resolve()
@@ -122,12 +125,18 @@ def load_plan(path: str | Path) -> Plan:
                          f"peer.store_model={peer}"]
                 members.append(Member(f"stored_{recv}", s, common + extra, runs / f"stored_{recv}" / f"seed{s}",
                                       results / "runs" / f"stored_{recv}" / f"seed{s}", [recv]))
+    order = [str(x) for x in raw.get("order") or []]
+    keys = [f"{m.arm}/{m.seed}" for m in members]
+    unknown_runs = [o for o in order if o not in keys]
+    if unknown_runs:
+        raise ConfigError(f"{path}: order names runs that the plan does not have: {unknown_runs} (have {keys})")
+    members.sort(key=lambda m: order.index(f"{m.arm}/{m.seed}") if f"{m.arm}/{m.seed}" in order else len(order))
     for m in members:
         if not m.arm.startswith("stored_"):
             load_config(base, m.overrides + [f"seed={m.seed}"])
     ev = dict(raw.get("eval") or {})
     ev["data"] = {k: str((path.parent / v).resolve()) for k, v in (ev.get("data") or {}).items()}
-    return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models)
+    return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models, bool(raw.get("keep_checkpoints", True)))
 
 
 def _model_yaml(m) -> str:
@@ -156,6 +165,8 @@ def run_member(plan: Plan, m: Member, log) -> None:
         subprocess.run(cmd, check=True)
     final = latest_checkpoint(m.run_dir)
     for name in m.models:
+        if final is None:
+            raise RuntimeError(f"{m.run_dir}: finished without a checkpoint to evaluate (checkpoint.save_final?)")
         out = m.run_dir / "eval_final" / name
         if (out / "results.json").is_file():
             continue
@@ -169,6 +180,8 @@ def run_member(plan: Plan, m: Member, log) -> None:
         log(f"$ {shlex.join(cmd)}")
         subprocess.run(cmd, check=True)
     copy_small_files(m)
+    if not plan.keep_checkpoints:
+        shutil.rmtree(m.run_dir / "checkpoints", ignore_errors=True)
 
 
 def copy_small_files(m: Member) -> None:
