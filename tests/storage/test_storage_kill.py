@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from graft.storage.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 from graft.storage.trajectory_store import TrajectoryStore
 
-TOTAL = 40
+TOTAL = 400   # enough steps that the random kills (<= 2.4 s of progress in all) never reach the end
 ROWS_PER_STEP = 6 * 4  # kill_driver: PROMPTS * G
 
 
