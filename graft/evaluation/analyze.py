@@ -454,6 +454,19 @@ def _f(v, spec=".3f", pct=False) -> str:
     return f"{100 * v:{spec}}%" if pct else f"{v:{spec}}"
 
 
+def complementarity_matrix(a: dict) -> list[str]:
+    """The N x N complementarity matrix of an analysis as markdown rows: row = source S, column =
+    receiver R, cell = share of R's all-fail prompts on which S had a success (pooled over training)."""
+    models, comp = a["models"], a["complementarity"]
+    if len(models) < 2 or not comp:
+        return []
+    rows = ["| source \\ receiver | " + " | ".join(models) + " |", "|---|" + "---:|" * len(models)]
+    for s in models:
+        cells = ["—" if s == r else _f(comp.get(f"{s}->{r}", {}).get("overall"), ".1f", True) for r in models]
+        rows.append(f"| {s} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def summary_text(a: dict) -> str:
     """Readable multi-line summary of an analysis dict."""
     lines = [f"run {a['run_dir']}: mode {a['mode']}, models {', '.join(a['models']) or '-'}, "
@@ -465,6 +478,9 @@ def summary_text(a: dict) -> str:
         lines.append("\nevaluation (best step by the best-checkpoint rule):")
         for k, e in a["eval"].items():
             lines.append(f"  {k}: last {_f(e['last'], '.2f', True)}, best {_f(e['best'], '.2f', True)} at step {e['best_step']}")
+    if len(a["models"]) > 2 and a["complementarity"]:
+        lines.append("\ncomplementarity matrix (row: source, column: receiver):")
+        lines += ["  " + r for r in complementarity_matrix(a)]
     if a["complementarity"]:
         lines.append("\ncomplementarity (share of the receiver's all-fail prompts the source solved):")
         for d, c in a["complementarity"].items():

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from matplotlib.figure import Figure
 
-from graft.evaluation.analyze import AnalysisError, compute_analysis, read_config
+from graft.evaluation.analyze import complementarity_matrix, AnalysisError, compute_analysis, read_config
 
 PLOTS = ("rewards.png", "eval.png", "complementarity.png", "s_hist.png", "clip_rates.png", "exchange.png", "compute.png")
 
@@ -344,6 +344,10 @@ def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     for label, a in runs:
         if a["s"] or a["complementarity"]:
             md += ["", f"### Numbers: {label}", ""]
+            matrix = complementarity_matrix(a)
+            if matrix:
+                md += ["Complementarity matrix (row: source, column: receiver; share of the receiver's all-fail "
+                       "prompts the source solved, pooled over training):", "", *matrix, ""]
             for d, c in a["complementarity"].items():
                 md.append(f"- complementarity {d}: {_p(c['overall'], 1)} overall ({c['source']})")
             for d, s in a["s"].items():

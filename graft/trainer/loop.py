@@ -446,8 +446,10 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
             "peer_responses_trained": sum(x.get(f"{name}/peer_responses", 0) or 0 for x in rows),
             "tokens_generated": sum(x.get(f"{name}/tokens/generated", 0) or 0 for x in rows),
         }
-    out["exchange"] = {k.split("/")[1]: sum(x.get(k, 0) or 0 for x in rows)
-                       for k in sorted({k for x in rows for k in x if k.startswith("exchange/") and k.endswith("/admitted")})}
+    admitted_keys = sorted({k for x in rows for k in x if k.startswith("exchange/") and k.endswith("/admitted")})
+    out["exchange"] = {k.split("/")[1]: sum(x.get(k, 0) or 0 for x in rows) for k in admitted_keys}
+    out["exchange_steps"] = {k.split("/")[1]: sum(1 for x in rows if (x.get(k) or 0) > 0) for k in admitted_keys}
+    out["exchange_expected"] = run.cfg.exchange.mode == "graft" or run.cfg.peer.source == "store"
     if run.eval_history:
         out["eval_history"] = run.eval_history
     return out
@@ -465,6 +467,13 @@ def print_summary(s: dict, file=sys.stderr) -> None:
         print(f"  {name}: reward {fmt(first)} -> {fmt(last)} (mean of first/last steps), "
               f"peer responses trained on: {m['peer_responses_trained']}, tokens generated: {m['tokens_generated']}", file=file)
     for d, n in s.get("exchange", {}).items():
-        print(f"  exchange {d}: {n} peer responses admitted", file=file)
+        steps = s.get("exchange_steps", {}).get(d)
+        print(f"  exchange {d}: {n} peer responses admitted" + (f" (in {steps} of {s['steps']} steps)" if steps is not None else ""),
+              file=file)
+    if s.get("exchange_expected") and not any(s.get("exchange", {}).values()):
+        print("  WARNING: no peer response was exchanged in this run: GRAFT trained exactly like GRPO. Balancing needs "
+              "candidates in both directions of a pair in the same step (exchange/S->R/candidates in metrics.jsonl); "
+              "more prompts per step (batch_prompts) or a task where each model solves prompts the other fails "
+              "(python scripts/probe_task.py CONFIG --compat) make that likelier.", file=file)
     if s.get("final_checkpoint"):
         print(f"  final checkpoint: {s['final_checkpoint']}", file=file)

@@ -1,0 +1,29 @@
+"""The end-of-run summary says how many responses were exchanged each way, and warns when none were (issue 14)."""
+import io
+
+from graft.trainer.loop import print_summary
+
+BASE = {"run_dir": "runs/x", "steps": 8, "wall_clock_s": 10.0, "peak_rss_gb": 1.0, "final_checkpoint": None,
+        "models": {"A": {"reward_first3_mean": 0.1, "reward_last3_mean": 0.2, "peer_responses_trained": 0,
+                         "tokens_generated": 10}}}
+
+
+def _text(summary):
+    buf = io.StringIO()
+    print_summary(summary, file=buf)
+    return buf.getvalue()
+
+
+def test_counts_per_direction_and_steps():
+    out = _text(BASE | {"exchange": {"A->B": 12, "B->A": 5}, "exchange_steps": {"A->B": 4, "B->A": 2},
+                        "exchange_expected": True})
+    assert "exchange A->B: 12 peer responses admitted (in 4 of 8 steps)" in out
+    assert "exchange B->A: 5 peer responses admitted (in 2 of 8 steps)" in out
+    assert "WARNING" not in out
+
+
+def test_warns_when_a_graft_run_exchanged_nothing():
+    out = _text(BASE | {"exchange": {"A->B": 0, "B->A": 0}, "exchange_steps": {"A->B": 0, "B->A": 0},
+                        "exchange_expected": True})
+    assert "WARNING: no peer response was exchanged" in out
+    assert "WARNING" not in _text(BASE | {"exchange": {}, "exchange_expected": False})   # mode: grpo
