@@ -87,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         s, r = k.split("->")
         print(f"\n{s} solves {v:.1%} of {r}'s all-fail prompts", end="")
     print()
+    if len(names) > 2:
+        print("\ncomplementarity matrix (row: source, column: receiver)\n")
+        print("| source \\ receiver | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
+        for s in names:
+            print(f"| {s} | " + " | ".join("—" if s == r else f"{results['complementarity'][f'{s}->{r}']:.1%}"
+                                          for r in names) + " |")
     for k, c in results.get("compat", {}).items():
         q = lambda m: f"{m['s_p10']:.2f}/{m['s_p50']:.2f}/{m['s_p90']:.2f}"  # noqa: E731
         print(f"s {k} (δ = {c['delta']}): all responses p10/p50/p90 {q(c['all'])}, {c['all']['admitted_frac']:.0%} admitted; "

@@ -470,7 +470,7 @@ def print_summary(s: dict, file=sys.stderr) -> None:
         steps = s.get("exchange_steps", {}).get(d)
         print(f"  exchange {d}: {n} peer responses admitted" + (f" (in {steps} of {s['steps']} steps)" if steps is not None else ""),
               file=file)
-    if s.get("exchange_expected") and not any(s.get("exchange", {}).values()):
+    if s.get("exchange_expected") and s.get("steps") and not any(s.get("exchange", {}).values()):
         print("  WARNING: no peer response was exchanged in this run: GRAFT trained exactly like GRPO. Balancing needs "
               "candidates in both directions of a pair in the same step (exchange/S->R/candidates in metrics.jsonl); "
               "more prompts per step (batch_prompts) or a task where each model solves prompts the other fails "
