@@ -23,9 +23,10 @@ stored responses). Every prompt samples with its own seed ``derive_seed(seed, re
 (samplers that take per-prompt ``seeds``, as ``Policy.generate`` and the vLLM backend do), so a
 resumed run gives exactly the samples of an uninterrupted one, whatever the batch size or chunking.
 
-Backends: ``hf`` calls ``policy.generate`` (the training sampler, CPU or GPU); ``vllm``
-generates all samples of a chunk with one vLLM call from the model folder (GPU only; needs
-``pip install 'graft[vllm]'``).
+Backends: both sample through :mod:`graft.policy.engines`, the rollout engines of training, so an
+evaluated sample ends at the model's stop strings exactly as a rollout does: ``hf`` (the training
+sampler, CPU or GPU) and ``vllm`` (all samples of a chunk in one vLLM call, from the model folder;
+GPU only; ``pip install 'graft[vllm]'``).
 """
 from __future__ import annotations
 
@@ -150,95 +151,6 @@ class EngineGenerator:
         kw = {"seeds": seeds} if seeds is not None and _accepts_seeds(self.engine) else {}
         return self.engine.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
                                     top_p=top_p, batch_size=batch_size, seed=seed, progress=progress, desc=desc, **kw)
-
-
-@dataclass
-class GenSample:
-    """One generated response (same fields as the policy's ``Sample``)."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
-    finished: bool
-
-
-def vllm_unavailable_reason() -> str | None:
-    """Why the vLLM backend cannot run here, or None when it can."""
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        return "vllm is not installed (pip install 'graft[vllm]'); use --backend hf"
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return "vllm needs a CUDA GPU and torch.cuda.is_available() is False; use --backend hf"
-    except Exception as e:  # pragma: no cover - torch is a dependency
-        return f"cannot query CUDA ({e}); use --backend hf"
-    return None
-
-
-class VllmGenerator:
-    """vLLM sampler with the policy's ``generate`` signature (all samples of a chunk in one call).
-
-    ``model_path`` must be something vLLM loads: a Hugging Face model folder (e.g. a graft
-    checkpoint's ``step_N/A``) or a hub id. Prompts are encoded by ``encode_prompt`` (the
-    policy's template), so hf and vllm evaluations see identical prompt tokens.
-    """
-
-    def __init__(self, model_path: str, encode_prompt=None, tokenizer: str | None = None, dtype: str = "auto",
-                 seed: int = 0, gpu_memory_utilization: float = 0.85, max_model_len: int | None = None):
-        reason = vllm_unavailable_reason()
-        if reason:
-            raise EvalError(f"backend vllm: {reason}")
-        p = str(model_path)
-        if p.startswith("embedded:") or p.endswith(".gguf"):
-            raise EvalError(f"backend vllm needs a Hugging Face model folder or hub id, got {p!r}; "
-                            "evaluate a saved checkpoint folder or use --backend hf")
-        from vllm import LLM  # noqa: PLC0415 - optional dependency
-
-        kwargs: dict[str, Any] = dict(model=p, tokenizer=tokenizer or p, dtype=dtype, seed=seed,
-                                      gpu_memory_utilization=gpu_memory_utilization)
-        if max_model_len:
-            kwargs["max_model_len"] = max_model_len
-        self.llm = LLM(**kwargs)
-        self.path = p
-        self.encode_prompt = encode_prompt
-
-    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float, top_p: float,
-                 batch_size: int | None = None, seed: int = 0, seeds: Sequence[int] | None = None,
-                 progress: bool = False, desc: str | None = None) -> list[list[GenSample]]:
-        """All ``n`` samples of every prompt in one vLLM call; prompt i uses seed ``seeds[i]`` (else ``seed``)."""
-        from vllm import SamplingParams  # noqa: PLC0415
-
-        seeds = list(seeds) if seeds is not None else [seed] * len(prompt_ids)
-        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=int(s))
-                  for s in seeds]
-        outs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in prompt_ids], params, use_tqdm=progress)
-        result = []
-        for out in outs:
-            result.append([GenSample(token_ids=list(o.token_ids), logprobs=[], text=o.text,
-                                     finished=o.finish_reason == "stop") for o in out.outputs])
-        return result
-
-
-class PromptEncoder:
-    """Tokenizer + template of a model without its weights (what the vLLM backend needs from graft)."""
-
-    def __init__(self, cfg, weights_from: str | None = None):
-        from graft.policy.loading import load_tokenizer
-
-        self.cfg = cfg
-        self.tokenizer = load_tokenizer(cfg, weights_from=weights_from)
-
-    def render_prompt(self, problem: str) -> str:
-        from graft.policy import prompts
-
-        return prompts.render_prompt(self.cfg, self.tokenizer, problem)
-
-    def encode_prompt(self, problem: str) -> list[int]:
-        from graft.policy import prompts
-
-        return prompts.encode_prompt(self.tokenizer, self.render_prompt(problem))
 
 
 def vllm_model_path(cfg, weights_from: str | None) -> str:
@@ -458,27 +370,11 @@ def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | P
     if backend not in ("hf", "vllm"):
         raise EvalError(f"unknown backend {backend!r}; choose hf or vllm")
     ks = sorted({k for k in (ks or default_ks(n)) if 1 <= k <= n} | {1})
-    if engine is None and backend == "hf" and hasattr(policy, "model") and hasattr(policy, "codec"):
-        from graft.policy.engines import make_engine   # a Policy samples through its rollout engine, as training does
-
-        engine = make_engine("hf", policy)
+    if engine is None:
+        engine = _engine_for(policy, backend, model_path)
     generator = policy if engine is None else EngineGenerator(policy, engine)
-    if backend == "vllm" and engine is None and not isinstance(policy, VllmGenerator):
-        if model_path is not None:  # vLLM loads the folder itself
-            generator = VllmGenerator(model_path, encode_prompt=policy.encode_prompt,
-                                      tokenizer=getattr(getattr(policy, "cfg", None), "tokenizer", None), seed=seed)
-        elif hasattr(policy, "model"):  # an in-memory Policy: serve its current weights
-            reason = vllm_unavailable_reason()
-            if reason:
-                raise EvalError(f"backend vllm: {reason}")
-            from graft.policy.engines import make_engine
-
-            generator = EngineGenerator(policy, make_engine("vllm", policy))
-        else:
-            raise EvalError("backend vllm: give model_path (the model folder vLLM should load)")
     if chunk_prompts is None:  # hf: one generate call of batch_size sequences; vLLM: large calls
-        engine_kind = getattr(getattr(generator, "engine", None), "kind", "hf")
-        chunk_prompts = 256 if isinstance(generator, VllmGenerator) or engine_kind != "hf" else max(1, batch_size // n)
+        chunk_prompts = 256 if getattr(engine, "kind", "hf") != "hf" else max(1, batch_size // n)
     for name in datasets:
         _check_name(name)
     protocol = {"n": n, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
@@ -503,6 +399,25 @@ def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | P
         (out / "results.json").write_text(json.dumps(json_clean(results), indent=2) + "\n")
         (out / "results.md").write_text(results_markdown(results))
     return results
+
+
+def _engine_for(policy, backend: str, model_path: str | None):
+    """The rollout engine that evaluation samples with (the one training uses, so samples end at the same
+    stop strings): ``hf`` for an in-memory Policy; ``vllm`` serving ``model_path`` (``policy`` is then the
+    model's TextCodec) or the Policy's own weights. ``None``: ``policy`` samples by itself (a Learner
+    over its workers, or a test double)."""
+    from graft.policy.engines import EngineUnavailable, VllmEngine, make_engine
+
+    try:
+        if backend == "vllm":
+            if model_path is not None:
+                return VllmEngine(policy, folder=str(model_path))
+            if not hasattr(policy, "model"):
+                raise EvalError("backend vllm: give model_path (the model folder vLLM should load)")
+            return make_engine("vllm", policy)
+        return make_engine("hf", policy) if hasattr(policy, "model") and hasattr(policy, "codec") else None
+    except EngineUnavailable as e:
+        raise EvalError(f"backend vllm: {e}") from None
 
 
 def _policy_model_path(policy) -> str | None:
@@ -779,19 +694,16 @@ def _eval_main(args) -> int:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     out = Path(args.out) if args.out else Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.\-]", "_", args.model.strip("/"))
     progress = not args.no_progress
-    if args.backend == "vllm":  # vLLM holds the weights; graft only renders and tokenizes the prompts
-        reason = vllm_unavailable_reason()
-        if reason:
-            raise EvalError(f"backend vllm: {reason}")
-        encoder = PromptEncoder(cfg, weights_from)
-        generator = VllmGenerator(vllm_model_path(cfg, weights_from), encode_prompt=encoder.encode_prompt,
-                                  tokenizer=cfg.tokenizer, dtype=args.dtype or "auto", seed=args.seed)
+    model_path = None
+    if args.backend == "vllm":  # vLLM loads the folder; graft renders, tokenizes, decodes and cuts with the codec
+        from graft.policy.codec import TextCodec
+        generator, model_path = TextCodec.load(cfg, weights_from), vllm_model_path(cfg, weights_from)
     else:
         generator = Policy.load(cfg, device=device, weights_from=weights_from)
     with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers) as grader:
         res = evaluate(generator, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
                        max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
-                       backend=args.backend, progress=progress, model_label=args.model)
+                       backend=args.backend, progress=progress, model_label=args.model, model_path=model_path)
     print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
     print(summary_table(res, cfg))
     return 0

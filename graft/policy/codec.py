@@ -23,12 +23,30 @@ class TextCodec:
         self.pad_token_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stops: tuple[str, ...] = tuple(cfg.stop_strings())
         """Stop strings that end a response (``ModelConfig.stop_strings()``)."""
+        self.stop_ids: set[int] = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
+        """Token ids that end a sampled response: the tokenizer's EOS, plus the model's generation-config
+        EOS ids (:class:`~graft.policy.policy.Policy` adds them; :meth:`load` reads them from a folder)."""
+
+    @property
+    def codec(self) -> "TextCodec":
+        """Itself: a codec stands in for a policy where only text is needed (a vLLM engine serving a folder)."""
+        return self
 
     @classmethod
     def load(cls, cfg: ModelConfig, weights_from: str | None = None) -> "TextCodec":
+        """The codec of ``cfg`` (tokenizer from ``weights_from`` when it holds one), with the EOS ids of a
+        ``generation_config.json`` in that folder."""
+        import json
+        from pathlib import Path
+
         from graft.policy.loading import load_tokenizer
 
-        return cls(cfg, load_tokenizer(cfg, weights_from=weights_from))
+        codec = cls(cfg, load_tokenizer(cfg, weights_from=weights_from))
+        gen = Path(weights_from or cfg.path) / "generation_config.json"
+        if gen.is_file():
+            eos = json.loads(gen.read_text()).get("eos_token_id")
+            codec.stop_ids |= {int(i) for i in (eos if isinstance(eos, list) else [eos]) if i is not None}
+        return codec
 
     def render_prompt(self, problem: str) -> str:
         return prompts.render_prompt(self.cfg, self.tokenizer, problem)

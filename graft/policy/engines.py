@@ -224,24 +224,33 @@ def _vllm_load_weights(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> 
 
 
 class VllmEngine(RolloutEngine):
-    """vLLM colocated with the trainer on its GPU; weights pushed after each update."""
+    """vLLM colocated with the trainer on its GPU; weights pushed after each update.
+
+    ``folder``: serve that Hugging Face folder (or hub id) instead of a Policy's in-memory weights --
+    ``graft eval --backend vllm`` of a checkpoint; ``policy`` is then the model's
+    :class:`~graft.policy.codec.TextCodec` (prompts, decoding, stop strings) and nothing is pushed."""
 
     kind = "vllm"
 
     def __init__(self, policy, gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
-                 enforce_eager: bool | None = None) -> None:
+                 enforce_eager: bool | None = None, folder: str | None = None) -> None:
         super().__init__(policy)
         reason = vllm_unavailable_reason()
         if reason:
             raise EngineUnavailable(f"rollout.engine=vllm: {reason}; use rollout.engine=hf")
+        if folder is not None and (str(folder).startswith("embedded:") or str(folder).endswith(".gguf")):
+            raise EngineUnavailable(f"vllm needs a Hugging Face model folder or hub id, got {folder!r}; evaluate a "
+                                    "saved checkpoint or exported folder, or use the hf backend")
         # The engine core runs in this process, so weights can be pushed by reference.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM  # noqa: PLC0415 - optional dependency
 
-        self._tmp = None
-        folder = self._model_folder()
-        util = gpu_memory_utilization or float(os.environ.get("GRAFT_VLLM_GPU_MEMORY_UTILIZATION", "0.35"))
-        kwargs: dict[str, Any] = dict(model=folder, tokenizer=folder, dtype=policy.cfg.dtype, seed=0,
+        self._tmp, self.folder = None, folder
+        source = folder if folder is not None else self._model_folder()
+        tokenizer = getattr(policy.cfg, "tokenizer", None) or source
+        util = gpu_memory_utilization or float(os.environ.get("GRAFT_VLLM_GPU_MEMORY_UTILIZATION",
+                                                              "0.85" if folder is not None else "0.35"))
+        kwargs: dict[str, Any] = dict(model=source, tokenizer=tokenizer, dtype=policy.cfg.dtype, seed=0,
                                       gpu_memory_utilization=util, enable_prefix_caching=True,
                                       enforce_eager=bool(int(os.environ.get("GRAFT_VLLM_EAGER", "0"))) if enforce_eager is None else enforce_eager)
         if max_model_len:
@@ -254,7 +263,8 @@ class VllmEngine(RolloutEngine):
             self.raw_logprobs = True
             log.warning("this vLLM returns log-probs of the raw logits; at temperature != 1 graft recomputes them "
                         "with a forward pass of the policy (upgrade to vLLM >= 0.10.2 to avoid the extra pass)")
-        self.weights_updated()   # the policy may differ from the folder (resumed optimiser state etc.)
+        if folder is None:
+            self.weights_updated()   # the policy may differ from the folder (resumed optimiser state etc.)
 
     def _model_folder(self) -> str:
         """A Hugging Face folder vLLM can read holding the policy's current weights."""
@@ -306,7 +316,7 @@ class VllmEngine(RolloutEngine):
                 fin = o.finish_reason == "stop"
                 group.append(Sample(token_ids=toks, logprobs=lps, text=pol.decode(toks), finished=fin))
             samples.append(group)
-        if getattr(self, "raw_logprobs", False) and temperature != 1.0:
+        if getattr(self, "raw_logprobs", False) and temperature != 1.0 and hasattr(pol, "token_logprobs"):
             self._recompute_logprobs(prompt_ids, samples, temperature)
         return samples
 
@@ -320,6 +330,8 @@ class VllmEngine(RolloutEngine):
             s.logprobs = lp.tolist()
 
     def weights_updated(self, named_parameters=None) -> None:
+        if self.folder is not None:
+            return   # serving a folder: there are no trainer weights to push
         model = self.policy.model
         merged = False
         if named_parameters is None and hasattr(model, "merge_adapter"):

@@ -122,6 +122,7 @@ class Policy:
         stop |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos])
         self.stop_ids: set[int] = {int(i) for i in stop if i is not None}
         """Token ids that end a sampled response (tokenizer EOS + generation_config EOS ids)."""
+        self.codec.stop_ids = self.stop_ids
         self.last_generate_stats: dict[str, float] = {}
         params = inspect.signature(self._decoder.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"  # transformers >= 5.x renamed it

@@ -79,12 +79,12 @@ def test_train_then_eval_checkpoint_and_report(tmp_path, tiny_llama_dir, tiny_ge
 
 def test_vllm_backend_prompt_encoding_matches_policy(tmp_path, tiny_llama_dir, capsys):
     from graft.config import ModelConfig
-    from graft.evaluation.evaluate import PromptEncoder
+    from graft.policy.codec import TextCodec
     from graft.policy.policy import Policy
 
     cfg = ModelConfig(name="A", path=tiny_llama_dir, template="plain")
     pol = Policy.load(cfg)
-    enc = PromptEncoder(cfg)
+    enc = TextCodec.load(cfg)
     assert enc.encode_prompt("What is 2 + 2?") == pol.encode_prompt("What is 2 + 2?")
     data = _write_data(tmp_path / "toy.jsonl", ROWS)
     rc = eval_main(["--model", tiny_llama_dir, "--data", f"toy={data}", "--backend", "vllm", "--no-progress",

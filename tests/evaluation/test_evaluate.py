@@ -197,51 +197,76 @@ def test_vllm_backend_explains_why_it_cannot_run(monkeypatch):
 
 
 def test_vllm_backend_with_fake_vllm(monkeypatch):
+    """--backend vllm of a folder samples through graft's VllmEngine: per-sample seeds as in training, the
+    model's stop strings cut the samples (here "\\boxed{" ends nothing; "..." would), the codec decodes."""
+    from graft.config import ModelConfig
+    from graft.policy import engines
+    from graft.seeds import sample_seed
+
     calls = {}
+    PROBLEMS = [p.problem for p in PROMPTS]
 
     class LLM:
         def __init__(self, **kw):
             calls["init"] = kw
 
-        def generate(self, prompts, params, use_tqdm=False):
+        def generate(self, requests, params, use_tqdm=False):
             calls["params"] = params
-            outs = []
-            for p in prompts:
-                idx = p["prompt_token_ids"][0]
-                texts = TEXTS[0][PROBLEMS[idx]]
-                outs.append(types.SimpleNamespace(outputs=[
-                    types.SimpleNamespace(text=t, token_ids=[1, 2], finish_reason="stop") for t in texts]))
+            outs, seen = [], {}
+            for req in requests:   # one request per sample: token ids [prompt index, sample index]
+                i = req["prompt_token_ids"][0]
+                j = seen[i] = seen.get(i, -1) + 1
+                outs.append(types.SimpleNamespace(outputs=[types.SimpleNamespace(
+                    token_ids=[i, j], logprobs=None, finish_reason="stop")]))
             return outs
 
     class SamplingParams:
         def __init__(self, **kw):
             self.kw = kw
 
-    PROBLEMS = [p.problem for p in PROMPTS]
-    fake = types.ModuleType("vllm")
-    fake.LLM, fake.SamplingParams = LLM, SamplingParams
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    monkeypatch.setattr(ev, "vllm_unavailable_reason", lambda: None)
+    class Codec:
+        cfg = ModelConfig(name="m", path="/models/x", template="plain", stop=["STOP"])
+        stops, stop_ids = ("STOP",), {99}
 
-    class Enc:
+        @property
+        def codec(self):
+            return self
+
         def encode_prompt(self, problem):
             return [PROBLEMS.index(problem)]
 
-    res = evaluate(Enc(), {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", model_path="/models/x",
+        def decode(self, ids):   # the text appears with the second token; sample 0 runs on past a stop string
+            if len(ids) < 2:
+                return ""
+            return TEXTS[0][PROBLEMS[ids[0]]][ids[1]] + (" STOP \\boxed{0}" if ids[1] == 0 else "")
+
+        def cut(self, sample, stops=None):
+            from graft.policy.prompts import cut_at_stop
+            return cut_at_stop(sample, self.decode, self.stops if stops is None else stops)
+
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = LLM, SamplingParams
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setattr(engines, "vllm_unavailable_reason", lambda: None)
+    res = evaluate(Codec(), {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", model_path="/models/x",
                    max_new_tokens=32, progress=False)
-    assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(0.4375)
+    assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(0.4375)   # the \\boxed{0} after STOP is cut
     assert calls["init"]["model"] == "/models/x"
-    params = calls["params"]  # one SamplingParams per prompt, each with that prompt's seed
-    assert len(params) == 4
+    params = calls["params"]  # one SamplingParams per sample, each with its own seed
+    assert len(params) == 4 * len(PROMPTS)
     kw = params[0].kw
-    assert (kw["n"], kw["temperature"], kw["top_p"], kw["max_tokens"]) == (4, 0.6, 0.95, 32)
-    assert [p.kw["seed"] for p in params] == [derive_seed(0, 0, p.id) for p in PROMPTS]
+    assert (kw["n"], kw["temperature"], kw["top_p"], kw["max_tokens"], kw["stop_token_ids"]) == (1, 0.6, 0.95, 32, [99])
+    want = [sample_seed(derive_seed(0, 0, p.id), j) % (2**31) for p in PROMPTS for j in range(4)]
+    assert [p.kw["seed"] for p in params] == want
 
 
 def test_vllm_rejects_gguf(monkeypatch):
-    monkeypatch.setattr(ev, "vllm_unavailable_reason", lambda: None)
+    from graft.policy import engines
+
+    monkeypatch.setattr(engines, "vllm_unavailable_reason", lambda: None)
     with pytest.raises(EvalError, match="Hugging Face model folder"):
-        ev.VllmGenerator("embedded:gemma3-270m")
+        evaluate(FakePolicy(TEXTS), {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm",
+                 model_path="embedded:gemma3-270m", progress=False)
 
 
 def test_real_grader_hand_computed_pass_at_1(tmp_path):
