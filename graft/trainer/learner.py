@@ -62,6 +62,18 @@ def prepare_minibatch(mb_groups: list[RolloutGroup], supervised=never
     return active, counts
 
 
+def forwarded_positions(rows: list[Sequence], micro_batch: int) -> dict:
+    """Decoder positions an update forwards for ``rows`` (unpadded): with shared prefixes, each distinct
+    prompt once per micro-batch plus every response (``tokens/forwarded``); with one sequence per row,
+    every row's prompt + response (``tokens/forwarded_per_sequence``, the cost before shared prefixes)."""
+    shared = per_seq = 0
+    for j in range(0, len(rows), micro_batch):
+        micro = rows[j:j + micro_batch]
+        shared += sum(len(p) for p in {tuple(s.prompt_ids) for s in micro}) + sum(len(s.response_ids) for s in micro)
+        per_seq += sum(len(s.prompt_ids) + len(s.response_ids) for s in micro)
+    return {"tokens/forwarded": shared, "tokens/forwarded_per_sequence": per_seq}
+
+
 def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
     out = torch.zeros(len(rows), width)
     for i, r in enumerate(rows):
@@ -204,6 +216,7 @@ class Learner:
             for k, idx in enumerate(plan):
                 active, counts = prepare_minibatch(rule.minibatch_weights(k, [groups[i] for i in idx]), rule.supervised)
                 parts = scatter(active, W, mbs)
+                merge(totals, forwarded_positions(active, mbs))
                 num_micro = max(math.ceil(len(p) / mbs) for p in parts)
                 res = self.workers.call("train_minibatch", [(Shard(p, counts, num_micro), uc, temperature, rule.name)
                                                             for p in parts], "update")
@@ -217,7 +230,9 @@ class Learner:
         self.workers.call("weights_changed", [()] * W, "weights_changed")
         seconds, tokens = time.perf_counter() - t0, totals.get("tokens/update", 0.0)
         return {"loss": totals.get("loss", 0.0), "grad_norm": totals.get("grad_norm", 0.0), **summarize(totals),
-                "tokens/update": int(tokens), "tokens_per_s/update": tokens / max(seconds, 1e-9)}
+                "tokens/update": int(tokens), "tokens_per_s/update": tokens / max(seconds, 1e-9),
+                "tokens/forwarded": int(totals.get("tokens/forwarded", 0)),
+                "tokens/forwarded_per_sequence": int(totals.get("tokens/forwarded_per_sequence", 0))}
 
     # --------------------------------------------------------------- persistence, resources
     def save(self, path) -> None:
