@@ -54,10 +54,14 @@ def length_deltas(lengths: Tensor, buckets: dict[int, float], default: float) ->
 
 
 def gate_metrics(s: Tensor, admitted: Tensor) -> dict:
-    """Count, admitted share, mean and p10/p50/p90 of the scores ``s`` [N] given the admitted mask [N]."""
+    """Count, admitted share, mean and p10/p50/p90 of the scores ``s`` [N] given the admitted mask [N].
+
+    With nothing transferred the share and the statistics of ``s`` are NaN (``null`` in JSON): no
+    score was observed, which a 0 would misreport as "every response scored 0"."""
     n = s.numel()
     if n == 0:
-        return {"transferred": 0, "admitted": 0, "admitted_frac": 0.0, "s_mean": 0.0, "s_p10": 0.0, "s_p50": 0.0, "s_p90": 0.0}
+        nan = float("nan")
+        return {"transferred": 0, "admitted": 0, "admitted_frac": nan, "s_mean": nan, "s_p10": nan, "s_p50": nan, "s_p90": nan}
     q = torch.quantile(s.double().cpu(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
     return {
         "transferred": n,
