@@ -18,6 +18,9 @@ import sys
 import time
 
 import torch
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 
 
 def main(argv: list[str] | None = None) -> int:
