@@ -24,8 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
-
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "runs" / "gpu_check_assets"
 sys.path.insert(0, str(REPO))
