@@ -37,6 +37,7 @@ from torch.utils.checkpoint import checkpoint
 from graft.config import ModelConfig
 from graft.policy.codec import TextCodec
 from graft.policy.loading import load_model, load_tokenizer
+from graft.policy.optim import LeanAdamW
 from graft.policy.loading import unwrap as _unwrap
 from graft.seeds import sample_seed
 from graft.types import Sample
@@ -505,11 +506,12 @@ class Policy:
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def make_optimizer(self) -> torch.optim.Optimizer:
-        """AdamW over the trainable parameters (all weights, or only the LoRA adapter)."""
+        """AdamW over the trainable parameters (all weights, or only the LoRA adapter); torch's AdamW
+        bit for bit, without its parameter-sized temporaries (:mod:`graft.policy.optim`)."""
         params = self.trainable_parameters()
         if not params:
             raise ValueError(f"model {self.name} has no trainable parameters")
-        return torch.optim.AdamW(params, lr=self.cfg.lr, betas=tuple(self.cfg.betas), weight_decay=self.cfg.weight_decay)
+        return LeanAdamW(params, lr=self.cfg.lr, betas=tuple(self.cfg.betas), weight_decay=self.cfg.weight_decay)
 
     def save(self, path: str | Path) -> None:
         """Write the model (or only its LoRA adapter) as safetensors, plus the tokenizer, to ``path``.
