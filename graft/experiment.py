@@ -238,8 +238,27 @@ def _metrics(m: Member) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.is_file() else []
 
 
-def _admitted(m: Member, direction: str) -> int:
-    return int(sum(r.get(f"exchange/{direction}/admitted") or 0 for r in _metrics(m)))
+def _exchange_total(m: Member, direction: str, key: str = "admitted") -> int | None:
+    """Sum of ``exchange/{direction}/{key}`` over a finished run's steps; None for a run not finished yet."""
+    rows = _metrics(m)
+    return int(sum(r.get(f"exchange/{direction}/{key}") or 0 for r in rows)) if rows else None
+
+
+def _exchange_steps(m: Member, direction: str) -> dict | None:
+    """Per finished run and direction: steps with a balanced target m > 0, steps with an admitted
+    response, and the median s of the transferred responses in the first and last third of the steps."""
+    rows = _metrics(m)
+    if not rows:
+        return None
+    pre = f"exchange/{direction}"
+    third = max(1, len(rows) // 3)
+
+    def s50(part: list[dict]) -> float | None:
+        return _mean([r.get(f"{pre}/s_p50") for r in part if (r.get(f"{pre}/transferred") or 0) > 0])
+
+    return {"steps": len(rows), "with_target": sum((r.get(f"{pre}/m") or 0) > 0 for r in rows),
+            "with_admitted": sum((r.get(f"{pre}/admitted") or 0) > 0 for r in rows),
+            "s_p50_first_third": s50(rows[:third]), "s_p50_last_third": s50(rows[-third:])}
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -277,7 +296,8 @@ def summarize(plan: Plan) -> dict:
                                     "n": plan.eval.get("n", 8), "temperature": plan.eval.get("temperature", 0.6),
                                     "top_p": plan.eval.get("top_p", 0.95), "repeats": plan.eval.get("repeats", 1),
                                     "metric": "pass@1, macro average over the eval data sets"},
-                           "arms": {}, "by_dataset": {}, "exchanged": {}, "clip_frac_peer": {}, "stored": {},
+                           "arms": {}, "by_dataset": {}, "exchanged": {}, "transferred": {}, "exchange_steps": {},
+                           "clip_frac_peer": {}, "stored": {},
                            "train_reward": {}}
     for arm, members in arms.items():
         if arm.startswith("stored_"):
@@ -285,9 +305,11 @@ def summarize(plan: Plan) -> dict:
         out["arms"][arm] = {a: [_pass1(m, a) for m in members] for a in A}
         out["by_dataset"][arm] = {a: {d: [_pass1(m, a, d) for m in members] for d in plan.eval["data"]} for a in A}
         out["train_reward"][arm] = {a: [_last_reward(m, a) for m in members] for a in A}
-        if any(_admitted(m, f"{A[0]}->{A[1]}") or _admitted(m, f"{A[1]}->{A[0]}") for m in members) or arm.startswith("graft"):
-            out["exchanged"][arm] = {f"{s}->{r}": [_admitted(m, f"{s}->{r}") for m in members]
-                                     for s in A for r in A if s != r}
+        dirs = [f"{s}->{r}" for s in A for r in A if s != r]
+        if any(_exchange_total(m, d) for m in members for d in dirs) or arm.startswith("graft"):
+            out["exchanged"][arm] = {d: [_exchange_total(m, d) for m in members] for d in dirs}
+            out["transferred"][arm] = {d: [_exchange_total(m, d, "transferred") for m in members] for d in dirs}
+            out["exchange_steps"][arm] = {d: [_exchange_steps(m, d) for m in members] for d in dirs}
     for arm, key in (("graft_n8", "peer_last"), ("peer_first", "peer_first")):
         if arm in arms:
             first = [m for m in arms[arm] if m.seed == min(x.seed for x in arms[arm])]
@@ -306,6 +328,10 @@ def _last_reward(m: Member, model: str, k: int = 4) -> float | None:
     rows = [r.get(f"{model}/reward/mean") for r in _metrics(m)]
     rows = [r for r in rows if r is not None]
     return _mean(rows[-k:]) if rows else None
+
+
+def _num2(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
 
 
 def _fmt(mean: float | None, std: float | None = None) -> str:
@@ -344,7 +370,17 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
             md.append(f"| {arm} | {a} | " + " | ".join(_fmt(_mean(v), _std(v)) for v in per[a].values()) + " |")
     md += ["", "## Exchange", ""]
     for arm, ex in summary["exchanged"].items():
-        md.append(f"- {arm}: admitted peer responses per seed " + "; ".join(f"{d}: {v}" for d, v in ex.items()))
+        tr = summary.get("transferred", {}).get(arm, {})
+        md.append(f"- {arm}: admitted / transferred peer responses per seed " + "; ".join(
+            f"{d}: " + ", ".join("–" if a is None else f"{a}/{t}" for a, t in zip(v, tr.get(d, [None] * len(v))))
+            for d, v in ex.items()))
+        for d, per_seed in summary.get("exchange_steps", {}).get(arm, {}).items():
+            done = [x for x in per_seed if x]
+            if done:
+                md.append(f"  - {d}: steps with a balanced target m > 0: {[x['with_target'] for x in done]}, with an "
+                          f"admitted response: {[x['with_admitted'] for x in done]} (of {done[0]['steps']}); median s of "
+                          "transferred responses, first → last third of the steps: " + ", ".join(
+                              f"{_num2(x['s_p50_first_third'])} → {_num2(x['s_p50_last_third'])}" for x in done))
     if summary["clip_frac_peer"]:
         md.append("- peer-token clip rate (low + high, mean over steps with peer data): " + "; ".join(
             f"{k}: " + ", ".join(f"{a} {'–' if v is None else f'{100 * v:.2f}%'}" for a, v in d.items())
