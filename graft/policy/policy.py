@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import inspect
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -430,7 +429,7 @@ class Policy:
     def _hidden_joint(self, prompt_ids: list[list[int]], resp: Tensor, mask: Tensor) -> Tensor:
         """Decoder states [B, T, H] predicting the response tokens: one pass over prompt + response
         (prompts left-padded so all responses start in the same column)."""
-        dev, T = resp.device, resp.shape[1]
+        dev = resp.device
         ids, attn = self._left_pad(prompt_ids, self.pad_token_id)
         ids, attn = ids.to(dev), attn.to(dev)
         Lp = ids.shape[1]
@@ -450,7 +449,7 @@ class Policy:
         """
         from transformers import DynamicCache
 
-        dev, B, T = resp.device, resp.shape[0], resp.shape[1]
+        dev, T = resp.device, resp.shape[1]
         ids, attn = self._left_pad(prompts, self.pad_token_id)
         ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import pytest
 
 from graft.config import EvalConfig
-from graft.evaluation import evaluate as ev
 from graft.evaluation.evaluate import (EvalError, best_checkpoint, derive_seed, evaluate, evaluate_during_training,
                                        parse_data_args, read_records)
 from graft.types import Prompt

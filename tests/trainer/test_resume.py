@@ -12,7 +12,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import torch
-import yaml
 
 from graft.config import ConfigError, save_config
 from graft.trainer import loop
