@@ -29,7 +29,9 @@ of every number and keeps every raw value.
     model of ``--models`` (default: the config's models, i.e. both embedded models): the same
     prompts in the same template, ``n`` samples each, ``max_new_tokens``, temperature, top-p,
     no top-k, the same stop tokens (and stop strings) and ``rollout.batch_size`` sequences per
-    call, on the same loaded model. Tokens counted up to and including the stop token.
+    call, on the same loaded model. Tokens counted up to and including the stop token. A third
+    side samples with ``rollout.engine=hf-bf16`` and then recomputes the behaviour log-probs
+    with the fp32 forward (what that engine requires); both times and the log-prob gap are reported.
 (c) **GRAFT step vs GRPO step on the pair** (``--config``, default ``configs/default.yaml``,
     with ``key=value`` overrides) on one Run, switching ``exchange.mode`` between repetitions.
     A GRAFT repetition only counts when peer groups are handed over
@@ -545,6 +547,7 @@ def _timed(fn: Callable, sink: list[float]) -> Callable:
 # ============================================================================ (b) graft rollout vs model.generate
 
 ROLLOUT_KEYS = ("seconds", "tokens", "tokens_per_s", "peak_rss_gb")
+BF16_KEYS = ("recompute_s", "tokens_per_s_with_recompute", "logprob_gap_mean", "logprob_gap_max")
 
 
 def generated_lengths(gen: torch.Tensor, stop_ids: set[int], pad_id: int) -> list[int]:
@@ -619,10 +622,27 @@ def bench_b(base: Config, models: tuple[str, ...], reps: int, run_root: Path) ->
                                      rc.batch_size, stops)
                 return _rate(time.perf_counter() - t0, tokens)
 
-            rows = alternate(reps, [("graft", graft_side), ("generate", hf_side)], f"b {entry.name}",
+            def bf16_side(i: int) -> dict:
+                learner.workers.call("set_engine", [("hf-bf16",)], "set_engine")   # the bf16 copy, untimed
+                try:
+                    t0 = time.perf_counter()
+                    groups, _ = learner.rollout(prompts, rc, i + 1, step_seed(cfg.seed, i + 1, entry.name))
+                    t1 = time.perf_counter()
+                    gap = learner.recompute_old_logprobs(groups, cfg.update, rc.temperature)
+                    t2 = time.perf_counter()
+                finally:
+                    learner.workers.call("set_engine", [("hf",)], "set_engine")
+                tokens = sum(len(t) for g in groups for t in g.token_ids)
+                return _rate(t1 - t0, tokens) | {"recompute_s": t2 - t1, "tokens_per_s_with_recompute": tokens / (t2 - t0),
+                                                 "logprob_gap_mean": gap["logprob_gap/mean_abs"],
+                                                 "logprob_gap_max": gap["logprob_gap/max_abs"]}
+
+            rows = alternate(reps, [("graft", graft_side), ("graft_bf16", bf16_side), ("generate", hf_side)],
+                             f"b {entry.name}",
                              lambda r: f"{r['seconds']:.1f} s, {r['tokens']} tokens, {r['tokens_per_s']:.1f} tok/s")
             out[path] = {"name": entry.name, "template": entry.template, "stop_strings": stops,
                          "graft": summarize(rows["graft"], ROLLOUT_KEYS) | {"raw": rows["graft"]},
+                         "graft_bf16": summarize(rows["graft_bf16"], ROLLOUT_KEYS + BF16_KEYS) | {"raw": rows["graft_bf16"]},
                          "generate": summarize(rows["generate"], ROLLOUT_KEYS) | {"raw": rows["generate"]},
                          "generate_kwargs": {"do_sample": True, "temperature": rc.temperature, "top_p": rc.top_p,
                                              "top_k": 0, "max_new_tokens": rc.max_new_tokens,
@@ -752,6 +772,18 @@ def markdown(result: dict) -> str:
             hs, ht = _median(m, "generate", "seconds"), _median(m, "generate", "tokens_per_s")
             lines.append(f"| `{path}` | {_fmt(gs, digits=2)} | {_fmt(gt)} | {_fmt(hs, digits=2)} | {_fmt(ht)} | "
                          f"{_fmt(_ratio(hs, gs), 'x', 2)} |")
+        lines += ["", "graft's sampler over a bf16 copy of the weights (`rollout.engine=hf-bf16`), then the fp32 forward "
+                  "that recomputes the behaviour log-probs (`update.recompute_old_logprobs=true`, which that engine requires):", "",
+                  "| model | bf16 s | bf16 tok/s | recompute s | bf16 + recompute tok/s | vs graft fp32 | "
+                  "log-prob gap mean / max (nats) |", "|---|---|---|---|---|---|---|"]
+        for path, m in b.items():
+            if "graft_bf16" not in m:
+                continue
+            q = lambda key: _median(m, "graft_bf16", key)  # noqa: E731
+            lines.append(f"| `{path}` | {_fmt(q('seconds'), digits=2)} | {_fmt(q('tokens_per_s'))} | "
+                         f"{_fmt(q('recompute_s'), digits=2)} | {_fmt(q('tokens_per_s_with_recompute'))} | "
+                         f"{_fmt(_ratio(q('tokens_per_s_with_recompute'), _median(m, 'graft', 'tokens_per_s')), 'x', 2)} | "
+                         f"{_fmt(q('logprob_gap_mean'), digits=4)} / {_fmt(q('logprob_gap_max'), digits=3)} |")
         lines.append("")
     c = result.get("c")
     if c:
@@ -780,7 +812,7 @@ def peak_rows(result: dict) -> list[tuple[str, str, float]]:
     for part in PARTS:
         blocks = {"": result[part]} if part in ("a", "c") and part in result else result.get(part, {})
         for label, block in blocks.items():
-            for side in ("graft", "trl", "generate", "grpo"):
+            for side in ("graft", "graft_bf16", "trl", "generate", "grpo"):
                 raw = (block.get(side) or {}).get("raw")
                 if raw:
                     out.append((f"{part} {label}".strip(), side, max(r["peak_rss_gb"] for r in raw)))

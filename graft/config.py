@@ -188,9 +188,10 @@ class RolloutConfig:
     """Nucleus sampling threshold of training rollouts."""
     batch_size: int = 64
     """Sequences per generation call (memory knob; results do not depend on it except through RNG order)."""
-    engine: Literal["hf", "hf-cb", "vllm"] = "hf"
-    """Generation backend: graft's own sampler over transformers models (``hf``, CPU/GPU), transformers'
-    continuous batching (``hf-cb``) or vLLM (GPU, when installed); see ``graft/policy/engines.py``."""
+    engine: Literal["hf", "hf-bf16", "hf-cb", "vllm"] = "hf"
+    """Generation backend: graft's own sampler over transformers models (``hf``, CPU/GPU), the same over a
+    bfloat16 copy of the weights (``hf-bf16``: faster on CPU; needs ``update.recompute_old_logprobs=true``),
+    transformers' continuous batching (``hf-cb``) or vLLM (GPU, when installed); see ``graft/policy/engines.py``."""
 
     def __post_init__(self) -> None:
         _check(self.n >= 2, "n", f"must be >= 2: GRPO normalises inside a group, got {self.n}")
@@ -521,9 +522,16 @@ class Config:
         _check(not self.eval.every or self.data.val is not None, "eval.every",
                f"is {self.eval.every} but data.val is not set: there is nothing to evaluate on "
                "(set data.val, or eval.every=0)")
+        if self.rollout.engine == "hf-bf16":
+            _check(self.update.recompute_old_logprobs, "update.recompute_old_logprobs",
+                   "must be true with rollout.engine=hf-bf16: the bf16 sampler's log-probs differ from the training "
+                   "forward by up to ~0.2 nats per token, so the behaviour log-probs must come from a forward pass")
         if self.backend == "ray":
             for name in self.ray.resources:
                 _check(name in names, f"ray.resources.{name}", f"names no model; models: {names}")
+                _check(self.rollout.engine != "hf-bf16" or self.ray.resources[name].num_workers == 1,
+                       f"ray.resources.{name}.num_workers",
+                       "must be 1 with rollout.engine=hf-bf16 (its bf16 copy is of an unsharded model)")
 
 
 # ----------------------------------------------------------------------------- I/O

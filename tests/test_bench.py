@@ -127,9 +127,12 @@ def test_bench_runs_graft_sides_end_to_end(tmp_path, tiny_llama_dir, tiny_gemma_
 
     assert set(res["b"]) == {tiny_llama_dir, tiny_gemma_dir}
     for m in res["b"].values():
-        for side in ("graft", "generate"):
+        for side in ("graft", "graft_bf16", "generate"):
             r = m[side]["raw"][0]
             assert 0 < r["tokens"] <= 2 * 4 * 4 and r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"])
+        r = m["graft_bf16"]["raw"][0]
+        assert r["tokens_per_s_with_recompute"] == pytest.approx(r["tokens"] / (r["seconds"] + r["recompute_s"]))
+        assert 0 < r["logprob_gap_mean"] <= r["logprob_gap_max"] < 0.5
     assert res["b"][tiny_gemma_dir]["stop_strings"] == ["\nProblem:"]
 
     c = res["c"]
@@ -141,7 +144,8 @@ def test_bench_runs_graft_sides_end_to_end(tmp_path, tiny_llama_dir, tiny_gemma_
     assert 0 < g["exchange_share"] < 1 and g["exchange_share"] == pytest.approx(g["exchange_s"] / g["step_s"])
     assert c["exchange_share_when_exchanged"]["median"] == g["exchange_share"]
 
-    for title in ("## (a)", "TRL is not installed", "## (b)", "## (c)", "## (d)", "Differences that remain"):
+    for title in ("## (a)", "TRL is not installed", "## (b)", "rollout.engine=hf-bf16", "## (c)", "## (d)",
+                  "Differences that remain"):
         assert title in md
 
 

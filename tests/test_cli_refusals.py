@@ -172,6 +172,8 @@ ROWS = [
     Row("batch_size-0", [*T, "rollout.batch_size=0"], "rollout.batch_size: must be >= 1"),
     Row("seed--1", [*T, "seed=-1", "data.shuffle=true"], "seed: must be >= 0, got -1"),
     Row("unknown-key", [*T, "exchange.gate=0.5"], "exchange.gate: unknown config key"),
+    Row("bf16-sampler-without-recompute", [*T, "rollout.engine=hf-bf16"],
+        "update.recompute_old_logprobs: must be true with rollout.engine=hf-bf16"),
     Row("bad-override-value", [*T, "models.0.stop=["], "models.0.stop: '[' is not a valid value"),
     Row("delta_by_length-yaml-no-space", T, "exchange.delta_by_length: ", yaml_no_space_mapping),
     Row("eval.every-without-val", [*T, "eval.every=1"], "eval.every: is 1 but data.val is not set"),

@@ -13,6 +13,14 @@ pass that the trainer's weights changed (:meth:`RolloutEngine.weights_updated`).
     so nothing is pushed. With ``seeds`` (one per prompt) every sample draws from its own
     generator, so a sample depends only on (seed, prompt index, sample index) and the
     weights -- not on batch size or on how prompts are split over Ray workers.
+``hf-bf16``
+    the same sampler over a bfloat16 copy of the trainer's weights (refreshed after every
+    optimiser pass): about twice the tokens/s of fp32 on CPUs with native bf16 matmuls, for
+    +2 bytes per parameter. Its log-probs are the bf16 copy's, up to ~0.2 nats from the fp32
+    forward on single tokens, so the config requires ``update.recompute_old_logprobs=true``: the
+    behaviour log-probs (``old_logprobs``, and the source side of ``s``) then come from a
+    forward pass of the training weights right after sampling, and ``rollout/logprob_gap*``
+    reports the difference. Unsharded models only (one rank per model).
 ``hf-cb``
     transformers' continuous batching (``model.generate_batch`` with paged attention and
     ``return_logprobs``). Shares the trainer's weights. One seed per call (the samples depend
@@ -50,7 +58,7 @@ from graft.seeds import prompt_seeds, sample_seed  # noqa: F401 (re-exported for
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("hf", "hf-cb", "vllm")
+ENGINES = ("hf", "hf-bf16", "hf-cb", "vllm")
 
 
 class EngineUnavailable(RuntimeError):
@@ -111,6 +119,41 @@ class HFEngine(RolloutEngine):
         return self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                     batch_size=batch_size, seed=seed, seeds=None if seeds is None else list(seeds),
                                     progress=progress, desc=desc, stop_strings=stop_strings)
+
+
+class HFBf16Engine(HFEngine):
+    """:meth:`Policy.generate` over a bfloat16 copy of the policy's model (see the module docstring)."""
+
+    kind = "hf-bf16"
+
+    def __init__(self, policy) -> None:
+        import copy
+
+        super().__init__(policy)
+        params = list(policy.model.parameters())
+        if any(type(p).__name__ == "DTensor" for p in params):
+            raise EngineUnavailable("rollout.engine=hf-bf16 needs an unsharded model (one rank per model); "
+                                    "use rollout.engine=hf, or models.i.dtype=bfloat16")
+        self._copy = None
+        if any(p.dtype != torch.bfloat16 for p in params):
+            with torch.no_grad():
+                self._copy = copy.deepcopy(policy.model).to(torch.bfloat16).eval().requires_grad_(False)
+
+    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
+                stop_strings):
+        return self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                    batch_size=batch_size, seed=seed, seeds=None if seeds is None else list(seeds),
+                                    progress=progress, desc=desc, stop_strings=stop_strings, model=self._copy)
+
+    @torch.no_grad()
+    def weights_updated(self, named_parameters=None) -> None:
+        if self._copy is None:
+            return
+        for dst, src in zip(self._copy.parameters(), self.policy.model.parameters()):
+            dst.copy_(src)
+
+    def close(self) -> None:
+        self._copy = None
 
 
 def _accepts(fn: Callable, name: str) -> bool:
@@ -386,6 +429,8 @@ def make_engine(kind: str, policy, **kwargs) -> RolloutEngine:
     """The rollout engine ``kind`` (``hf``, ``hf-cb``, ``vllm``) for ``policy``."""
     if kind == "hf":
         return HFEngine(policy)
+    if kind == "hf-bf16":
+        return HFBf16Engine(policy)
     if kind in ("hf-cb", "cb", "continuous"):
         return ContinuousBatchingEngine(policy)
     if kind == "vllm":

@@ -184,7 +184,7 @@ class Policy:
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "",
                  renormalize_top_p: bool = False, seeds: Sequence[int] | None = None,
-                 stop_strings: Sequence[str] = ()) -> list[list[Sample]]:
+                 stop_strings: Sequence[str] = (), model: Any = None) -> list[list[Sample]]:
         """``n`` samples for each prompt: result ``[P][G]``.
 
         Own batched loop with a KV cache: prompts left-padded, position ids counted over real
@@ -203,6 +203,10 @@ class Policy:
         numbers from its own generator seeded by ``seeds.sample_seed(seeds[i], j)``, so it
         does not depend on the batch size, on the other prompts of the call, or on how a batch
         is split across Ray workers (the Ray backend relies on this).
+
+        ``model``: sample from this copy of the policy's model instead (same architecture and
+        tokenizer, e.g. a bf16 copy: :class:`graft.policy.engines.HFBf16Engine`); log-probs are then
+        that copy's.
         """
         if temperature <= 0:
             raise ValueError("temperature must be > 0 (greedy decoding has no sampling log-probs)")
@@ -230,7 +234,7 @@ class Policy:
                 chunk = flat[start:start + batch_size]
                 samples = self._generate_batch([p for _, p in chunk], max_new_tokens, temperature, top_p,
                                                gen if row_gens is None else row_gens[start:start + batch_size],
-                                               renormalize_top_p, bar, tuple(stop_strings))
+                                               renormalize_top_p, bar, tuple(stop_strings), model)
                 for (i, _), s in zip(chunk, samples):
                     out[i].append(s)
                     n_tok += len(s.token_ids)
@@ -245,9 +249,11 @@ class Policy:
 
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
                         gen: torch.Generator, renormalize_top_p: bool, bar: Any,
-                        stop_strings: tuple[str, ...] = ()) -> list[Sample]:
+                        stop_strings: tuple[str, ...] = (), model: Any = None) -> list[Sample]:
         from graft.policy.kvcache import buffered_cache
         dev, B = self.device, len(prompts)
+        base = _unwrap(self.model if model is None else model)
+        decoder, head = base.get_decoder(), base.get_output_embeddings()
         # Each distinct prompt is prefilled once; its KV cache is then copied to its G samples.
         row_of: dict[tuple[int, ...], int] = {}
         inv = [row_of.setdefault(tuple(p), len(row_of)) for p in prompts]
@@ -269,8 +275,8 @@ class Policy:
         finished = [False] * B
         alive = torch.arange(B, device=dev)  # original row of each row still in the batch
         if max_new_tokens > 0:
-            cache = buffered_cache(_unwrap(self.model).config, L + max_new_tokens)
-            h = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+            cache = buffered_cache(base.config, L + max_new_tokens)
+            h = decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
                               **{self._cache_kw: cache}).last_hidden_state[:, -1]
             next_pos = pos[:, -1] + 1
             if len(uniq) < B:
@@ -279,7 +285,7 @@ class Policy:
                 h, attn, next_pos = h[expand], attn[expand], next_pos[expand]
         for step in range(max_new_tokens):
             g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
-            tok, lp = self._sample(self._step_logits(h, temperature), top_p, g, renormalize_top_p)
+            tok, lp = self._sample(self._step_logits(h, temperature, head), top_p, g, renormalize_top_p)
             is_stop = torch.isin(tok, stop)
             leave = is_stop.clone()
             for r, (orig, t, l, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), is_stop.tolist())):
@@ -300,16 +306,17 @@ class Policy:
                 cache.batch_select_indices(keep)
                 alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
             attn = torch.cat([attn, attn.new_ones((len(alive), 1))], dim=1)
-            h = self._decoder(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+            h = decoder(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
                               use_cache=True, **{self._cache_kw: cache}).last_hidden_state[:, -1]
             next_pos = next_pos + 1
         return [Sample(token_ids=tokens[b], logprobs=logps[b], text=self.decode(tokens[b]), finished=finished[b])
                 for b in range(B)]
 
-    def _step_logits(self, hidden: Tensor, temperature: float) -> Tensor:
-        """:meth:`_logits` for one decoding step [b, H] -> [b, V], with the elementwise work done in place
-        (over Gemma's 262k vocabulary each extra [b, V] temporary costs milliseconds per step)."""
-        z = self._head(hidden).float()
+    def _step_logits(self, hidden: Tensor, temperature: float, head: Any = None) -> Tensor:
+        """:meth:`_logits` for one decoding step [b, H] -> [b, V] (fp32 whatever ``head``'s dtype), with the
+        elementwise work done in place (over Gemma's 262k vocabulary each extra [b, V] temporary costs
+        milliseconds per step)."""
+        z = (self._head if head is None else head)(hidden).float()
         if self.softcap:
             z.div_(self.softcap).tanh_().mul_(self.softcap)
         if temperature != 1.0:

@@ -188,13 +188,21 @@ class Learner:
         tokens = sum(len(t) for g in groups for t in g.token_ids)
         return groups, {"tokens/generated": tokens, "tokens_per_s/rollout": tokens / max(seconds, 1e-9)}
 
-    def recompute_old_logprobs(self, groups: list[RolloutGroup], uc: UpdateConfig, temperature: float) -> None:
-        """Replace own sampler log-probs with a forward pass of the current (= behaviour) policy."""
+    def recompute_old_logprobs(self, groups: list[RolloutGroup], uc: UpdateConfig, temperature: float) -> dict:
+        """Replace the sampler's log-probs of own responses (``old_logprobs``, and ``gen_logprobs``: the
+        source side of ``s``) with a forward pass of the current (= behaviour) policy. Returns the gap
+        between the two, ``logprob_gap/mean_abs`` and ``logprob_gap/max_abs`` (nats per token)."""
         own = [(g, i) for g in groups if not g.is_peer for i in range(g.size)]
         lps = self.token_logprobs([g.prompt_token_ids for g, _ in own], [g.token_ids[i] for g, i in own],
                                   chunk=uc.logprob_chunk, micro_batch=uc.micro_batch_size, temperature=temperature)
+        total, count, worst = 0.0, 0, 0.0
         for (g, i), lp in zip(own, lps):
+            gap = (lp.double() - torch.tensor(g.old_logprobs[i], dtype=torch.float64)).abs()
+            if gap.numel():
+                total, count, worst = total + float(gap.sum()), count + gap.numel(), max(worst, float(gap.max()))
             g.old_logprobs[i] = lp.tolist()
+            g.gen_logprobs[i] = list(g.old_logprobs[i])
+        return {"logprob_gap/mean_abs": total / count if count else None, "logprob_gap/max_abs": worst if count else None}
 
     # --------------------------------------------------------------- update
     def update(self, groups: list[RolloutGroup], plan: list[list[int]], uc: UpdateConfig, temperature: float,

@@ -2,7 +2,7 @@
 
 Departures from the paper's verl recipe, all deliberate and documented in the README:
 sampler log-probs serve as pi_theta_old for own tokens (``update.recompute_old_logprobs``
-switches to a forward pass); zero-advantage sequences are not forwarded in the update
+switches to a forward pass right after sampling; required by the bf16 sampler ``rollout.engine=hf-bf16``); zero-advantage sequences are not forwarded in the update
 (their loss and gradient are exactly zero; their tokens still count in token-mean).
 """
 from __future__ import annotations
@@ -80,9 +80,13 @@ class Run:
 # ============================================================================ phases
 
 def rollout_phase(run: Run, prompts, step: int) -> tuple[dict[str, list[RolloutGroup]], dict]:
-    groups, metrics = {}, {}
+    """G samples per prompt from every model; with ``update.recompute_old_logprobs`` their behaviour
+    log-probs then come from a forward pass (before the exchange, so ``s`` uses them too)."""
+    cfg, groups, metrics = run.cfg, {}, {}
     for name, learner in run.learners.items():
-        groups[name], m = learner.rollout(prompts, run.cfg.rollout, step, step_seed(run.cfg.seed, step, name), run.cfg.progress)
+        groups[name], m = learner.rollout(prompts, cfg.rollout, step, step_seed(cfg.seed, step, name), cfg.progress)
+        if cfg.update.recompute_old_logprobs:
+            m |= learner.recompute_old_logprobs(groups[name], cfg.update, cfg.rollout.temperature)
         metrics |= prefixed(name, m)
     return groups, metrics
 
@@ -144,8 +148,6 @@ def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], step: in
     cfg, metrics = run.cfg, {}
     for name, learner in run.learners.items():
         gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
-        if cfg.update.recompute_old_logprobs:
-            learner.recompute_old_logprobs(train_groups[name], cfg.update, cfg.rollout.temperature)
         gs = run.rule.prepare(train_groups[name])
         plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
         m = {}

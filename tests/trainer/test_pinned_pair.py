@@ -18,7 +18,9 @@ from graft.trainer import loop
 from tests.trainer.helpers import crafted_rewards, params, tiny_config
 
 PIN = Path(__file__).resolve().parents[1] / "data" / "pinned_pair.json"
-OVERRIDES = ("steps=3", "exchange.balance=none", "exchange.delta=0.3", "update.micro_batch_size=3")
+# threads=1 as when the pin was recorded: with 2 threads the matmuls round differently and one sampled
+# token of step 1 flips (a different response text, hence other s values and updates from then on).
+OVERRIDES = ("steps=3", "exchange.balance=none", "exchange.delta=0.3", "update.micro_batch_size=3", "threads=1")
 
 
 def _record(tmp_path, tiny_llama_dir, tiny_gemma_dir) -> dict:
