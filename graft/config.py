@@ -525,7 +525,7 @@ class Config:
         if self.rollout.engine == "hf-bf16":
             _check(self.update.recompute_old_logprobs, "update.recompute_old_logprobs",
                    "must be true with rollout.engine=hf-bf16: the bf16 sampler's log-probs differ from the training "
-                   "forward by up to ~0.2 nats per token, so the behaviour log-probs must come from a forward pass")
+                   "forward by up to ~0.4 nats per token, so the behaviour log-probs must come from a forward pass")
         if self.backend == "ray":
             for name in self.ray.resources:
                 _check(name in names, f"ray.resources.{name}", f"names no model; models: {names}")

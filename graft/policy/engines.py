@@ -16,11 +16,13 @@ pass that the trainer's weights changed (:meth:`RolloutEngine.weights_updated`).
 ``hf-bf16``
     the same sampler over a bfloat16 copy of the trainer's weights (refreshed after every
     optimiser pass): about twice the tokens/s of fp32 on CPUs with native bf16 matmuls, for
-    +2 bytes per parameter. Its log-probs are the bf16 copy's, up to ~0.2 nats from the fp32
-    forward on single tokens, so the config requires ``update.recompute_old_logprobs=true``: the
-    behaviour log-probs (``old_logprobs``, and the source side of ``s``) then come from a
-    forward pass of the training weights right after sampling, and ``rollout/logprob_gap*``
-    reports the difference. Unsharded models only (one rank per model).
+    +2 bytes per parameter. Its log-probs are the bf16 copy's, ~0.01 nats per token from the
+    fp32 forward on average and up to ~0.4 on single tokens (measured on the default pair), so
+    the config requires ``update.recompute_old_logprobs=true``: the behaviour log-probs
+    (``old_logprobs``, and the source side of ``s``) then come from a forward pass of the
+    training weights right after sampling, and ``MODEL/logprob_gap/*`` reports the difference.
+    On a 2-core CPU that forward costs about what bf16 sampling saves (README, Measurements);
+    evaluation, which needs no log-probs, gains the full ~2x. Unsharded models only.
 ``hf-cb``
     transformers' continuous batching (``model.generate_batch`` with paged attention and
     ``return_logprobs``). Shares the trainer's weights. One seed per call (the samples depend

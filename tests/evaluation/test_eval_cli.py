@@ -94,3 +94,17 @@ def test_vllm_backend_prompt_encoding_matches_policy(tmp_path, tiny_llama_dir, c
     import torch
     if importlib.util.find_spec("vllm") is None or not torch.cuda.is_available():
         assert rc == 2 and "backend vllm" in err
+
+
+def test_bf16_backend_evaluates_and_records_itself(tmp_path, tiny_llama_dir):
+    data = _write_data(tmp_path / "toy.jsonl", ROWS)
+    outs = {}
+    for backend in ("hf", "hf-bf16"):
+        out = tmp_path / backend
+        assert eval_main(["--model", tiny_llama_dir, "--data", f"toy={data}", "--backend", backend, "--n", "4",
+                          "--repeats", "1", "--max-new-tokens", "8", "--verify-workers", "0", "--no-progress",
+                          "--out", str(out)]) == 0
+        res = json.loads((out / "results.json").read_text())
+        assert res["protocol"]["backend"] == backend and res["datasets"]["toy"]["num_prompts"] == len(ROWS)
+        outs[backend] = sorted((out / "toy").glob("*.jsonl"))[0].read_text()
+    assert outs["hf"] != outs["hf-bf16"]     # the bf16 copy samples other tokens from the same seeds
