@@ -115,12 +115,14 @@ class HFEngine(RolloutEngine):
     """:meth:`Policy.generate` (the reference sampler; per-sample seeds when given)."""
 
     kind = "hf"
+    sampling_model = None
+    """The model to sample from instead of the policy's own (a subclass's copy); ``None``: the policy's."""
 
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
                 stop_strings):
         return self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                     batch_size=batch_size, seed=seed, seeds=None if seeds is None else list(seeds),
-                                    progress=progress, desc=desc, stop_strings=stop_strings)
+                                    progress=progress, desc=desc, stop_strings=stop_strings, model=self.sampling_model)
 
 
 class HFBf16Engine(HFEngine):
@@ -136,26 +138,18 @@ class HFBf16Engine(HFEngine):
         if any(type(p).__name__ == "DTensor" for p in params):
             raise EngineUnavailable("rollout.engine=hf-bf16 needs an unsharded model (one rank per model); "
                                     "use rollout.engine=hf, or models.i.dtype=bfloat16")
-        self._copy = None
         if any(p.dtype != torch.bfloat16 for p in params):
             with torch.no_grad():
-                self._copy = copy.deepcopy(policy.model).to(torch.bfloat16).eval().requires_grad_(False)
-
-    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
-                stop_strings):
-        return self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                    batch_size=batch_size, seed=seed, seeds=None if seeds is None else list(seeds),
-                                    progress=progress, desc=desc, stop_strings=stop_strings, model=self._copy)
+                self.sampling_model = copy.deepcopy(policy.model).to(torch.bfloat16).eval().requires_grad_(False)
 
     @torch.no_grad()
     def weights_updated(self, named_parameters=None) -> None:
-        if self._copy is None:
-            return
-        for dst, src in zip(self._copy.parameters(), self.policy.model.parameters()):
-            dst.copy_(src)
+        if self.sampling_model is not None:
+            for dst, src in zip(self.sampling_model.parameters(), self.policy.model.parameters()):
+                dst.copy_(src)
 
     def close(self) -> None:
-        self._copy = None
+        self.sampling_model = None
 
 
 def _accepts(fn: Callable, name: str) -> bool:
@@ -428,13 +422,8 @@ def _full_named_params(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
 # ============================================================================ factory
 
 def make_engine(kind: str, policy, **kwargs) -> RolloutEngine:
-    """The rollout engine ``kind`` (``hf``, ``hf-cb``, ``vllm``) for ``policy``."""
-    if kind == "hf":
-        return HFEngine(policy)
-    if kind == "hf-bf16":
-        return HFBf16Engine(policy)
-    if kind in ("hf-cb", "cb", "continuous"):
-        return ContinuousBatchingEngine(policy)
-    if kind == "vllm":
-        return VllmEngine(policy, **kwargs)
-    raise ValueError(f"unknown rollout engine {kind!r}; valid: {', '.join(ENGINES)}")
+    """The rollout engine ``kind`` (one of :data:`ENGINES`) for ``policy``; ``kwargs`` go to its constructor."""
+    engines = {"hf": HFEngine, "hf-bf16": HFBf16Engine, "hf-cb": ContinuousBatchingEngine, "vllm": VllmEngine}
+    if kind not in engines:
+        raise ValueError(f"unknown rollout engine {kind!r}; valid: {', '.join(ENGINES)}")
+    return engines[kind](policy, **kwargs)

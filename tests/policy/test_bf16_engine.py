@@ -59,7 +59,7 @@ def test_same_seeds_give_the_same_bf16_samples(tiny_llama_policy):
 def test_the_bf16_copy_follows_the_trainer_weights(tiny_llama_dir):
     policy = Policy.load(ModelConfig(name="A", path=tiny_llama_dir, template="plain"))
     eng = make_engine("hf-bf16", policy)
-    copy = eng._copy
+    copy = eng.sampling_model
     assert all(p.dtype == torch.bfloat16 for p in copy.parameters())
     with torch.no_grad():
         for p in policy.model.parameters():
