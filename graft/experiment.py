@@ -317,11 +317,26 @@ def summarize(plan: Plan) -> dict:
     for a in A:
         members = arms.get(f"stored_{a}", [])
         out["stored"][a] = [_pass1(m, a) for m in members]
+        if members and "grpo_n8" in arms and "graft_n8" in arms:
+            at = lambda arm, seed: next((_pass1(x, a) for x in arms[arm] if x.seed == seed), None)  # noqa: E731
+            out.setdefault("stored_vs_online", {})[a] = [
+                {"seed": m.seed, **stored_vs_online(_pass1(m, a), at("grpo_n8", m.seed), at("graft_n8", m.seed))}
+                for m in members]
     if "grpo_n8" in out["arms"] and "graft_n8" in out["arms"]:
         out["paired_diff_graft_minus_grpo_n8"] = {
             a: [None if g is None or b is None else g - b for g, b in zip(out["arms"]["graft_n8"][a], out["arms"]["grpo_n8"][a])]
             for a in A}
     return out
+
+
+def stored_vs_online(stored: float | None, grpo: float | None, graft: float | None) -> dict:
+    """Gain of training on a stored peer log and of GRAFT online, both over GRPO n=8 of the same seed,
+    and their ratio (the paper's "84 % of the online gain"): defined only when the online gain is > 0."""
+    have = None not in (stored, grpo, graft)
+    s_gain = stored - grpo if have else None
+    o_gain = graft - grpo if have else None
+    return {"stored": stored, "grpo_n8": grpo, "graft_n8": graft, "stored_gain": s_gain, "online_gain": o_gain,
+            "ratio": s_gain / o_gain if have and o_gain > 0 else None}
 
 
 def _last_reward(m: Member, model: str, k: int = 4) -> float | None:
@@ -338,6 +353,10 @@ def _fmt(mean: float | None, std: float | None = None) -> str:
     if mean is None:
         return "–"
     return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
+
+
+def _pts(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f} points"
 
 
 def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
@@ -359,6 +378,12 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
         xs = [x for x in summary["stored"].get(a, []) if x is not None]
         if xs:
             md.append(f"| stored peer ({a} receives) | " + " | ".join(_fmt(_mean(xs)) if b == a else "" for b in A) + " | |")
+    for a, rows in summary.get("stored_vs_online", {}).items():
+        for r in rows:
+            ratio = "not defined (online gain ≤ 0)" if r["ratio"] is None else f"{100 * r['ratio']:.0f} %"
+            md += ["", f"Stored vs online, {a} (seed {r['seed']}): stored peer {_fmt(r['stored'])}, GRPO n=8 "
+                   f"{_fmt(r['grpo_n8'])}, GRAFT n=8 {_fmt(r['graft_n8'])}: stored gain "
+                   f"{_pts(r['stored_gain'])}, online gain {_pts(r['online_gain'])}, ratio {ratio} (paper: 84 %)."]
     diff = summary.get("paired_diff_graft_minus_grpo_n8")
     if diff:
         md += ["", "Per-seed paired difference GRAFT n=8 − GRPO n=8 (points): " +

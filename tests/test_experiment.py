@@ -72,9 +72,14 @@ def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_di
     for arm in s["arms"].values():
         assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in arm.values())
     assert set(s["exchanged"]["graft_n8"]) == {"A->B", "B->A"} and set(s["stored"]) == {"A", "B"}
+    for a in ("A", "B"):
+        (row,) = s["stored_vs_online"][a]
+        assert row["seed"] == 1 and row["stored"] == s["stored"][a][0] and row["graft_n8"] == s["arms"]["graft_n8"][a][0]
+        assert row["stored_gain"] == pytest.approx(row["stored"] - row["grpo_n8"])
     path = write_summary(plan)
     assert json.loads(path.read_text())["eval"]["n"] == 2
-    assert "GRAFT vs GRPO" in (plan.results / "REPORT.md").read_text()
+    report = (plan.results / "REPORT.md").read_text()
+    assert "GRAFT vs GRPO" in report and "Stored vs online, A (seed 1)" in report
 
 
 def test_exchange_totals_and_steps_from_metrics(tmp_path):
@@ -95,3 +100,16 @@ def test_exchange_totals_and_steps_from_metrics(tmp_path):
     assert steps["s_p50_first_third"] == pytest.approx(0.8) and steps["s_p50_last_third"] == pytest.approx(0.3)
     pending = Member("graft_n8", 2, [], tmp_path / "run2", tmp_path / "res2", ["A", "B"])
     assert _exchange_total(pending, "A->B") is None and _exchange_steps(pending, "A->B") is None
+
+
+def test_stored_vs_online_gain_and_ratio():
+    """Hand-worked: GRPO 0.30, GRAFT 0.40 (online gain 0.10), stored 0.384 (stored gain 0.084) ->
+    ratio 0.84. A negative online gain leaves the ratio undefined; a missing run leaves everything None."""
+    from graft.experiment import stored_vs_online
+    r = stored_vs_online(0.384, 0.30, 0.40)
+    assert r["stored_gain"] == pytest.approx(0.084) and r["online_gain"] == pytest.approx(0.10)
+    assert r["ratio"] == pytest.approx(0.84)
+    r = stored_vs_online(0.25, 0.30, 0.28)
+    assert r["online_gain"] == pytest.approx(-0.02) and r["stored_gain"] == pytest.approx(-0.05) and r["ratio"] is None
+    assert stored_vs_online(None, 0.3, 0.4) == {"stored": None, "grpo_n8": 0.3, "graft_n8": 0.4, "stored_gain": None,
+                                               "online_gain": None, "ratio": None}
