@@ -210,6 +210,10 @@ class RewardConfig:
     max_timeout_frac: float = 0.5
     """Stop the run with an error when more than this fraction of a step's verifications time out
     (a hanging grader), instead of training on a batch of zeros."""
+    answer_form: Literal["any", "number"] = "any"
+    """``any``: the last box scores 1 when ``math_verify`` finds it equivalent to the reference (MATH-style
+    answers: fractions, radicals, intervals); ``number``: the box must also hold a number written out, so
+    restating an arithmetic question in the box (``\\boxed{27*18}``) scores 0 (graft/reward/verifier.py)."""
 
     def __post_init__(self) -> None:
         _check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"config": args.config, "prompts": len(batch), "n": cfg.rollout.n,
                      "max_new_tokens": cfg.rollout.max_new_tokens, "models": {}, "complementarity": {}}
     groups, learners = {}, {}
-    with Grader(cfg.reward.timeout_s, cfg.reward.workers) as grader:
+    from graft.reward.worker import VERIFY_FNS
+    with Grader(cfg.reward.timeout_s, cfg.reward.workers, verify_fn=VERIFY_FNS[cfg.reward.answer_form]) as grader:
         for m in cfg.models:
             t0 = time.perf_counter()
             learner = Learner.local(m)

@@ -380,7 +380,8 @@ def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | P
     for name in datasets:
         _check_name(name)
     protocol = {"n": n, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
-                "repeats": repeats, "backend": backend, "model": model_label or model_path or _policy_model_path(policy)}
+                "repeats": repeats, "backend": backend, "model": model_label or model_path or _policy_model_path(policy),
+                "verify_fn": getattr(grader, "verify_fn", None)}
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         _check_protocol(out, protocol)
@@ -658,6 +659,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     ap.add_argument("--verify-timeout", type=float, default=5.0, help="seconds per grading")
     ap.add_argument("--verify-workers", type=int, default=2)
+    ap.add_argument("--answer-form", choices=["any", "number"], default=None,
+                    help="any: math_verify equivalence; number: the box must hold a number written out "
+                         "(default: the run's reward.answer_form with --config, else any)")
     ap.add_argument("--on-bad-row", choices=["error", "skip"], default="error")
     ap.add_argument("--no-progress", action="store_true")
     return ap
@@ -707,7 +711,9 @@ def _eval_main(args) -> int:
         generator, model_path = TextCodec.load(cfg, weights_from), vllm_model_path(cfg, weights_from)
     else:
         generator = Policy.load(cfg, device=device, weights_from=weights_from)
-    with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers) as grader:
+    from graft.reward.worker import VERIFY_FNS
+    answer_form = args.answer_form or (run_cfg.reward.answer_form if run_cfg is not None else "any")
+    with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers, verify_fn=VERIFY_FNS[answer_form]) as grader:
         res = evaluate(generator, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
                        max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
                        backend=args.backend, progress=progress, model_label=args.model, model_path=model_path)

@@ -163,7 +163,8 @@ class Grader:
             bar = tqdm(total=n, desc="verify", disable=not progress, leave=False, file=sys.stderr)
             pending: deque[int] = deque()
             for i in range(n):
-                quick = verifier.quick_verify(responses[i], answers[i]) if self.verify_fn == worker.DEFAULT_VERIFY_FN else None
+                quick = (verifier.quick_verify(responses[i], answers[i], self.verify_fn == worker.NUMBER_VERIFY_FN)
+                         if self.verify_fn in worker.VERIFY_FNS.values() else None)
                 if quick is None:
                     pending.append(i)
                 else:

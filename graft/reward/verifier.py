@@ -204,6 +204,17 @@ def _equivalent(p: str, g: str) -> bool:
     return bool(_math_verify()[1](_parse_gold(g), _parse_pred(p), timeout_seconds=None))
 
 
+_NUMBER_RE = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+|\d{1,3}(?:,\d{3})+(?:\.\d+)?"
+                        r"|\\[dt]?frac\{\d+\}\{\d+\}|\d+/\d+)$")
+
+
+def is_number(content: str) -> bool:
+    """Whether a box's content is a number written out (``-12``, ``3.5``, ``1,000``, ``\\frac{3}{4}``,
+    ``3/4``; scientific notation after :func:`normalize_answer`), not an expression to evaluate
+    (``27*18``, ``36^2``, ``117 \\div 9``)."""
+    return bool(_NUMBER_RE.match(normalize_answer(content).replace(" ", "")))
+
+
 def verify(response: str, answer: str) -> tuple[float, str]:
     """Reward and status of one response: ``(1.0|0.0, ok|no_answer|error)``.
 
@@ -219,16 +230,34 @@ def verify(response: str, answer: str) -> tuple[float, str]:
         return 0.0, ERROR
 
 
-def quick_verify(response: str, answer: str) -> tuple[float, str] | None:
+def verify_number(response: str, answer: str) -> tuple[float, str]:
+    """:func:`verify` for answers that must be numbers (``reward.answer_form=number``): a box whose
+    content is not a number written out (:func:`is_number`) scores 0 even when ``math_verify`` would
+    evaluate it to the reference. On a task whose questions are arithmetic expressions this is
+    what stops a policy from restating the question in the box (``What is 27 * 18?`` ->
+    ``\\boxed{27*18}``, which ``math_verify`` evaluates to 486)."""
+    try:
+        content = extract_boxed(response)
+        if content and not is_number(content):
+            return 0.0, OK
+    except Exception:  # noqa: BLE001 - any failure of the checker scores 0
+        return 0.0, ERROR
+    return verify(response, answer)
+
+
+def quick_verify(response: str, answer: str, number_only: bool = False) -> tuple[float, str] | None:
     """The cheap cases of :func:`verify` decided without ``math_verify``; ``None`` otherwise.
 
     Used by the grader's parent process to avoid a round trip for missing boxes, identical
-    answers and integer pairs (the bulk of the arithmetic task). Agrees with :func:`verify`.
+    answers and integer pairs (the bulk of the arithmetic task). Agrees with :func:`verify`
+    (with ``number_only``: with :func:`verify_number`).
     """
     try:
         content = extract_boxed(response)
         if not content:
             return 0.0, NO_ANSWER
+        if number_only and not is_number(content):
+            return 0.0, OK
         quick = _shortcut(normalize_answer(content), normalize_answer(str(answer)))
         if quick is not None:
             return (1.0 if quick else 0.0), OK

@@ -19,6 +19,9 @@ from typing import Callable
 from graft.reward import verifier
 
 DEFAULT_VERIFY_FN = "graft.reward.verifier:verify"
+NUMBER_VERIFY_FN = "graft.reward.verifier:verify_number"
+VERIFY_FNS = {"any": DEFAULT_VERIFY_FN, "number": NUMBER_VERIFY_FN}
+"""``reward.answer_form`` -> the verify function graft ships for it."""
 
 
 def resolve(path: str) -> Callable[[str, str], tuple[float, str]]:
@@ -37,7 +40,7 @@ def main(conn, verify_fn: str, sys_path: list[str]) -> None:
             sys.path.insert(0, p)
     try:
         fn = resolve(verify_fn)
-        if verify_fn == DEFAULT_VERIFY_FN:
+        if verify_fn in VERIFY_FNS.values():
             verifier.warm_up()
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises
         conn.send(("fatal", f"cannot load verify_fn {verify_fn!r}: {type(e).__name__}: {e}"))

@@ -25,6 +25,7 @@ from graft.exchange.handover import Scoring
 from graft.exchange.live import ExchangeResult, complementarity, counts, exchange_live
 from graft.exchange.stored import exchange_stored, stored_peer_groups
 from graft.reward.grader import Grader
+from graft.reward.worker import VERIFY_FNS
 from graft.storage.checkpoint import (checkpoint_step, list_checkpoints, load_checkpoint, newest_intact_checkpoint,
                                      remove_checkpoints_after, save_checkpoint, set_rng_state)
 from graft.storage.trajectory_store import TrajectoryStore
@@ -219,7 +220,8 @@ def setup(cfg: Config) -> Run:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     run = Run(cfg=cfg, run_dir=run_dir, learners=learners,
-              sampler=sampler, grader=Grader(cfg.reward.timeout_s, cfg.reward.workers),
+              sampler=sampler, grader=Grader(cfg.reward.timeout_s, cfg.reward.workers,
+                                                         verify_fn=VERIFY_FNS[cfg.reward.answer_form]),
               metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
               store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val,
               rule=make_rule(cfg.update), peer_groups=peer_groups, peer_name=peer_name)

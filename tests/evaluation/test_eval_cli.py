@@ -108,3 +108,15 @@ def test_bf16_backend_evaluates_and_records_itself(tmp_path, tiny_llama_dir):
         assert res["protocol"]["backend"] == backend and res["datasets"]["toy"]["num_prompts"] == len(ROWS)
         outs[backend] = sorted((out / "toy").glob("*.jsonl"))[0].read_text()
     assert outs["hf"] != outs["hf-bf16"]     # the bf16 copy samples other tokens from the same seeds
+
+
+def test_answer_form_reaches_the_grader_and_the_protocol(tmp_path, tiny_llama_dir):
+    from graft.reward.worker import DEFAULT_VERIFY_FN, NUMBER_VERIFY_FN
+
+    data = _write_data(tmp_path / "toy.jsonl", ROWS)
+    for form, fn in (("number", NUMBER_VERIFY_FN), (None, DEFAULT_VERIFY_FN)):
+        out = tmp_path / str(form)
+        argv = ["--model", tiny_llama_dir, "--data", f"toy={data}", "--n", "2", "--repeats", "1", "--max-new-tokens", "4",
+                "--verify-workers", "0", "--no-progress", "--out", str(out)] + (["--answer-form", form] if form else [])
+        assert eval_main(argv) == 0
+        assert json.loads((out / "results.json").read_text())["protocol"]["verify_fn"] == fn

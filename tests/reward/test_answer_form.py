@@ -1,0 +1,73 @@
+"""``reward.answer_form=number``: a box must hold a number written out.
+
+Found in the mini reproduction (results/mini-repro, README Results): under GRPO Gemma-3-270M learnt
+to restate the question inside the box (``What is 27 * 18?`` -> ``\\boxed{27*18}``), which
+math_verify evaluates to the reference and scores 1. With ``number`` these score 0 while every
+written-out number is still graded by the usual rule.
+"""
+from __future__ import annotations
+
+import pytest
+
+from graft.config import load_config
+from graft.reward.grader import Grader
+from graft.reward.verifier import is_number, quick_verify, verify, verify_number
+from graft.reward.worker import NUMBER_VERIFY_FN, VERIFY_FNS
+
+# (boxed content, reference, reward under "any", reward under "number"); actual responses of the run
+CASES = [
+    ("27*18", "486", 1.0, 0.0),             # 27 * 18 = 486, evaluated by math_verify
+    ("117 \\div 9", "13", 1.0, 0.0),        # 117 / 9 = 13
+    ("36^2", "1296", 1.0, 0.0),             # 36 * 36 = 1296
+    ("17+29", "46", 1.0, 0.0),              # the word form "seventeen plus twenty-nine"
+    ("5-", "5", 0.0, 0.0),                  # not an answer either way
+    ("486", "486", 1.0, 1.0),
+    ("-12", "-12", 1.0, 1.0),
+    ("1,000", "1000", 1.0, 1.0),
+    ("\\frac{3}{4}", "0.75", 1.0, 1.0),     # a fraction written out is a number
+    ("3/4", "\\frac{3}{4}", 1.0, 1.0),
+    ("8.7e8", "870000000", 1.0, 1.0),       # scientific notation, rewritten exactly
+    ("485", "486", 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("content,answer,any_,number", CASES)
+def test_rewards_by_answer_form(content, answer, any_, number):
+    response = f"The final answer is \\boxed{{{content}}}."
+    assert verify(response, answer)[0] == any_
+    assert verify_number(response, answer)[0] == number
+    quick = quick_verify(response, answer, number_only=True)
+    assert quick is None or quick[0] == number          # the parent's shortcut agrees
+
+
+def test_is_number_reads_only_written_out_numbers():
+    assert all(is_number(x) for x in ("0", "+7", "3.25", ".5", "$42$", "12,345", "\\dfrac{1}{2}"))
+    assert not any(is_number(x) for x in ("2+3", "6\\times7", "\\sqrt{2}", "x=5", "5 books", "10^3", ""))
+
+
+def test_no_box_is_still_no_answer():
+    assert verify_number("I think 486", "486") == (0.0, "no_answer")
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_grader_uses_the_number_rule_in_process_and_in_workers(workers):
+    responses = ["\\boxed{27*18}", "\\boxed{486}", "\\boxed{2.5\\times 2}", "\\boxed{5}"]
+    with Grader(timeout_s=10, workers=workers, verify_fn=VERIFY_FNS["number"]) as g:
+        rewards, statuses = g.grade(responses, ["486", "486", "5", "5"])
+    assert rewards == [0.0, 1.0, 0.0, 1.0] and statuses == ["ok"] * 4
+    with Grader(timeout_s=10, workers=workers) as g:
+        assert g.grade(responses, ["486", "486", "5", "5"])[0] == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_config_choice_is_checked_and_reaches_the_trainer(tmp_path, tiny_llama_dir, tiny_gemma_dir):
+    from graft.config import ConfigError
+    from graft.trainer import loop
+    from tests.trainer.helpers import tiny_config
+
+    with pytest.raises(ConfigError, match="reward.answer_form: 'numbers' is not one of any, number"):
+        load_config(None, ["reward.answer_form=numbers"])
+    run = loop.setup(tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "reward.answer_form=number"))
+    try:
+        assert run.grader.verify_fn == NUMBER_VERIFY_FN
+    finally:
+        run.grader.close()
