@@ -196,6 +196,9 @@ def copy_small_files(m: Member) -> None:
             if (src / f).is_file():
                 (m.results_dir / "eval" / name).mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src / f, m.results_dir / "eval" / name / f)
+        for f in src.glob("*/repeat_*.jsonl"):   # the graded responses (~100 kB a set): every grade can be re-checked
+            (m.results_dir / "eval" / name / f.parent.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, m.results_dir / "eval" / name / f.parent.name / f.name)
 
 
 def run_plan(plan: Plan, max_minutes: float | None = None, only: list[str] | None = None) -> list[Member]:
@@ -231,6 +234,31 @@ def _pass1(m: Member, model: str, dataset: str | None = None) -> float | None:
         return res["macro"]["pass@1"]["mean"]
     d = res["datasets"].get(dataset)
     return d["pass@1"]["mean"] if d else None
+
+
+def regraded_pass1(m: Member, model: str) -> dict | None:
+    """pass@1 (macro over the eval data sets) of a finished run's stored eval responses re-graded with
+    ``reward.answer_form=number`` (a box must hold a number written out), and the share of the responses
+    the run's own grading counted correct whose box held an expression instead (``\\boxed{27*18}``).
+    ``None`` when the responses were not kept."""
+    from graft.reward.verifier import extract_boxed, is_number, verify_number
+
+    per_set, correct, expr = [], 0, 0
+    for path in sorted((m.results_dir / "eval" / model).glob("*/repeat_*.jsonl")):
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        per_prompt = []
+        for r in rows:
+            strict = [verify_number(resp, r["answer"])[0] for resp in r["responses"]]
+            per_prompt.append(sum(strict) / len(strict))
+            for resp, old in zip(r["responses"], r["rewards"]):
+                if old == 1.0:
+                    correct += 1
+                    expr += not is_number(extract_boxed(resp) or "")
+        if per_prompt:
+            per_set.append(sum(per_prompt) / len(per_prompt))
+    if not per_set:
+        return None
+    return {"pass@1": sum(per_set) / len(per_set), "expression_share_of_correct": expr / correct if correct else None}
 
 
 def _metrics(m: Member) -> list[dict]:
@@ -297,12 +325,17 @@ def summarize(plan: Plan) -> dict:
                                     "top_p": plan.eval.get("top_p", 0.95), "repeats": plan.eval.get("repeats", 1),
                                     "metric": "pass@1, macro average over the eval data sets"},
                            "arms": {}, "by_dataset": {}, "exchanged": {}, "transferred": {}, "exchange_steps": {},
-                           "clip_frac_peer": {}, "stored": {},
+                           "clip_frac_peer": {}, "stored": {}, "arms_answer_form_number": {},
+                           "expression_share_of_correct": {},
                            "train_reward": {}}
     for arm, members in arms.items():
         if arm.startswith("stored_"):
             continue
         out["arms"][arm] = {a: [_pass1(m, a) for m in members] for a in A}
+        regraded = {a: [regraded_pass1(m, a) for m in members] for a in A}
+        out["arms_answer_form_number"][arm] = {a: [r and r["pass@1"] for r in rs] for a, rs in regraded.items()}
+        out["expression_share_of_correct"][arm] = {a: [r and r["expression_share_of_correct"] for r in rs]
+                                                   for a, rs in regraded.items()}
         out["by_dataset"][arm] = {a: {d: [_pass1(m, a, d) for m in members] for d in plan.eval["data"]} for a in A}
         out["train_reward"][arm] = {a: [_last_reward(m, a) for m in members] for a in A}
         dirs = [f"{s}->{r}" for s in A for r in A if s != r]
@@ -378,6 +411,22 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
         xs = [x for x in summary["stored"].get(a, []) if x is not None]
         if xs:
             md.append(f"| stored peer ({a} receives) | " + " | ".join(_fmt(_mean(xs)) if b == a else "" for b in A) + " | |")
+    strict = summary.get("arms_answer_form_number", {})
+    if any(x is not None for per in strict.values() for xs in per.values() for x in xs):
+        md += ["", "The same eval responses re-graded with `reward.answer_form=number` (the box must hold a number "
+               "written out; the run itself was graded with math_verify equivalence, under which restating the "
+               "question in the box, `\\boxed{27*18}`, scored 1), and the share of responses counted correct whose "
+               "box held such an expression:", "",
+               "| arm | " + " | ".join(f"{a} pass@1 (number)" for a in A) + " | " +
+               " | ".join(f"{a} expression share" for a in A) + " |", "|---|" + "---:|" * (2 * len(A))]
+        shares = summary.get("expression_share_of_correct", {})
+        for arm, per in strict.items():
+            cells = []
+            for a in A:
+                xs = [x for x in per[a] if x is not None]
+                cells.append(_fmt(_mean(xs), _std(xs)) + f" [{len(xs)}]")
+            share = [", ".join("–" if x is None else f"{100 * x:.0f} %" for x in shares.get(arm, {}).get(a, [])) for a in A]
+            md.append(f"| {arm} | " + " | ".join(cells) + " | " + " | ".join(share) + " |")
     for a, rows in summary.get("stored_vs_online", {}).items():
         for r in rows:
             ratio = "not defined (online gain ≤ 0)" if r["ratio"] is None else f"{100 * r['ratio']:.0f} %"

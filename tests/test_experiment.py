@@ -76,6 +76,8 @@ def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_di
         (row,) = s["stored_vs_online"][a]
         assert row["seed"] == 1 and row["stored"] == s["stored"][a][0] and row["graft_n8"] == s["arms"]["graft_n8"][a][0]
         assert row["stored_gain"] == pytest.approx(row["stored"] - row["grpo_n8"])
+    for arm in ("grpo_n8", "graft_n8"):   # eval responses kept, so every run is re-graded
+        assert all(x is not None and 0.0 <= x <= 1.0 for xs in s["arms_answer_form_number"][arm].values() for x in xs)
     path = write_summary(plan)
     assert json.loads(path.read_text())["eval"]["n"] == 2
     report = (plan.results / "REPORT.md").read_text()
@@ -113,3 +115,21 @@ def test_stored_vs_online_gain_and_ratio():
     assert r["online_gain"] == pytest.approx(-0.02) and r["stored_gain"] == pytest.approx(-0.05) and r["ratio"] is None
     assert stored_vs_online(None, 0.3, 0.4) == {"stored": None, "grpo_n8": 0.3, "graft_n8": 0.4, "stored_gain": None,
                                                "online_gain": None, "ratio": None}
+
+
+def test_regraded_pass1_with_numbers_only(tmp_path):
+    """Hand-worked: set d1 — "486" answered \\boxed{27*18} (lenient 1, strict 0) and \\boxed{486} (1, 1) -> 0.5;
+    "5" answered \\boxed{5} (1, 1) and \\boxed{4} (0, 0) -> 0.5; d1 = 0.5. Set d2 — "13" answered
+    \\boxed{117 \\div 9} twice (1, 0) -> 0.0. Macro (0.5 + 0.0) / 2 = 0.25. Counted correct by the run:
+    5 responses, 3 of them expressions -> 0.6."""
+    from graft.experiment import Member, regraded_pass1
+    m = Member("grpo_n8", 1, [], tmp_path / "run", tmp_path / "res", ["A"])
+    rows = {"d1": [{"answer": "486", "responses": ["\\boxed{27*18}", "\\boxed{486}"], "rewards": [1.0, 1.0]},
+                   {"answer": "5", "responses": ["\\boxed{5}", "\\boxed{4}"], "rewards": [1.0, 0.0]}],
+            "d2": [{"answer": "13", "responses": ["\\boxed{117 \\div 9}"] * 2, "rewards": [1.0, 1.0]}]}
+    assert regraded_pass1(m, "A") is None                 # responses not kept
+    for ds, rs in rows.items():
+        (m.results_dir / "eval" / "A" / ds).mkdir(parents=True)
+        (m.results_dir / "eval" / "A" / ds / "repeat_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
+    r = regraded_pass1(m, "A")
+    assert r["pass@1"] == pytest.approx(0.25) and r["expression_share_of_correct"] == pytest.approx(0.6)
