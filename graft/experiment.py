@@ -326,7 +326,7 @@ def summarize(plan: Plan) -> dict:
                                     "metric": "pass@1, macro average over the eval data sets"},
                            "arms": {}, "by_dataset": {}, "exchanged": {}, "transferred": {}, "exchange_steps": {},
                            "clip_frac_peer": {}, "stored": {}, "arms_answer_form_number": {},
-                           "expression_share_of_correct": {},
+                           "expression_share_of_correct": {}, "stored_answer_form_number": {},
                            "train_reward": {}}
     for arm, members in arms.items():
         if arm.startswith("stored_"):
@@ -350,6 +350,7 @@ def summarize(plan: Plan) -> dict:
     for a in A:
         members = arms.get(f"stored_{a}", [])
         out["stored"][a] = [_pass1(m, a) for m in members]
+        out["stored_answer_form_number"][a] = [(regraded_pass1(m, a) or {}).get("pass@1") for m in members]
         if members and "grpo_n8" in arms and "graft_n8" in arms:
             at = lambda arm, seed: next((_pass1(x, a) for x in arms[arm] if x.seed == seed), None)  # noqa: E731
             out.setdefault("stored_vs_online", {})[a] = [
@@ -358,6 +359,10 @@ def summarize(plan: Plan) -> dict:
     if "grpo_n8" in out["arms"] and "graft_n8" in out["arms"]:
         out["paired_diff_graft_minus_grpo_n8"] = {
             a: [None if g is None or b is None else g - b for g, b in zip(out["arms"]["graft_n8"][a], out["arms"]["grpo_n8"][a])]
+            for a in A}
+        strict = out["arms_answer_form_number"]
+        out["paired_diff_graft_minus_grpo_n8_number"] = {
+            a: [None if g is None or b is None else g - b for g, b in zip(strict["graft_n8"][a], strict["grpo_n8"][a])]
             for a in A}
     return out
 
@@ -427,6 +432,16 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
                 cells.append(_fmt(_mean(xs), _std(xs)) + f" [{len(xs)}]")
             share = [", ".join("–" if x is None else f"{100 * x:.0f} %" for x in shares.get(arm, {}).get(a, [])) for a in A]
             md.append(f"| {arm} | " + " | ".join(cells) + " | " + " | ".join(share) + " |")
+        for a in A:
+            xs = [x for x in summary.get("stored_answer_form_number", {}).get(a, []) if x is not None]
+            if xs:
+                md.append(f"| stored peer ({a} receives) | " + " | ".join(_fmt(_mean(xs)) if b == a else "" for b in A)
+                          + " |" + " |" * len(A))
+        diff = summary.get("paired_diff_graft_minus_grpo_n8_number")
+        if diff:
+            md += ["", "Per-seed paired difference GRAFT n=8 − GRPO n=8 re-graded (points): " +
+                   "; ".join(f"{a}: " + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
+                             for a, ds in diff.items())]
     for a, rows in summary.get("stored_vs_online", {}).items():
         for r in rows:
             ratio = "not defined (online gain ≤ 0)" if r["ratio"] is None else f"{100 * r['ratio']:.0f} %"

@@ -78,6 +78,8 @@ def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_di
         assert row["stored_gain"] == pytest.approx(row["stored"] - row["grpo_n8"])
     for arm in ("grpo_n8", "graft_n8"):   # eval responses kept, so every run is re-graded
         assert all(x is not None and 0.0 <= x <= 1.0 for xs in s["arms_answer_form_number"][arm].values() for x in xs)
+    assert all(len(v) == 1 and v[0] is not None for v in s["stored_answer_form_number"].values())
+    assert set(s["paired_diff_graft_minus_grpo_n8_number"]) == {"A", "B"}
     path = write_summary(plan)
     assert json.loads(path.read_text())["eval"]["n"] == 2
     report = (plan.results / "REPORT.md").read_text()
