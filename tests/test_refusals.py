@@ -36,7 +36,7 @@ def _refused(*overrides: str, path=None) -> str:
     ("backend=Local", "backend: 'Local' is not one of local, ray"),
     ("exchange.balance=minimum", "exchange.balance: 'minimum' is not one of min, none, asymmetric"),
     ("models.1.template=Chat", "models.1.template: 'Chat' is not one of chat, plain, fewshot"),
-    ("rollout.engine=HF", "rollout.engine: 'HF' is not one of hf, hf-cb, vllm"),
+    ("rollout.engine=HF", "rollout.engine: 'HF' is not one of hf, hf-bf16, hf-cb, vllm"),
     ("data.on_bad_row=true", "data.on_bad_row: true is not one of error, skip"),
 ])
 def test_literal_fields_accept_only_their_choices(override, message):
