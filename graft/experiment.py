@@ -357,14 +357,15 @@ def summarize(plan: Plan) -> dict:
                 {"seed": m.seed, **stored_vs_online(_pass1(m, a), at("grpo_n8", m.seed), at("graft_n8", m.seed))}
                 for m in members]
     if "grpo_n8" in out["arms"] and "graft_n8" in out["arms"]:
-        out["paired_diff_graft_minus_grpo_n8"] = {
-            a: [None if g is None or b is None else g - b for g, b in zip(out["arms"]["graft_n8"][a], out["arms"]["grpo_n8"][a])]
-            for a in A}
-        strict = out["arms_answer_form_number"]
-        out["paired_diff_graft_minus_grpo_n8_number"] = {
-            a: [None if g is None or b is None else g - b for g, b in zip(strict["graft_n8"][a], strict["grpo_n8"][a])]
-            for a in A}
+        out["paired_diff_graft_minus_grpo_n8"] = _paired_diff(out["arms"], A)
+        out["paired_diff_graft_minus_grpo_n8_number"] = _paired_diff(out["arms_answer_form_number"], A)
     return out
+
+
+def _paired_diff(arms: dict, models: list[str]) -> dict:
+    """Per model, GRAFT n=8 minus GRPO n=8 seed by seed (None where either run is missing)."""
+    return {a: [None if g is None or b is None else g - b for g, b in zip(arms["graft_n8"][a], arms["grpo_n8"][a])]
+            for a in models}
 
 
 def stored_vs_online(stored: float | None, grpo: float | None, graft: float | None) -> dict:
