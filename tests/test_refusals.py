@@ -243,6 +243,12 @@ def test_disk_full_errors_are_recognised(tmp_path):
     e = output_error(RuntimeError("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file "
                                   "data/0: file write failed"), tmp_path / "checkpoints")
     assert str(e).startswith(f"cannot write {tmp_path / 'checkpoints'}: ")
+    # A disk that fills in the middle of a tensor: torch sees a short write, not ENOSPC (the CI
+    # failure of stop 16). The message names the free space of the folder's file system.
+    e = output_error(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 33561216 vs 33561104"),
+                     tmp_path / "checkpoints" / ".tmp-step_000002" / "B" / "optimizer.pt")
+    assert str(e).startswith(f"cannot write {tmp_path / 'checkpoints'}")
+    assert "unexpected pos" in str(e) and str(e).endswith(" MiB free; disk full?)")
     assert output_error(RuntimeError("shape mismatch"), tmp_path) is None
     assert output_error(OSError(errno.EINTR, "interrupted"), tmp_path) is None
 

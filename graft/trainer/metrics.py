@@ -11,6 +11,7 @@ import errno
 import json
 import math
 import os
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,9 +69,25 @@ def output_error(e: BaseException, what: str | os.PathLike) -> OutputError | Non
         hint = " (disk full?)" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
         return OutputError(f"cannot write {target}: {e.strerror or e}{hint}")
     text = str(e)
-    if isinstance(e, RuntimeError) and ("No space left" in text or "file write failed" in text):
-        return OutputError(f"cannot write {what}: {text.splitlines()[0][:200]} (disk full?)")
+    if isinstance(e, RuntimeError) and any(m in text for m in _WRITE_FAILURES):
+        return OutputError(f"cannot write {what}: {text.splitlines()[0][:200]} ({_free_space(what)}; disk full?)")
     return None
+
+
+# How torch's zip writer and safetensors word a failed or short file write (torch reports a full
+# disk in the middle of a tensor as "unexpected pos A vs B": fewer bytes landed than it wrote).
+_WRITE_FAILURES = ("No space left", "file write failed", "unexpected pos")
+
+
+def _free_space(what: str | os.PathLike) -> str:
+    """'N MiB free' on the file system that holds ``what`` (its nearest existing parent)."""
+    p = Path(what).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return f"{shutil.disk_usage(p).free / 2**20:.0f} MiB free"
+    except OSError:
+        return "free space unknown"
 
 
 def check_run_dir(run_dir: str | os.PathLike) -> None:
