@@ -7,7 +7,7 @@
     graft report RUN_DIR [RUN_DIR ...] [--out DIR]
     graft store info|export PATH ...
     graft sweep CONFIG.yaml --grid key=v1,v2 [--grid ...] [--print] [key=value ...]
-    graft experiment run|summarize|print PLAN.yaml [--max-minutes M] [--only ARM ...]
+    graft experiment run|summarize|print|status PLAN.yaml [--max-minutes M] [--only ARM ...]
     graft bench [--only a,b,c] [--reps 3] [--model M] [--models M1,M2] [--config CFG] [--out DIR] [key=value ...]
 """
 from __future__ import annotations

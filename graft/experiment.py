@@ -3,6 +3,7 @@ resumably one training run at a time, each final checkpoint evaluated, everythin
 
     graft experiment run configs/experiments/mini-repro.yaml [--max-minutes 85] [--only ARM ...]
     graft experiment summarize configs/experiments/mini-repro.yaml
+    graft experiment status configs/experiments/mini-repro.yaml    # which runs are done, where each stands
 
 A plan (YAML) names a base training config, common overrides, seeds, arms (each a list of
 overrides, optionally its own seeds) and the evaluation data::
@@ -221,6 +222,41 @@ def run_plan(plan: Plan, max_minutes: float | None = None, only: list[str] | Non
         log(f"{m.arm} seed {m.seed}: {m.run_dir}")
         run_member(plan, m, log)
     return [m for m in todo if not _done(m)]
+
+
+def member_state(m: Member, steps: int) -> str:
+    """Where one run of the plan stands: ``done``, ``trained (eval pending)``, ``step k/steps
+    (resumes from checkpoint c)``, ``results only`` (its small files are here, its run folder is
+    not: another machine ran it) or ``not started``."""
+    from graft.storage.checkpoint import checkpoint_step, latest_checkpoint
+
+    if _done(m):
+        return "done"
+    if (m.run_dir / "summary.json").is_file():
+        return "trained (eval pending)"
+    if (m.run_dir / "metrics.jsonl").is_file():
+        k = sum(1 for line in (m.run_dir / "metrics.jsonl").read_text().splitlines() if line.strip())
+        ck = latest_checkpoint(m.run_dir)
+        return f"step {k}/{steps} " + (f"(resumes from checkpoint {checkpoint_step(ck)})" if ck else "(no checkpoint yet)")
+    if (m.results_dir / "summary.json").is_file():
+        return "results only"
+    return "not started"
+
+
+def plan_status(plan: Plan) -> list[dict]:
+    """One row per run, in run order: arm, seed, state (:func:`member_state`)."""
+    rows = []
+    for m in plan.members:
+        steps = load_config(plan.config, m.overrides + [f"seed={m.seed}"]).steps
+        rows.append({"arm": m.arm, "seed": m.seed, "state": member_state(m, steps), "run_dir": str(m.run_dir)})
+    return rows
+
+
+def check_only(plan: Plan, only: list[str] | None) -> None:
+    """Refuse ``--only`` arms the plan does not have (rather than silently running nothing)."""
+    unknown = sorted(set(only or []) - set(plan.arms()))
+    if unknown:
+        raise ConfigError(f"--only: the plan has no arm(s) {unknown} (it has {sorted(plan.arms())})")
 
 
 # ----------------------------------------------------------------------------- summary
@@ -519,12 +555,22 @@ def plan_seeds(plan: Plan, arm: str) -> list[int]:
 
 def experiment_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="graft experiment", description=__doc__.split("\n")[0])
-    ap.add_argument("action", choices=["run", "summarize", "print"])
+    ap.add_argument("action", choices=["run", "summarize", "print", "status"])
     ap.add_argument("plan")
     ap.add_argument("--max-minutes", type=float, default=None, help="start no new run after this many minutes")
     ap.add_argument("--only", nargs="*", default=None, help="arms to run (default: all)")
     args = ap.parse_args(argv)
     plan = load_plan(args.plan)
+    check_only(plan, args.only)
+    if args.action == "status":
+        rows = plan_status(plan)
+        width = max(len(f"{r['arm']}/seed{r['seed']}") for r in rows) if rows else 0
+        for r in rows:
+            print(f"{r['arm'] + '/seed' + str(r['seed']):<{width}}  {r['state']}")
+        done = sum(r["state"] in ("done", "results only") for r in rows)
+        print(f"[experiment {plan.name}] {done} of {len(rows)} runs finished; `graft experiment run` does the rest"
+              if done < len(rows) else f"[experiment {plan.name}] all {len(rows)} runs finished")
+        return 0
     if args.action == "print":
         for m in plan.members:
             print(shlex.join(m.command(plan.config)))

@@ -135,3 +135,33 @@ def test_regraded_pass1_with_numbers_only(tmp_path):
         (m.results_dir / "eval" / "A" / ds / "repeat_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
     r = regraded_pass1(m, "A")
     assert r["pass@1"] == pytest.approx(0.25) and r["expression_share_of_correct"] == pytest.approx(0.6)
+
+
+def test_status_of_every_run_and_unknown_only_arms(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys):
+    """Each state built by hand: a finished run, one killed after its first step (metrics, no
+    checkpoint), one whose small files were committed from another machine, an untouched one."""
+    from graft.cli import main
+    from graft.experiment import check_only, plan_status
+
+    path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
+    plan = load_plan(path)
+    grpo, graft, stored_a, _ = plan.members
+    grpo.run_dir.mkdir(parents=True)
+    (grpo.run_dir / "summary.json").write_text("{}")
+    for name in grpo.models:
+        (grpo.run_dir / "eval_final" / name).mkdir(parents=True)
+        (grpo.run_dir / "eval_final" / name / "results.json").write_text("{}")
+    graft.run_dir.mkdir(parents=True)
+    (graft.run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    stored_a.results_dir.mkdir(parents=True)
+    (stored_a.results_dir / "summary.json").write_text("{}")
+    assert [r["state"] for r in plan_status(plan)] == [
+        "done", "step 1/1 (no checkpoint yet)", "results only", "not started"]
+
+    assert main(["experiment", "status", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "graft_n8/seed1  step 1/1 (no checkpoint yet)" in out and "2 of 4 runs finished" in out
+    with pytest.raises(ConfigError, match=r"no arm\(s\) \['grpo_n9'\]"):
+        check_only(plan, ["grpo_n8", "grpo_n9"])
+    assert main(["experiment", "run", str(path), "--only", "grpo_n9"]) == 2   # one line, nothing run
+    assert "--only: the plan has no arm(s) ['grpo_n9']" in capsys.readouterr().err
