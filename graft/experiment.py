@@ -25,7 +25,8 @@ overrides, optionally its own seeds) and the evaluation data::
     keep_checkpoints: false            # delete a run's checkpoints once its final one is evaluated
 
 ``run`` goes through the plan in order, arm by arm and seed by seed: a run whose ``summary.json``
-exists is skipped, a run with a checkpoint is resumed, the others start; each finished run's final
+exists is skipped, and so is one whose results are already recorded under ``results/`` (committed
+from another machine), a run with a checkpoint is resumed, the others start; each finished run's final
 checkpoint is evaluated per model (``graft eval`` with the run's own prompt format) and its small
 files are copied to ``results/ARM/seedS/``. ``--max-minutes`` stops starting new runs after that
 long, so the whole plan runs as resumable pieces. Every run is the command printed before it
@@ -154,6 +155,13 @@ def _done(m: Member) -> bool:
         (m.run_dir / "eval_final" / name / "results.json").is_file() for name in m.models)
 
 
+def _recorded(m: Member) -> bool:
+    """Its small files and every model's eval results are under ``results/`` (run elsewhere, or its
+    run folder is gone): the record stands, ``experiment run`` does not train it again."""
+    return (m.results_dir / "summary.json").is_file() and all(
+        (m.results_dir / "eval" / name / "results.json").is_file() for name in m.models)
+
+
 def run_member(plan: Plan, m: Member, log) -> None:
     from graft.storage.checkpoint import latest_checkpoint
 
@@ -211,17 +219,21 @@ def run_plan(plan: Plan, max_minutes: float | None = None, only: list[str] | Non
         if _done(m):
             copy_small_files(m)
             continue
+        if _recorded(m):
+            log(f"skip {m.arm}/seed{m.seed}: its results are recorded in {m.results_dir} (move them away to run it again)")
+            continue
         if m.arm.startswith("stored_"):
             src = Path(str([o for o in m.overrides if o.startswith("peer.store_path=")][0]).split("=", 1)[1])
             if not (src.parent / "summary.json").is_file():
-                log(f"skip {m.arm}/seed{m.seed}: its peer's run ({src.parent}) has not finished")
+                log(f"skip {m.arm}/seed{m.seed}: its peer's trajectory store ({src}) is not here; "
+                    "its run has not finished on this machine")
                 continue
         if max_minutes is not None and (time.monotonic() - t0) / 60 > max_minutes:
             log(f"stopping after {max_minutes:g} minutes; rerun the same command to continue")
             break
         log(f"{m.arm} seed {m.seed}: {m.run_dir}")
         run_member(plan, m, log)
-    return [m for m in todo if not _done(m)]
+    return [m for m in todo if not (_done(m) or _recorded(m))]
 
 
 def member_state(m: Member, steps: int) -> str:
@@ -238,7 +250,7 @@ def member_state(m: Member, steps: int) -> str:
         k = sum(1 for line in (m.run_dir / "metrics.jsonl").read_text().splitlines() if line.strip())
         ck = latest_checkpoint(m.run_dir)
         return f"step {k}/{steps} " + (f"(resumes from checkpoint {checkpoint_step(ck)})" if ck else "(no checkpoint yet)")
-    if (m.results_dir / "summary.json").is_file():
+    if _recorded(m):
         return "results only"
     return "not started"
 

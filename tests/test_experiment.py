@@ -155,8 +155,15 @@ def test_status_of_every_run_and_unknown_only_arms(tmp_path, tiny_llama_dir, tin
     (graft.run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
     stored_a.results_dir.mkdir(parents=True)
     (stored_a.results_dir / "summary.json").write_text("{}")
+    assert plan_status(plan)[2]["state"] == "not started"       # no eval results: not a finished record
+    for name in stored_a.models:
+        (stored_a.results_dir / "eval" / name).mkdir(parents=True)
+        (stored_a.results_dir / "eval" / name / "results.json").write_text("{}")
     assert [r["state"] for r in plan_status(plan)] == [
         "done", "step 1/1 (no checkpoint yet)", "results only", "not started"]
+    # run agrees with status: the recorded run is not trained again (nothing here could train it)
+    assert run_plan(plan, only=[stored_a.arm]) == []
+    assert "its results are recorded in" in capsys.readouterr().err
 
     assert main(["experiment", "status", str(path)]) == 0
     out = capsys.readouterr().out
