@@ -468,9 +468,9 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
     strict = summary.get("arms_answer_form_number", {})
     if any(x is not None for per in strict.values() for xs in per.values() for x in xs):
         md += ["", "The same eval responses re-graded with `reward.answer_form=number` (the box must hold a number "
-               "written out; the run itself was graded with math_verify equivalence, under which restating the "
-               "question in the box, `\\boxed{27*18}`, scored 1), and the share of responses counted correct whose "
-               "box held such an expression:", "",
+               "written out; graded with math_verify equivalence, as runs with `reward.answer_form=any` are, "
+               "restating the question in the box, `\\boxed{27*18}`, scores 1), and the share of the responses "
+               "the run's own grading counted correct whose box held such an expression:", "",
                "| arm | " + " | ".join(f"{a} pass@1 (number)" for a in A) + " | " +
                " | ".join(f"{a} expression share" for a in A) + " |", "|---|" + "---:|" * (2 * len(A))]
         shares = summary.get("expression_share_of_correct", {})
@@ -493,7 +493,8 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
                              for a, ds in diff.items())]
     for a, rows in summary.get("stored_vs_online", {}).items():
         for r in rows:
-            ratio = "not defined (online gain ≤ 0)" if r["ratio"] is None else f"{100 * r['ratio']:.0f} %"
+            ratio = (f"{100 * r['ratio']:.0f} %" if r["ratio"] is not None else "not defined (a run is missing)"
+                     if r["online_gain"] is None or r["stored_gain"] is None else "not defined (online gain ≤ 0)")
             md += ["", f"Stored vs online, {a} (seed {r['seed']}): stored peer {_fmt(r['stored'])}, GRPO n=8 "
                    f"{_fmt(r['grpo_n8'])}, GRAFT n=8 {_fmt(r['graft_n8'])}: stored gain "
                    f"{_pts(r['stored_gain'])}, online gain {_pts(r['online_gain'])}, ratio {ratio} (paper: 84 %)."]
