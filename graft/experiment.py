@@ -150,16 +150,19 @@ def _model_yaml(m) -> str:
 
 # ----------------------------------------------------------------------------- running
 
+def _finished_in(folder: Path, eval_dir: str, models: list[str]) -> bool:
+    return (folder / "summary.json").is_file() and all(
+        (folder / eval_dir / name / "results.json").is_file() for name in models)
+
+
 def _done(m: Member) -> bool:
-    return (m.run_dir / "summary.json").is_file() and all(
-        (m.run_dir / "eval_final" / name / "results.json").is_file() for name in m.models)
+    return _finished_in(m.run_dir, "eval_final", m.models)
 
 
 def _recorded(m: Member) -> bool:
     """Its small files and every model's eval results are under ``results/`` (run elsewhere, or its
     run folder is gone): the record stands, ``experiment run`` does not train it again."""
-    return (m.results_dir / "summary.json").is_file() and all(
-        (m.results_dir / "eval" / name / "results.json").is_file() for name in m.models)
+    return _finished_in(m.results_dir, "eval", m.models)
 
 
 def run_member(plan: Plan, m: Member, log) -> None:
@@ -493,8 +496,12 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
                              for a, ds in diff.items())]
     for a, rows in summary.get("stored_vs_online", {}).items():
         for r in rows:
-            ratio = (f"{100 * r['ratio']:.0f} %" if r["ratio"] is not None else "not defined (a run is missing)"
-                     if r["online_gain"] is None or r["stored_gain"] is None else "not defined (online gain ≤ 0)")
+            if r["ratio"] is not None:
+                ratio = f"{100 * r['ratio']:.0f} %"
+            elif r["online_gain"] is None or r["stored_gain"] is None:
+                ratio = "not defined (a run is missing)"
+            else:
+                ratio = "not defined (online gain ≤ 0)"
             md += ["", f"Stored vs online, {a} (seed {r['seed']}): stored peer {_fmt(r['stored'])}, GRPO n=8 "
                    f"{_fmt(r['grpo_n8'])}, GRAFT n=8 {_fmt(r['graft_n8'])}: stored gain "
                    f"{_pts(r['stored_gain'])}, online gain {_pts(r['online_gain'])}, ratio {ratio} (paper: 84 %)."]
