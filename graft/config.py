@@ -146,13 +146,17 @@ class ArithmeticConfig:
     ids ``FAMILY-00017``. ``None``: single-step ``a op b`` problems from ``ops`` and ``style``."""
 
     def __post_init__(self) -> None:
-        from graft.data.arithmetic import FAMILIES
+        from graft.data.arithmetic import FAMILIES, format_problem
 
         _check(self.num_prompts > 0, "num_prompts", f"must be positive, got {self.num_prompts}")
         _check(self.families is None or (len(self.families) > 0 and set(self.families) <= set(FAMILIES)), "families",
                f"must be a non-empty list of {', '.join(FAMILIES)}; got {self.families}")
         _check(self.max_operand >= 0, "max_operand", f"must be >= 0, got {self.max_operand}")
         _check(set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, "ops", f"must be a non-empty subset of + - *, got {self.ops}")
+        try:
+            format_problem(1, "+", 2, self.style)
+        except ValueError as e:
+            raise _FieldError("style", str(e)) from None
 
 
 @dataclass

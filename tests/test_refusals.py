@@ -101,6 +101,15 @@ def test_max_new_tokens_must_be_positive(value):
     assert _refused(f"rollout.max_new_tokens={value}").startswith(f"rollout.max_new_tokens: must be > 0, got {value}")
 
 
+@pytest.mark.parametrize("style", ["nope", "{a} {c} {b}", "{a", "What is {a}?"])
+def test_arithmetic_style_is_checked_at_load(style):
+    """An unknown style name, a format string with an unknown field ({c}: a KeyError traceback at data
+    load before) or without both operands is refused at load naming the field."""
+    assert _refused(f"data.arithmetic.style={style!r}").startswith(
+        f"data.arithmetic.style: unknown arithmetic style {style!r}: use one of question, times")
+    assert _load("data.arithmetic.style='Add {a} and {b}.'").data.arithmetic.style == "Add {a} and {b}."
+
+
 def test_reward_workers_must_not_be_negative():
     """issue 10: reward.workers=-1 ended in a ValueError traceback from the grader after the models loaded."""
     assert _refused("reward.workers=-1").startswith("reward.workers: must be >= 0")

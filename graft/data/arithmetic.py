@@ -38,10 +38,13 @@ def format_problem(a: int, op: str, b: int, style: str = DEFAULT_STYLE) -> str:
     """The problem text of ``a op b`` in ``style``: a name from :data:`STYLES` or a format
     string using the same fields (e.g. ``"Add {a} and {b}."``)."""
     template = STYLES.get(style, style)
-    if "{a}" not in template or "{b}" not in template:
-        raise ValueError(f"unknown arithmetic style {style!r}: use one of {sorted(STYLES)} "
-                         "or a format string with {a}, {b} and an operator field")
-    return template.format(a=a, b=b, op=op, op_word=_WORDS[op], op_latex=_LATEX[op], op_unicode=_UNICODE[op])
+    try:
+        if "{a}" not in template or "{b}" not in template:
+            raise ValueError
+        return template.format(a=a, b=b, op=op, op_word=_WORDS[op], op_latex=_LATEX[op], op_unicode=_UNICODE[op])
+    except (KeyError, IndexError, ValueError):
+        raise ValueError(f"unknown arithmetic style {style!r}: use one of {', '.join(STYLES)} or a format string "
+                         "with {a} and {b} (and optionally {op}, {op_word}, {op_latex}, {op_unicode})") from None
 
 
 def _value(a: int, op: str, b: int) -> int:

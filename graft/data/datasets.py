@@ -28,7 +28,8 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from graft.data.arithmetic import DEFAULT_STYLE, make_arithmetic, make_families
+from graft.config import ArithmeticConfig
+from graft.data.arithmetic import make_arithmetic, make_families
 from graft.types import Prompt
 
 
@@ -103,15 +104,12 @@ def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None,
     return prompts, stats
 
 
-def _arithmetic(cfg: Any) -> list[Prompt]:
-    if cfg is None:
-        from graft.config import ArithmeticConfig
-        cfg = ArithmeticConfig()
+def _arithmetic(cfg: ArithmeticConfig | None) -> list[Prompt]:
+    cfg = cfg or ArithmeticConfig()
     try:
-        if getattr(cfg, "families", None):
+        if cfg.families:
             return make_families(cfg.num_prompts, cfg.families, cfg.max_operand, cfg.seed)
-        return make_arithmetic(cfg.num_prompts, cfg.max_operand, cfg.ops, cfg.seed,
-                               style=getattr(cfg, "style", None) or DEFAULT_STYLE)
+        return make_arithmetic(cfg.num_prompts, cfg.max_operand, cfg.ops, cfg.seed, style=cfg.style)
     except ValueError as e:
         raise DataError(f"data.arithmetic: {e}") from None
 
