@@ -290,11 +290,13 @@ def _pass1(m: Member, model: str, dataset: str | None = None) -> float | None:
 def regraded_pass1(m: Member, model: str) -> dict | None:
     """pass@1 (macro over the eval data sets) of a finished run's stored eval responses re-graded with
     ``reward.answer_form=number`` (a box must hold a number written out), and the share of the responses
-    the run's own grading counted correct whose box held an expression instead (``\\boxed{27*18}``).
-    ``None`` when the responses were not kept."""
+    the run's own grading counted correct whose box held an expression instead (``\\boxed{27*18}``), and
+    that share among all responses with a non-empty box (the only one that means anything when the run
+    was graded with numbers only: there no correct response holds an expression). ``None`` when the
+    responses were not kept."""
     from graft.reward.verifier import extract_boxed, is_number, verify_number
 
-    per_set, correct, expr = [], 0, 0
+    per_set, correct, expr_correct, boxed, expr_boxed = [], 0, 0, 0, 0
     for path in sorted((m.results_dir / "eval" / model).glob("*/repeat_*.jsonl")):
         rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
         per_prompt = []
@@ -302,14 +304,20 @@ def regraded_pass1(m: Member, model: str) -> dict | None:
             strict = [verify_number(resp, r["answer"])[0] for resp in r["responses"]]
             per_prompt.append(sum(strict) / len(strict))
             for resp, old in zip(r["responses"], r["rewards"]):
+                content = extract_boxed(resp)
+                expression = bool(content) and not is_number(content)
+                boxed += bool(content)
+                expr_boxed += expression
                 if old == 1.0:
                     correct += 1
-                    expr += not is_number(extract_boxed(resp) or "")
+                    expr_correct += expression
         if per_prompt:
             per_set.append(sum(per_prompt) / len(per_prompt))
     if not per_set:
         return None
-    return {"pass@1": sum(per_set) / len(per_set), "expression_share_of_correct": expr / correct if correct else None}
+    return {"pass@1": sum(per_set) / len(per_set),
+            "expression_share_of_correct": expr_correct / correct if correct else None,
+            "expression_share_of_boxed": expr_boxed / boxed if boxed else None}
 
 
 def _metrics(m: Member) -> list[dict]:
@@ -370,14 +378,19 @@ def summarize(plan: Plan) -> dict:
     arms = plan.arms()
     A = plan.models
     seeds = sorted({m.seed for m in plan.members})
+    forms = {load_config(plan.config, m.overrides + [f"seed={m.seed}"]).reward.answer_form for m in plan.members
+             if not m.arm.startswith("stored_")}
+    answer_form = forms.pop() if len(forms) == 1 else "mixed"
     out: dict[str, Any] = {"models": A, "seeds": seeds,
                            "eval": {"data": {k: Path(v).name for k, v in plan.eval["data"].items()},
                                     "n": plan.eval.get("n", 8), "temperature": plan.eval.get("temperature", 0.6),
                                     "top_p": plan.eval.get("top_p", 0.95), "repeats": plan.eval.get("repeats", 1),
-                                    "metric": "pass@1, macro average over the eval data sets"},
+                                    "metric": "pass@1, macro average over the eval data sets",
+                                    "answer_form": answer_form},
                            "arms": {}, "by_dataset": {}, "exchanged": {}, "transferred": {}, "exchange_steps": {},
                            "clip_frac_peer": {}, "stored": {}, "arms_answer_form_number": {},
-                           "expression_share_of_correct": {}, "stored_answer_form_number": {},
+                           "expression_share_of_correct": {}, "expression_share_of_boxed": {},
+                           "stored_answer_form_number": {},
                            "train_reward": {}}
     for arm, members in arms.items():
         if arm.startswith("stored_"):
@@ -387,6 +400,8 @@ def summarize(plan: Plan) -> dict:
         out["arms_answer_form_number"][arm] = {a: [r and r["pass@1"] for r in rs] for a, rs in regraded.items()}
         out["expression_share_of_correct"][arm] = {a: [r and r["expression_share_of_correct"] for r in rs]
                                                    for a, rs in regraded.items()}
+        out["expression_share_of_boxed"][arm] = {a: [r and r["expression_share_of_boxed"] for r in rs]
+                                                 for a, rs in regraded.items()}
         out["by_dataset"][arm] = {a: {d: [_pass1(m, a, d) for m in members] for d in plan.eval["data"]} for a in A}
         out["train_reward"][arm] = {a: [_last_reward(m, a) for m in members] for a in A}
         dirs = [f"{s}->{r}" for s in A for r in A if s != r]
@@ -469,7 +484,16 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
         if xs:
             md.append(f"| stored peer ({a} receives) | " + " | ".join(_fmt(_mean(xs)) if b == a else "" for b in A) + " | |")
     strict = summary.get("arms_answer_form_number", {})
-    if any(x is not None for per in strict.values() for xs in per.values() for x in xs):
+    if summary["eval"].get("answer_form") == "number":
+        md += ["", "Every run trained and was evaluated with `reward.answer_form=number`: a box must hold a number "
+               "written out, so restating the question in it (`\\boxed{27*18}`) scores 0. Share of the eval "
+               "responses with a non-empty box whose box held such an expression, per seed:", "",
+               "| arm | " + " | ".join(A) + " |", "|---|" + "---:|" * len(A)]
+        shares = summary.get("expression_share_of_boxed", {})
+        for arm in strict:
+            md.append(f"| {arm} | " + " | ".join(", ".join("–" if x is None else f"{100 * x:.1f} %"
+                                                           for x in shares.get(arm, {}).get(a, [])) for a in A) + " |")
+    elif any(x is not None for per in strict.values() for xs in per.values() for x in xs):
         md += ["", "The same eval responses re-graded with `reward.answer_form=number` (the box must hold a number "
                "written out; graded with math_verify equivalence, as runs with `reward.answer_form=any` are, "
                "restating the question in the box, `\\boxed{27*18}`, scores 1), and the share of the responses "

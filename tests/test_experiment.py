@@ -135,6 +135,27 @@ def test_regraded_pass1_with_numbers_only(tmp_path):
         (m.results_dir / "eval" / "A" / ds / "repeat_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
     r = regraded_pass1(m, "A")
     assert r["pass@1"] == pytest.approx(0.25) and r["expression_share_of_correct"] == pytest.approx(0.6)
+    assert r["expression_share_of_boxed"] == pytest.approx(0.5)   # 6 boxed responses, 3 of them expressions
+
+
+def test_report_of_a_numbers_only_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir):
+    """A plan graded with numbers only: its pass@1 is already the numbers-only one, so the report shows
+    no second "re-graded" table (the expression share of correct answers is 0 by construction there)
+    but the share of boxed answers that hold an expression; a mixed plan says so."""
+    from graft.experiment import report_markdown
+    path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
+    assert summarize(load_plan(path))["eval"]["answer_form"] == "any"
+    raw = yaml.safe_load(path.read_text())
+    raw["overrides"] = ["reward.answer_form=number"]
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    plan = load_plan(path)
+    s = summarize(plan)
+    assert s["eval"]["answer_form"] == "number" and s["expression_share_of_boxed"]["grpo_n8"] == {"A": [None], "B": [None]}
+    md = report_markdown(plan, s, {})
+    assert "Every run trained and was evaluated with `reward.answer_form=number`" in md and "re-graded with" not in md
+    raw["arms"]["grpo_n8"] = ["exchange.mode=grpo", "reward.answer_form=any"]
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert summarize(load_plan(path))["eval"]["answer_form"] == "mixed"
 
 
 def test_status_of_every_run_and_unknown_only_arms(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys):
