@@ -80,6 +80,8 @@ class Plan:
     eval: dict
     models: list[str]
     keep_checkpoints: bool = True
+    answer_form: str = "any"
+    """The runs' ``reward.answer_form`` (stored-peer runs share it), or ``mixed`` when arms differ."""
 
     def arms(self) -> dict[str, list[Member]]:
         out: dict[str, list[Member]] = {}
@@ -133,12 +135,12 @@ def load_plan(path: str | Path) -> Plan:
     if unknown_runs:
         raise ConfigError(f"{path}: order names runs that the plan does not have: {unknown_runs} (have {keys})")
     members.sort(key=lambda m: order.index(f"{m.arm}/{m.seed}") if f"{m.arm}/{m.seed}" in order else len(order))
-    for m in members:
-        if not m.arm.startswith("stored_"):
-            load_config(base, m.overrides + [f"seed={m.seed}"])
+    forms = {load_config(base, m.overrides + [f"seed={m.seed}"]).reward.answer_form
+             for m in members if not m.arm.startswith("stored_")}
     ev = dict(raw.get("eval") or {})
     ev["data"] = {k: str((path.parent / v).resolve()) for k, v in (ev.get("data") or {}).items()}
-    return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models, bool(raw.get("keep_checkpoints", True)))
+    return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models,
+                bool(raw.get("keep_checkpoints", True)), forms.pop() if len(forms) == 1 else "mixed")
 
 
 def _model_yaml(m) -> str:
@@ -378,15 +380,12 @@ def summarize(plan: Plan) -> dict:
     arms = plan.arms()
     A = plan.models
     seeds = sorted({m.seed for m in plan.members})
-    forms = {load_config(plan.config, m.overrides + [f"seed={m.seed}"]).reward.answer_form for m in plan.members
-             if not m.arm.startswith("stored_")}
-    answer_form = forms.pop() if len(forms) == 1 else "mixed"
     out: dict[str, Any] = {"models": A, "seeds": seeds,
                            "eval": {"data": {k: Path(v).name for k, v in plan.eval["data"].items()},
                                     "n": plan.eval.get("n", 8), "temperature": plan.eval.get("temperature", 0.6),
                                     "top_p": plan.eval.get("top_p", 0.95), "repeats": plan.eval.get("repeats", 1),
                                     "metric": "pass@1, macro average over the eval data sets",
-                                    "answer_form": answer_form},
+                                    "answer_form": plan.answer_form},
                            "arms": {}, "by_dataset": {}, "exchanged": {}, "transferred": {}, "exchange_steps": {},
                            "clip_frac_peer": {}, "stored": {}, "arms_answer_form_number": {},
                            "expression_share_of_correct": {}, "expression_share_of_boxed": {},
