@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hard-scale", type=int, default=3, help="operand range multiplier of the hard split")
     ap.add_argument("--seed", type=int, default=777, help="seed of the test splits (the training task's is data.arithmetic.seed)")
     ap.add_argument("overrides", nargs="*")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
 
     from graft.config import load_config
     from graft.data.arithmetic import make_families

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(cfg.threads)
     prompts, _ = load_prompts(cfg.data.train, cfg.data.on_bad_row, cfg.data.arithmetic)
     batch, _ = PromptSampler(prompts, min(args.prompts, len(prompts)), args.seed, True).next_batch()
-    results: dict = {"config": args.config, "prompts": len(batch), "n": cfg.rollout.n,
+    results: dict = {"config": args.config, "overrides": list(args.overrides), "prompts": len(batch), "n": cfg.rollout.n,
                      "max_new_tokens": cfg.rollout.max_new_tokens, "models": {}, "complementarity": {}}
     groups, learners = {}, {}
     from graft.reward.worker import VERIFY_FNS

@@ -1,0 +1,34 @@
+"""scripts/make_task_splits.py: held-out splits never share a problem with the training task, and
+``key=value`` overrides may follow the options (the commands in configs/experiments/*.yaml do that)."""
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("make_task_splits", REPO / "scripts" / "make_task_splits.py")
+splits = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(splits)
+
+
+def _rows(folder: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (folder / f"{name}.jsonl").read_text().splitlines()]
+
+
+def test_splits_are_disjoint_from_training_and_take_overrides_after_options(tmp_path):
+    from graft.config import load_config
+    from graft.data.datasets import load_prompts
+
+    cfg = REPO / "configs" / "default.yaml"
+    small, wide = tmp_path / "small", tmp_path / "wide"
+    assert splits.main([str(cfg), "--out", str(small), "--test", "12", "--hard", "12", "data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]) == 0
+    assert splits.main([str(cfg), "--out", str(wide), "--test", "12", "--hard", "12", "data.arithmetic.max_operand=40"]) == 0
+    train = {p.problem for p in load_prompts("arithmetic", "error",
+                                             load_config(cfg, ["data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]).data.arithmetic)[0]}
+    for name in ("test", "test_hard"):
+        rows = _rows(small, name)
+        assert len(rows) == 12 and not {r["problem"] for r in rows} & train
+        assert len({r["problem"] for r in rows}) == 12                        # distinct
+    assert _rows(small, "test") != _rows(wide, "test")                         # the override took effect
+    # "What is 6 + 4?"-style problems with operands up to 6: every number in an `add` problem is <= 6
+    adds = [r["problem"] for r in _rows(small, "test") if r["id"].startswith("test-add-")]
+    assert adds and all(int(t.strip("?.")) <= 6 for p in adds for t in p.split() if t.strip("?.").isdigit())
