@@ -554,6 +554,9 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
         md.append("- peer-token clip rate (low + high, mean over steps with peer data): " + "; ".join(
             f"{k}: " + ", ".join(f"{a} {'–' if v is None else f'{100 * v:.2f}%'}" for a, v in d.items())
             for k, d in summary["clip_frac_peer"].items()))
+    if plots:
+        md += ["", "The plots below show one run per arm, its lowest seed (the stored-peer runs are left out); "
+                   "every seed's numbers are in the tables above and in summary.json."]
     for title, key in (("Training reward", "rewards"), ("Complementarity (independent GRPO runs)", "complementarity"),
                        ("Compatibility s", "s_hist"), ("Exchange sizes", "exchange"), ("Clip rates", "clip_rates")):
         if plots.get(key):

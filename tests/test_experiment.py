@@ -153,6 +153,8 @@ def test_report_of_a_numbers_only_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     assert s["eval"]["answer_form"] == "number" and s["expression_share_of_boxed"]["grpo_n8"] == {"A": [None], "B": [None]}
     md = report_markdown(plan, s, {})
     assert "Every run trained and was evaluated with `reward.answer_form=number`" in md and "re-graded with" not in md
+    assert "lowest seed" not in md                                   # no plots, no caption
+    assert "one run per arm, its lowest seed" in report_markdown(plan, s, {"rewards": "rewards.png"})
     raw["arms"]["grpo_n8"] = ["exchange.mode=grpo", "reward.answer_form=any"]
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert summarize(load_plan(path))["eval"]["answer_form"] == "mixed"
@@ -193,3 +195,21 @@ def test_status_of_every_run_and_unknown_only_arms(tmp_path, tiny_llama_dir, tin
         check_only(plan, ["grpo_n8", "grpo_n9"])
     assert main(["experiment", "run", str(path), "--only", "grpo_n9"]) == 2   # one line, nothing run
     assert "--only: the plan has no arm(s) ['grpo_n9']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("plan_path", sorted((Path(__file__).resolve().parents[1] / "configs" / "experiments").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_committed_run_is_what_its_plan_resolves_to_now(plan_path, monkeypatch):
+    """A committed run's config.yaml (loaded, so fields added since take their defaults) equals the config its
+    plan builds today: a change of configs/default.yaml cannot silently change what a committed result means
+    (the plans pin what moved since, e.g. data.arithmetic.max_operand=30). ``resume`` says how a run was
+    started, not what it trains."""
+    from graft.config import config_diff, load_config, to_dict
+    monkeypatch.chdir(plan_path.parents[2])
+    plan = load_plan(plan_path)
+    committed = [m for m in plan.members if (m.results_dir / "config.yaml").is_file()]
+    assert committed, "the plan's committed runs are missing"
+    for m in committed:
+        then = to_dict(load_config(m.results_dir / "config.yaml"))
+        now = to_dict(load_config(plan.config, [*m.overrides, f"seed={m.seed}", f"run_dir={m.run_dir}"]))
+        assert [k for k in config_diff(then, now) if k != "resume"] == [], f"{m.arm}/seed{m.seed}"
