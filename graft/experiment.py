@@ -364,8 +364,8 @@ def _std(xs: list[float]) -> float | None:
 
 
 def _clip_peer(m: Member, model_keys: list[str]) -> float | None:
-    """Peer-token clip rate (low + high) over the run: clipped peer tokens / peer tokens, from per-step
-    fractions weighted by the steps' peer-token counts where logged, else their mean over steps with peer data."""
+    """Peer-token clip rate (low + high) over the run: the mean of the per-step fractions of the models in
+    ``model_keys`` over the (step, model) pairs that trained on peer data; None when there are none."""
     vals = []
     for r in _metrics(m):
         for name in model_keys:
@@ -387,7 +387,8 @@ def summarize(plan: Plan) -> dict:
                                     "metric": "pass@1, macro average over the eval data sets",
                                     "answer_form": plan.answer_form},
                            "arms": {}, "by_dataset": {}, "exchanged": {}, "transferred": {}, "exchange_steps": {},
-                           "clip_frac_peer": {}, "stored": {}, "arms_answer_form_number": {},
+                           "clip_frac_peer": {}, "clip_frac_peer_by_model": {}, "stored": {},
+                           "arms_answer_form_number": {},
                            "expression_share_of_correct": {}, "expression_share_of_boxed": {},
                            "stored_answer_form_number": {},
                            "train_reward": {}}
@@ -411,7 +412,8 @@ def summarize(plan: Plan) -> dict:
     for arm, key in (("graft_n8", "peer_last"), ("peer_first", "peer_first")):
         if arm in arms:
             first = [m for m in arms[arm] if m.seed == min(x.seed for x in arms[arm])]
-            out["clip_frac_peer"][key] = {a: _clip_peer(first[0], [a]) for a in A}
+            out["clip_frac_peer"][key] = _clip_peer(first[0], A)
+            out["clip_frac_peer_by_model"][key] = {a: _clip_peer(first[0], [a]) for a in A}
     for a in A:
         members = arms.get(f"stored_{a}", [])
         out["stored"][a] = [_pass1(m, a) for m in members]
@@ -550,10 +552,10 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
                           f"admitted response: {[x['with_admitted'] for x in done]} (of {done[0]['steps']}); median s of "
                           "transferred responses, first → last third of the steps: " + ", ".join(
                               f"{_num2(x['s_p50_first_third'])} → {_num2(x['s_p50_last_third'])}" for x in done))
-    if summary["clip_frac_peer"]:
+    if summary["clip_frac_peer_by_model"]:
         md.append("- peer-token clip rate (low + high, mean over steps with peer data): " + "; ".join(
             f"{k}: " + ", ".join(f"{a} {'–' if v is None else f'{100 * v:.2f}%'}" for a, v in d.items())
-            for k, d in summary["clip_frac_peer"].items()))
+            for k, d in summary["clip_frac_peer_by_model"].items()))
     if plots:
         md += ["", "The plots below show one run per arm, its lowest seed (the stored-peer runs are left out); "
                    "every seed's numbers are in the tables above and in summary.json."]

@@ -72,6 +72,9 @@ def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_di
     for arm in s["arms"].values():
         assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in arm.values())
     assert set(s["exchanged"]["graft_n8"]) == {"A->B", "B->A"} and set(s["stored"]) == {"A", "B"}
+    # the promised shape: {"peer_last": x}, one number (None: no step trained on peer data); per model beside it
+    assert set(s["clip_frac_peer"]) == {"peer_last"} and not isinstance(s["clip_frac_peer"]["peer_last"], dict)
+    assert set(s["clip_frac_peer_by_model"]["peer_last"]) == {"A", "B"}
     for a in ("A", "B"):
         (row,) = s["stored_vs_online"][a]
         assert row["seed"] == 1 and row["stored"] == s["stored"][a][0] and row["graft_n8"] == s["arms"]["graft_n8"][a][0]
@@ -104,6 +107,23 @@ def test_exchange_totals_and_steps_from_metrics(tmp_path):
     assert steps["s_p50_first_third"] == pytest.approx(0.8) and steps["s_p50_last_third"] == pytest.approx(0.3)
     pending = Member("graft_n8", 2, [], tmp_path / "run2", tmp_path / "res2", ["A", "B"])
     assert _exchange_total(pending, "A->B") is None and _exchange_steps(pending, "A->B") is None
+
+
+def test_peer_clip_rate_pools_the_steps_with_peer_data(tmp_path):
+    """Hand-worked: step 1 — A trained on 2 peer responses, clip low 0.10 + high 0.05 = 0.15; B on none
+    (its 0.9 is not counted). Step 2 — A 0.00 + 0.10 = 0.10; B 0.20 + no high logged = 0.20. Pooled over
+    the three (step, model) pairs with peer data: (0.15 + 0.10 + 0.20) / 3 = 0.15; A alone 0.125, B 0.20."""
+    from graft.experiment import Member, _clip_peer
+    rows = [{"step": 1, "A/peer_responses": 2, "A/clip_frac/peer_low": 0.10, "A/clip_frac/peer_high": 0.05,
+             "B/peer_responses": 0, "B/clip_frac/peer_low": 0.9, "B/clip_frac/peer_high": 0.0},
+            {"step": 2, "A/peer_responses": 1, "A/clip_frac/peer_low": 0.0, "A/clip_frac/peer_high": 0.10,
+             "B/peer_responses": 3, "B/clip_frac/peer_low": 0.20}]
+    m = Member("graft_n8", 1, [], tmp_path / "run", tmp_path / "res", ["A", "B"])
+    m.results_dir.mkdir()
+    (m.results_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert _clip_peer(m, ["A", "B"]) == pytest.approx(0.15)
+    assert _clip_peer(m, ["A"]) == pytest.approx(0.125) and _clip_peer(m, ["B"]) == pytest.approx(0.20)
+    assert _clip_peer(m, ["C"]) is None
 
 
 def test_stored_vs_online_gain_and_ratio():
