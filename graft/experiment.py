@@ -65,9 +65,12 @@ class Member:
     models: list[str] = field(default_factory=list)
     """Models this run trains (all of the base config's, or one for a stored-peer run)."""
 
+    def train_overrides(self) -> list[str]:
+        """The ``key=value`` overrides of this run's ``graft train`` on the plan's config."""
+        return [*self.overrides, f"seed={self.seed}", f"run_dir={self.run_dir}"]
+
     def command(self, config: Path) -> list[str]:
-        return [sys.executable, "-m", "graft.cli", "train", str(config), *self.overrides,
-                f"seed={self.seed}", f"run_dir={self.run_dir}"]
+        return [sys.executable, "-m", "graft.cli", "train", str(config), *self.train_overrides()]
 
 
 @dataclass

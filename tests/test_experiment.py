@@ -231,5 +231,5 @@ def test_every_committed_run_is_what_its_plan_resolves_to_now(plan_path, monkeyp
     assert committed, "the plan's committed runs are missing"
     for m in committed:
         then = to_dict(load_config(m.results_dir / "config.yaml"))
-        now = to_dict(load_config(plan.config, [*m.overrides, f"seed={m.seed}", f"run_dir={m.run_dir}"]))
+        now = to_dict(load_config(plan.config, m.train_overrides()))
         assert [k for k in config_diff(then, now) if k != "resume"] == [], f"{m.arm}/seed{m.seed}"

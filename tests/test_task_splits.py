@@ -20,10 +20,11 @@ def test_splits_are_disjoint_from_training_and_take_overrides_after_options(tmp_
 
     cfg = REPO / "configs" / "default.yaml"
     small, wide = tmp_path / "small", tmp_path / "wide"
-    assert splits.main([str(cfg), "--out", str(small), "--test", "12", "--hard", "12", "data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]) == 0
-    assert splits.main([str(cfg), "--out", str(wide), "--test", "12", "--hard", "12", "data.arithmetic.max_operand=40"]) == 0
-    train = {p.problem for p in load_prompts("arithmetic", "error",
-                                             load_config(cfg, ["data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]).data.arithmetic)[0]}
+    task = ["data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]
+    sizes = ["--test", "12", "--hard", "12"]
+    assert splits.main([str(cfg), "--out", str(small), *sizes, *task]) == 0
+    assert splits.main([str(cfg), "--out", str(wide), *sizes, "data.arithmetic.max_operand=40"]) == 0
+    train = {p.problem for p in load_prompts("arithmetic", "error", load_config(cfg, task).data.arithmetic)[0]}
     for name in ("test", "test_hard"):
         rows = _rows(small, name)
         assert len(rows) == 12 and not {r["problem"] for r in rows} & train
