@@ -3,9 +3,13 @@
 ``tests/data/pinned_pair.json`` was written by this file's ``_record`` on the code before the
 refactor (commit d61b83c, the two-model path with one in-process learner): every exchange
 decision of a 3-step tiny run with crafted rewards, and every model parameter's sum and sum of
-squares after the 3 updates. The test reruns the same job on today's code: decisions must be
-equal, parameter statistics equal to float32 rounding (1e-6 relative; they were bit-identical on
-the development machine, but other CPUs may round differently).
+squares after the 3 updates. The test reruns the same job on today's code: every decision (candidates,
+selections, admissions) must be equal and ``s`` equal to 1e-4 relative; parameter statistics equal to
+1e-4 relative (sums: or 1e-3 absolute). They were bit-identical on the machine that recorded the pin, but
+another CPU rounds matmuls differently (seen on an AMD EPYC: ``s`` differed in the 5th decimal), and AdamW
+turns a rounding-level difference in a near-zero gradient into a step of about the learning rate (1e-3 in
+this job) on that element: the embedding's sum moved by 1e-3 (6.7e-6 relative) with every decision equal.
+A change of behaviour (another admission, minibatch order or loss) moves whole tensors by many such steps.
 """
 from __future__ import annotations
 
@@ -43,9 +47,12 @@ def test_two_model_run_matches_the_pinned_pre_refactor_run(tmp_path, tiny_llama_
     crafted_rewards(monkeypatch)
     got = _record(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     want = json.loads(PIN.read_text())
-    assert got["decisions"] == want["decisions"]
+    strip = lambda ds: [{k: v for k, v in d.items() if k != "s"} for d in ds]  # noqa: E731
+    assert strip(got["decisions"]) == strip(want["decisions"])
+    for g, w in zip(got["decisions"], want["decisions"]):
+        assert g["s"] == pytest.approx(w["s"], rel=1e-4), (g["step"], g["source"])
     assert any(adm for d in want["decisions"] for *_, adm in d["admitted"]), "the pinned run exchanges"
     assert got["params"].keys() == want["params"].keys()
     for k, (s, q) in want["params"].items():
-        assert got["params"][k][0] == pytest.approx(s, rel=1e-6, abs=1e-6), k
-        assert got["params"][k][1] == pytest.approx(q, rel=1e-6), k
+        assert got["params"][k][0] == pytest.approx(s, rel=1e-4, abs=1e-3), k
+        assert got["params"][k][1] == pytest.approx(q, rel=1e-4), k
