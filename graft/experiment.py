@@ -49,6 +49,7 @@ from typing import Any
 import yaml
 
 from graft.config import ConfigError, load_config
+from graft.policy.prompts import WORKED_EQUATIONS
 
 SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json")
 
@@ -64,6 +65,13 @@ class Member:
     results_dir: Path
     models: list[str] = field(default_factory=list)
     """Models this run trains (all of the base config's, or one for a stored-peer run)."""
+    evaluated: bool = True
+    """Its final checkpoint is evaluated (a plan with eval data); a pilot without eval data never
+    touches evaluation prompts."""
+
+    @property
+    def eval_models(self) -> list[str]:
+        return self.models if self.evaluated else []
 
     def train_overrides(self) -> list[str]:
         """The ``key=value`` overrides of this run's ``graft train`` on the plan's config."""
@@ -142,6 +150,8 @@ def load_plan(path: str | Path) -> Plan:
              for m in members if not m.arm.startswith("stored_")}
     ev = dict(raw.get("eval") or {})
     ev["data"] = {k: str((path.parent / v).resolve()) for k, v in (ev.get("data") or {}).items()}
+    for m in members:
+        m.evaluated = bool(ev["data"])
     return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models,
                 bool(raw.get("keep_checkpoints", True)), forms.pop() if len(forms) == 1 else "mixed")
 
@@ -161,13 +171,13 @@ def _finished_in(folder: Path, eval_dir: str, models: list[str]) -> bool:
 
 
 def _done(m: Member) -> bool:
-    return _finished_in(m.run_dir, "eval_final", m.models)
+    return _finished_in(m.run_dir, "eval_final", m.eval_models)
 
 
 def _recorded(m: Member) -> bool:
     """Its small files and every model's eval results are under ``results/`` (run elsewhere, or its
     run folder is gone): the record stands, ``experiment run`` does not train it again."""
-    return _finished_in(m.results_dir, "eval", m.models)
+    return _finished_in(m.results_dir, "eval", m.eval_models)
 
 
 def run_member(plan: Plan, m: Member, log) -> None:
@@ -181,7 +191,7 @@ def run_member(plan: Plan, m: Member, log) -> None:
         log(f"$ {shlex.join(cmd)}")
         subprocess.run(cmd, check=True)
     final = latest_checkpoint(m.run_dir)
-    for name in m.models:
+    for name in m.eval_models:
         if final is None:
             raise RuntimeError(f"{m.run_dir}: finished without a checkpoint to evaluate (checkpoint.save_final?)")
         out = m.run_dir / "eval_final" / name
@@ -292,22 +302,54 @@ def _pass1(m: Member, model: str, dataset: str | None = None) -> float | None:
     return d["pass@1"]["mean"] if d else None
 
 
-def regraded_pass1(m: Member, model: str) -> dict | None:
-    """pass@1 (macro over the eval data sets) of a finished run's stored eval responses re-graded with
-    ``reward.answer_form=number`` (a box must hold a number written out), and the share of the responses
-    the run's own grading counted correct whose box held an expression instead (``\\boxed{27*18}``), and
-    that share among all responses with a non-empty box (the only one that means anything when the run
-    was graded with numbers only: there no correct response holds an expression). ``None`` when the
-    responses were not kept."""
+CHANCE_FAMILY = 0.25
+"""A problem family whose chance level (the reward of boxing a number of the question,
+:func:`graft.reward.shortcuts.chance_level`) is at least this is left out of the skill-only pass@1 (``max``: 0.5)."""
+
+
+def eval_family(prompt_id: str) -> str:
+    """The problem family of an eval prompt id (``test_hard-max-00003`` -> ``max``; ``max-00003`` -> ``max``)."""
+    from graft.data.arithmetic import FAMILIES, family_of
+
+    name = family_of(prompt_id)
+    return name.split("-", 1)[1] if "-" in name and name.split("-", 1)[1] in FAMILIES else name
+
+
+def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None) -> dict | None:
+    """A finished run's stored eval responses re-graded with the strict rule (``reward.answer_form=number``:
+    one final answer, the reference written in lowest terms; :func:`graft.reward.verifier.verify_number`):
+
+    - ``pass@1``: macro over the eval data sets; ``pass@1_skill``: the same without the families whose
+      chance level is at least :data:`CHANCE_FAMILY` (``max``), where an answer can be read off the question;
+    - ``expression_share_of_correct`` / ``expression_share_of_boxed``: responses whose box held an
+      expression, among those the run's own grading counted correct / among all with a non-empty box;
+    - ``monitor``: :func:`graft.reward.shortcuts.shortcut_shares` of the responses the run's own grading
+      rewarded (``as_run``) and of those the strict rule rewards (``strict``);
+    - ``families``: per problem family, strict pass@1 and chance level.
+
+    ``problems``: prompt id -> problem text, for eval files that do not record it (:func:`eval_problems`).
+    ``None`` when the responses were not kept."""
+    from graft.reward.shortcuts import chance_level, shortcut_shares
     from graft.reward.verifier import extract_boxed, is_number, verify_number
 
-    per_set, correct, expr_correct, boxed, expr_boxed = [], 0, 0, 0, 0
+    per_set, per_set_skill, correct, expr_correct, boxed, expr_boxed = [], [], 0, 0, 0, 0
+    texts, questions, as_run, strict_all = [], [], [], []
+    fams: dict[str, dict[str, list[float]]] = {}
     for path in sorted((m.results_dir / "eval" / model).glob("*/repeat_*.jsonl")):
         rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-        per_prompt = []
+        per_prompt, skill = [], []
         for r in rows:
+            problem = r.get("problem") or (problems or {}).get(r["id"])
             strict = [verify_number(resp, r["answer"])[0] for resp in r["responses"]]
             per_prompt.append(sum(strict) / len(strict))
+            chance = chance_level(problem, r["answer"]) if problem else 0.0
+            f = fams.setdefault(eval_family(r["id"]), {"pass@1": [], "chance": []})
+            f["pass@1"].append(per_prompt[-1])
+            f["chance"].append(chance)
+            texts += r["responses"]
+            questions += [problem or ""] * len(r["responses"])
+            as_run += r["rewards"]
+            strict_all += strict
             for resp, old in zip(r["responses"], r["rewards"]):
                 content = extract_boxed(resp)
                 expression = bool(content) and not is_number(content)
@@ -318,11 +360,32 @@ def regraded_pass1(m: Member, model: str) -> dict | None:
                     expr_correct += expression
         if per_prompt:
             per_set.append(sum(per_prompt) / len(per_prompt))
+        skill = [p for r, p in zip(rows, per_prompt) if _mean(fams[eval_family(r["id"])]["chance"]) < CHANCE_FAMILY]
+        if skill:
+            per_set_skill.append(sum(skill) / len(skill))
     if not per_set:
         return None
     return {"pass@1": sum(per_set) / len(per_set),
+            "pass@1_skill": sum(per_set_skill) / len(per_set_skill) if per_set_skill else None,
             "expression_share_of_correct": expr_correct / correct if correct else None,
-            "expression_share_of_boxed": expr_boxed / boxed if boxed else None}
+            "expression_share_of_boxed": expr_boxed / boxed if boxed else None,
+            "monitor": {"as_run": shortcut_shares(texts, questions, as_run, WORKED_EQUATIONS),
+                        "strict": shortcut_shares(texts, questions, strict_all, WORKED_EQUATIONS)},
+            "families": {f: {"pass@1": _mean(v["pass@1"]), "chance": _mean(v["chance"]), "prompts": len(v["pass@1"])}
+                         for f, v in sorted(fams.items())}}
+
+
+def eval_problems(plan: Plan) -> dict[str, str]:
+    """Prompt id -> problem text of every eval data set of a plan."""
+    out = {}
+    for spec in plan.eval.get("data", {}).values():
+        path = Path(spec)
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    out[str(row["id"])] = row["problem"]
+    return out
 
 
 def _metrics(m: Member) -> list[dict]:
@@ -351,6 +414,23 @@ def _exchange_steps(m: Member, direction: str) -> dict | None:
     return {"steps": len(rows), "with_target": sum((r.get(f"{pre}/m") or 0) > 0 for r in rows),
             "with_admitted": sum((r.get(f"{pre}/admitted") or 0) > 0 for r in rows),
             "s_p50_first_third": s50(rows[:third]), "s_p50_last_third": s50(rows[-third:])}
+
+
+def _admitted_correct(m: Member, direction: str) -> int | None:
+    """Peer responses admitted in ``direction`` over the run that the source graded correct (from the audit log)."""
+    path = m.results_dir / "audit.jsonl"
+    if not path.is_file():
+        return None
+    src, recv = direction.split("->")
+    recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return sum(r["admitted"] and r["reward_source"] > 0.5 for a in recs if a["source"] == src and a["receiver"] == recv
+               for r in a["responses"])
+
+
+def _peer_row_share(m: Member, model: str) -> float | None:
+    """Mean over steps of the peer rows' share of ``model``'s update rows (``M/peer_row_share``)."""
+    vals = [r[f"{model}/peer_row_share"] for r in _metrics(m) if r.get(f"{model}/peer_row_share") is not None]
+    return _mean(vals) if vals else None
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -382,6 +462,7 @@ def summarize(plan: Plan) -> dict:
     """``results/summary.json`` (the shape the mini reproduction promises, plus details)."""
     arms = plan.arms()
     A = plan.models
+    problems = eval_problems(plan)
     seeds = sorted({m.seed for m in plan.members})
     out: dict[str, Any] = {"models": A, "seeds": seeds,
                            "eval": {"data": {k: Path(v).name for k, v in plan.eval["data"].items()},
@@ -394,13 +475,18 @@ def summarize(plan: Plan) -> dict:
                            "arms_answer_form_number": {},
                            "expression_share_of_correct": {}, "expression_share_of_boxed": {},
                            "stored_answer_form_number": {},
+                           "arms_strict_skill": {}, "monitor": {}, "families": {},
+                           "admitted_correct": {}, "peer_row_share": {},
                            "train_reward": {}}
     for arm, members in arms.items():
         if arm.startswith("stored_"):
             continue
         out["arms"][arm] = {a: [_pass1(m, a) for m in members] for a in A}
-        regraded = {a: [regraded_pass1(m, a) for m in members] for a in A}
+        regraded = {a: [regraded_pass1(m, a, problems) for m in members] for a in A}
         out["arms_answer_form_number"][arm] = {a: [r and r["pass@1"] for r in rs] for a, rs in regraded.items()}
+        out["arms_strict_skill"][arm] = {a: [r and r["pass@1_skill"] for r in rs] for a, rs in regraded.items()}
+        out["monitor"][arm] = {a: [r and r["monitor"] for r in rs] for a, rs in regraded.items()}
+        out["families"][arm] = {a: [r and r["families"] for r in rs] for a, rs in regraded.items()}
         out["expression_share_of_correct"][arm] = {a: [r and r["expression_share_of_correct"] for r in rs]
                                                    for a, rs in regraded.items()}
         out["expression_share_of_boxed"][arm] = {a: [r and r["expression_share_of_boxed"] for r in rs]
@@ -412,6 +498,8 @@ def summarize(plan: Plan) -> dict:
             out["exchanged"][arm] = {d: [_exchange_total(m, d) for m in members] for d in dirs}
             out["transferred"][arm] = {d: [_exchange_total(m, d, "transferred") for m in members] for d in dirs}
             out["exchange_steps"][arm] = {d: [_exchange_steps(m, d) for m in members] for d in dirs}
+            out["admitted_correct"][arm] = {d: [_admitted_correct(m, d) for m in members] for d in dirs}
+            out["peer_row_share"][arm] = {a: [_peer_row_share(m, a) for m in members] for a in A}
     for arm, key in (("graft_n8", "peer_last"), ("peer_first", "peer_first")):
         if arm in arms:
             first = [m for m in arms[arm] if m.seed == min(x.seed for x in arms[arm])]
@@ -420,7 +508,7 @@ def summarize(plan: Plan) -> dict:
     for a in A:
         members = arms.get(f"stored_{a}", [])
         out["stored"][a] = [_pass1(m, a) for m in members]
-        out["stored_answer_form_number"][a] = [(regraded_pass1(m, a) or {}).get("pass@1") for m in members]
+        out["stored_answer_form_number"][a] = [(regraded_pass1(m, a, problems) or {}).get("pass@1") for m in members]
         if members and "grpo_n8" in arms and "graft_n8" in arms:
             at = lambda arm, seed: next((_pass1(x, a) for x in arms[arm] if x.seed == seed), None)  # noqa: E731
             out.setdefault("stored_vs_online", {})[a] = [
@@ -487,41 +575,7 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
         xs = [x for x in summary["stored"].get(a, []) if x is not None]
         if xs:
             md.append(f"| stored peer ({a} receives) | " + " | ".join(_fmt(_mean(xs)) if b == a else "" for b in A) + " | |")
-    strict = summary.get("arms_answer_form_number", {})
-    if summary["eval"].get("answer_form") == "number":
-        md += ["", "Every run trained and was evaluated with `reward.answer_form=number`: a box must hold a number "
-               "written out, so restating the question in it (`\\boxed{27*18}`) scores 0. Share of the eval "
-               "responses with a non-empty box whose box held such an expression, per seed:", "",
-               "| arm | " + " | ".join(A) + " |", "|---|" + "---:|" * len(A)]
-        shares = summary.get("expression_share_of_boxed", {})
-        for arm in strict:
-            md.append(f"| {arm} | " + " | ".join(", ".join("–" if x is None else f"{100 * x:.1f} %"
-                                                           for x in shares.get(arm, {}).get(a, [])) for a in A) + " |")
-    elif any(x is not None for per in strict.values() for xs in per.values() for x in xs):
-        md += ["", "The same eval responses re-graded with `reward.answer_form=number` (the box must hold a number "
-               "written out; graded with math_verify equivalence, as runs with `reward.answer_form=any` are, "
-               "restating the question in the box, `\\boxed{27*18}`, scores 1), and the share of the responses "
-               "the run's own grading counted correct whose box held such an expression:", "",
-               "| arm | " + " | ".join(f"{a} pass@1 (number)" for a in A) + " | " +
-               " | ".join(f"{a} expression share" for a in A) + " |", "|---|" + "---:|" * (2 * len(A))]
-        shares = summary.get("expression_share_of_correct", {})
-        for arm, per in strict.items():
-            cells = []
-            for a in A:
-                xs = [x for x in per[a] if x is not None]
-                cells.append(_fmt(_mean(xs), _std(xs)) + f" [{len(xs)}]")
-            share = [", ".join("–" if x is None else f"{100 * x:.0f} %" for x in shares.get(arm, {}).get(a, [])) for a in A]
-            md.append(f"| {arm} | " + " | ".join(cells) + " | " + " | ".join(share) + " |")
-        for a in A:
-            xs = [x for x in summary.get("stored_answer_form_number", {}).get(a, []) if x is not None]
-            if xs:
-                md.append(f"| stored peer ({a} receives) | " + " | ".join(_fmt(_mean(xs)) if b == a else "" for b in A)
-                          + " |" + " |" * len(A))
-        diff = summary.get("paired_diff_graft_minus_grpo_n8_number")
-        if diff:
-            md += ["", "Per-seed paired difference GRAFT n=8 − GRPO n=8 re-graded (points): " +
-                   "; ".join(f"{a}: " + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
-                             for a, ds in diff.items())]
+    md += strict_section(summary)
     for a, rows in summary.get("stored_vs_online", {}).items():
         for r in rows:
             if r["ratio"] is not None:
@@ -548,6 +602,14 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
         md.append(f"- {arm}: admitted / transferred peer responses per seed " + "; ".join(
             f"{d}: " + ", ".join("–" if a is None else f"{a}/{t}" for a, t in zip(v, tr.get(d, [None] * len(v))))
             for d, v in ex.items()))
+        corr = summary.get("admitted_correct", {}).get(arm, {})
+        if corr:
+            md.append("  - admitted responses the source graded correct, per seed: " + "; ".join(
+                f"{d}: " + ", ".join("–" if x is None else str(x) for x in v) for d, v in corr.items()))
+        share = summary.get("peer_row_share", {}).get(arm, {})
+        if any(x is not None for v in share.values() for x in v):
+            md.append("  - peer rows' share of the update rows (mean over steps), per seed: " + "; ".join(
+                f"{a}: " + ", ".join("–" if x is None else f"{100 * x:.2f} %" for x in v) for a, v in share.items()))
         for d, per_seed in summary.get("exchange_steps", {}).get(arm, {}).items():
             done = [x for x in per_seed if x]
             if done:
@@ -571,6 +633,65 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
            "Each run's exact `graft train` / `graft eval` command is printed by `graft experiment run` before it "
            "starts; `results/.../runs/ARM/seedS/config.yaml` is the resolved config."]
     return "\n".join(md) + "\n"
+
+
+def _seed_cells(xs: list) -> str:
+    ys = [x for x in xs if x is not None]
+    return _fmt(_mean(ys), _std(ys)) + f" [{len(ys)}]"
+
+
+def strict_section(summary: dict) -> list[str]:
+    """The eval responses re-graded with the strict rule, the reward monitor of the answers each run's own
+    grading rewarded, and strict pass@1 per problem family beside its chance level."""
+    A, strict = summary["models"], summary.get("arms_answer_form_number", {})
+    if not any(x is not None for per in strict.values() for xs in per.values() for x in xs):
+        return []
+    skill = summary.get("arms_strict_skill", {})
+    md = ["", "## Strict re-grade", "",
+          "Every kept eval response re-graded with the strict rule (`reward.answer_form=number`: exactly one final "
+          "answer, the reference in lowest terms — `\\boxed{192/4}` for 48, `\\boxed{27*18}` and "
+          "`\\boxed{117} or \\boxed{228}` score 0). *Skill only* leaves out the families whose chance level — the "
+          f"reward of boxing a number of the question — is at least {CHANCE_FAMILY:.0%} (`max`: 50 %). "
+          "The plan's own grading is the table above.", "",
+          "| arm | " + " | ".join(f"{a} strict | {a} skill only" for a in A) + " |", "|---|" + "---:|" * (2 * len(A))]
+    for arm, per in strict.items():
+        md.append(f"| {arm} | " + " | ".join(f"{_seed_cells(per[a])} | {_seed_cells(skill.get(arm, {}).get(a, []))}"
+                                             for a in A) + " |")
+    for a in A:
+        xs = [x for x in summary.get("stored_answer_form_number", {}).get(a, []) if x is not None]
+        if xs:
+            md.append(f"| stored peer ({a} receives) | " + " | ".join(f"{_fmt(_mean(xs))} | " if b == a else " | "
+                                                                     for b in A) + " |")
+    diff = summary.get("paired_diff_graft_minus_grpo_n8_number")
+    if diff:
+        md += ["", "Per-seed paired difference GRAFT n=8 − GRPO n=8, strict (points): " +
+               "; ".join(f"{a}: " + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
+                         for a, ds in diff.items())]
+    from graft.reward.shortcuts import FLAGS
+    md += ["", "## Reward monitor", "",
+           "Among the eval answers each run's own grading rewarded: the share that box an operator, a fraction, a "
+           "number of the question, box twice, copy a worked example or echo the question (%, mean over seeds; "
+           "*rewarded*: their count, summed over seeds). A share far above the honest runs' is a shortcut.", "",
+           "| arm | model | rewarded | " + " | ".join(FLAGS) + " |", "|---|---|---:|" + "---:|" * len(FLAGS)]
+    for arm, per in summary.get("monitor", {}).items():
+        for a in A:
+            mons = [x["as_run"] for x in per.get(a, []) if x]
+            if not mons:
+                continue
+            cells = [_fmt(_mean([x[f] for x in mons if x[f] is not None])) for f in FLAGS]
+            md.append(f"| {arm} | {a} | {sum(x['n'] for x in mons)} | " + " | ".join(cells) + " |")
+    fams = summary.get("families", {})
+    names = sorted({f for per in fams.values() for xs in per.values() for x in xs if x for f in x})
+    if names:
+        md += ["", "Strict pass@1 (%) per problem family, mean over seeds (" + " / ".join(A) + "), and the family's "
+               "chance level on the eval prompts:", "",
+               "| family | chance | " + " | ".join(fams) + " |", "|---|---:|" + "---:|" * len(fams)]
+        for f in names:
+            chance = next((x[f]["chance"] for per in fams.values() for xs in per.values() for x in xs if x and f in x), None)
+            cells = [" / ".join(_fmt(_mean([x[f]["pass@1"] for x in per.get(a, []) if x and f in x]) if any(
+                x and f in x for x in per.get(a, [])) else None) for a in A) for per in fams.values()]
+            md.append(f"| {f} | {_fmt(chance)} | " + " | ".join(cells) + " |")
+    return md
 
 
 def plan_path_hint(plan: Plan) -> str:

@@ -139,29 +139,42 @@ def test_stored_vs_online_gain_and_ratio():
                                                "online_gain": None, "ratio": None}
 
 
-def test_regraded_pass1_with_numbers_only(tmp_path):
+def test_regraded_pass1_with_the_strict_rule(tmp_path):
     """Hand-worked: set d1 — "486" answered \\boxed{27*18} (lenient 1, strict 0) and \\boxed{486} (1, 1) -> 0.5;
     "5" answered \\boxed{5} (1, 1) and \\boxed{4} (0, 0) -> 0.5; d1 = 0.5. Set d2 — "13" answered
-    \\boxed{117 \\div 9} twice (1, 0) -> 0.0. Macro (0.5 + 0.0) / 2 = 0.25. Counted correct by the run:
-    5 responses, 3 of them expressions -> 0.6."""
+    \\boxed{117 \\div 9} twice (1, 0) -> 0.0; "48" answered \\boxed{192/4} (1, 0: the question restated as a
+    fraction) and \\boxed{48} (1, 1) -> 0.5; "228" of a max question hedged \\boxed{117} or \\boxed{228} (1, 0) and
+    \\boxed{228} (1, 1) -> 0.5; d2 = (0 + 0.5 + 0.5) / 3 = 1/3. Macro (0.5 + 1/3) / 2 = 5/12.
+    Skill only drops the max prompt (chance 0.5): d2 = (0 + 0.5) / 2 = 0.25, macro (0.5 + 0.25) / 2 = 0.375.
+    Counted correct by the run: 9 responses, 3 of them expressions (27*18, 117 div 9 twice) -> 1/3."""
     from graft.experiment import Member, regraded_pass1
     m = Member("grpo_n8", 1, [], tmp_path / "run", tmp_path / "res", ["A"])
-    rows = {"d1": [{"answer": "486", "responses": ["\\boxed{27*18}", "\\boxed{486}"], "rewards": [1.0, 1.0]},
-                   {"answer": "5", "responses": ["\\boxed{5}", "\\boxed{4}"], "rewards": [1.0, 0.0]}],
-            "d2": [{"answer": "13", "responses": ["\\boxed{117 \\div 9}"] * 2, "rewards": [1.0, 1.0]}]}
+    rows = {"d1": [{"id": "d1-mul-00000", "answer": "486", "responses": ["\\boxed{27*18}", "\\boxed{486}"], "rewards": [1.0, 1.0]},
+                   {"id": "d1-add-00001", "answer": "5", "responses": ["\\boxed{5}", "\\boxed{4}"], "rewards": [1.0, 0.0]}],
+            "d2": [{"id": "d2-div-00000", "answer": "13", "responses": ["\\boxed{117 \\div 9}"] * 2, "rewards": [1.0, 1.0]},
+                   {"id": "d2-div-00001", "answer": "48", "responses": ["\\boxed{192/4}", "\\boxed{48}"], "rewards": [1.0, 1.0]},
+                   {"id": "d2-max-00002", "answer": "228", "responses": ["\\boxed{117} or \\boxed{228}", "\\boxed{228}"],
+                    "rewards": [1.0, 1.0]}]}
+    problems = {"d2-max-00002": "Which number is larger: 117 or 228?", "d2-div-00001": "What is 192 divided by 4?"}
     assert regraded_pass1(m, "A") is None                 # responses not kept
     for ds, rs in rows.items():
         (m.results_dir / "eval" / "A" / ds).mkdir(parents=True)
         (m.results_dir / "eval" / "A" / ds / "repeat_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
-    r = regraded_pass1(m, "A")
-    assert r["pass@1"] == pytest.approx(0.25) and r["expression_share_of_correct"] == pytest.approx(0.6)
-    assert r["expression_share_of_boxed"] == pytest.approx(0.5)   # 6 boxed responses, 3 of them expressions
+    r = regraded_pass1(m, "A", problems)
+    assert r["pass@1"] == pytest.approx(5 / 12) and r["pass@1_skill"] == pytest.approx(0.375)
+    assert r["expression_share_of_correct"] == pytest.approx(3 / 9)
+    # the run's own grading rewarded 9 answers: one hedge (multi_box, and 117/228 are the question's numbers),
+    # the max answer 228 (operand), 192/4 (operator and fraction)
+    mon = r["monitor"]["as_run"]
+    assert mon["n"] == 9 and mon["multi_box"] == pytest.approx(1 / 9) and mon["operand"] == pytest.approx(2 / 9)
+    assert r["monitor"]["strict"]["n"] == 4 and r["monitor"]["strict"]["operand"] == pytest.approx(1 / 4)
+    assert r["families"]["max"] == {"pass@1": 0.5, "chance": 0.5, "prompts": 1}
+    assert r["families"]["div"]["pass@1"] == pytest.approx(0.25) and r["families"]["div"]["prompts"] == 2
 
 
 def test_report_of_a_numbers_only_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir):
-    """A plan graded with numbers only: its pass@1 is already the numbers-only one, so the report shows
-    no second "re-graded" table (the expression share of correct answers is 0 by construction there)
-    but the share of boxed answers that hold an expression; a mixed plan says so."""
+    """A plan's answer form is recorded (``mixed`` when arms differ); without kept eval responses the
+    report has no strict re-grade section."""
     from graft.experiment import report_markdown
     path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     assert summarize(load_plan(path))["eval"]["answer_form"] == "any"
@@ -172,7 +185,7 @@ def test_report_of_a_numbers_only_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     s = summarize(plan)
     assert s["eval"]["answer_form"] == "number" and s["expression_share_of_boxed"]["grpo_n8"] == {"A": [None], "B": [None]}
     md = report_markdown(plan, s, {})
-    assert "Every run trained and was evaluated with `reward.answer_form=number`" in md and "re-graded with" not in md
+    assert "## Strict re-grade" not in md                            # no eval responses kept: nothing to re-grade
     assert "lowest seed" not in md                                   # no plots, no caption
     assert "one run per arm, its lowest seed" in report_markdown(plan, s, {"rewards": "rewards.png"})
     raw["arms"]["grpo_n8"] = ["exchange.mode=grpo", "reward.answer_form=any"]
@@ -228,6 +241,8 @@ def test_every_committed_run_is_what_its_plan_resolves_to_now(plan_path, monkeyp
     monkeypatch.chdir(plan_path.parents[2])
     plan = load_plan(plan_path)
     committed = [m for m in plan.members if (m.results_dir / "config.yaml").is_file()]
+    if not (plan.results / "summary.json").is_file():
+        pytest.skip(f"{plan.name}: no run summarised yet")
     assert committed, "the plan's committed runs are missing"
     for m in committed:
         then = to_dict(load_config(m.results_dir / "config.yaml"))

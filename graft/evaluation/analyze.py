@@ -322,6 +322,59 @@ def eval_curves(rows: list[dict], extra_history: Sequence[dict] = ()) -> dict:
     return out
 
 
+def step_ranges(steps: Sequence[int], parts: int = 3) -> list[tuple[int, int]]:
+    """The logged steps cut into ``parts`` consecutive ranges of (nearly) equal length: [(first, last), ...]
+    (fewer when there are fewer steps). 8 steps in thirds -> [(1, 3), (4, 5), (6, 8)]."""
+    steps = sorted(steps)
+    n = len(steps)
+    cuts = [round(i * n / parts) for i in range(parts + 1)]
+    return [(steps[a], steps[b - 1]) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, float] | None = None) -> dict:
+    """What the rewarded answers of ``model`` looked like, per third of training (see
+    :mod:`graft.reward.shortcuts`): the share of rewarded responses with each flag (pooled, weighted by
+    each step's ``rewarded/n``), the distinct-response share, and the mean reward of every problem family
+    beside its chance level (``families_chance``: the reward of boxing a number of the question)."""
+    from graft.reward.shortcuts import FLAGS
+
+    logged = [r for r in rows if _num(r.get(f"{model}/rewarded/n")) is not None]
+    out: dict[str, Any] = {"ranges": []}
+    for lo, hi in step_ranges([r["step"] for r in logged]):
+        part = [r for r in logged if lo <= r["step"] <= hi]
+        n = sum(_num(r[f"{model}/rewarded/n"]) for r in part)
+        entry = {"steps": [lo, hi], "rewarded": int(n),
+                 "distinct_frac": _mean([_num(r.get(f"{model}/distinct_frac")) for r in part])}
+        for f in FLAGS:
+            pairs = [(_num(r[f"{model}/rewarded/n"]), _num(r.get(f"{model}/rewarded/{f}"))) for r in part]
+            entry[f] = sum(k * v for k, v in pairs if k and v is not None) / n if n else None
+        fam_keys = sorted({k for r in part for k in r if k.startswith(f"{model}/reward/family/")})
+        entry["families"] = {k.rsplit("/", 1)[1]: _mean([_num(r.get(k)) for r in part]) for k in fam_keys}
+        out["ranges"].append(entry)
+    if families_chance:
+        out["chance"] = families_chance
+    return out
+
+
+def families_chance(cfg: dict) -> dict[str, float]:
+    """Chance level of every family of a run's procedural task (its config dict): the mean over 400 draws
+    of the family's generator (repeats allowed: ``square`` has only 2 x max_operand + 1 problems)."""
+    import random
+
+    from graft.data.arithmetic import FAMILIES
+    from graft.reward.shortcuts import chance_level
+
+    arith = (cfg.get("data") or {}).get("arithmetic") or {}
+    if (cfg.get("data") or {}).get("train") != "arithmetic" or not arith.get("families"):
+        return {}
+    out = {}
+    for fam in dict.fromkeys(arith["families"]):
+        rng = random.Random(0)
+        draws = [FAMILIES[fam](rng, int(arith.get("max_operand", 20))) for _ in range(400)]
+        out[fam] = sum(chance_level(q, str(a)) for q, a in draws) / len(draws)
+    return out
+
+
 def compute_curve(rows: list[dict], models: list[str]) -> dict:
     """Cumulative wall-clock (time/step_s) and generated tokens (sum over models of M/tokens/generated)."""
     wall, tok, steps = [], [], []
@@ -362,6 +415,7 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
     exch = cfg.get("exchange") or {}
     delta = exch.get("delta", 0.8)
     counts = read_store_counts(run_dir)
+    chance = families_chance(cfg)
     comp = {}
     store_models = {k[0] for k in counts} if counts is not None else set()
     for d in dirs:
@@ -393,6 +447,7 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
         "s_metrics": {d: _s_metric_series(rows, d) for d in dirs if any(f"exchange/{d}/s_p50" in r for r in rows)},
         "clip": {m: clip_stats(rows, m) for m in models},
         "rewards": {m: reward_curve(rows, m) for m in models},
+        "reward_monitor": {m: reward_monitor(rows, m, chance) for m in models if any(f"{m}/rewarded/n" in r for r in rows)},
         "eval": eval_curves(rows, extra_history),
         "compute": compute_curve(rows, models),
     }
@@ -467,6 +522,30 @@ def complementarity_matrix(a: dict) -> list[str]:
     return rows
 
 
+def monitor_lines(monitor: dict) -> list[str]:
+    """The reward monitor as text: per model and third of training, the share of rewarded answers with
+    each shortcut flag, then every family's reward per third beside its chance level."""
+    from graft.reward.shortcuts import FLAGS
+
+    if not monitor:
+        return []
+    lines = ["\nreward monitor: share of rewarded answers that box an operator / a fraction / a number of the "
+             "question, box twice, copy a worked example, echo the question; distinct responses per group:"]
+    for m, mon in monitor.items():
+        for e in mon["ranges"]:
+            flags = " ".join(f"{f} {_f(e[f], '.0f', True)}" for f in FLAGS)
+            lines.append(f"  {m} steps {e['steps'][0]}-{e['steps'][1]}: {e['rewarded']} rewarded; {flags}; "
+                         f"distinct {_f(e['distinct_frac'], '.0f', True)}")
+        fams = sorted({f for e in mon["ranges"] for f in e["families"]})
+        if fams:
+            chance = mon.get("chance", {})
+            lines.append(f"  {m} reward by family, per third (chance level):")
+            for f in fams:
+                thirds = " -> ".join(_f(e["families"].get(f), ".0f", True) for e in mon["ranges"])
+                lines.append(f"    {f}: {thirds}  ({_f(chance.get(f), '.0f', True)})")
+    return lines
+
+
 def summary_text(a: dict) -> str:
     """Readable multi-line summary of an analysis dict."""
     lines = [f"run {a['run_dir']}: mode {a['mode']}, models {', '.join(a['models']) or '-'}, "
@@ -474,6 +553,7 @@ def summary_text(a: dict) -> str:
     lines.append("\nrewards (first -> last, mean of last 5 steps):")
     for m, r in a["rewards"].items():
         lines.append(f"  {m}: {_f(r['first'])} -> {_f(r['last'])}  (final {_f(r['final'])})")
+    lines += monitor_lines(a.get("reward_monitor") or {})
     if a["eval"]:
         lines.append("\nevaluation (best step by the best-checkpoint rule):")
         for k, e in a["eval"].items():

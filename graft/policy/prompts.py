@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from graft.config import ConfigError, ModelConfig
+from graft.reward.shortcuts import worked_equations
 
 FEWSHOT_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("What is 57 - 38?",
@@ -49,6 +50,10 @@ FEWSHOT_EXAMPLES: tuple[tuple[str, str], ...] = (
      "Call them n and n + 1. Then 2n + 1 = 27, so n = 13 and the larger is 14. The final answer is \\boxed{14}."),
 )
 """(problem, worked solution) pairs of the ``fewshot`` template, used in this order."""
+
+WORKED_EQUATIONS = worked_equations([a for _, a in FEWSHOT_EXAMPLES])
+"""The equations of the worked examples (``57 - 38 = 19``): a response repeating one copied an example
+(the reward monitor's ``example_copy``)."""
 
 
 def _question(problem: str, instruction: str) -> str:

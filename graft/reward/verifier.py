@@ -37,6 +37,8 @@ import functools
 import logging
 import re
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from math import gcd
 
 # Status strings; equal to graft.types.VERIFY_* (not imported: graft.types pulls in torch,
 # which grader workers must not import). tests/reward checks they stay equal.
@@ -76,27 +78,16 @@ def _math_verify():
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 
 
-def extract_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` in ``text``, brace-balanced and stripped.
-
-    ``\\boxed 5`` (no braces) gives the next space-delimited token. Escaped braces ``\\{``
-    ``\\}`` do not count for balancing. Returns ``None`` when there is no box, or when the
-    last one is never closed (a response cut off inside its final box has no answer: an
-    earlier box would be an intermediate result). An empty box gives ``""``.
-    """
-    if not isinstance(text, str):
-        return None
-    matches = list(_BOX_RE.finditer(text))
-    if not matches:
-        return None
-    i = matches[-1].end()
+def _box_content(text: str, i: int) -> str | None:
+    """Content of the box whose command ends at ``text[i]`` (see :func:`extract_boxed`), or ``None``."""
     n = len(text)
+    start_cmd = i
     while i < n and text[i] in " \t":
         i += 1
     if i >= n:
         return None
     if text[i] != "{":
-        if matches[-1].end() == i:  # "\boxedx": not a box command we understand
+        if start_cmd == i:  # "\boxedx": not a box command we understand
             return None
         m = re.match(r"[^\s$]+", text[i:])
         return m.group(0).rstrip(".,;") if m else None
@@ -114,6 +105,26 @@ def extract_boxed(text: str) -> str | None:
                 return text[start:j].strip()
         j += 1
     return None
+
+
+def boxed_contents(text: str) -> list[str | None]:
+    """Contents of every ``\\boxed{...}`` / ``\\fbox{...}`` in ``text``, in order (``None`` for one never
+    closed); ``[]`` for no box or a non-string."""
+    if not isinstance(text, str):
+        return []
+    return [_box_content(text, m.end()) for m in _BOX_RE.finditer(text)]
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` in ``text``, brace-balanced and stripped.
+
+    ``\\boxed 5`` (no braces) gives the next space-delimited token. Escaped braces ``\\{``
+    ``\\}`` do not count for balancing. Returns ``None`` when there is no box, or when the
+    last one is never closed (a response cut off inside its final box has no answer: an
+    earlier box would be an intermediate result). An empty box gives ``""``.
+    """
+    boxes = boxed_contents(text)
+    return boxes[-1] if boxes else None
 
 
 # ----------------------------------------------------------------------------- normalisation
@@ -211,8 +222,69 @@ _NUMBER_RE = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+|\d{1,3}(?:,\d{3})+(?:\.\d
 def is_number(content: str) -> bool:
     """Whether a box's content is a number written out (``-12``, ``3.5``, ``1,000``, ``\\frac{3}{4}``,
     ``3/4``; scientific notation after :func:`normalize_answer`), not an expression to evaluate
-    (``27*18``, ``36^2``, ``117 \\div 9``)."""
+    (``27*18``, ``36^2``, ``117 \\div 9``). Used by the answer-form monitor; the reward's own rule is
+    :func:`exact_number`."""
     return bool(_NUMBER_RE.match(normalize_answer(content).replace(" ", "")))
+
+
+_EXACT_RE = re.compile(r"^(?P<sign>[+-]?)(?:(?P<int>\d+|\d{1,3}(?:,\d{3})+)(?:\.(?P<dec>\d+))?|\.(?P<dec0>\d+)"
+                       r"|\\[dt]?frac\{(?P<fn>\d+)\}\{(?P<fd>\d+)\}|(?P<sn>\d+)/(?P<sd>\d+))$")
+
+
+def exact_number(content: str) -> tuple[Fraction, str] | None:
+    """The exact value of a number written out, and how it is written: ``"integer"``, ``"decimal"``
+    or ``"fraction"`` (``\\frac{a}{b}``, ``a/b``, in any terms); ``None`` for anything else.
+
+    ``"-12"`` -> (-12, integer); ``"1,000"`` -> (1000, integer); ``"0.75"`` -> (3/4, decimal);
+    ``"6/8"`` -> (3/4, fraction); ``"8.7e8"`` -> (870000000, integer) via :func:`normalize_answer`;
+    ``"27*18"``, ``"48.0.1"``, ``"x"`` -> None.
+    """
+    m = _EXACT_RE.match(normalize_answer(content).replace(" ", ""))
+    if not m:
+        return None
+    sign = -1 if m["sign"] == "-" else 1
+    if m["fn"] is not None or m["sn"] is not None:
+        num, den = (int(m["fn"]), int(m["fd"])) if m["fn"] is not None else (int(m["sn"]), int(m["sd"]))
+        if den == 0:
+            return None
+        form = "fraction" if gcd(num, den) == 1 and den != 1 else "unreduced"
+        return sign * Fraction(num, den), form
+    whole = int((m["int"] or "0").replace(",", ""))
+    dec = m["dec"] if m["dec"] is not None else m["dec0"]
+    if dec is None:
+        return Fraction(sign * whole), "integer"
+    return sign * (whole + Fraction(int(dec), 10 ** len(dec))), "decimal"
+
+
+def strict_number_match(content: str, value: Fraction) -> bool:
+    """Whether a box's content is the reference ``value`` written in lowest terms: an integer
+    reference as an integer (``48``, not ``48.0``, ``96/2`` or ``192/4``); any other reference as a
+    decimal or a fraction whose terms have no common factor (``3/4``, ``0.75``; not ``6/8``)."""
+    parsed = exact_number(content)
+    if parsed is None or parsed[0] != value:
+        return False
+    if value.denominator == 1:
+        return parsed[1] == "integer"
+    return parsed[1] in ("decimal", "fraction")
+
+
+def number_reward(response: str, answer: str) -> tuple[float, str] | None:
+    """The ``reward.answer_form=number`` rule where the reference is a number, else ``None``.
+
+    Reward 1 iff the response boxes exactly one final answer and it is the reference in lowest
+    terms (:func:`strict_number_match`): every box of the response must hold it (a repeated
+    ``\\boxed{48}`` is fine; ``\\boxed{117} or \\boxed{228}``, or an intermediate result boxed before
+    the answer, is a hedge and scores 0). An expression (``27*18``), an unreduced or unevaluated
+    fraction (``192/4`` for 48) and anything that restates the question's operands score 0.
+    """
+    gold = exact_number(str(answer))
+    if gold is None:
+        return None
+    boxes = boxed_contents(response)
+    if not boxes or not boxes[-1]:
+        return 0.0, NO_ANSWER
+    ok = all(b is not None and strict_number_match(b, gold[0]) for b in boxes)
+    return (1.0 if ok else 0.0), OK
 
 
 def verify(response: str, answer: str) -> tuple[float, str]:
@@ -231,12 +303,20 @@ def verify(response: str, answer: str) -> tuple[float, str]:
 
 
 def verify_number(response: str, answer: str) -> tuple[float, str]:
-    """:func:`verify` for answers that must be numbers (``reward.answer_form=number``): a box whose
-    content is not a number written out (:func:`is_number`) scores 0 even when ``math_verify`` would
-    evaluate it to the reference. On a task whose questions are arithmetic expressions this is
-    what stops a policy from restating the question in the box (``What is 27 * 18?`` ->
-    ``\\boxed{27*18}``, which ``math_verify`` evaluates to 486)."""
+    """:func:`verify` for answers that must be numbers (``reward.answer_form=number``).
+
+    Where the reference is a number (every arithmetic task), :func:`number_reward` decides without
+    ``math_verify``: one final answer, the reference in lowest terms. Found in the mini
+    reproductions (README Results): Gemma-3-270M learnt to restate the question in the box
+    (``\\boxed{27*18}``), to box the division it was asked (``\\boxed{192/4}``) and to hedge
+    (``\\boxed{117} or \\boxed{228}``); all score 0. A reference that is not a number (a data file's
+    ``\\sqrt{2}``) keeps :func:`verify`'s equivalence, with a box that is not a number written out
+    scoring 0.
+    """
     try:
+        strict = number_reward(response, answer)
+        if strict is not None:
+            return strict
         content = extract_boxed(response)
         if content and not is_number(content):
             return 0.0, OK
@@ -250,9 +330,13 @@ def quick_verify(response: str, answer: str, number_only: bool = False) -> tuple
 
     Used by the grader's parent process to avoid a round trip for missing boxes, identical
     answers and integer pairs (the bulk of the arithmetic task). Agrees with :func:`verify`
-    (with ``number_only``: with :func:`verify_number`).
+    (with ``number_only``: with :func:`verify_number`, which a numeric reference decides here).
     """
     try:
+        if number_only:
+            strict = number_reward(response, answer)
+            if strict is not None:
+                return strict
         content = extract_boxed(response)
         if not content:
             return 0.0, NO_ANSWER

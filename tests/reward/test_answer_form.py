@@ -11,7 +11,7 @@ import pytest
 
 from graft.config import load_config
 from graft.reward.grader import Grader
-from graft.reward.verifier import is_number, quick_verify, verify, verify_number
+from graft.reward.verifier import exact_number, is_number, quick_verify, verify, verify_number
 from graft.reward.worker import NUMBER_VERIFY_FN, VERIFY_FNS
 
 # (boxed content, reference, reward under "any", reward under "number"); actual responses of the run
@@ -28,6 +28,15 @@ CASES = [
     ("3/4", "\\frac{3}{4}", 1.0, 1.0),
     ("8.7e8", "870000000", 1.0, 1.0),       # scientific notation, rewritten exactly
     ("485", "486", 0.0, 0.0),
+    # issue 20: what the strict rule closes (seen in results/mini-repro-number's eval files)
+    ("192/4", "48", 1.0, 0.0),              # "What is 192 divided by 4?": 192 / 4 = 48, the question restated
+    ("96/2", "48", 1.0, 0.0),               # = 48 too, but not in lowest terms as a written answer
+    ("\\frac{192}{4}", "48", 1.0, 0.0),     # the same in LaTeX
+    ("48.0", "48", 1.0, 0.0),               # an integer reference takes an integer
+    ("6/8", "\\frac{3}{4}", 1.0, 0.0),      # 6/8 = 3/4, but not reduced (gcd 2)
+    ("0.75", "3/4", 1.0, 1.0),              # a non-integer reference: a decimal is fine
+    ("27 \\times 18", "486", 1.0, 0.0),     # 27 x 18 = 486
+    ("+48", "48", 1.0, 1.0),
 ]
 
 
@@ -38,6 +47,35 @@ def test_rewards_by_answer_form(content, answer, any_, number):
     assert verify_number(response, answer)[0] == number
     quick = quick_verify(response, answer, number_only=True)
     assert quick is None or quick[0] == number          # the parent's shortcut agrees
+
+
+# (response, reference, reward under "number"): one final answer only
+HEDGES = [
+    ("\\boxed{117} or \\boxed{228}", "228", 0.0),                  # "Which is larger: 117 or 228?" hedged
+    ("\\boxed{228} or \\boxed{117}", "228", 0.0),                  # either order: the first box is right here
+    ("12 + 17 = \\boxed{29}, 29 - 9 = \\boxed{20}", "20", 0.0),    # an intermediate result boxed too
+    ("So \\boxed{20}. The final answer is \\boxed{20}.", "20", 1.0),  # the same answer twice is one answer
+    ("\\boxed{20} and \\boxed{20.0}", "20", 0.0),                 # 20.0 is not how an integer is written
+    ("\\boxed{192/4} = \\boxed{48}", "48", 0.0),                  # the question restated, then the value
+]
+
+
+@pytest.mark.parametrize("response,answer,number", HEDGES)
+def test_number_rule_takes_exactly_one_final_answer(response, answer, number):
+    assert verify_number(response, answer) == (number, "ok")
+    assert quick_verify(response, answer, number_only=True) == (number, "ok")
+
+
+def test_exact_number_reads_value_and_form():
+    from fractions import Fraction
+    assert exact_number("1,000") == (1000, "integer")
+    assert exact_number("-12") == (-12, "integer")
+    assert exact_number("0.75") == (Fraction(3, 4), "decimal")
+    assert exact_number("\\frac{7}{12}") == (Fraction(7, 12), "fraction")
+    assert exact_number("14/6") == (Fraction(7, 3), "unreduced")      # gcd(14, 6) = 2
+    assert exact_number("8/1") == (8, "unreduced")                    # a denominator of 1 is not lowest terms
+    assert exact_number("8.7e8") == (870000000, "integer")            # scientific notation, exactly
+    assert exact_number("3/0") is None and exact_number("27*18") is None and exact_number("x") is None
 
 
 def test_is_number_reads_only_written_out_numbers():
