@@ -1,4 +1,4 @@
-"""The ``graft`` command: train, eval, export, analyze, report, store, sweep, experiment, bench.
+"""The ``graft`` command: train, eval, export, analyze, report, store, sweep, experiment, onestep, bench.
 
     graft train CONFIG.yaml [key=value ...]
     graft eval --model PATH --data math500 [--n 8 --repeats 5] [--config RUN/config.yaml --model-name NAME]
@@ -8,6 +8,7 @@
     graft store info|export PATH ...
     graft sweep CONFIG.yaml --grid key=v1,v2 [--grid ...] [--print] [key=value ...]
     graft experiment run|summarize|print|status PLAN.yaml [--max-minutes M] [--only ARM ...]
+    graft onestep CONFIG.yaml --at STEP [STEP ...] --out DIR [--seeds S ...] [--samples 16] [--unseen 4] [key=value ...]
     graft bench [--only a,b,c] [--reps 3] [--model M] [--models M1,M2] [--config CFG] [--out DIR] [key=value ...]
 """
 from __future__ import annotations
@@ -109,6 +110,9 @@ def _dispatch(cmd: str, argv: list[str]) -> int:
     if cmd == "experiment":
         from graft.experiment import experiment_main
         return experiment_main(argv)
+    if cmd == "onestep":
+        from graft.onestep import onestep_main
+        return onestep_main(argv)
     if cmd == "bench":
         from graft.bench import bench_main
         return bench_main(argv)

@@ -117,6 +117,8 @@ def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tenso
     return {
         f"{pre}/candidates": int(cand.sum()), f"{pre}/m": m, f"{pre}/kept_prompts": int(keep.sum()),
         f"{pre}/transferred": len(rows), f"{pre}/admitted": admitted,
+        f"{pre}/transferred_correct": sum(r["reward_source"] > 0.5 for r in rows),
+        f"{pre}/admitted_correct": sum(r["admitted"] and r["reward_source"] > 0.5 for r in rows),
         f"{pre}/admitted_frac": admitted / len(rows) if rows else float("nan"),
         f"{pre}/conflicts_lost": lost,
         **{f"{pre}/{k}": v for k, v in gate_metrics.items() if k.startswith("s_")},

@@ -24,7 +24,10 @@ from graft.data.datasets import DataError, PromptSampler, check_batch_fits, load
 from graft.exchange.handover import Scoring
 from graft.exchange.live import ExchangeResult, complementarity, counts, exchange_live
 from graft.exchange.stored import exchange_stored, stored_peer_groups
+from graft.data.arithmetic import family_of
+from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.grader import Grader
+from graft.reward.shortcuts import shortcut_shares
 from graft.reward.worker import VERIFY_FNS
 from graft.storage.checkpoint import (checkpoint_step, list_checkpoints, load_checkpoint, newest_intact_checkpoint,
                                      remove_checkpoints_after, save_checkpoint, set_rng_state)
@@ -69,6 +72,8 @@ class Run:
     peer_name: str = "peer"
     """Stored-peer mode: the model name of the stored peer."""
     eval_history: list[dict] = field(default_factory=list)
+    by_family: bool = False
+    """The prompts are a mixture of problem families (``FAMILY-00017`` ids): rewards are also logged per family."""
 
     @property
     def scoring(self) -> Scoring:
@@ -117,13 +122,31 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
         adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), up.adv_eps, up.adv_std == "unbiased")
         for g, a in zip(gs, adv):
             g.advantages = a.tolist()
-        metrics |= prefixed(name, group_stats(gs))
+        metrics |= prefixed(name, group_stats(gs) | reward_monitor(gs, run.by_family))
     k = {n: counts(gs) for n, gs in groups.items()}
     for s in k:
         for r in k:
             if s != r:
                 metrics[f"complementarity/{s}->{r}"] = complementarity(k[s], k[r])
     return metrics
+
+
+def reward_monitor(groups: list[RolloutGroup], by_family: bool) -> dict:
+    """What the rewarded answers look like (:mod:`graft.reward.shortcuts`): ``rewarded/FLAG`` shares;
+    ``distinct_frac``, the mean share of distinct response texts in a group (1 = all G differ, 1/G = one
+    answer repeated: a policy collapsing onto one text); with ``by_family`` the mean reward of each
+    problem family in the batch (``reward/family/F``)."""
+    texts = [r for g in groups for r in g.responses]
+    problems = [g.problem for g in groups for _ in g.responses]
+    rewards = [x for g in groups for x in g.rewards]
+    out = prefixed("rewarded", shortcut_shares(texts, problems, rewards, WORKED_EQUATIONS))
+    out["distinct_frac"] = sum(len(set(g.responses)) / g.size for g in groups) / max(len(groups), 1)
+    if by_family:
+        fams: dict[str, list[float]] = {}
+        for g in groups:
+            fams.setdefault(family_of(g.prompt_id), []).extend(g.rewards)
+        out |= {f"reward/family/{f}": sum(v) / len(v) for f, v in sorted(fams.items())}
+    return out
 
 
 def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int) -> ExchangeResult:
@@ -145,18 +168,25 @@ def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int) -
     return exchange_live(step, groups, run.learners, cfg.rollout.n, cfg.exchange, run.scoring, run.grade, gen, adv_norm)
 
 
+def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> dict:
+    """One model's update on ``groups``: minibatches planned from the step's own seed, ``update.epochs`` passes."""
+    cfg = run.cfg
+    gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
+    gs = run.rule.prepare(groups)
+    plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
+    m = {}
+    for _ in range(cfg.update.epochs):
+        m = run.learners[name].update(gs, plan, cfg.update, cfg.rollout.temperature, run.rule, progress=cfg.progress)
+    m["peer_groups"] = sum(g.is_peer for g in gs)
+    m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
+    m["peer_row_share"] = m["peer_responses"] / max(1, sum(g.size for g in gs))
+    return m
+
+
 def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], step: int) -> dict:
-    cfg, metrics = run.cfg, {}
-    for name, learner in run.learners.items():
-        gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
-        gs = run.rule.prepare(train_groups[name])
-        plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
-        m = {}
-        for _ in range(cfg.update.epochs):
-            m = learner.update(gs, plan, cfg.update, cfg.rollout.temperature, run.rule, progress=cfg.progress)
-        m["peer_groups"] = sum(g.is_peer for g in gs)
-        m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
-        metrics |= prefixed(name, m)
+    metrics = {}
+    for name in run.learners:
+        metrics |= prefixed(name, update_model(run, name, train_groups[name], step))
     return metrics
 
 
@@ -224,7 +254,8 @@ def setup(cfg: Config) -> Run:
                                                          verify_fn=VERIFY_FNS[cfg.reward.answer_form]),
               metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
               store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val,
-              rule=make_rule(cfg.update), peer_groups=peer_groups, peer_name=peer_name)
+              rule=make_rule(cfg.update), peer_groups=peer_groups, peer_name=peer_name,
+              by_family=cfg.data.train == "arithmetic" and bool(cfg.data.arithmetic.families))
     _restore(run, ckpt)
     return run
 
@@ -448,15 +479,23 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
             "reward_first": r[0] if r else None, "reward_last": r[-1] if r else None,
             f"reward_first{k}_mean": sum(r[:k]) / k if r else None, f"reward_last{k}_mean": sum(r[-k:]) / k if r else None,
             "peer_responses_trained": sum(x.get(f"{name}/peer_responses", 0) or 0 for x in rows),
+            "peer_row_share": _mean_of(rows, f"{name}/peer_row_share"),
             "tokens_generated": sum(x.get(f"{name}/tokens/generated", 0) or 0 for x in rows),
         }
     admitted_keys = sorted({k for x in rows for k in x if k.startswith("exchange/") and k.endswith("/admitted")})
     out["exchange"] = {k.split("/")[1]: sum(x.get(k, 0) or 0 for x in rows) for k in admitted_keys}
+    out["exchange_correct"] = {k.split("/")[1]: sum(x.get(k + "_correct", 0) or 0 for x in rows) for k in admitted_keys}
+    out["exchange_s_p50"] = {k.split("/")[1]: [x.get(k.replace("/admitted", "/s_p50")) for x in rows] for k in admitted_keys}
     out["exchange_steps"] = {k.split("/")[1]: sum(1 for x in rows if (x.get(k) or 0) > 0) for k in admitted_keys}
     out["exchange_expected"] = run.cfg.exchange.mode == "graft" or run.cfg.peer.source == "store"
     if run.eval_history:
         out["eval_history"] = run.eval_history
     return out
+
+
+def _mean_of(rows: list[dict], key: str) -> float | None:
+    vals = [x[key] for x in rows if x.get(key) is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 def print_summary(s: dict, file=sys.stderr) -> None:
@@ -472,8 +511,15 @@ def print_summary(s: dict, file=sys.stderr) -> None:
               f"peer responses trained on: {m['peer_responses_trained']}, tokens generated: {m['tokens_generated']}", file=file)
     for d, n in s.get("exchange", {}).items():
         steps = s.get("exchange_steps", {}).get(d)
-        print(f"  exchange {d}: {n} peer responses admitted" + (f" (in {steps} of {s['steps']} steps)" if steps is not None else ""),
+        correct = s.get("exchange_correct", {}).get(d)
+        s50 = [x for x in s.get("exchange_s_p50", {}).get(d, []) if x is not None and x == x]
+        print(f"  exchange {d}: {n} peer responses admitted" + (f", {correct} of them correct" if correct is not None else "")
+              + (f" (in {steps} of {s['steps']} steps)" if steps is not None else "")
+              + (f"; median s of transferred responses per step {' '.join(f'{x:.2f}' for x in s50)}" if s50 else ""),
               file=file)
+    for name, m in s["models"].items():
+        if m.get("peer_row_share"):
+            print(f"  {name}: peer rows were {100 * m['peer_row_share']:.2f} % of its update rows (mean over steps)", file=file)
     if s.get("exchange_expected") and s.get("steps") and not any(s.get("exchange", {}).values()):
         print("  WARNING: no peer response was exchanged in this run: GRAFT trained exactly like GRPO. Balancing needs "
               "candidates in both directions of a pair in the same step (exchange/S->R/candidates in metrics.jsonl); "

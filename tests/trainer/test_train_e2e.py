@@ -58,7 +58,12 @@ def test_audit_log_lets_every_decision_be_rechecked(tmp_path, tiny_llama_dir, ti
             assert row["weight"] == pytest.approx(min(row["s"], 1.0) if row["admitted"] else 0.0, rel=1e-6)
             assert row["reward_receiver"] is not None or not row["admitted"]
         n_adm = sum(r["admitted"] for r in a["responses"])
-        assert rows[0][f"exchange/{a['source']}->{a['receiver']}/admitted"] == n_adm
+        d = f"exchange/{a['source']}->{a['receiver']}"
+        assert rows[0][f"{d}/admitted"] == n_adm
+        assert rows[0][f"{d}/admitted_correct"] == sum(r["admitted"] and r["reward_source"] > 0.5 for r in a["responses"])
+        assert rows[0][f"{d}/transferred_correct"] == sum(r["reward_source"] > 0.5 for r in a["responses"])
+        peer = rows[0][f"{a['receiver']}/peer_responses"]
+        assert rows[0][f"{a['receiver']}/peer_row_share"] == pytest.approx(peer / (peer + 4 * (4 - len(a["selected"]))))
 
 
 def test_all_fail_without_exchange_gives_zero_gradient(tmp_path, tiny_llama_dir, tiny_gemma_dir):
