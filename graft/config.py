@@ -367,10 +367,11 @@ class CheckpointConfig:
     """How many checkpoints to keep."""
     save_final: bool = True
     """Save a checkpoint when the run ends."""
-    keep_optimizer: Literal["all", "last"] = "all"
-    """``all`` keeps ``optimizer.pt`` (AdamW state, about twice the weights in size) in every kept checkpoint;
+    keep_optimizer: Literal["all", "last", "none"] = "all"
+    """``all`` keeps ``optimizer.pt`` (AdamW state, twice the fp32 weights in size) in every kept checkpoint;
     ``last`` keeps it only in the newest one: when a checkpoint is saved, older ones lose their optimizer files
-    and their manifest is rewritten to match. Only a checkpoint with optimizer state can be resumed."""
+    and their manifest is rewritten to match; ``none`` writes weights only (TRL's ``save_only_model``): a third
+    of the size, but the run cannot be resumed from them. Only a checkpoint with optimizer state can be resumed."""
     keep_best: bool = True
     """Pruning by ``keep_last`` never deletes the best-evaluated step of any model (highest in-training
     ``eval/M/val/pass@1``, ties to the earlier step; see ``graft export --step best``)."""

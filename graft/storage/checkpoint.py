@@ -4,11 +4,23 @@ Layout (one folder per saved step; ``{name}`` is a model label such as ``A``)::
 
     RUN_DIR/checkpoints/step_000010/
         {name}/                 Hugging Face folder written by the caller (``policy.save``):
-                                config.json, model.safetensors (or adapter_*.safetensors for LoRA), tokenizer files
-        {name}/optimizer.pt     ``optimizer.state_dict()`` (torch.save)
+                                config.json, model.safetensors (or adapter_*.safetensors for LoRA), and
+                                graft_tokenizer.json naming the shared tokenizer folder (below)
+        {name}/optimizer.pt     ``optimizer.state_dict()`` (torch.save); absent with ``keep_optimizer="none"``
         state.pt                {"step", "rng", **state}: step counter, RNG states, sampler position, anything else
         config.yaml             the resolved run config
         manifest.json           written LAST: every other file with its size and sha256
+
+    RUN_DIR/checkpoints/tokenizers/{name}-{hash}/
+                                the tokenizer files the caller wrote (tokenizer.json, tokenizer_config.json, chat
+                                template, ...), written once per content (``hash``: of their sha256s) and referenced
+                                by every step whose tokenizer is the same; listed with their sha256 under
+                                ``tokenizers`` in each step's manifest, so verifying a step covers them
+
+Tokenizers never change during training, and Gemma's is 33 MB: a step folder holds only its weights,
+and :func:`tokenizer_folder` resolves ``graft_tokenizer.json`` for loaders (``load_tokenizer``, vLLM).
+A step folder is therefore read in place, inside its ``checkpoints`` folder (``graft export`` writes
+a self-contained copy).
 
 Crash safety. Everything is written under ``checkpoints/.tmp-step_000010-<pid>/``; files and
 folders are fsynced, then the folder is renamed to ``step_000010`` and ``checkpoints/`` is
@@ -30,6 +42,9 @@ files. Its manifest is rewritten first (atomically: the files leave ``files`` an
 complete checkpoint with a stray unlisted file, never one whose manifest lists a missing file.
 Such a checkpoint still holds weights, RNG and sampler state (``graft export`` and ``graft eval``
 use it) but cannot be resumed (the trainer refuses with a message).
+
+``keep_optimizer="none"`` (weights only, TRL's ``save_only_model``): no optimizer file is written; such
+checkpoints load for ``graft export`` and ``graft eval`` but cannot be resumed.
 
 Resuming (:func:`newest_intact_checkpoint`) re-hashes every file: flipped bytes or a missing
 file are reported by name; a damaged newest checkpoint is skipped with a warning in favour of an
@@ -63,6 +78,14 @@ FORMAT_VERSION = 1
 _STEP_RE = re.compile(r"^step_(\d+)$")
 _HIDDEN_RE = re.compile(r"^\.(tmp|old|del)-step_(\d+)-(\d+)$")
 _RESERVED = {"state.pt", "config.yaml", "manifest.json"}
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "chat_template.jinja", "chat_template.json", "added_tokens.json", "vocab.json", "merges.txt")
+"""Files of a Hugging Face tokenizer (what ``save_pretrained`` writes for the tokenizers graft loads)."""
+
+TOKENIZER_REF = "graft_tokenizer.json"
+"""In a checkpoint's model folder: ``{"folder": RELATIVE_PATH}`` of the shared folder holding its tokenizer files."""
 
 
 class CheckpointError(RuntimeError):
@@ -179,10 +202,82 @@ def _verify(path: Path, manifest: dict, full: bool) -> None:
             raise CheckpointError(f"{path}: file {rel} does not match its sha256 in manifest.json (corrupt)")
 
 
+def _verify_tokenizers(path: Path, manifest: dict, full: bool, names: Iterable[str] | None = None) -> None:
+    """The shared tokenizer files the step ``path`` refers to (its manifest's ``tokenizers``; only those of
+    models ``names`` when given) exist with their recorded size (and sha256 when ``full``)."""
+    for name, entry in (manifest.get("tokenizers") or {}).items():
+        if names is not None and name not in names:
+            continue
+        folder = str(entry.get("folder", ""))
+        if not folder.startswith("tokenizers/") or ".." in Path(folder).parts:
+            raise CheckpointError(f"{path}: manifest names a tokenizer folder outside checkpoints/tokenizers: {folder!r}")
+        files = {f"{folder}/{f}": meta for f, meta in entry.get("files", {}).items()}
+        try:
+            _verify(path.parent, {"files": files}, full)
+        except CheckpointError as e:
+            raise CheckpointError(f"{e} (the tokenizer of model {name}, shared by the steps of this run; "
+                                  f"{path} refers to it)") from None
+
+
+def _share_tokenizer(root: Path, folder: Path, name: str) -> dict | None:
+    """Move the tokenizer files of the model folder ``folder`` out into ``root/tokenizers/NAME-HASH`` (written
+    once, atomically; an existing folder of the same content is reused) and leave :data:`TOKENIZER_REF` in their
+    place. Returns the manifest entry ``{"folder", "files": {file: {size, sha256}}}``, None without tokenizer files."""
+    files = {f: {"size": (folder / f).stat().st_size, "sha256": _sha256(folder / f)}
+             for f in TOKENIZER_FILES if (folder / f).is_file()}
+    if not files:
+        return None
+    key = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    rel = f"tokenizers/{name}-{key}"
+    shared = root / rel
+    try:
+        _verify(root, {"files": {f"{rel}/{f}": m for f, m in files.items()}}, full=True)
+    except CheckpointError:   # not there yet (or damaged): write it
+        tmp = root / "tokenizers" / f".tmp-{name}-{key}-{os.getpid()}"
+        _remove_tree(tmp)
+        tmp.mkdir(parents=True)
+        for f in files:
+            shutil.copy2(folder / f, tmp / f)
+        _fsync_tree(tmp)
+        old = root / "tokenizers" / f".del-{name}-{key}-{os.getpid()}"
+        if shared.exists():
+            os.rename(shared, old)
+        os.rename(tmp, shared)
+        _fsync_path(shared.parent)
+        _remove_tree(old)
+    for f in files:
+        (folder / f).unlink()
+    (folder / TOKENIZER_REF).write_text(json.dumps({"folder": f"../../{rel}"}) + "\n")
+    return {"folder": rel, "files": files}
+
+
+def tokenizer_folder(model_dir: str | Path | None) -> Path | None:
+    """The folder holding the tokenizer files of the model folder ``model_dir``: itself when it holds
+    them, the shared folder its :data:`TOKENIZER_REF` names (a checkpoint), else None."""
+    if not model_dir or not Path(model_dir).is_dir():
+        return None
+    d = Path(model_dir)
+    if any((d / f).is_file() for f in TOKENIZER_FILES[:2]):
+        return d
+    if (d / TOKENIZER_REF).is_file():
+        try:
+            target = d / json.loads((d / TOKENIZER_REF).read_text())["folder"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{d / TOKENIZER_REF}: unreadable: {e}") from None
+        if not target.is_dir():
+            raise CheckpointError(f"{d / TOKENIZER_REF}: the tokenizer folder it names, {target.resolve()}, is missing "
+                                  "(a step folder is read inside its run's checkpoints/ folder; use graft export for a "
+                                  "self-contained copy)")
+        return target
+    return None
+
+
 def is_complete(path: str | Path) -> bool:
     """True when ``path`` holds a manifest and every listed file with its recorded size."""
     try:
-        _verify(Path(path), _read_manifest(Path(path)), full=False)
+        manifest = _read_manifest(Path(path))
+        _verify(Path(path), manifest, full=False)
+        _verify_tokenizers(Path(path), manifest, full=False)
         return True
     except CheckpointError:
         return False
@@ -259,7 +354,7 @@ def save_checkpoint(
     config: dict | Any,
     keep_last: int = 2,
     hash_files: bool = True,
-    keep_optimizer: Literal["all", "last"] = "all",
+    keep_optimizer: Literal["all", "last", "none"] = "all",
     keep_steps: Iterable[int] = (),
 ) -> Path:
     """Write ``RUN_DIR/checkpoints/step_{step:06d}`` atomically and prune to ``keep_last``.
@@ -271,7 +366,9 @@ def save_checkpoint(
     numbers after the step, i.e. call this at the end of the step). ``config`` is a dict or a
     config dataclass. ``keep_last < 1`` keeps every checkpoint; steps in ``keep_steps`` (the
     best-evaluated ones) are never pruned. ``keep_optimizer="last"`` removes the optimizer files
-    of every older checkpoint (:func:`drop_optimizer_state`). ``hash_files`` records sha256
+    of every older checkpoint (:func:`drop_optimizer_state`); ``"none"`` writes none (weights only,
+    not resumable; ``optimizers`` is not read). Tokenizer files a writer puts in a model folder go to
+    the run's shared tokenizer folder (:func:`_share_tokenizer`). ``hash_files`` records sha256
     of each file in the manifest (costs one read of the checkpoint).
 
     Any exception from a writer propagates after the temporary folder is removed; earlier
@@ -279,6 +376,10 @@ def save_checkpoint(
     """
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         config = json.loads(json.dumps(dataclasses.asdict(config)))
+    if keep_optimizer not in ("all", "last", "none"):
+        raise CheckpointError(f"keep_optimizer must be 'all', 'last' or 'none', got {keep_optimizer!r}")
+    if keep_optimizer == "none":
+        optimizers = {}
     for name in list(models) + list(optimizers):
         if not name or "/" in name or name.startswith(".") or name in _RESERVED:
             raise CheckpointError(f"invalid model name for a checkpoint folder: {name!r}")
@@ -291,9 +392,13 @@ def save_checkpoint(
     _remove_tree(tmp)
     tmp.mkdir()
     try:
+        tokenizers = {}
         for mname, writer in models.items():
             (tmp / mname).mkdir(exist_ok=True)
             writer(tmp / mname)
+            entry = _share_tokenizer(root, tmp / mname, mname)
+            if entry is not None:
+                tokenizers[mname] = entry
         for mname, opt in optimizers.items():
             (tmp / mname).mkdir(exist_ok=True)
             torch.save(opt.state_dict(), tmp / mname / "optimizer.pt")
@@ -314,7 +419,8 @@ def save_checkpoint(
             files[rel] = {"size": f.stat().st_size, **({"sha256": _sha256(f)} if hash_files else {})}
         _fsync_tree(tmp)
         manifest = {"format": FORMAT_VERSION, "step": int(step), "created_unix": time.time(),
-                    "models": sorted(models), "optimizers": sorted(optimizers), "files": files}
+                    "models": sorted(models), "optimizers": sorted(optimizers), "files": files,
+                    **({"tokenizers": tokenizers} if tokenizers else {})}
         with open(tmp / "manifest.json", "w") as fh:
             json.dump(manifest, fh, indent=1)
             fh.flush()
@@ -341,8 +447,6 @@ def save_checkpoint(
         for p in list_checkpoints(run_dir):
             if p != final:
                 drop_optimizer_state(p)
-    elif keep_optimizer != "all":
-        raise CheckpointError(f"keep_optimizer must be 'all' or 'last', got {keep_optimizer!r}")
     return final
 
 
@@ -452,6 +556,7 @@ def load_checkpoint(path: str | Path, verify: Literal["size", "full"] = "size") 
             p = latest
     manifest = _read_manifest(p)
     _verify(p, manifest, full=(verify == "full"))
+    _verify_tokenizers(p, manifest, full=(verify == "full"))
     try:
         state = torch.load(p / "state.pt", map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001
@@ -469,8 +574,8 @@ def load_checkpoint(path: str | Path, verify: Literal["size", "full"] = "size") 
 
 def verify_model_files(model_dir: str | Path) -> None:
     """Re-hash the files of one model folder of a checkpoint (``RUN/checkpoints/step_N/NAME``)
-    against the step's manifest (``optimizer.pt`` is not read). A missing, resized or changed
-    file raises :class:`CheckpointError` naming it."""
+    against the step's manifest (``optimizer.pt`` is not read), its shared tokenizer files included.
+    A missing, resized or changed file raises :class:`CheckpointError` naming it."""
     model_dir = Path(model_dir)
     step_dir = model_dir.parent
     manifest = _read_manifest(step_dir)
@@ -481,6 +586,7 @@ def verify_model_files(model_dir: str | Path) -> None:
         raise CheckpointError(f"{step_dir}: manifest.json lists no files of model {model_dir.name!r} "
                               f"(models: {', '.join(manifest.get('models', [])) or 'none'})")
     _verify(step_dir, {"files": files}, full=True)
+    _verify_tokenizers(step_dir, manifest, full=True, names=[model_dir.name])
 
 
 def newest_intact_checkpoint(run_dir: str | Path) -> tuple[Checkpoint | None, list[str]]:
