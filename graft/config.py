@@ -893,7 +893,7 @@ def describe(cfg: Any) -> list[tuple[str, Any, str]]:
 def show_config(cfg: Any) -> str:
     """The resolved config as ``key: value  # description`` lines (values in YAML flow style)."""
     rows = [(k, yaml.safe_dump(json.loads(json.dumps(v)), default_flow_style=True, width=10_000).strip()
-             .removesuffix("\n...").removesuffix("..."), d) for k, v, d in describe(cfg)]
+             .removesuffix("\n..."), d) for k, v, d in describe(cfg)]
     width = max(len(f"{k}: {v}") for k, v, _ in rows)
     return "\n".join(f"{k}: {v}".ljust(min(width, 60)) + (f"  # {d}" if d else "") for k, v, d in rows)
 

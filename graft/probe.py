@@ -18,7 +18,8 @@ and reports:
   the receivers' log-probs replayed from the probe; :func:`graft.exchange.live.select` without): per
   direction the mean candidates, balanced m, kept prompts, transferred and admitted responses (and
   admitted correct ones), and the share of steps that exchange anything; plus a one-line verdict when
-  the pair would exchange (almost) nothing.
+  the pair would exchange (almost) nothing. It models the GRAFT exchange of ``update.rule`` graft/luffy/sgt
+  (HACPO shares groups by its own rule, which is not predicted).
 
 ``--checkpoint RUN/checkpoints/step_N`` loads each model's weights of that checkpoint (to measure ``s``
 along a run). Prints JSON, then short tables; ``--out`` writes the JSON to a file.
