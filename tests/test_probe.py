@@ -23,7 +23,7 @@ def _models(llama, gemma) -> str:
 def test_probe_records_its_overrides_consistent_counts_and_a_prediction(tmp_path, tiny_llama_dir, tiny_gemma_dir,
                                                                          capsys):
     overrides = [_models(tiny_llama_dir, tiny_gemma_dir), "rollout.n=2", "rollout.max_new_tokens=4",
-                 "reward.workers=0", "threads=1", "batch_prompts=2", "progress=false"]
+                 "reward.workers=0", "threads=1", "batch_prompts=2", "update.num_minibatches=1", "progress=false"]
     out = tmp_path / "probe.json"
     assert main(["probe", str(REPO / "configs" / "default.yaml"), "--prompts", "5", "--compat", "--out", str(out),
                  *overrides]) == 0

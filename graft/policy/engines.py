@@ -286,8 +286,7 @@ class VllmEngine(RolloutEngine):
 
         self._tmp, self.folder = None, folder
         source = folder if folder is not None else self._model_folder()
-        from graft.storage.checkpoint import tokenizer_folder
-        tokenizer = getattr(policy.cfg, "tokenizer", None) or str(tokenizer_folder(source) or source)
+        tokenizer = getattr(policy.cfg, "tokenizer", None) or source
         util = gpu_memory_utilization or float(os.environ.get("GRAFT_VLLM_GPU_MEMORY_UTILIZATION",
                                                               "0.85" if folder is not None else "0.35"))
         kwargs: dict[str, Any] = dict(model=source, tokenizer=tokenizer, dtype=policy.cfg.dtype, seed=0,

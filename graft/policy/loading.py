@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 EMBEDDED_PREFIX = "embedded:"
 EMBEDDED_MODELS = ("smollm2-135m-instruct", "gemma3-270m")
 _CACHE_VERSION = 1
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "tokenizer.model", "chat_template.jinja", "chat_template.json")
 
 
 class ModelLoadError(RuntimeError):
@@ -345,24 +347,24 @@ def _prepare_tokenizer(tok: Any) -> Any:
     return tok
 
 
-def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> Any:
-    """Tokenizer of a model: ``cfg.tokenizer`` if set, else the tokenizer saved with
-    ``weights_from`` (a checkpoint's model folder: its shared tokenizer folder,
-    :func:`graft.storage.checkpoint.tokenizer_folder`), else the one of ``cfg.path``. Pad token = EOS
-    when the tokenizer has none; ``padding_side='left'`` (generation pads prompts on the left)."""
-    from transformers import AutoTokenizer
+def _tokenizer_files_in(folder: str | None) -> bool:
+    return bool(folder) and Path(folder).is_dir() and any((Path(folder) / f).is_file() for f in _TOKENIZER_FILES[:2])
 
-    from graft.storage.checkpoint import CheckpointError, tokenizer_folder
+
+def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> Any:
+    """Tokenizer of a model: ``cfg.tokenizer`` if set, else the tokenizer saved in
+    ``weights_from`` (a checkpoint), else the one of ``cfg.path``. Pad token = EOS when the
+    tokenizer has none; ``padding_side='left'`` (generation pads prompts on the left)."""
+    from transformers import AutoTokenizer
     if isinstance(cfg, str):
         cfg = ModelConfig(path=cfg)
-    try:
-        saved = tokenizer_folder(weights_from)
-    except CheckpointError as e:
-        raise ModelLoadError(str(e)) from None
-    if saved is not None and not cfg.tokenizer:
-        folder, gguf = str(saved), None
+    if cfg.tokenizer:
+        src = cfg.tokenizer
+    elif _tokenizer_files_in(weights_from):
+        src = str(weights_from)
     else:
-        folder, gguf = resolve_model_path(cfg.tokenizer or cfg.path)
+        src = cfg.path
+    folder, gguf = resolve_model_path(src)
     if gguf is not None:
         folder = str(gguf_tokenizer_folder(_local_gguf(folder, gguf, cfg.revision)))
     try:

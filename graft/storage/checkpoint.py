@@ -4,23 +4,20 @@ Layout (one folder per saved step; ``{name}`` is a model label such as ``A``)::
 
     RUN_DIR/checkpoints/step_000010/
         {name}/                 Hugging Face folder written by the caller (``policy.save``):
-                                config.json, model.safetensors (or adapter_*.safetensors for LoRA), and
-                                graft_tokenizer.json naming the shared tokenizer folder (below)
+                                config.json, model.safetensors (or adapter_*.safetensors for LoRA), tokenizer files
         {name}/optimizer.pt     ``optimizer.state_dict()`` (torch.save); absent with ``keep_optimizer="none"``
         state.pt                {"step", "rng", **state}: step counter, RNG states, sampler position, anything else
         config.yaml             the resolved run config
         manifest.json           written LAST: every other file with its size and sha256
 
     RUN_DIR/checkpoints/tokenizers/{name}-{hash}/
-                                the tokenizer files the caller wrote (tokenizer.json, tokenizer_config.json, chat
-                                template, ...), written once per content (``hash``: of their sha256s) and referenced
-                                by every step whose tokenizer is the same; listed with their sha256 under
-                                ``tokenizers`` in each step's manifest, so verifying a step covers them
+                                one copy of each tokenizer (``hash``: of its files' sha256s); the tokenizer
+                                files in the step folders are hard links to it
 
-Tokenizers never change during training, and Gemma's is 33 MB: a step folder holds only its weights,
-and :func:`tokenizer_folder` resolves ``graft_tokenizer.json`` for loaders (``load_tokenizer``, vLLM).
-A step folder is therefore read in place, inside its ``checkpoints`` folder (``graft export`` writes
-a self-contained copy).
+Tokenizers never change during training, and Gemma's is 33 MB: every step folder stays a complete
+Hugging Face folder (``from_pretrained`` loads model and tokenizer from it, the manifest lists and
+hashes its tokenizer files), but the tokenizer's bytes are on disk once per run. A filesystem without
+hard links gets a copy per step, as before.
 
 Crash safety. Everything is written under ``checkpoints/.tmp-step_000010-<pid>/``; files and
 folders are fsynced, then the folder is renamed to ``step_000010`` and ``checkpoints/`` is
@@ -83,9 +80,6 @@ _RESERVED = {"state.pt", "config.yaml", "manifest.json"}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "chat_template.jinja", "chat_template.json", "added_tokens.json", "vocab.json", "merges.txt")
 """Files of a Hugging Face tokenizer (what ``save_pretrained`` writes for the tokenizers graft loads)."""
-
-TOKENIZER_REF = "graft_tokenizer.json"
-"""In a checkpoint's model folder: ``{"folder": RELATIVE_PATH}`` of the shared folder holding its tokenizer files."""
 
 
 class CheckpointError(RuntimeError):
@@ -202,82 +196,43 @@ def _verify(path: Path, manifest: dict, full: bool) -> None:
             raise CheckpointError(f"{path}: file {rel} does not match its sha256 in manifest.json (corrupt)")
 
 
-def _verify_tokenizers(path: Path, manifest: dict, full: bool, names: Iterable[str] | None = None) -> None:
-    """The shared tokenizer files the step ``path`` refers to (its manifest's ``tokenizers``; only those of
-    models ``names`` when given) exist with their recorded size (and sha256 when ``full``)."""
-    for name, entry in (manifest.get("tokenizers") or {}).items():
-        if names is not None and name not in names:
-            continue
-        folder = str(entry.get("folder", ""))
-        if not folder.startswith("tokenizers/") or ".." in Path(folder).parts:
-            raise CheckpointError(f"{path}: manifest names a tokenizer folder outside checkpoints/tokenizers: {folder!r}")
-        files = {f"{folder}/{f}": meta for f, meta in entry.get("files", {}).items()}
-        try:
-            _verify(path.parent, {"files": files}, full)
-        except CheckpointError as e:
-            raise CheckpointError(f"{e} (the tokenizer of model {name}, shared by the steps of this run; "
-                                  f"{path} refers to it)") from None
-
-
-def _share_tokenizer(root: Path, folder: Path, name: str) -> dict | None:
-    """Move the tokenizer files of the model folder ``folder`` out into ``root/tokenizers/NAME-HASH`` (written
-    once, atomically; an existing folder of the same content is reused) and leave :data:`TOKENIZER_REF` in their
-    place. Returns the manifest entry ``{"folder", "files": {file: {size, sha256}}}``, None without tokenizer files."""
+def _link_tokenizer(root: Path, folder: Path, name: str) -> None:
+    """Replace the tokenizer files the caller wrote into the model folder ``folder`` by hard links to
+    ``root/tokenizers/NAME-HASH/`` (written once per content, atomically; a damaged copy is rewritten), so
+    every step holds the complete Hugging Face folder but the bytes are stored once. Where the filesystem
+    refuses hard links the written files stay (a copy per step, as before)."""
     files = {f: {"size": (folder / f).stat().st_size, "sha256": _sha256(folder / f)}
              for f in TOKENIZER_FILES if (folder / f).is_file()}
     if not files:
-        return None
-    key = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
-    rel = f"tokenizers/{name}-{key}"
-    shared = root / rel
+        return
+    rel = f"tokenizers/{name}-{hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]}"
+    store = root / rel
     try:
         _verify(root, {"files": {f"{rel}/{f}": m for f, m in files.items()}}, full=True)
     except CheckpointError:   # not there yet (or damaged): write it
-        tmp = root / "tokenizers" / f".tmp-{name}-{key}-{os.getpid()}"
+        tmp, old = (root / "tokenizers" / f".{kind}-{store.name}-{os.getpid()}" for kind in ("tmp", "del"))
         _remove_tree(tmp)
         tmp.mkdir(parents=True)
         for f in files:
             shutil.copy2(folder / f, tmp / f)
         _fsync_tree(tmp)
-        old = root / "tokenizers" / f".del-{name}-{key}-{os.getpid()}"
-        if shared.exists():
-            os.rename(shared, old)
-        os.rename(tmp, shared)
-        _fsync_path(shared.parent)
+        if store.exists():
+            os.rename(store, old)
+        os.rename(tmp, store)
+        _fsync_path(store.parent)
         _remove_tree(old)
     for f in files:
-        (folder / f).unlink()
-    (folder / TOKENIZER_REF).write_text(json.dumps({"folder": f"../../{rel}"}) + "\n")
-    return {"folder": rel, "files": files}
-
-
-def tokenizer_folder(model_dir: str | Path | None) -> Path | None:
-    """The folder holding the tokenizer files of the model folder ``model_dir``: itself when it holds
-    them, the shared folder its :data:`TOKENIZER_REF` names (a checkpoint), else None."""
-    if not model_dir or not Path(model_dir).is_dir():
-        return None
-    d = Path(model_dir)
-    if any((d / f).is_file() for f in TOKENIZER_FILES[:2]):
-        return d
-    if (d / TOKENIZER_REF).is_file():
         try:
-            target = d / json.loads((d / TOKENIZER_REF).read_text())["folder"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{d / TOKENIZER_REF}: unreadable: {e}") from None
-        if not target.is_dir():
-            raise CheckpointError(f"{d / TOKENIZER_REF}: the tokenizer folder it names, {target.resolve()}, is missing "
-                                  "(a step folder is read inside its run's checkpoints/ folder; use graft export for a "
-                                  "self-contained copy)")
-        return target
-    return None
+            os.link(store / f, folder / f".{f}.link")
+        except OSError:
+            return
+        os.replace(folder / f".{f}.link", folder / f)
 
 
 def is_complete(path: str | Path) -> bool:
     """True when ``path`` holds a manifest and every listed file with its recorded size."""
     try:
-        manifest = _read_manifest(Path(path))
-        _verify(Path(path), manifest, full=False)
-        _verify_tokenizers(Path(path), manifest, full=False)
+        _verify(Path(path), _read_manifest(Path(path)), full=False)
         return True
     except CheckpointError:
         return False
@@ -367,8 +322,8 @@ def save_checkpoint(
     config dataclass. ``keep_last < 1`` keeps every checkpoint; steps in ``keep_steps`` (the
     best-evaluated ones) are never pruned. ``keep_optimizer="last"`` removes the optimizer files
     of every older checkpoint (:func:`drop_optimizer_state`); ``"none"`` writes none (weights only,
-    not resumable; ``optimizers`` is not read). Tokenizer files a writer puts in a model folder go to
-    the run's shared tokenizer folder (:func:`_share_tokenizer`). ``hash_files`` records sha256
+    not resumable; ``optimizers`` is not read). Tokenizer files a writer puts in a model folder become
+    hard links to the run's one copy (:func:`_link_tokenizer`). ``hash_files`` records sha256
     of each file in the manifest (costs one read of the checkpoint).
 
     Any exception from a writer propagates after the temporary folder is removed; earlier
@@ -392,13 +347,10 @@ def save_checkpoint(
     _remove_tree(tmp)
     tmp.mkdir()
     try:
-        tokenizers = {}
         for mname, writer in models.items():
             (tmp / mname).mkdir(exist_ok=True)
             writer(tmp / mname)
-            entry = _share_tokenizer(root, tmp / mname, mname)
-            if entry is not None:
-                tokenizers[mname] = entry
+            _link_tokenizer(root, tmp / mname, mname)
         for mname, opt in optimizers.items():
             (tmp / mname).mkdir(exist_ok=True)
             torch.save(opt.state_dict(), tmp / mname / "optimizer.pt")
@@ -419,8 +371,7 @@ def save_checkpoint(
             files[rel] = {"size": f.stat().st_size, **({"sha256": _sha256(f)} if hash_files else {})}
         _fsync_tree(tmp)
         manifest = {"format": FORMAT_VERSION, "step": int(step), "created_unix": time.time(),
-                    "models": sorted(models), "optimizers": sorted(optimizers), "files": files,
-                    **({"tokenizers": tokenizers} if tokenizers else {})}
+                    "models": sorted(models), "optimizers": sorted(optimizers), "files": files}
         with open(tmp / "manifest.json", "w") as fh:
             json.dump(manifest, fh, indent=1)
             fh.flush()
@@ -556,7 +507,6 @@ def load_checkpoint(path: str | Path, verify: Literal["size", "full"] = "size") 
             p = latest
     manifest = _read_manifest(p)
     _verify(p, manifest, full=(verify == "full"))
-    _verify_tokenizers(p, manifest, full=(verify == "full"))
     try:
         state = torch.load(p / "state.pt", map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001
@@ -574,8 +524,8 @@ def load_checkpoint(path: str | Path, verify: Literal["size", "full"] = "size") 
 
 def verify_model_files(model_dir: str | Path) -> None:
     """Re-hash the files of one model folder of a checkpoint (``RUN/checkpoints/step_N/NAME``)
-    against the step's manifest (``optimizer.pt`` is not read), its shared tokenizer files included.
-    A missing, resized or changed file raises :class:`CheckpointError` naming it."""
+    against the step's manifest (``optimizer.pt`` is not read). A missing, resized or changed
+    file raises :class:`CheckpointError` naming it."""
     model_dir = Path(model_dir)
     step_dir = model_dir.parent
     manifest = _read_manifest(step_dir)
@@ -586,7 +536,6 @@ def verify_model_files(model_dir: str | Path) -> None:
         raise CheckpointError(f"{step_dir}: manifest.json lists no files of model {model_dir.name!r} "
                               f"(models: {', '.join(manifest.get('models', [])) or 'none'})")
     _verify(step_dir, {"files": files}, full=True)
-    _verify_tokenizers(step_dir, manifest, full=True, names=[model_dir.name])
 
 
 def newest_intact_checkpoint(run_dir: str | Path) -> tuple[Checkpoint | None, list[str]]:

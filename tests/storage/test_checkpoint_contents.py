@@ -1,5 +1,5 @@
 """Issue 22 §5, the storage side: weights-only checkpoints (``keep_optimizer="none"``), what a checkpoint
-weighs (AdamW state = twice the fp32 weights), and tokenizer files written once per run, not per step."""
+weighs (AdamW state = twice the fp32 weights), and tokenizer bytes stored once per run (hard links), not per step."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graft.config import ModelConfig
-from graft.policy.loading import load_tokenizer
-from graft.storage.checkpoint import (CheckpointError, TOKENIZER_REF, list_checkpoints, load_checkpoint,
-                                      save_checkpoint, tokenizer_folder, verify_model_files)
+from graft.storage.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, verify_model_files
 
 
 def _opt(model):
@@ -53,37 +50,38 @@ def test_weights_only_writes_no_optimizer_and_weighs_a_third(tmp_path, tiny_mode
         _save(tmp_path / "bad", 1, tiny_model.save_pretrained, opt, keep_optimizer="some")
 
 
-def test_tokenizer_is_written_once_and_still_verified_and_loaded(tmp_path, tiny_model, tiny_llama_dir):
+def test_tokenizer_bytes_are_stored_once_and_every_step_stays_a_full_folder(tmp_path, tiny_model, tiny_llama_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
     opt = _opt(tiny_model)
     steps = [_save(tmp_path, s, _writer(tiny_model, tok), opt, keep_last=3) for s in (1, 2, 3)]
-    shared = sorted((tmp_path / "checkpoints" / "tokenizers").iterdir())
-    assert len(shared) == 1 and shared[0].name.startswith("A-") and (shared[0] / "tokenizer.json").is_file()
+    store = sorted((tmp_path / "checkpoints" / "tokenizers").iterdir())
+    assert len(store) == 1 and store[0].name.startswith("A-")
     for step in steps:
-        assert not (step / "A" / "tokenizer.json").exists() and (step / "A" / TOKENIZER_REF).is_file()
-        assert tokenizer_folder(step / "A").resolve() == shared[0].resolve()
-        manifest = json.loads((step / "manifest.json").read_text())
-        assert manifest["tokenizers"]["A"]["folder"] == f"tokenizers/{shared[0].name}"
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            assert (step / "A" / f).samefile(store[0] / f)         # a hard link, not a copy
+        assert "A/tokenizer.json" in json.loads((step / "manifest.json").read_text())["files"]   # hashed as before
         load_checkpoint(step, verify="full")
+    # a step folder is still a complete Hugging Face folder
     text = "Problem: What is 12 + 30?\nSolution: \\boxed{42}"
-    loaded = load_tokenizer(ModelConfig(path=tiny_llama_dir), weights_from=str(steps[-1] / "A"))
+    loaded = AutoTokenizer.from_pretrained(str(steps[-1] / "A"))
     assert loaded(text)["input_ids"] == tok(text)["input_ids"]
-    # the checkpoints of the run now hold one copy of tokenizer.json, not three
-    copies = [p for p in (tmp_path / "checkpoints").rglob("tokenizer.json")]
-    assert len(copies) == 1
+    # on disk: one tokenizer.json inode for the three steps and the store (4 names)
+    paths = list((tmp_path / "checkpoints").rglob("tokenizer.json"))
+    assert len(paths) == 4 and len({p.stat().st_ino for p in paths}) == 1
+    # pruning step 1 leaves the others intact
+    _save(tmp_path, 4, _writer(tiny_model, tok), opt, keep_last=3)
+    assert [load_checkpoint(p, verify="full").step for p in list_checkpoints(tmp_path)] == [2, 3, 4]
 
-    # the shared files are covered by every step's sha256: one flipped byte is named
-    f = shared[0] / "tokenizer.json"
+    # one flipped byte in the stored copy is named by every step's sha256 check
+    f = store[0] / "tokenizer.json"
     data = bytearray(f.read_bytes())
     data[100] ^= 1
     f.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match="tokenizer.json does not match its sha256.*tokenizer of model A"):
-        verify_model_files(steps[0] / "A")
-    with pytest.raises(CheckpointError, match="tokenizer.json does not match its sha256"):
-        load_checkpoint(steps[0], verify="full")
-    # a damaged shared copy is rewritten by the next save, so later steps are intact again
-    _save(tmp_path, 4, _writer(tiny_model, tok), opt, keep_last=4)
-    load_checkpoint(tmp_path / "checkpoints" / "step_000004", verify="full")
-    assert [load_checkpoint(p).step for p in list_checkpoints(tmp_path)] == [1, 2, 3, 4]
+    with pytest.raises(CheckpointError, match="A/tokenizer.json does not match its sha256"):
+        verify_model_files(steps[1] / "A")
+    # the next save finds the stored copy damaged and writes a fresh one for its own step
+    step5 = _save(tmp_path, 5, _writer(tiny_model, tok), opt, keep_last=5)
+    load_checkpoint(step5, verify="full")
+    assert not (step5 / "A" / "tokenizer.json").samefile(steps[1] / "A" / "tokenizer.json")
