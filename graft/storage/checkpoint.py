@@ -282,6 +282,11 @@ def _cleanup(root: Path) -> None:
             os.rename(p, final)
         else:
             _remove_tree(p)
+    tokenizers = root / "tokenizers"
+    for p in list(tokenizers.iterdir()) if tokenizers.is_dir() else []:   # a tokenizer copy a dead writer left
+        m = re.match(r"^\.(tmp|del)-.+-(\d+)$", p.name)
+        if m and not _pid_alive(int(m.group(2))):
+            _remove_tree(p)
     _fsync_path(root)
 
 

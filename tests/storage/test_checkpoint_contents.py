@@ -70,8 +70,11 @@ def test_tokenizer_bytes_are_stored_once_and_every_step_stays_a_full_folder(tmp_
     # on disk: one tokenizer.json inode for the three steps and the store (4 names)
     paths = list((tmp_path / "checkpoints").rglob("tokenizer.json"))
     assert len(paths) == 4 and len({p.stat().st_ino for p in paths}) == 1
-    # pruning step 1 leaves the others intact
+    # pruning step 1 leaves the others intact; a half-written copy of a killed writer is cleaned up
+    dead = tmp_path / "checkpoints" / "tokenizers" / ".tmp-A-0123456789abcdef-999999999"
+    dead.mkdir()
     _save(tmp_path, 4, _writer(tiny_model, tok), opt, keep_last=3)
+    assert not dead.exists()
     assert [load_checkpoint(p, verify="full").step for p in list_checkpoints(tmp_path)] == [2, 3, 4]
 
     # one flipped byte in the stored copy is named by every step's sha256 check
