@@ -497,6 +497,56 @@ def best_checkpoint(history: Sequence[dict], key: str, steps: Iterable[int] | No
     return best[1] if best else None
 
 
+def eval_history(run_dir: Path, checkpoints: list[Path]) -> list[dict]:
+    """Rows ``{"step", "eval/...": value}`` of in-training evaluation: the newest checkpoint's
+    ``eval_history`` overlaid by ``metrics.jsonl`` (the run's full record)."""
+    from graft.storage.checkpoint import load_checkpoint
+
+    by_step: dict[int, dict] = {}
+    if checkpoints:
+        for row in load_checkpoint(checkpoints[-1]).state.get("eval_history", []) or []:
+            by_step.setdefault(int(row["step"]), {}).update(row)
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue   # a torn last line
+            ev = {k: v for k, v in row.items() if k.startswith("eval/")}
+            if ev and "step" in row:
+                by_step.setdefault(int(row["step"]), {}).update({"step": int(row["step"]), **ev})
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def select_checkpoint(run_dir: Path, step: str | int | None, model: str) -> Path:
+    """The checkpoint folder for ``--step`` (None/``latest``, ``best`` or a step number)."""
+    from graft.storage.checkpoint import CheckpointError, checkpoint_step, list_checkpoints
+
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run folder not found: {run_dir}")
+    cks = list_checkpoints(run_dir)
+    if not cks:
+        raise CheckpointError(f"{run_dir}: no complete checkpoint under {run_dir / 'checkpoints'}")
+    by_step = {checkpoint_step(p): p for p in cks}
+    if step is None or step == "latest":
+        return cks[-1]
+    if step == "best":
+        key = f"eval/{model}/val/pass@1"
+        best = best_checkpoint(eval_history(run_dir, cks), key, steps=by_step)
+        if best is None:
+            raise CheckpointError(f"--step best: {run_dir} has no {key} at a saved step (saved steps: "
+                                  f"{sorted(by_step)}; in-training evaluation needs data.val and eval.every > 0)")
+        return by_step[best]
+    try:
+        n = int(step)
+    except (TypeError, ValueError):
+        raise CheckpointError(f"--step must be a step number, 'latest' or 'best', got {step!r}") from None
+    if n not in by_step:
+        raise CheckpointError(f"{run_dir}: no checkpoint at step {n}; saved steps: {sorted(by_step)}")
+    return by_step[n]
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -562,9 +612,8 @@ def run_folder(config: str, run_cfg) -> Path:
 def run_model(config: str, model_name: str | None, which: str | None) -> tuple[str, str]:
     """``(--model value, label)`` for a ``--config`` run and a :data:`RUN_MODELS` keyword (None: ``best``):
     the checkpoint folder ``RUN/checkpoints/step_N/NAME`` of the model's best-evaluated step (highest in-training
-    ``eval/NAME/val/pass@1``; the latest checkpoint when the run has no such value; :func:`graft.export.select_checkpoint`)
+    ``eval/NAME/val/pass@1``; the latest checkpoint when the run has no such value; :func:`select_checkpoint`)
     or its latest step, or the run's starting weights (``models.i.path``) for ``base``."""
-    from graft.export import select_checkpoint
     from graft.storage.checkpoint import CheckpointError, checkpoint_step, list_checkpoints
 
     run_cfg = _run_config(config)

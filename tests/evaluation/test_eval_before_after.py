@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from graft.cli import main
-from graft.evaluation.evaluate import best_checkpoint, compare_table
-from graft.export import eval_history
+from graft.evaluation.evaluate import best_checkpoint, compare_table, eval_history
 from graft.storage.checkpoint import list_checkpoints
 from graft.trainer import loop
 from tests.trainer.helpers import crafted_rewards, tiny_config
