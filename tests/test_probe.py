@@ -138,3 +138,15 @@ def test_batches_partition_the_probed_prompts():
     assert len(plan) == 2 * (10 // 4) and all(len(b) == 4 for b in plan)
     assert len(set(plan[0]) | set(plan[1])) == 8                 # one shuffle: disjoint batches
     assert batches(3, 8, resamples=5, seed=0) == [[0, 1, 2]]     # fewer prompts than a batch: all of them once
+
+
+def test_the_script_is_a_thin_caller_of_graft_probe():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "probe_task.py"), "--help"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert p.returncode == 0 and p.stdout.startswith("usage: graft probe") and "--checkpoint STEP_DIR" in p.stdout
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "probe_task.py"), "nope.yaml"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert p.returncode == 2 and p.stderr.strip() == "error: config file not found: nope.yaml"
