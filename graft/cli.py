@@ -1,7 +1,11 @@
-"""The ``graft`` command: train, eval, export, analyze, report, store, sweep, experiment, onestep, bench.
+"""The ``graft`` command: train, eval, probe, config, export, analyze, report, store, sweep, experiment, onestep,
+bench.
 
     graft train CONFIG.yaml [key=value ...]
-    graft eval --model PATH --data math500 [--n 8 --repeats 5] [--config RUN/config.yaml --model-name NAME]
+    graft eval --config RUN/config.yaml --model-name NAME [--model best|latest|base|PATH] [--compare base] [--data SET]
+    graft eval --model PATH --data math500 [--n 8 --repeats 5]
+    graft probe CONFIG.yaml [--prompts 64] [--compat] [--checkpoint STEP_DIR] [--out FILE] [key=value ...]
+    graft config show CONFIG.yaml [key=value ...]
     graft export RUN_DIR [--step N|latest|best] [--model NAME] OUT [--dtype bfloat16]
     graft analyze RUN_DIR
     graft report RUN_DIR [RUN_DIR ...] [--out DIR]
@@ -14,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import itertools
 import shlex
 import subprocess
@@ -38,7 +43,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def train_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="graft train", description="Train models with GRAFT (or GRPO).")
+    p = argparse.ArgumentParser(prog="graft train", description="Train models with GRAFT (or GRPO).",
+                                epilog="Every config key with its resolved value, default and description: "
+                                       "graft config show CONFIG [key=value ...]")
     p.add_argument("config", help="YAML config file (see configs/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=10 models.0.lr=2e-6")
     args = p.parse_args(argv)
@@ -46,6 +53,19 @@ def train_main(argv: list[str]) -> int:
     from graft.trainer.loop import train
 
     train(load_config(args.config, args.overrides))
+    return 0
+
+
+def config_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="graft config", description="Inspect a configuration.")
+    sub = p.add_subparsers(dest="action", required=True)
+    show = sub.add_parser("show", help="print the fully resolved config: every key, its value and its description")
+    show.add_argument("config", help="YAML config file (see configs/)")
+    show.add_argument("overrides", nargs="*", help="key=value overrides, as graft train takes them")
+    args = p.parse_args(argv)
+    from graft.config import load_config, show_config
+
+    print(show_config(load_config(args.config, args.overrides)))
     return 0
 
 
@@ -87,37 +107,29 @@ def sweep_commands(config: str, grid: list[str], overrides: list[str]) -> list[l
     return out
 
 
+COMMANDS = {
+    "train": ("graft.cli", "train_main"),
+    "eval": ("graft.evaluation.evaluate", "eval_main"),
+    "probe": ("graft.probe", "probe_main"),
+    "config": ("graft.cli", "config_main"),
+    "export": ("graft.export", "export_main"),
+    "analyze": ("graft.evaluation.analyze", "analyze_main"),
+    "report": ("graft.evaluation.report", "report_main"),
+    "store": ("graft.storage.trajectory_store", "store_main"),
+    "sweep": ("graft.cli", "sweep_main"),
+    "experiment": ("graft.experiment", "experiment_main"),
+    "onestep": ("graft.onestep", "onestep_main"),
+    "bench": ("graft.bench", "bench_main"),
+}
+"""Command name -> (module, function) of its entry point, imported on use."""
+
+
 def _dispatch(cmd: str, argv: list[str]) -> int:
-    if cmd == "train":
-        return train_main(argv)
-    if cmd == "sweep":
-        return sweep_main(argv)
-    if cmd == "eval":
-        from graft.evaluation.evaluate import eval_main
-        return eval_main(argv)
-    if cmd == "export":
-        from graft.export import export_main
-        return export_main(argv)
-    if cmd == "analyze":
-        from graft.evaluation.analyze import analyze_main
-        return analyze_main(argv)
-    if cmd == "report":
-        from graft.evaluation.report import report_main
-        return report_main(argv)
-    if cmd == "store":
-        from graft.storage.trajectory_store import store_main
-        return store_main(argv)
-    if cmd == "experiment":
-        from graft.experiment import experiment_main
-        return experiment_main(argv)
-    if cmd == "onestep":
-        from graft.onestep import onestep_main
-        return onestep_main(argv)
-    if cmd == "bench":
-        from graft.bench import bench_main
-        return bench_main(argv)
-    print(USAGE, file=sys.stderr)
-    return 2
+    if cmd not in COMMANDS:
+        print(f"error: unknown command {cmd!r}; commands: {', '.join(COMMANDS)} (graft --help)", file=sys.stderr)
+        return 2
+    module, func = COMMANDS[cmd]
+    return getattr(importlib.import_module(module), func)(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

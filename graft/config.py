@@ -367,10 +367,11 @@ class CheckpointConfig:
     """How many checkpoints to keep."""
     save_final: bool = True
     """Save a checkpoint when the run ends."""
-    keep_optimizer: Literal["all", "last"] = "all"
-    """``all`` keeps ``optimizer.pt`` (AdamW state, about twice the weights in size) in every kept checkpoint;
+    keep_optimizer: Literal["all", "last", "none"] = "all"
+    """``all`` keeps ``optimizer.pt`` (AdamW state, twice the fp32 weights in size) in every kept checkpoint;
     ``last`` keeps it only in the newest one: when a checkpoint is saved, older ones lose their optimizer files
-    and their manifest is rewritten to match. Only a checkpoint with optimizer state can be resumed."""
+    and their manifest is rewritten to match; ``none`` writes weights only (TRL's ``save_only_model``): a third
+    of the size, but the run cannot be resumed from them. Only a checkpoint with optimizer state can be resumed."""
     keep_best: bool = True
     """Pruning by ``keep_last`` never deletes the best-evaluated step of any model (highest in-training
     ``eval/M/val/pass@1``, ties to the earlier step; see ``graft export --step best``)."""
@@ -557,8 +558,13 @@ def _build(cls: type, data: Any, where: str) -> Any:
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in data if k not in known]
     if unknown:
-        raise ConfigError(f"{_join(where, unknown[0])}: unknown config key; the keys of {where or 'the top level'} "
-                          f"are {', '.join(known)}")
+        key, value = _join(where, unknown[0]), data[unknown[0]]
+        while isinstance(value, dict) and len(value) == 1:   # a misspelt section: `chekpoint.keep_last=3`
+            (sub, value), = value.items()
+            key = f"{key}.{sub}"
+        near = nearest_key(key)
+        raise ConfigError(f"{key}: unknown config key" + (f"; did you mean {near}?" if near else "")
+                          + f" (the keys of {where or 'the top level'} are {', '.join(known)})")
     kwargs = {name: _coerce(hints[name], value, _join(where, name)) for name, value in data.items()}
     try:
         return cls(**kwargs)
@@ -786,6 +792,110 @@ def field_hint(key: str) -> Any:
         else:
             return None
     return hint
+
+
+def _dataclass_of(hint: Any) -> Any:
+    """The dataclass a field holds (itself, optional, or as list/dict items), else None."""
+    while typing.get_origin(hint) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(members) != 1:
+            return None
+        hint = members[0]
+    if typing.get_origin(hint) in (list, dict) and typing.get_args(hint):
+        hint = typing.get_args(hint)[-1]
+    return hint if dataclasses.is_dataclass(hint) else None
+
+
+def _key_templates(cls: type = None, prefix: str = "") -> list[str]:
+    """Every dotted leaf key of the config tree, list items and mapping values as ``*``
+    (``models.*.lr``, ``ray.resources.*.num_gpus``)."""
+    cls = cls or Config
+    out = []
+    for name, hint in typing.get_type_hints(cls).items():
+        sub = _dataclass_of(hint)
+        key = prefix + name
+        if sub is None:
+            out.append(key)
+        elif sub is hint:
+            out += _key_templates(sub, key + ".")
+        else:
+            out += _key_templates(sub, key + ".*.")
+    return out
+
+
+def nearest_key(key: str) -> str | None:
+    """The valid dotted key closest to the unknown ``key`` (``report_to`` -> ``logging.report_to``):
+    difflib over every dotted key and over the leaf names, list indices taken from ``key``; None
+    when nothing is close."""
+    import difflib
+
+    parts = key.split(".")
+    templates = _key_templates()
+    filled = []
+    for t in templates:
+        tp = t.split(".")
+        filled.append(".".join(parts[i] if p == "*" and i < len(parts) and parts[i].isdigit() else
+                               "0" if p == "*" else p for i, p in enumerate(tp)))
+    score = {}
+    for full in filled:
+        r = max(difflib.SequenceMatcher(None, key, full).ratio(),
+                difflib.SequenceMatcher(None, parts[-1], full.split(".")[-1]).ratio())
+        score[full] = r + 0.01 * full.startswith(".".join(parts[:-1]) + ".")   # same section wins a tie
+    best = max(score, key=score.get)
+    return best if score[best] >= 0.75 else None
+
+
+def field_docs() -> dict[tuple[str, str], str]:
+    """``(dataclass name, field) -> one-line description``: the first sentence of the docstring
+    under each field in this module (the one place fields are documented), read with ``ast``."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(__import__(__name__, fromlist=["_"])))
+    out = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        body = node.body
+        for a, b in zip(body, body[1:]):
+            if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
+                    and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
+                text = " ".join(b.value.value.replace("``", "`").split())
+                out[(node.name, a.target.id)] = re.split(r"(?<=\.)\s+(?=[A-Z`(])", text, maxsplit=1)[0]
+    return out
+
+
+def describe(cfg: Any) -> list[tuple[str, Any, str]]:
+    """``(dotted key, value, description)`` for every leaf field of a loaded config, in tree order
+    (models and mapping entries by their index / key), as ``graft config show`` prints them."""
+    docs = field_docs()
+
+    def walk(obj: Any, prefix: str) -> list[tuple[str, Any, str]]:
+        rows = []
+        for f in dataclasses.fields(obj):
+            value, key = getattr(obj, f.name), prefix + f.name
+            doc = docs.get((type(obj).__name__, f.name), "")
+            if dataclasses.is_dataclass(value):
+                rows += walk(value, key + ".")
+            elif isinstance(value, list) and value and all(dataclasses.is_dataclass(v) for v in value):
+                for i, v in enumerate(value):
+                    rows += walk(v, f"{key}.{i}.")
+            elif isinstance(value, dict) and value and all(dataclasses.is_dataclass(v) for v in value.values()):
+                for k, v in value.items():
+                    rows += walk(v, f"{key}.{k}.")
+            else:
+                rows.append((key, value, doc))
+        return rows
+
+    return walk(cfg, "")
+
+
+def show_config(cfg: Any) -> str:
+    """The resolved config as ``key: value  # description`` lines (values in YAML flow style)."""
+    rows = [(k, yaml.safe_dump(json.loads(json.dumps(v)), default_flow_style=True, width=10_000).strip()
+             .removesuffix("\n..."), d) for k, v, d in describe(cfg)]
+    width = max(len(f"{k}: {v}") for k, v, _ in rows)
+    return "\n".join(f"{k}: {v}".ljust(min(width, 60)) + (f"  # {d}" if d else "") for k, v, d in rows)
 
 
 def to_dict(cfg: Any) -> dict:

@@ -36,8 +36,8 @@ from typing import Sequence
 import torch
 
 from graft.config import Config, ModelConfig, load_config
-from graft.storage.checkpoint import (CheckpointError, checkpoint_step, list_checkpoints, load_checkpoint,
-                                      verify_model_files)
+from graft.evaluation.evaluate import eval_history, select_checkpoint
+from graft.storage.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, verify_model_files
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -47,56 +47,6 @@ RULES = {
     "luffy": "LUFFY-style: peer tokens shaped by f(p) = p / (p + gamma), unclipped",
     "sgt": "SGT: supervised NLL on peer successes",
 }
-
-
-# ----------------------------------------------------------------------------- choosing the checkpoint
-
-def eval_history(run_dir: Path, checkpoints: list[Path]) -> list[dict]:
-    """Rows ``{"step", "eval/...": value}`` of in-training evaluation: the newest checkpoint's
-    ``eval_history`` overlaid by ``metrics.jsonl`` (the run's full record)."""
-    by_step: dict[int, dict] = {}
-    if checkpoints:
-        for row in load_checkpoint(checkpoints[-1]).state.get("eval_history", []) or []:
-            by_step.setdefault(int(row["step"]), {}).update(row)
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.is_file():
-        for line in metrics.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue   # a torn last line
-            ev = {k: v for k, v in row.items() if k.startswith("eval/")}
-            if ev and "step" in row:
-                by_step.setdefault(int(row["step"]), {}).update({"step": int(row["step"]), **ev})
-    return [by_step[s] for s in sorted(by_step)]
-
-
-def select_checkpoint(run_dir: Path, step: str | int | None, model: str) -> Path:
-    """The checkpoint folder for ``--step`` (None/``latest``, ``best`` or a step number)."""
-    from graft.evaluation.evaluate import best_checkpoint
-
-    if not run_dir.is_dir():
-        raise CheckpointError(f"run folder not found: {run_dir}")
-    cks = list_checkpoints(run_dir)
-    if not cks:
-        raise CheckpointError(f"{run_dir}: no complete checkpoint under {run_dir / 'checkpoints'}")
-    by_step = {checkpoint_step(p): p for p in cks}
-    if step is None or step == "latest":
-        return cks[-1]
-    if step == "best":
-        key = f"eval/{model}/val/pass@1"
-        best = best_checkpoint(eval_history(run_dir, cks), key, steps=by_step)
-        if best is None:
-            raise CheckpointError(f"--step best: {run_dir} has no {key} at a saved step (saved steps: "
-                                  f"{sorted(by_step)}; in-training evaluation needs data.val and eval.every > 0)")
-        return by_step[best]
-    try:
-        n = int(step)
-    except (TypeError, ValueError):
-        raise CheckpointError(f"--step must be a step number, 'latest' or 'best', got {step!r}") from None
-    if n not in by_step:
-        raise CheckpointError(f"{run_dir}: no checkpoint at step {n}; saved steps: {sorted(by_step)}")
-    return by_step[n]
 
 
 def _model_cfg(run_cfg: Config, name: str | None, available: Sequence[str], where: Path) -> ModelConfig:

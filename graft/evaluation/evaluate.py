@@ -497,6 +497,56 @@ def best_checkpoint(history: Sequence[dict], key: str, steps: Iterable[int] | No
     return best[1] if best else None
 
 
+def eval_history(run_dir: Path, checkpoints: list[Path]) -> list[dict]:
+    """Rows ``{"step", "eval/...": value}`` of in-training evaluation: the newest checkpoint's
+    ``eval_history`` overlaid by ``metrics.jsonl`` (the run's full record)."""
+    from graft.storage.checkpoint import load_checkpoint
+
+    by_step: dict[int, dict] = {}
+    if checkpoints:
+        for row in load_checkpoint(checkpoints[-1]).state.get("eval_history", []) or []:
+            by_step.setdefault(int(row["step"]), {}).update(row)
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue   # a torn last line
+            ev = {k: v for k, v in row.items() if k.startswith("eval/")}
+            if ev and "step" in row:
+                by_step.setdefault(int(row["step"]), {}).update({"step": int(row["step"]), **ev})
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def select_checkpoint(run_dir: Path, step: str | int | None, model: str) -> Path:
+    """The checkpoint folder for ``--step`` (None/``latest``, ``best`` or a step number)."""
+    from graft.storage.checkpoint import CheckpointError, checkpoint_step, list_checkpoints
+
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run folder not found: {run_dir}")
+    cks = list_checkpoints(run_dir)
+    if not cks:
+        raise CheckpointError(f"{run_dir}: no complete checkpoint under {run_dir / 'checkpoints'}")
+    by_step = {checkpoint_step(p): p for p in cks}
+    if step is None or step == "latest":
+        return cks[-1]
+    if step == "best":
+        key = f"eval/{model}/val/pass@1"
+        best = best_checkpoint(eval_history(run_dir, cks), key, steps=by_step)
+        if best is None:
+            raise CheckpointError(f"--step best: {run_dir} has no {key} at a saved step (saved steps: "
+                                  f"{sorted(by_step)}; in-training evaluation needs data.val and eval.every > 0)")
+        return by_step[best]
+    try:
+        n = int(step)
+    except (TypeError, ValueError):
+        raise CheckpointError(f"--step must be a step number, 'latest' or 'best', got {step!r}") from None
+    if n not in by_step:
+        raise CheckpointError(f"{run_dir}: no checkpoint at step {n}; saved steps: {sorted(by_step)}")
+    return by_step[n]
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -546,6 +596,57 @@ def _run_config(config: str):
     return load_config(p)
 
 
+RUN_MODELS = ("best", "latest", "base")
+"""``--model`` keywords with ``--config``: the model's best-evaluated (else latest) or latest checkpoint of the run,
+or the run's starting weights."""
+
+
+def run_folder(config: str, run_cfg) -> Path:
+    """The run a ``--config`` names: the folder holding that config.yaml when it holds checkpoints, else the
+    config's ``run_dir``."""
+    p = Path(config)
+    folder = p if p.is_dir() else p.parent
+    return folder if (folder / "checkpoints").is_dir() else Path(run_cfg.run_dir)
+
+
+def run_model(config: str, model_name: str | None, which: str | None) -> tuple[str, str]:
+    """``(--model value, label)`` for a ``--config`` run and a :data:`RUN_MODELS` keyword (None: ``best``):
+    the checkpoint folder ``RUN/checkpoints/step_N/NAME`` of the model's best-evaluated step (highest in-training
+    ``eval/NAME/val/pass@1``; the latest checkpoint when the run has no such value; :func:`select_checkpoint`)
+    or its latest step, or the run's starting weights (``models.i.path``) for ``base``."""
+    from graft.storage.checkpoint import CheckpointError, checkpoint_step, list_checkpoints
+
+    run_cfg = _run_config(config)
+    base = _pick_model(run_cfg, config, model_name)
+    run_dir = run_folder(config, run_cfg)
+    which = which or "best"
+    if which == "base":
+        return base.path, f"{run_dir.name}-{base.name}-base"
+    if not list_checkpoints(run_dir):
+        raise EvalError(f"--config {config}: the run {run_dir} has no complete checkpoint; pass --model base for the "
+                        "starting weights, or a model folder")
+    try:
+        step_dir = select_checkpoint(run_dir, which, base.name)
+    except CheckpointError:   # no in-training evaluation: the latest checkpoint is the best we know
+        step_dir = select_checkpoint(run_dir, "latest", base.name)
+    if not (step_dir / base.name).is_dir():
+        raise EvalError(f"{step_dir} holds no folder of model {base.name}")
+    return str(step_dir / base.name), f"{run_dir.name}-{base.name}-step{checkpoint_step(step_dir)}"
+
+
+def _pick_model(run_cfg, config: str, model_name: str | None):
+    """The ModelConfig ``--model-name`` names in the run config ``config`` (its only model when not given)."""
+    from graft.config import ConfigError
+
+    names = [m.name for m in run_cfg.models]
+    if model_name is None and len(names) != 1:
+        raise ConfigError(f"--config {config} has models {', '.join(names)}; choose one with --model-name")
+    name = model_name or names[0]
+    if name not in names:
+        raise ConfigError(f"--model-name {name!r} is not a model of {config} (models: {', '.join(names)})")
+    return run_cfg.models[names.index(name)]
+
+
 def _model_cfg_for(model: str, template: str | None = None, config: str | None = None, model_name: str | None = None,
                    fewshot: int | None = None, stop: Sequence[str] | None = None, instruction: str | None = None):
     """``(ModelConfig, weights folder or None, run Config or None)`` for ``graft eval --model``.
@@ -569,13 +670,7 @@ def _model_cfg_for(model: str, template: str | None = None, config: str | None =
     run_cfg, base = None, None
     if config is not None:
         run_cfg = _run_config(config)
-        names = [m.name for m in run_cfg.models]
-        if model_name is None and len(names) != 1:
-            raise ConfigError(f"--config {config} has models {', '.join(names)}; choose one with --model-name")
-        name = model_name or names[0]
-        if name not in names:
-            raise ConfigError(f"--model-name {name!r} is not a model of {config} (models: {', '.join(names)})")
-        base = run_cfg.models[names.index(name)]
+        base = _pick_model(run_cfg, config, model_name)
     elif model_name is not None:
         raise ConfigError("--model-name needs --config RUN_DIR/config.yaml (the run whose model it names)")
     elif in_checkpoint:   # RUN/checkpoints/step_N/A: the checkpoint's own run config
@@ -627,7 +722,12 @@ def _which_model_folder(p: Path, names: list[str]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="graft eval", description="pass@k of a model or checkpoint (spec §5 protocol).")
-    ap.add_argument("--model", required=True, help="hub id, local HF folder, .gguf, embedded:NAME, or RUN/checkpoints/step_N/MODEL")
+    ap.add_argument("--model", default=None,
+                    help="hub id, local HF folder, .gguf, embedded:NAME, or RUN/checkpoints/step_N/MODEL; with --config "
+                         "also best (default: the best-evaluated checkpoint of the run, else its latest), latest, or "
+                         "base (the run's starting weights)")
+    ap.add_argument("--compare", default=None, metavar="MODEL",
+                    help="evaluate this model too (same forms as --model, e.g. base) and print both side by side")
     ap.add_argument("--template", choices=["chat", "plain", "fewshot"], default=None,
                     help="prompt format (default: the run's / checkpoint's, else chat)")
     ap.add_argument("--config", default=None,
@@ -639,8 +739,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--stop", action="append", default=None,
                     help="stop string (repeatable; \\n and \\t are a newline and a tab; --stop '' for none)")
     ap.add_argument("--instruction", default=None, help="sentence appended to every problem (overrides the run's)")
-    ap.add_argument("--data", action="append", required=True,
-                    help="NAME=PATH (jsonl/parquet/hub:NAME[:split]/arithmetic) or one of " + ", ".join(BENCHMARKS))
+    ap.add_argument("--data", action="append", default=None,
+                    help="NAME=PATH (jsonl/parquet/hub:NAME[:split]/arithmetic) or one of " + ", ".join(BENCHMARKS)
+                         + " (default with --config: the run's data.val, as 'val', limited to its data.val_limit)")
     ap.add_argument("--data-dir", default=None, help="folder of the benchmark files (default ../shared/data)")
     ap.add_argument("--n", type=int, default=8, help="samples per prompt")
     ap.add_argument("--repeats", type=int, default=5, help="independent repeats (mean ± std)")
@@ -649,7 +750,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=None,
                     help="default: the run's eval/rollout limit (--config or checkpoint), else 2048")
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts of each dataset")
-    ap.add_argument("--out", default=None, help="output folder (default runs/eval/MODEL)")
+    ap.add_argument("--out", default=None, help="output folder (default runs/eval/MODEL; with --compare one "
+                                                  "subfolder per model, named as in the table)")
     ap.add_argument("--backend", choices=["hf", "hf-bf16", "vllm"], default="hf",
                     help="hf: graft's sampler; hf-bf16: the same over a bf16 copy (~2x faster on CPUs with bf16 "
                          "matmuls); vllm: GPU")
@@ -683,17 +785,55 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _eval_main(args) -> int:
-    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-    specs = parse_data_args(args.data, data_dir)
+    if args.config is None and (args.model is None or args.compare is not None or args.data is None):
+        raise EvalError("--model and --data are required without --config (--compare needs --config too); "
+                        "with --config RUN/config.yaml they default to the run's best checkpoint and data.val")
+    datasets = _datasets(args)
+    runs = ([_resolve(args, args.compare)] if args.compare is not None else []) + [_resolve(args, args.model)]
+    if len(runs) == 2 and runs[0][1] == runs[1][1]:
+        raise EvalError(f"--compare {args.compare}: that is the model already evaluated ({runs[0][1]})")
+    results = {}
+    for model, label in runs:
+        out = Path(args.out) / label if args.out and len(runs) > 1 else \
+            Path(args.out) if args.out else Path("runs/eval") / label
+        res, cfg = _evaluate_one(args, model, datasets, out)
+        print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
+        print(summary_table(res, cfg))
+        results[label] = res
+    if len(results) > 1:
+        print("\n" + compare_table(results))
+    return 0
+
+
+def _resolve(args, model: str | None) -> tuple[str, str]:
+    """``(--model value, label)``: a :data:`RUN_MODELS` keyword of the ``--config`` run, or the model as given."""
+    if args.config is not None and (model is None or model in RUN_MODELS):
+        return run_model(args.config, args.model_name, model)
+    return model, re.sub(r"[^A-Za-z0-9_.\-]", "_", model.strip("/"))
+
+
+def _datasets(args) -> dict[str, list[Prompt]]:
+    """``--data`` sets, else the ``--config`` run's ``data.val`` (as ``val``, limited to ``data.val_limit``)."""
     from graft.data.datasets import load_prompts
+
+    if args.data is None:
+        run_cfg = _run_config(args.config)
+        if run_cfg.data.val is None:
+            raise EvalError(f"--config {args.config} has no data.val; name the set to evaluate on with --data "
+                            f"(NAME=PATH, arithmetic, or one of {', '.join(BENCHMARKS)})")
+        return {"val": load_prompts(run_cfg.data.val, on_bad_row=args.on_bad_row, arithmetic=run_cfg.data.arithmetic,
+                                    limit=args.limit or run_cfg.data.val_limit)[0]}
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    return {name: load_prompts(spec, on_bad_row=args.on_bad_row, limit=args.limit)[0]
+            for name, spec in parse_data_args(args.data, data_dir).items()}
+
+
+def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path) -> tuple[dict, Any]:
+    """Evaluate one model (``--model`` form) on ``datasets`` into ``out``; ``(results, its ModelConfig)``."""
     from graft.policy.policy import Policy
     from graft.reward.grader import Grader
 
-    datasets = {}
-    for name, spec in specs.items():
-        prompts, _stats = load_prompts(spec, on_bad_row=args.on_bad_row, limit=args.limit)
-        datasets[name] = prompts
-    cfg, weights_from, run_cfg = _model_cfg_for(args.model, args.template, args.config, args.model_name,
+    cfg, weights_from, run_cfg = _model_cfg_for(model, args.template, args.config, args.model_name,
                                                 args.fewshot, args.stop, args.instruction)
     if args.dtype:
         cfg.dtype = args.dtype
@@ -703,7 +843,6 @@ def _eval_main(args) -> int:
     if device == "auto":
         import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    out = Path(args.out) if args.out else Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.\-]", "_", args.model.strip("/"))
     progress = not args.no_progress
     model_path = None
     if args.backend == "vllm":  # vLLM loads the folder; graft renders, tokenizes, decodes and cuts with the codec
@@ -716,10 +855,26 @@ def _eval_main(args) -> int:
     with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers, verify_fn=VERIFY_FNS[answer_form]) as grader:
         res = evaluate(generator, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
                        max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
-                       backend=args.backend, progress=progress, model_label=args.model, model_path=model_path)
-    print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
-    print(summary_table(res, cfg))
-    return 0
+                       backend=args.backend, progress=progress, model_label=model, model_path=model_path)
+    return res, cfg
+
+
+def compare_table(results: dict[str, dict]) -> str:
+    """Models side by side (``label -> evaluate() results``; the first, ``--compare``, is the reference): per dataset
+    pass@1 mean ± std of each, and every other model's difference from the first in points."""
+    labels = list(results)
+    ref = results[labels[0]]
+    head = "| dataset | prompts | " + " | ".join(f"{l} pass@1 (%)" for l in labels) + \
+        "".join(f" | {l} − {labels[0]} (points)" for l in labels[1:]) + " |"
+    lines = [head, "|---|---:|" + "---:|" * (2 * len(labels) - 1)]
+    rows = [(name, d["num_prompts"], lambda r, name=name: r["datasets"][name]["pass@1"]) for name, d in ref["datasets"].items()]
+    if len(ref["datasets"]) > 1:
+        rows.append(("macro average", f"{len(ref['datasets'])} sets", lambda r: r["macro"]["pass@1"]))
+    for name, n, get in rows:
+        cells = [_pct(get(results[l])) for l in labels]
+        diffs = [f"{100 * (get(results[l])['mean'] - get(ref)['mean']):+.1f}" for l in labels[1:]]
+        lines.append(f"| {name} | {n} | " + " | ".join(cells + diffs) + " |")
+    return "\n".join(lines)
 
 
 def summary_table(results: dict, cfg=None) -> str:

@@ -5,10 +5,19 @@ Layout (one folder per saved step; ``{name}`` is a model label such as ``A``)::
     RUN_DIR/checkpoints/step_000010/
         {name}/                 Hugging Face folder written by the caller (``policy.save``):
                                 config.json, model.safetensors (or adapter_*.safetensors for LoRA), tokenizer files
-        {name}/optimizer.pt     ``optimizer.state_dict()`` (torch.save)
+        {name}/optimizer.pt     ``optimizer.state_dict()`` (torch.save); absent with ``keep_optimizer="none"``
         state.pt                {"step", "rng", **state}: step counter, RNG states, sampler position, anything else
         config.yaml             the resolved run config
         manifest.json           written LAST: every other file with its size and sha256
+
+    RUN_DIR/checkpoints/tokenizers/{name}-{hash}/
+                                one copy of each tokenizer (``hash``: of its files' sha256s); the tokenizer
+                                files in the step folders are hard links to it
+
+Tokenizers never change during training, and Gemma's is 33 MB: every step folder stays a complete
+Hugging Face folder (``from_pretrained`` loads model and tokenizer from it, the manifest lists and
+hashes its tokenizer files), but the tokenizer's bytes are on disk once per run. A filesystem without
+hard links gets a copy per step, as before.
 
 Crash safety. Everything is written under ``checkpoints/.tmp-step_000010-<pid>/``; files and
 folders are fsynced, then the folder is renamed to ``step_000010`` and ``checkpoints/`` is
@@ -30,6 +39,9 @@ files. Its manifest is rewritten first (atomically: the files leave ``files`` an
 complete checkpoint with a stray unlisted file, never one whose manifest lists a missing file.
 Such a checkpoint still holds weights, RNG and sampler state (``graft export`` and ``graft eval``
 use it) but cannot be resumed (the trainer refuses with a message).
+
+``keep_optimizer="none"`` (weights only, TRL's ``save_only_model``): no optimizer file is written; such
+checkpoints load for ``graft export`` and ``graft eval`` but cannot be resumed.
 
 Resuming (:func:`newest_intact_checkpoint`) re-hashes every file: flipped bytes or a missing
 file are reported by name; a damaged newest checkpoint is skipped with a warning in favour of an
@@ -63,6 +75,11 @@ FORMAT_VERSION = 1
 _STEP_RE = re.compile(r"^step_(\d+)$")
 _HIDDEN_RE = re.compile(r"^\.(tmp|old|del)-step_(\d+)-(\d+)$")
 _RESERVED = {"state.pt", "config.yaml", "manifest.json"}
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "chat_template.jinja", "chat_template.json", "added_tokens.json", "vocab.json", "merges.txt")
+"""Files of a Hugging Face tokenizer (what ``save_pretrained`` writes for the tokenizers graft loads)."""
 
 
 class CheckpointError(RuntimeError):
@@ -179,6 +196,39 @@ def _verify(path: Path, manifest: dict, full: bool) -> None:
             raise CheckpointError(f"{path}: file {rel} does not match its sha256 in manifest.json (corrupt)")
 
 
+def _link_tokenizer(root: Path, folder: Path, name: str) -> None:
+    """Replace the tokenizer files the caller wrote into the model folder ``folder`` by hard links to
+    ``root/tokenizers/NAME-HASH/`` (written once per content, atomically; a damaged copy is rewritten), so
+    every step holds the complete Hugging Face folder but the bytes are stored once. Where the filesystem
+    refuses hard links the written files stay (a copy per step, as before)."""
+    files = {f: {"size": (folder / f).stat().st_size, "sha256": _sha256(folder / f)}
+             for f in TOKENIZER_FILES if (folder / f).is_file()}
+    if not files:
+        return
+    rel = f"tokenizers/{name}-{hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]}"
+    store = root / rel
+    try:
+        _verify(root, {"files": {f"{rel}/{f}": m for f, m in files.items()}}, full=True)
+    except CheckpointError:   # not there yet (or damaged): write it
+        tmp, old = (root / "tokenizers" / f".{kind}-{store.name}-{os.getpid()}" for kind in ("tmp", "del"))
+        _remove_tree(tmp)
+        tmp.mkdir(parents=True)
+        for f in files:
+            shutil.copy2(folder / f, tmp / f)
+        _fsync_tree(tmp)
+        if store.exists():
+            os.rename(store, old)
+        os.rename(tmp, store)
+        _fsync_path(store.parent)
+        _remove_tree(old)
+    for f in files:
+        try:
+            os.link(store / f, folder / f".{f}.link")
+        except OSError:
+            return
+        os.replace(folder / f".{f}.link", folder / f)
+
+
 def is_complete(path: str | Path) -> bool:
     """True when ``path`` holds a manifest and every listed file with its recorded size."""
     try:
@@ -232,6 +282,11 @@ def _cleanup(root: Path) -> None:
             os.rename(p, final)
         else:
             _remove_tree(p)
+    tokenizers = root / "tokenizers"
+    for p in list(tokenizers.iterdir()) if tokenizers.is_dir() else []:   # a tokenizer copy a dead writer left
+        m = re.match(r"^\.(tmp|del)-.+-(\d+)$", p.name)
+        if m and not _pid_alive(int(m.group(2))):
+            _remove_tree(p)
     _fsync_path(root)
 
 
@@ -259,7 +314,7 @@ def save_checkpoint(
     config: dict | Any,
     keep_last: int = 2,
     hash_files: bool = True,
-    keep_optimizer: Literal["all", "last"] = "all",
+    keep_optimizer: Literal["all", "last", "none"] = "all",
     keep_steps: Iterable[int] = (),
 ) -> Path:
     """Write ``RUN_DIR/checkpoints/step_{step:06d}`` atomically and prune to ``keep_last``.
@@ -271,7 +326,9 @@ def save_checkpoint(
     numbers after the step, i.e. call this at the end of the step). ``config`` is a dict or a
     config dataclass. ``keep_last < 1`` keeps every checkpoint; steps in ``keep_steps`` (the
     best-evaluated ones) are never pruned. ``keep_optimizer="last"`` removes the optimizer files
-    of every older checkpoint (:func:`drop_optimizer_state`). ``hash_files`` records sha256
+    of every older checkpoint (:func:`drop_optimizer_state`); ``"none"`` writes none (weights only,
+    not resumable; ``optimizers`` is not read). Tokenizer files a writer puts in a model folder become
+    hard links to the run's one copy (:func:`_link_tokenizer`). ``hash_files`` records sha256
     of each file in the manifest (costs one read of the checkpoint).
 
     Any exception from a writer propagates after the temporary folder is removed; earlier
@@ -279,6 +336,10 @@ def save_checkpoint(
     """
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         config = json.loads(json.dumps(dataclasses.asdict(config)))
+    if keep_optimizer not in ("all", "last", "none"):
+        raise CheckpointError(f"keep_optimizer must be 'all', 'last' or 'none', got {keep_optimizer!r}")
+    if keep_optimizer == "none":
+        optimizers = {}
     for name in list(models) + list(optimizers):
         if not name or "/" in name or name.startswith(".") or name in _RESERVED:
             raise CheckpointError(f"invalid model name for a checkpoint folder: {name!r}")
@@ -294,6 +355,7 @@ def save_checkpoint(
         for mname, writer in models.items():
             (tmp / mname).mkdir(exist_ok=True)
             writer(tmp / mname)
+            _link_tokenizer(root, tmp / mname, mname)
         for mname, opt in optimizers.items():
             (tmp / mname).mkdir(exist_ok=True)
             torch.save(opt.state_dict(), tmp / mname / "optimizer.pt")
@@ -341,8 +403,6 @@ def save_checkpoint(
         for p in list_checkpoints(run_dir):
             if p != final:
                 drop_optimizer_state(p)
-    elif keep_optimizer != "all":
-        raise CheckpointError(f"keep_optimizer must be 'all' or 'last', got {keep_optimizer!r}")
     return final
 
 

@@ -329,6 +329,11 @@ def _find_resume(cfg: Config, run_dir: Path):
     if changed:
         raise ConfigError(f"cannot resume from {path}: these config fields differ from the checkpoint: {', '.join(changed)}")
     missing = [m.name for m in cfg.models if m.name not in ckpt.optimizer_names]
+    if missing and (ckpt.config.get("checkpoint") or {}).get("keep_optimizer") == "none":
+        raise ConfigError(f"cannot resume from {path}: it holds weights only (the run was saved with "
+                          "checkpoint.keep_optimizer=none, no optimizer state); to continue from these weights, export "
+                          f"them (graft export {run_dir} --step {ckpt.step} --model NAME OUT) and train a new run_dir "
+                          "with models.I.path=OUT")
     if missing:
         names = {m.name for m in cfg.models}
         with_opt = [p for p in list_checkpoints(run_dir)

@@ -1,0 +1,316 @@
+"""``graft probe``: will GRAFT help this pair? A step-0 probe of a config's models on its training task.
+
+    graft probe CONFIG.yaml [--prompts 64] [--compat] [--checkpoint STEP_DIR] [--out FILE] [key=value ...]
+
+Samples ``rollout.n`` responses per prompt from every model of the config on the first ``--prompts``
+training prompts (the same engine, seeds, templates, stop strings and grader as training, no update)
+and reports:
+
+- per model: mean reward, share of prompts with >= 1 success, all-fail share, share of responses with
+  a ``\\boxed{}`` answer;
+- complementarity of every ordered pair (spec §1: the share of the receiver's all-fail prompts the
+  source solved), an N x N matrix for N models, and per problem family for a family mixture;
+- with ``--compat``: the compatibility ``s`` of every response handed to every other model, scored by
+  the exchange's own code (quantiles, share admitted at ``exchange.delta``, for all and for correct ones);
+- the **predicted exchange per training step** at the configured ``batch_prompts``: the probed prompts
+  are partitioned into batches of ``batch_prompts`` (``--resamples`` seeded shuffles), and each batch
+  goes through the exchange of training (:func:`graft.exchange.live.exchange_live` with ``--compat``,
+  the receivers' log-probs replayed from the probe; :func:`graft.exchange.live.select` without): per
+  direction the mean candidates, balanced m, kept prompts, transferred and admitted responses (and
+  admitted correct ones), and the share of steps that exchange anything; plus a one-line verdict when
+  the pair would exchange (almost) nothing. It models the GRAFT exchange of ``update.rule`` graft/luffy/sgt
+  (HACPO shares groups by its own rule, which is not predicted).
+
+``--checkpoint RUN/checkpoints/step_N`` loads each model's weights of that checkpoint (to measure ``s``
+along a run). Prints JSON, then short tables; ``--out`` writes the JSON to a file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from graft.types import RolloutGroup
+
+ALMOST_NOTHING = 1.0
+"""The verdict fires when no direction is predicted to admit (or, without ``--compat``, keep) at least this
+many responses (prompts) per step on average."""
+
+
+def probe_main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="graft probe", description="Step-0 probe: solve rates, complementarity, "
+                                "compatibility s and the predicted exchange per step of a config's models.")
+    p.add_argument("config")
+    p.add_argument("--prompts", type=int, default=64, help="how many training prompts to probe")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--compat", action="store_true", help="also score every response under the other model(s) (s), "
+                   "which the predicted admitted counts need")
+    p.add_argument("--checkpoint", default=None, metavar="STEP_DIR",
+                   help="load every model's weights from this checkpoint (RUN/checkpoints/step_N)")
+    p.add_argument("--resamples", type=int, default=8,
+                   help="seeded shuffles of the probed prompts, each cut into batches of batch_prompts")
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_intermixed_args(argv)
+    results = probe(args.config, list(args.overrides), prompts=args.prompts, seed=args.seed, compat=args.compat,
+                    checkpoint=args.checkpoint, resamples=args.resamples)
+    print(json.dumps(results, indent=2))
+    print(tables(results))
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, compat: bool = False,
+          checkpoint: str | None = None, resamples: int = 8) -> dict:
+    """The probe's results as a JSON-ready dict (module docstring)."""
+    from graft.config import ConfigError, load_config
+    from graft.data.datasets import PromptSampler, load_prompts
+    from graft.exchange.live import complementarity, counts
+    from graft.reward.grader import Grader
+    from graft.reward.worker import VERIFY_FNS
+    from graft.trainer.learner import Learner
+    from graft.trainer.loop import step_seed
+    from graft.trainer.metrics import group_stats
+
+    cfg = load_config(config, overrides)
+    if prompts < 1 or resamples < 1:
+        raise ConfigError(f"--prompts and --resamples must be >= 1, got {prompts} and {resamples}")
+    weights = _checkpoint_dirs(checkpoint, [m.name for m in cfg.models])
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    train, _ = load_prompts(cfg.data.train, cfg.data.on_bad_row, cfg.data.arithmetic)
+    batch, _ = PromptSampler(train, min(prompts, len(train)), seed, True).next_batch()
+    results: dict = {"config": config, "overrides": list(overrides), "checkpoint": checkpoint, "prompts": len(batch),
+                     "n": cfg.rollout.n, "max_new_tokens": cfg.rollout.max_new_tokens, "models": {},
+                     "complementarity": {}}
+    groups, learners = {}, {}
+    with Grader(cfg.reward.timeout_s, cfg.reward.workers, verify_fn=VERIFY_FNS[cfg.reward.answer_form]) as grader:
+        for m in cfg.models:
+            t0 = time.perf_counter()
+            learner = Learner.local(m, weights_from=weights.get(m.name))
+            gs, gen = learner.rollout(batch, cfg.rollout, 0, step_seed(seed, 0, m.name), progress=cfg.progress)
+            texts = [r for g in gs for r in g.responses]
+            rewards, statuses = grader.grade(texts, [g.answer for g in gs for _ in g.responses])
+            for i, g in enumerate(gs):
+                g.rewards, g.status = rewards[i * g.size:(i + 1) * g.size], statuses[i * g.size:(i + 1) * g.size]
+                g.advantages = [0.0] * g.size   # the exchange copies the source's advantages; any values do here
+            st = group_stats(gs)
+            results["models"][m.name] = {
+                "template": m.template, "reward_mean": st["reward/mean"],
+                "prompts_solved": sum(g.num_correct > 0 for g in gs) / len(gs),
+                "all_fail_frac": st["all_fail_frac"], "all_correct_frac": st["all_correct_frac"],
+                "boxed_frac": 1 - st["verify/no_answer"] / len(texts), "seconds": time.perf_counter() - t0,
+                "tokens_per_s": gen["tokens_per_s/rollout"],
+            }
+            groups[m.name] = gs
+            if compat:
+                learners[m.name] = ReplayReceiver(learner)
+            else:
+                del learner
+    names = list(groups)
+    for s in names:
+        for r in names:
+            if s != r:
+                results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
+                if compat:
+                    results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], cfg)
+    if cfg.data.arithmetic.families and cfg.data.train == "arithmetic":
+        results["families"] = _by_family(groups)
+    results["predicted_exchange"] = predict_exchange(groups, cfg, learners or None, resamples, seed)
+    return results
+
+
+def _checkpoint_dirs(checkpoint: str | None, names: list[str]) -> dict[str, Path]:
+    """Model name -> its folder in the checkpoint ``checkpoint`` (verified against the manifest's sizes)."""
+    if checkpoint is None:
+        return {}
+    from graft.storage.checkpoint import CheckpointError, load_checkpoint
+
+    ck = load_checkpoint(checkpoint)
+    missing = [n for n in names if n not in ck.model_dirs]
+    if missing:
+        raise CheckpointError(f"--checkpoint {checkpoint} holds no model {', '.join(missing)} "
+                              f"(it holds {', '.join(ck.model_dirs) or 'none'})")
+    return {n: ck.model_dirs[n] for n in names}
+
+
+class ReplayReceiver:
+    """A receiver (``graft.exchange.handover.Receiver``) that forwards once: the log-probs it computes are kept
+    by (prompt ids, response ids) and replayed when the same text is scored again, so every batch of the
+    predicted exchange is scored exactly as the full probe was."""
+
+    def __init__(self, learner) -> None:
+        self.learner, self.name, self.cache = learner, learner.name, {}
+
+    def encode_prompt(self, problem: str) -> list[int]:
+        return self.learner.encode_prompt(problem)
+
+    def render_prompt(self, problem: str) -> str:
+        return self.learner.render_prompt(problem)
+
+    def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]:
+        return self.learner.encode_responses(texts, finished)
+
+    def token_logprobs(self, prompt_ids, response_ids, chunk, micro_batch, temperature, progress=False):
+        keys = [(tuple(p), tuple(r)) for p, r in zip(prompt_ids, response_ids)]
+        todo = [i for i, k in enumerate(keys) if k not in self.cache]
+        if todo:
+            fresh = self.learner.token_logprobs([prompt_ids[i] for i in todo], [response_ids[i] for i in todo],
+                                                chunk=chunk, micro_batch=micro_batch, temperature=temperature,
+                                                progress=progress)
+            self.cache.update({keys[i]: lp for i, lp in zip(todo, fresh)})
+        return [self.cache[k] for k in keys]
+
+
+def _compat(groups: list[RolloutGroup], receiver, cfg) -> dict:
+    """Gate metrics (``gating.gate_metrics``) of every response of ``groups`` handed to ``receiver``
+    by the exchange's own code, for all responses and for the correct ones."""
+    from graft.algos.gating import gate_metrics
+    from graft.exchange.handover import Scoring, hand_over
+
+    audit = hand_over(groups, receiver, cfg.exchange, Scoring.of(cfg)).rows
+    s = torch.tensor([a["s"] for a in audit])
+    admitted = torch.tensor([a["admitted"] for a in audit], dtype=torch.bool)
+    correct = torch.tensor([a["reward_source"] > 0.5 for a in audit], dtype=torch.bool)
+    return {"delta": cfg.exchange.delta, "all": gate_metrics(s, admitted),
+            "correct": gate_metrics(s[correct], admitted[correct])}
+
+
+def batches(P: int, size: int, resamples: int, seed: int) -> list[list[int]]:
+    """Index lists of the training-step batches the prediction replays: ``resamples`` seeded permutations of
+    the P probed prompts, each cut into P // size batches of ``size`` (the remainder is dropped); one batch of
+    all P when P < size."""
+    if P < size:
+        return [list(range(P))]
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(resamples):
+        perm = torch.randperm(P, generator=g).tolist()
+        out += [perm[i:i + size] for i in range(0, P - size + 1, size)]
+    return out
+
+
+def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int,
+                     seed: int) -> dict:
+    """Predicted exchange per training step at ``cfg.batch_prompts`` (module docstring): per direction ``S->R``
+    the mean over the replayed batches of candidates, m, kept prompts and, with ``receivers`` (``--compat``),
+    transferred, admitted and admitted-correct responses, and the share of steps with any exchange; and a
+    ``verdict`` (None unless the pair would exchange almost nothing)."""
+    from graft.exchange.handover import Scoring
+    from graft.exchange.live import counts, exchange_live, select
+
+    names = list(groups)
+    P = len(groups[names[0]])
+    plan = batches(P, cfg.batch_prompts, resamples, seed)
+    gen = torch.Generator().manual_seed(seed)
+    rows: dict[str, list[dict]] = {f"{s}->{r}": [] for s in names for r in names if s != r}
+    for idx in plan:
+        sub = {n: [groups[n][i] for i in idx] for n in names}
+        if receivers is None:
+            cand, keep, m = select({n: counts(gs) for n, gs in sub.items()}, cfg.rollout.n, cfg.exchange, gen)
+            for (s, r) in cand:
+                rows[f"{s}->{r}"].append({"candidates": int(cand[s, r].sum()), "m": m[s, r],
+                                          "kept_prompts": int(keep[s, r].sum())})
+            continue
+        res = exchange_live(0, sub, receivers, cfg.rollout.n, cfg.exchange, Scoring.of(cfg), lambda peers: None, gen,
+                            (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"))
+        for rec in res.audit:
+            d = f"{rec['source']}->{rec['receiver']}"
+            pre = f"exchange/{d}"
+            rows[d].append({"candidates": res.metrics[f"{pre}/candidates"], "m": res.metrics[f"{pre}/m"],
+                            "kept_prompts": res.metrics[f"{pre}/kept_prompts"],
+                            "transferred": res.metrics[f"{pre}/transferred"],
+                            "admitted": res.metrics[f"{pre}/admitted"],
+                            "admitted_correct": sum(x["admitted"] and x["reward_source"] > 0.5 for x in rec["responses"])})
+    key = "admitted" if receivers is not None else "kept_prompts"
+    directions = {d: {**{k: sum(x[k] for x in xs) / len(xs) for k in xs[0]},
+                      "steps_exchanging": sum(x[key] > 0 for x in xs) / len(xs)} for d, xs in rows.items()}
+    return {"batch_prompts": min(P, cfg.batch_prompts), "batches": len(plan), "counted": key,
+            "directions": directions, "verdict": verdict(directions, key, cfg.batch_prompts)}
+
+
+def verdict(directions: dict[str, dict], key: str, batch_prompts: int) -> str | None:
+    """One line when no direction reaches :data:`ALMOST_NOTHING` ``key`` per step on average, else None."""
+    best = max(directions.values(), key=lambda d: d[key], default=None)
+    if best is None or best[key] >= ALMOST_NOTHING:
+        return None
+    what = "admitted responses" if key == "admitted" else "kept prompts"
+    per = ", ".join(f"{d} {v[key]:.2f}" for d, v in directions.items())
+    return (f"this pair will exchange almost nothing at batch_prompts={batch_prompts}: {what} per step {per}; "
+            "GRAFT would train like GRPO (raise batch_prompts, pick a task both models half-solve, or lower "
+            "exchange.delta)")
+
+
+def _by_family(groups: dict) -> dict:
+    """Per problem family (the ``FAMILY-00017`` ids of a family mixture): mean reward of every model and
+    complementarity of every ordered pair."""
+    from graft.data.arithmetic import family_of
+    from graft.exchange.live import complementarity, counts
+
+    names = list(groups)
+    fams = sorted({family_of(g.prompt_id) for g in groups[names[0]]})
+    out = {}
+    for fam in fams:
+        sub = {n: [g for g in gs if family_of(g.prompt_id) == fam] for n, gs in groups.items()}
+        out[fam] = {"prompts": len(sub[names[0]]),
+                    **{n: {"reward_mean": sum(r for g in gs for r in g.rewards) / max(1, sum(g.size for g in gs))}
+                       for n, gs in sub.items()},
+                    "complementarity": {f"{s}->{r}": complementarity(counts(sub[s]), counts(sub[r]))
+                                        for s in names for r in names if s != r}}
+    return out
+
+
+def _pct(v: float) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1%}"
+
+
+def tables(results: dict) -> str:
+    """The short tables printed after the JSON."""
+    names = list(results["models"])
+    lines = ["", "| model | template | mean reward | prompts solved (>=1 of n) | all-fail prompts | boxed answers |",
+             "|---|---|---|---|---|---|"]
+    for name, r in results["models"].items():
+        lines.append(f"| {name} | {r['template']} | {_pct(r['reward_mean'])} | {_pct(r['prompts_solved'])} | "
+                     f"{_pct(r['all_fail_frac'])} | {_pct(r['boxed_frac'])} |")
+    lines += ["", "complementarity (row: source, column: receiver; share of the receiver's all-fail prompts the "
+                  "source solved)", "", "| source \\ receiver | " + " | ".join(names) + " |",
+              "|---|" + "---:|" * len(names)]
+    for s in names:
+        lines.append(f"| {s} | " + " | ".join("—" if s == r else _pct(results["complementarity"][f"{s}->{r}"])
+                                              for r in names) + " |")
+    for k, c in results.get("compat", {}).items():
+        q = lambda m: f"{m['s_p10']:.2f}/{m['s_p50']:.2f}/{m['s_p90']:.2f}"  # noqa: E731
+        lines.append(f"s {k} (δ = {c['delta']}): all responses p10/p50/p90 {q(c['all'])}, "
+                     f"{c['all']['admitted_frac']:.0%} admitted; correct ones {q(c['correct'])}, "
+                     f"{c['correct']['admitted_frac']:.0%} admitted (n = {c['correct']['transferred']})")
+    if results.get("families") and len(names) >= 2:
+        a, b = names[:2]
+        lines += ["", f"| family | prompts | {a} reward | {b} reward | {a} solves {b}'s all-fail | "
+                      f"{b} solves {a}'s all-fail |", "|---|---|---|---|---|---|"]
+        for fam, r in results["families"].items():
+            lines.append(f"| {fam} | {r['prompts']} | {_pct(r[a]['reward_mean'])} | {_pct(r[b]['reward_mean'])} | "
+                         f"{_pct(r['complementarity'][f'{a}->{b}'])} | {_pct(r['complementarity'][f'{b}->{a}'])} |")
+    pe = results["predicted_exchange"]
+    cols = ["candidates", "m", "kept_prompts", "transferred", "admitted", "admitted_correct"]
+    cols = [c for c in cols if c in next(iter(pe["directions"].values()), {})]
+    lines += ["", f"predicted exchange per step at batch_prompts={pe['batch_prompts']} (mean over {pe['batches']} "
+                  f"replayed batches of the probed prompts)", "",
+              "| direction | " + " | ".join(cols) + " | steps exchanging |", "|---|" + "---:|" * (len(cols) + 1)]
+    for d, v in pe["directions"].items():
+        lines.append(f"| {d} | " + " | ".join(f"{v[c]:.2f}" for c in cols) + f" | {v['steps_exchanging']:.0%} |")
+    if "admitted" not in cols:
+        lines.append("(admitted responses need --compat)")
+    if pe["verdict"]:
+        lines += ["", f"verdict: {pe['verdict']}"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(probe_main())

@@ -1,0 +1,152 @@
+"""`graft probe` (issue 22 §2; was scripts/probe_task.py): end to end on tiny random models with the real
+tokenizers — the JSON says which config *and overrides* it measured, its counts agree with each other, and it
+predicts the exchange per step at the configured batch_prompts with the training exchange's own code; the
+prediction hand-worked on crafted groups; --checkpoint loads a run's weights."""
+import json
+from pathlib import Path
+
+import torch
+
+from graft.cli import main
+from graft.config import load_config
+from graft.probe import batches, predict_exchange
+from graft.types import RolloutGroup
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _models(llama, gemma) -> str:
+    return (f"models=[{{name: A, path: '{llama}', template: plain, lr: 1.0e-3}}, "
+            f"{{name: B, path: '{gemma}', template: fewshot, fewshot: 3, lr: 1.0e-3}}]")
+
+
+def test_probe_records_its_overrides_consistent_counts_and_a_prediction(tmp_path, tiny_llama_dir, tiny_gemma_dir,
+                                                                         capsys):
+    overrides = [_models(tiny_llama_dir, tiny_gemma_dir), "rollout.n=2", "rollout.max_new_tokens=4",
+                 "reward.workers=0", "threads=1", "batch_prompts=2", "update.num_minibatches=1", "progress=false"]
+    out = tmp_path / "probe.json"
+    assert main(["probe", str(REPO / "configs" / "default.yaml"), "--prompts", "5", "--compat", "--out", str(out),
+                 *overrides]) == 0
+    r = json.loads(out.read_text())
+    assert r["config"].endswith("default.yaml") and r["overrides"] == overrides   # a rerun needs both
+    assert r["prompts"] == 5 and r["n"] == 2 and set(r["models"]) == {"A", "B"}
+    for m in r["models"].values():
+        assert 0.0 <= m["reward_mean"] <= 1.0 and 0.0 <= m["boxed_frac"] <= 1.0
+        assert abs(m["prompts_solved"] + m["all_fail_frac"] - 1.0) < 1e-9   # every prompt is one or the other
+    assert set(r["complementarity"]) == {"A->B", "B->A"}
+    # every response of the 5 x 2 is scored under the other model
+    assert r["compat"]["A->B"]["all"]["transferred"] == r["compat"]["B->A"]["all"]["transferred"] == 10
+    pe = r["predicted_exchange"]
+    assert pe["batch_prompts"] == 2 and pe["batches"] == 8 * (5 // 2)     # 8 shuffles, 2 whole batches each
+    for d in pe["directions"].values():
+        assert d["kept_prompts"] <= d["candidates"] <= 2 and d["m"] <= d["candidates"]
+        assert d["admitted_correct"] <= d["admitted"] <= d["transferred"] == 2 * d["kept_prompts"]   # n = 2
+    printed = capsys.readouterr().out
+    assert "predicted exchange per step at batch_prompts=2" in printed and "| A->B |" in printed
+
+
+def test_checkpoint_weights_are_loaded(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
+    from graft.trainer import learner as learner_mod
+    from graft.trainer import loop
+    from tests.trainer.helpers import crafted_rewards, tiny_config
+
+    with monkeypatch.context() as mp:
+        crafted_rewards(mp)
+        cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=1")
+        loop.train(cfg)
+    step = Path(cfg.run_dir) / "checkpoints" / "step_000001"
+    seen = {}
+    real = learner_mod.Learner.local.__func__
+
+    def local(cls, mcfg, device="cpu", weights_from=None, engine="hf"):
+        seen[mcfg.name] = weights_from
+        return real(cls, mcfg, device, weights_from, engine)
+
+    monkeypatch.setattr(learner_mod.Learner, "local", classmethod(local))
+    (tmp_path / "cfg.yaml").write_text(Path(cfg.run_dir, "config.yaml").read_text())
+    assert main(["probe", str(tmp_path / "cfg.yaml"), "--prompts", "2", "--checkpoint", str(step)]) == 0
+    assert seen == {"A": step / "A", "B": step / "B"}
+    assert main(["probe", str(tmp_path / "cfg.yaml"), "--checkpoint", str(tmp_path / "nope")]) == 2
+
+
+# ----------------------------------------------------------------------------- the prediction, hand-worked
+
+def _group(source: str, pid: str, rewards: list[float]) -> RolloutGroup:
+    G = len(rewards)
+    return RolloutGroup(prompt_id=pid, problem=f"q {pid}", answer="1", source=source, holder=source,
+                        prompt_text=pid, prompt_token_ids=[1], responses=[f"{i}" for i in range(G)],
+                        token_ids=[[10 + i] for i in range(G)], old_logprobs=[[-1.0]] * G,
+                        gen_token_ids=[[10 + i] for i in range(G)], gen_logprobs=[[-1.0]] * G, finished=[True] * G,
+                        rewards=list(rewards), status=["ok"] * G, advantages=[0.0] * G)
+
+
+class _Receiver:
+    """Scores response i at log-prob -1 per token when i is even (s = exp(-1 - -1) = 1 > δ = 0.8: admitted),
+    -2 when odd (s = exp(-1) = 0.37: dropped)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def encode_prompt(self, problem):
+        return [1]
+
+    def render_prompt(self, problem):
+        return problem
+
+    def encode_responses(self, texts, finished):
+        return [[10 + int(t)] for t in texts]
+
+    def token_logprobs(self, prompt_ids, response_ids, chunk, micro_batch, temperature, progress=False):
+        return [torch.tensor([-1.0 if (r[0] - 10) % 2 == 0 else -2.0]) for r in response_ids]
+
+
+def _cfg(*extra):
+    return load_config(None, ["models=[{name: A, path: a}, {name: B, path: b}]", "rollout.n=4", "batch_prompts=2",
+                              "update.num_minibatches=1", *extra])
+
+
+def test_prediction_hand_worked():
+    # k_A = [2, 0], k_B = [0, 1] (n = 4): C_{A->B} = {p0}, C_{B->A} = {p1}, m = min(1, 1) = 1 each way;
+    # each direction transfers the 4 responses of its prompt, admits the even ones (2), of which the one
+    # with index 0 is correct (rewards [1, 1, 0, 0] and [1, 0, 0, 0]): admitted_correct = 1.
+    groups = {"A": [_group("A", "p0", [1, 1, 0, 0]), _group("A", "p1", [0, 0, 0, 0])],
+              "B": [_group("B", "p0", [0, 0, 0, 0]), _group("B", "p1", [1, 0, 0, 0])]}
+    pe = predict_exchange(groups, _cfg(), {"A": _Receiver("A"), "B": _Receiver("B")}, resamples=3, seed=0)
+    want = {"candidates": 1, "m": 1, "kept_prompts": 1, "transferred": 4, "admitted": 2, "admitted_correct": 1,
+            "steps_exchanging": 1.0}
+    assert pe["batches"] == 3 and pe["directions"] == {"A->B": want, "B->A": want} and pe["verdict"] is None
+    # without --compat: the selection only
+    pe = predict_exchange(groups, _cfg(), None, resamples=1, seed=0)
+    assert pe["directions"]["A->B"] == {"candidates": 1, "m": 1, "kept_prompts": 1, "steps_exchanging": 1.0}
+
+
+def test_verdict_when_one_direction_has_no_candidates():
+    # B solves nothing: C_{B->A} is empty, so m = min(1, 0) = 0 and the balanced exchange moves nothing either way
+    groups = {"A": [_group("A", "p0", [1, 1, 0, 0]), _group("A", "p1", [0, 0, 0, 0])],
+              "B": [_group("B", "p0", [0, 0, 0, 0]), _group("B", "p1", [0, 0, 0, 0])]}
+    pe = predict_exchange(groups, _cfg(), {"A": _Receiver("A"), "B": _Receiver("B")}, resamples=1, seed=0)
+    assert pe["directions"]["A->B"]["candidates"] == 1 and pe["directions"]["A->B"]["m"] == 0
+    assert pe["directions"]["A->B"]["admitted"] == 0 and pe["directions"]["B->A"]["candidates"] == 0
+    assert pe["verdict"].startswith("this pair will exchange almost nothing at batch_prompts=2")
+    # exchange.balance=none lets A->B through: 2 admitted per step, no verdict
+    pe = predict_exchange(groups, _cfg("exchange.balance=none"), {"A": _Receiver("A"), "B": _Receiver("B")}, 1, 0)
+    assert pe["directions"]["A->B"]["admitted"] == 2 and pe["verdict"] is None
+
+
+def test_batches_partition_the_probed_prompts():
+    plan = batches(10, 4, resamples=2, seed=0)
+    assert len(plan) == 2 * (10 // 4) and all(len(b) == 4 for b in plan)
+    assert len(set(plan[0]) | set(plan[1])) == 8                 # one shuffle: disjoint batches
+    assert batches(3, 8, resamples=5, seed=0) == [[0, 1, 2]]     # fewer prompts than a batch: all of them once
+
+
+def test_the_script_is_a_thin_caller_of_graft_probe():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "probe_task.py"), "--help"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert p.returncode == 0 and p.stdout.startswith("usage: graft probe") and "--checkpoint STEP_DIR" in p.stdout
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "probe_task.py"), "nope.yaml"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert p.returncode == 2 and p.stderr.strip() == "error: config file not found: nope.yaml"
