@@ -23,6 +23,7 @@ overrides, optionally its own seeds) and the evaluation data::
     eval: {data: {test: ../../results/mini-repro/data/test.jsonl}, n: 8, temperature: 0.6, top_p: 0.95}
     order: [grpo_n8/1, graft_n8/1, stored_A/1, ...]   # optional run order; unlisted runs follow, arm by arm
     keep_checkpoints: false            # delete a run's checkpoints once its final one is evaluated
+    base: true                         # also evaluate the starting weights once (summary.json "base")
 
 ``run`` goes through the plan in order, arm by arm and seed by seed: a run whose ``summary.json``
 exists is skipped, and so is one whose results are already recorded under ``results/`` (committed
@@ -93,6 +94,10 @@ class Plan:
     keep_checkpoints: bool = True
     answer_form: str = "any"
     """The runs' ``reward.answer_form`` (stored-peer runs share it), or ``mixed`` when arms differ."""
+    common: list[str] = field(default_factory=list)
+    """The plan's overrides common to every run."""
+    base: bool = False
+    """Evaluate the starting weights too (``base: true``): summary.json's ``base``."""
 
     def arms(self) -> dict[str, list[Member]]:
         out: dict[str, list[Member]] = {}
@@ -113,7 +118,8 @@ def load_plan(path: str | Path) -> Plan:
     if not path.is_file():
         raise ConfigError(f"experiment plan not found: {path}")
     raw = yaml.safe_load(path.read_text()) or {}
-    unknown = set(raw) - {"name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval", "order", "keep_checkpoints"}
+    unknown = set(raw) - {"name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval", "order",
+                          "keep_checkpoints", "base"}
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
     base = (path.parent / raw.get("config", "")).resolve()
@@ -153,7 +159,8 @@ def load_plan(path: str | Path) -> Plan:
     for m in members:
         m.evaluated = bool(ev["data"])
     return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models,
-                bool(raw.get("keep_checkpoints", True)), forms.pop() if len(forms) == 1 else "mixed")
+                bool(raw.get("keep_checkpoints", True)), forms.pop() if len(forms) == 1 else "mixed", common,
+                bool(raw.get("base", False)))
 
 
 def _model_yaml(m) -> str:
@@ -197,15 +204,46 @@ def run_member(plan: Plan, m: Member, log) -> None:
         out = m.run_dir / "eval_final" / name
         if (out / "results.json").is_file():
             continue
-        cmd = [sys.executable, "-m", "graft.cli", "eval", "--model", str(final / name), "--config",
-               str(m.run_dir / "config.yaml"), "--model-name", name, "--out", str(out), "--no-progress",
-               "--n", str(plan.eval.get("n", 8)), "--repeats", str(plan.eval.get("repeats", 1)),
-               "--temperature", str(plan.eval.get("temperature", 0.6)), "--top-p", str(plan.eval.get("top_p", 0.95)),
-               "--seed", str(plan.eval.get("seed", 0))]
-        for dname, dpath in plan.eval["data"].items():
-            cmd += ["--data", f"{dname}={dpath}"]
+        cmd = eval_command(plan, str(final / name), m.run_dir / "config.yaml", name, out)
         log(f"$ {shlex.join(cmd)}")
         subprocess.run(cmd, check=True)
+    copy_small_files(m)
+
+
+def eval_command(plan: Plan, model: str, config: Path, name: str, out: Path) -> list[str]:
+    """``graft eval`` of one model on the plan's eval sets in ``config``'s prompt format (``model``: a
+    checkpoint folder, or ``base`` for the config's starting weights)."""
+    cmd = [sys.executable, "-m", "graft.cli", "eval", "--model", model, "--config", str(config), "--model-name", name,
+           "--out", str(out), "--no-progress", "--n", str(plan.eval.get("n", 8)),
+           "--repeats", str(plan.eval.get("repeats", 1)), "--temperature", str(plan.eval.get("temperature", 0.6)),
+           "--top-p", str(plan.eval.get("top_p", 0.95)), "--seed", str(plan.eval.get("seed", 0))]
+    for dname, dpath in plan.eval["data"].items():
+        cmd += ["--data", f"{dname}={dpath}"]
+    return cmd
+
+
+def base_member(plan: Plan) -> Member:
+    """The plan's starting weights as a pseudo-run: evaluated once per model (``results/base/``), never trained."""
+    return Member("base", 0, [], plan.runs / "base", plan.results / "base", list(plan.models), bool(plan.eval["data"]))
+
+
+def evaluate_base(plan: Plan, log) -> None:
+    """Evaluate every model's starting weights on the plan's eval sets, in the prompt format of the plan's
+    common config, once (skipped when ``results/base/MODEL/results.json`` exists)."""
+    from graft.config import save_config
+
+    m = base_member(plan)
+    todo = [a for a in m.eval_models if not (m.results_dir / "eval" / a / "results.json").is_file()]
+    if not todo:
+        return
+    m.run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(load_config(plan.config, plan.common), m.run_dir / "config.yaml")
+    for name in todo:
+        out = m.run_dir / "eval_final" / name
+        if not (out / "results.json").is_file():
+            cmd = eval_command(plan, "base", m.run_dir / "config.yaml", name, out)
+            log(f"$ {shlex.join(cmd)}")
+            subprocess.run(cmd, check=True)
     copy_small_files(m)
     if not plan.keep_checkpoints:
         shutil.rmtree(m.run_dir / "checkpoints", ignore_errors=True)
@@ -233,6 +271,8 @@ def run_plan(plan: Plan, max_minutes: float | None = None, only: list[str] | Non
     t0 = time.monotonic()
     log = lambda s: print(f"[experiment {plan.name}] {s}", file=sys.stderr, flush=True)  # noqa: E731
     todo = [m for m in plan.members if only is None or m.arm in only]
+    if plan.base and (only is None or "base" in only):
+        evaluate_base(plan, log)
     for m in todo:
         if _done(m):
             copy_small_files(m)
@@ -514,6 +554,10 @@ def summarize(plan: Plan) -> dict:
             out.setdefault("stored_vs_online", {})[a] = [
                 {"seed": m.seed, **stored_vs_online(_pass1(m, a), at("grpo_n8", m.seed), at("graft_n8", m.seed))}
                 for m in members]
+    if plan.base:
+        bm = base_member(plan)
+        out["base"] = {a: _pass1(bm, a) for a in A}
+        out["base_strict"] = {a: (regraded_pass1(bm, a, problems) or {}).get("pass@1") for a in A}
     if "grpo_n8" in out["arms"] and "graft_n8" in out["arms"]:
         out["paired_diff_graft_minus_grpo_n8"] = _paired_diff(out["arms"], A)
         out["paired_diff_graft_minus_grpo_n8_number"] = _paired_diff(out["arms_answer_form_number"], A)
@@ -575,6 +619,8 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
         xs = [x for x in summary["stored"].get(a, []) if x is not None]
         if xs:
             md.append(f"| stored peer ({a} receives) | " + " | ".join(_fmt(_mean(xs)) if b == a else "" for b in A) + " | |")
+    if summary.get("base"):
+        md.append("| base (starting weights) | " + " | ".join(_fmt(summary["base"][a]) for a in A) + " | |")
     md += strict_section(summary)
     for a, rows in summary.get("stored_vs_online", {}).items():
         for r in rows:

@@ -55,8 +55,13 @@ def test_plan_members_and_stored_arms(tmp_path, tiny_llama_dir, tiny_gemma_dir):
 
 @pytest.mark.slow
 def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
-    plan = load_plan(_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
+    path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
+    raw = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**raw, "base": True}, sort_keys=False))
+    plan = load_plan(path)
     assert run_plan(plan) == []
+    for name in ("A", "B"):   # the starting weights, evaluated once in the plan's prompt format
+        assert (plan.results / "base" / "eval" / name / "results.json").is_file()
     for m in plan.members:
         assert (m.results_dir / "metrics.jsonl").is_file() and (m.results_dir / "config.yaml").is_file()
         for name in m.models:
@@ -83,6 +88,8 @@ def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_di
         assert all(x is not None and 0.0 <= x <= 1.0 for xs in s["arms_answer_form_number"][arm].values() for x in xs)
     assert all(len(v) == 1 and v[0] is not None for v in s["stored_answer_form_number"].values())
     assert set(s["paired_diff_graft_minus_grpo_n8_number"]) == {"A", "B"}
+    assert all(0.0 <= s["base"][a] <= 1.0 and s["base_strict"][a] is not None for a in ("A", "B"))
+    assert set(s["admitted_correct"]["graft_n8"]) == {"A->B", "B->A"} and set(s["peer_row_share"]["graft_n8"]) == {"A", "B"}
     path = write_summary(plan)
     assert json.loads(path.read_text())["eval"]["n"] == 2
     report = (plan.results / "REPORT.md").read_text()
