@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from graft.config import load_config
     from graft.data.datasets import PromptSampler, load_prompts
     from graft.exchange.live import complementarity, counts
+    from graft.policy.context import check_learner_context
     from graft.reward.grader import Grader
     from graft.trainer.learner import Learner
     from graft.trainer.metrics import group_stats
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in cfg.models:
             t0 = time.perf_counter()
             learner = Learner.local(m)
+            check_learner_context(learner, batch, cfg.rollout.max_new_tokens)
             gs, gen = learner.rollout(batch, cfg.rollout, 0, step_seed(args.seed, 0, m.name), progress=True)
             texts = [r for g in gs for r in g.responses]
             rewards, statuses = grader.grade(texts, [g.answer for g in gs for _ in g.responses])

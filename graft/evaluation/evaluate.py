@@ -676,7 +676,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         print(f"graft eval: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # data / store / config errors carry their own message
-        if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError"):
+        if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError", "LockError"):
             print(f"graft eval: {e}", file=sys.stderr)
             return 2
         raise
@@ -686,8 +686,7 @@ def _eval_main(args) -> int:
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     specs = parse_data_args(args.data, data_dir)
     from graft.data.datasets import load_prompts
-    from graft.policy.policy import Policy
-    from graft.reward.grader import Grader
+    from graft.storage.lock import FolderLock
 
     datasets = {}
     for name, spec in specs.items():
@@ -704,6 +703,15 @@ def _eval_main(args) -> int:
         import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
     out = Path(args.out) if args.out else Path("runs/eval") / re.sub(r"[^A-Za-z0-9_.\-]", "_", args.model.strip("/"))
+    with FolderLock(out, "--out folder"):   # one evaluation per output folder, taken before the model loads
+        return _evaluate_into(args, out, datasets, cfg, weights_from, run_cfg, max_new, device)
+
+
+def _evaluate_into(args, out: Path, datasets: dict, cfg, weights_from, run_cfg, max_new: int, device: str) -> int:
+    from graft.policy.context import check_context
+    from graft.policy.policy import Policy
+    from graft.reward.grader import Grader
+
     progress = not args.no_progress
     model_path = None
     if args.backend == "vllm":  # vLLM loads the folder; graft renders, tokenizes, decodes and cuts with the codec
@@ -711,6 +719,8 @@ def _eval_main(args) -> int:
         generator, model_path = TextCodec.load(cfg, weights_from), vllm_model_path(cfg, weights_from)
     else:
         generator = Policy.load(cfg, device=device, weights_from=weights_from)
+    check_context(cfg.name if args.config else args.model, generator.codec, _eval_max_positions(generator, model_path),
+                  [p.problem for ps in datasets.values() for p in ps], max_new, "--max-new-tokens")
     from graft.reward.worker import VERIFY_FNS
     answer_form = args.answer_form or (run_cfg.reward.answer_form if run_cfg is not None else "any")
     with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers, verify_fn=VERIFY_FNS[answer_form]) as grader:
@@ -720,6 +730,20 @@ def _eval_main(args) -> int:
     print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
     print(summary_table(res, cfg))
     return 0
+
+
+def _eval_max_positions(generator, model_path: str | None) -> int | None:
+    """``max_position_embeddings`` of the model evaluated: the loaded Policy's, or the vLLM folder's config."""
+    from graft.policy.context import max_positions
+
+    model = getattr(generator, "model", None)
+    if model is not None:
+        return max_positions(model.config)
+    from transformers import AutoConfig
+    try:
+        return max_positions(AutoConfig.from_pretrained(model_path))
+    except (OSError, ValueError):
+        return None
 
 
 def summary_table(results: dict, cfg=None) -> str:
