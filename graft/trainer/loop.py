@@ -487,8 +487,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
                 save(run, step)
             if stop.requested and step < cfg.steps:   # in the last step: the run simply finishes
                 path = latest_checkpoint(run.run_dir) if saved else save(run, step)
-                raise Preempted(f"{stop.requested}: stopped at step {step} (checkpoint {path}); "
-                                "continue with resume=true")
+                raise Preempted(f"{stop.requested}: stopped at step {step}; continue with resume=true (checkpoint {path})")
         final = save(run, cfg.steps) if ck.save_final and cfg.steps >= run.start_step else None
     finally:
         if tracker is not None:

@@ -201,7 +201,7 @@ def test_sigterm_checkpoints_and_resume_equals_uninterrupted(tmp_path, tiny_llam
     _no_traceback(err)
     last = _last_line(err)
     k = len(_metrics(run_dir))
-    assert 1 <= k < steps and last.startswith(f"SIGTERM: stopped at step {k} ") and last.endswith("continue with resume=true"), last
+    assert 1 <= k < steps and last.startswith(f"SIGTERM: stopped at step {k}; continue with resume=true (checkpoint "), last
     assert [load_checkpoint(p).step for p in list_checkpoints(run_dir)] == [k]
     assert _store_steps(run_dir) == list(range(1, k + 1))
 
@@ -225,6 +225,28 @@ def test_second_signal_stops_at_once(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == -signal.SIGINT   # the default action, as without graft's handler
     assert len(_metrics(run_dir)) < 50
+
+
+def test_experiment_run_stops_after_its_current_run(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
+    from graft import experiment
+    from graft.trainer.stop import Preempted
+    from tests.test_experiment import _plan
+
+    plan = experiment.load_plan(_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
+    ran = []
+
+    def member(plan, m, log):
+        ran.append(m.arm)
+        os.kill(os.getpid(), signal.SIGTERM)   # arrives while this run is in progress
+
+    monkeypatch.setattr(experiment, "run_member", member)
+    with pytest.raises(Preempted, match="SIGTERM: stopped after the current run"):
+        experiment.run_plan(plan)
+    assert ran == ["grpo_n8"]   # of four runs
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL   # the handler is gone again
+    # a run of the plan that got the signal itself (exit 75) stops the plan too
+    with pytest.raises(Preempted, match="graft train stopped on a signal"):
+        experiment._run([sys.executable, "-c", f"import sys; sys.exit({PREEMPTED_EXIT})", "train"])
 
 
 # ----------------------------------------------------------------------------- 4. a length the model cannot hold
