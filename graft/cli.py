@@ -33,13 +33,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from graft.data.datasets import DataError
     from graft.policy.loading import ModelLoadError
     from graft.storage.checkpoint import CheckpointError
+    from graft.storage.lock import LockError
     from graft.storage.trajectory_store import StoreError
     from graft.distributed.ray_backend import WorkerFailure
     from graft.trainer.loop import GraderHang
     from graft.trainer.metrics import OutputError
 
     return (ConfigError, DataError, ModelLoadError, CheckpointError, StoreError, GraderHang, WorkerFailure,
-            OutputError, FileNotFoundError)
+            OutputError, LockError, FileNotFoundError)
 
 
 def train_main(argv: list[str]) -> int:
@@ -137,8 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT, Diverged, Preempted
+
     try:
         return _dispatch(argv[0], argv[1:])
+    except Preempted as e:   # a SIGTERM/SIGINT: the finished steps are checkpointed
+        print(e, file=sys.stderr)
+        return PREEMPTED_EXIT
+    except Diverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return DIVERGED_EXIT
     except _user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

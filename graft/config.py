@@ -343,6 +343,10 @@ class UpdateConfig:
     """HACPO stepwise clip increment per minibatch index k."""
     hacpo_window: int = 5
     """HACPO rolling window (steps) of success rates for the capability ratio."""
+    max_nonfinite_steps: int = 3
+    """A minibatch whose loss or gradient norm is NaN/inf takes no optimiser step (counted in
+    ``M/update/skipped_nonfinite``); after this many consecutive training steps with such a skip for one
+    model the run stops (exit 3), keeping its last checkpoint."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.clip_low < 1, "clip_low", f"must be in [0, 1), got {self.clip_low}")
@@ -357,6 +361,7 @@ class UpdateConfig:
         _check(0 <= self.hacpo_delta <= 1, "hacpo_delta", f"must be in [0, 1], got {self.hacpo_delta}")
         _check(self.hacpo_delta_step >= 0, "hacpo_delta_step", f"must be >= 0, got {self.hacpo_delta_step}")
         _check(self.hacpo_window >= 1, "hacpo_window", f"must be >= 1, got {self.hacpo_window}")
+        _check(self.max_nonfinite_steps >= 1, "max_nonfinite_steps", f"must be >= 1, got {self.max_nonfinite_steps}")
 
 
 @dataclass

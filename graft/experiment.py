@@ -51,6 +51,8 @@ import yaml
 
 from graft.config import ConfigError, load_config
 from graft.policy.prompts import WORKED_EQUATIONS
+from graft.storage.lock import FolderLock
+from graft.trainer.stop import PREEMPTED_EXIT, Preempted, StopSignal
 
 SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json")
 
@@ -196,7 +198,7 @@ def run_member(plan: Plan, m: Member, log) -> None:
             shutil.rmtree(m.run_dir)    # killed before its first checkpoint: nothing to keep
         cmd = m.command(plan.config) + resume
         log(f"$ {shlex.join(cmd)}")
-        subprocess.run(cmd, check=True)
+        _run(cmd)
     final = latest_checkpoint(m.run_dir)
     for name in m.eval_models:
         if final is None:
@@ -206,7 +208,7 @@ def run_member(plan: Plan, m: Member, log) -> None:
             continue
         cmd = eval_command(plan, str(final / name), m.run_dir / "config.yaml", name, out)
         log(f"$ {shlex.join(cmd)}")
-        subprocess.run(cmd, check=True)
+        _run(cmd)
     copy_small_files(m)
 
 
@@ -243,10 +245,20 @@ def evaluate_base(plan: Plan, log) -> None:
         if not (out / "results.json").is_file():
             cmd = eval_command(plan, "base", m.run_dir / "config.yaml", name, out)
             log(f"$ {shlex.join(cmd)}")
-            subprocess.run(cmd, check=True)
+            _run(cmd)
     copy_small_files(m)
     if not plan.keep_checkpoints:
         shutil.rmtree(m.run_dir / "checkpoints", ignore_errors=True)
+
+
+def _run(cmd: list[str]) -> None:
+    """Run one command of the plan; it stopping on a signal (its exit status ``PREEMPTED_EXIT``) stops the plan."""
+    rc = subprocess.run(cmd).returncode
+    if rc == PREEMPTED_EXIT:
+        raise Preempted(f"graft {cmd[3]} stopped on a signal after checkpointing; continue with `graft experiment run` "
+                        "on the same plan")
+    if rc:
+        raise subprocess.CalledProcessError(rc, cmd)
 
 
 def copy_small_files(m: Member) -> None:
@@ -267,13 +279,23 @@ def copy_small_files(m: Member) -> None:
 
 
 def run_plan(plan: Plan, max_minutes: float | None = None, only: list[str] | None = None) -> list[Member]:
-    """Run every unfinished member (of ``only`` arms), in plan order; returns the members still unfinished."""
+    """Run every unfinished member (of ``only`` arms), in plan order; returns the members still unfinished.
+    Holds the plan's runs folder (a second ``experiment run`` of the plan stops at once); a SIGTERM/SIGINT
+    stops it after the current run (which itself checkpoints and stops when it got the signal too)."""
+    with FolderLock(plan.runs, "runs folder"), StopSignal("the current run") as stop:
+        return _run_plan(plan, stop, max_minutes, only)
+
+
+def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: list[str] | None) -> list[Member]:
     t0 = time.monotonic()
     log = lambda s: print(f"[experiment {plan.name}] {s}", file=sys.stderr, flush=True)  # noqa: E731
     todo = [m for m in plan.members if only is None or m.arm in only]
     if plan.base and (only is None or "base" in only):
         evaluate_base(plan, log)
     for m in todo:
+        if stop.requested:
+            raise Preempted(f"{stop.requested}: stopped after the current run; continue with `graft experiment run` "
+                            "on the same plan")
         if _done(m):
             copy_small_files(m)
             continue

@@ -179,6 +179,7 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
 
 def run_seed(cfg, out: Path, at: list[int], samples: int, unseen: int, log) -> list[dict]:
     """One GRPO trajectory up to the last measured step; returns the rows of its measured states."""
+    from graft.distributed.ray_backend import close_learners
     from graft.trainer import loop
 
     run = loop.setup(cfg)
@@ -204,8 +205,9 @@ def run_seed(cfg, out: Path, at: list[int], samples: int, unseen: int, log) -> l
         return rows
     finally:
         run.grader.close()
-        for lr in run.learners.values():
-            lr.close()
+        close_learners(run.learners)
+        run.store.close()
+        run.lock.release()
 
 
 def onestep_main(argv: list[str]) -> int:

@@ -73,6 +73,7 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
     from graft.config import ConfigError, load_config
     from graft.data.datasets import PromptSampler, load_prompts
     from graft.exchange.live import complementarity, counts
+    from graft.policy.context import check_learner_context
     from graft.reward.grader import Grader
     from graft.reward.worker import VERIFY_FNS
     from graft.trainer.learner import Learner
@@ -95,6 +96,7 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
         for m in cfg.models:
             t0 = time.perf_counter()
             learner = Learner.local(m, weights_from=weights.get(m.name))
+            check_learner_context(learner, batch, cfg.rollout.max_new_tokens)
             gs, gen = learner.rollout(batch, cfg.rollout, 0, step_seed(seed, 0, m.name), progress=cfg.progress)
             texts = [r for g in gs for r in g.responses]
             rewards, statuses = grader.grade(texts, [g.answer for g in gs for _ in g.responses])

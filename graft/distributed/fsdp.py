@@ -218,6 +218,15 @@ def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> float:
     return float(total)
 
 
+def any_rank(flag: bool, device: str | torch.device = "cpu") -> bool:
+    """``flag`` or'ed over the ranks of the process group (one all-reduce); ``flag`` itself without a group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 # ----------------------------------------------------------------------------- state
 
 def _full(v: Any) -> Any:

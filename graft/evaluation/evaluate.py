@@ -778,7 +778,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         print(f"graft eval: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # data / store / config errors carry their own message
-        if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError"):
+        if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError", "LockError"):
             print(f"graft eval: {e}", file=sys.stderr)
             return 2
         raise
@@ -830,8 +830,7 @@ def _datasets(args) -> dict[str, list[Prompt]]:
 
 def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path) -> tuple[dict, Any]:
     """Evaluate one model (``--model`` form) on ``datasets`` into ``out``; ``(results, its ModelConfig)``."""
-    from graft.policy.policy import Policy
-    from graft.reward.grader import Grader
+    from graft.storage.lock import FolderLock
 
     cfg, weights_from, run_cfg = _model_cfg_for(model, args.template, args.config, args.model_name,
                                                 args.fewshot, args.stop, args.instruction)
@@ -843,6 +842,16 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
     if device == "auto":
         import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    with FolderLock(out, "--out folder"):   # one evaluation per output folder, taken before the model loads
+        return _evaluate_into(args, model, out, datasets, cfg, weights_from, run_cfg, max_new, device)
+
+
+def _evaluate_into(args, model: str, out: Path, datasets: dict, cfg, weights_from, run_cfg, max_new: int,
+                   device: str) -> tuple[dict, Any]:
+    from graft.policy.context import check_context
+    from graft.policy.policy import Policy
+    from graft.reward.grader import Grader
+
     progress = not args.no_progress
     model_path = None
     if args.backend == "vllm":  # vLLM loads the folder; graft renders, tokenizes, decodes and cuts with the codec
@@ -850,6 +859,8 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
         generator, model_path = TextCodec.load(cfg, weights_from), vllm_model_path(cfg, weights_from)
     else:
         generator = Policy.load(cfg, device=device, weights_from=weights_from)
+    check_context(cfg.name if args.config else model, generator.codec, _eval_max_positions(generator, model_path),
+                  [p.problem for ps in datasets.values() for p in ps], max_new, "--max-new-tokens")
     from graft.reward.worker import VERIFY_FNS
     answer_form = args.answer_form or (run_cfg.reward.answer_form if run_cfg is not None else "any")
     with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers, verify_fn=VERIFY_FNS[answer_form]) as grader:
@@ -875,6 +886,20 @@ def compare_table(results: dict[str, dict]) -> str:
         diffs = [f"{100 * (get(results[l])['mean'] - get(ref)['mean']):+.1f}" for l in labels[1:]]
         lines.append(f"| {name} | {n} | " + " | ".join(cells + diffs) + " |")
     return "\n".join(lines)
+
+
+def _eval_max_positions(generator, model_path: str | None) -> int | None:
+    """``max_position_embeddings`` of the model evaluated: the loaded Policy's, or the vLLM folder's config."""
+    from graft.policy.context import max_positions
+
+    model = getattr(generator, "model", None)
+    if model is not None:
+        return max_positions(model.config)
+    from transformers import AutoConfig
+    try:
+        return max_positions(AutoConfig.from_pretrained(model_path))
+    except (OSError, ValueError):
+        return None
 
 
 def summary_table(results: dict, cfg=None) -> str:

@@ -530,7 +530,7 @@ def load_checkpoint(path: str | Path, verify: Literal["size", "full"] = "size") 
 def verify_model_files(model_dir: str | Path) -> None:
     """Re-hash the files of one model folder of a checkpoint (``RUN/checkpoints/step_N/NAME``)
     against the step's manifest (``optimizer.pt`` is not read). A missing, resized or changed
-    file raises :class:`CheckpointError` naming it."""
+    file, or weights holding NaN/inf, raise :class:`CheckpointError` naming it."""
     model_dir = Path(model_dir)
     step_dir = model_dir.parent
     manifest = _read_manifest(step_dir)
@@ -541,6 +541,19 @@ def verify_model_files(model_dir: str | Path) -> None:
         raise CheckpointError(f"{step_dir}: manifest.json lists no files of model {model_dir.name!r} "
                               f"(models: {', '.join(manifest.get('models', [])) or 'none'})")
     _verify(step_dir, {"files": files}, full=True)
+    bad = [f"{rel}:{name}" for rel in sorted(files) if rel.endswith(".safetensors")
+           for name in nonfinite_tensors(step_dir / rel)]
+    if bad:
+        raise CheckpointError(f"{model_dir}: weights hold NaN or inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); "
+                              "the run that wrote it diverged; use an earlier checkpoint")
+
+
+def nonfinite_tensors(path: str | Path) -> list[str]:
+    """Names of the floating-point tensors of a safetensors file holding NaN or inf (read one at a time)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return [k for k in f.keys() if (t := f.get_tensor(k)).is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
 def newest_intact_checkpoint(run_dir: str | Path) -> tuple[Checkpoint | None, list[str]]:

@@ -61,6 +61,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from graft.storage.lock import FolderLock
 from graft.trainer.metrics import dumps_json
 from graft.types import RolloutGroup
 
@@ -236,6 +237,7 @@ class TrajectoryStore:
         self.root = _resolve_root(root)
         self.run_id = run_id
         self._only_step: int | None = None
+        self._lock: FolderLock | None = None
         m = _FILE_RE.match(self.root.name)
         if m and self.root.is_file():   # a single step file: read-only view of that step
             self.root, self._only_step = self.root.parent, int(m.group(1))
@@ -322,6 +324,7 @@ class TrajectoryStore:
         if self._only_step is not None:
             raise StoreError(f"{self.given}: a single step file is read-only; open its folder to write")
         self.root.mkdir(parents=True, exist_ok=True)
+        self._hold_writer_lock()
         self._cleanup_tmp()
         table = pa.Table.from_pydict(self._rows(step, epoch, groups, tokenizer_names, peer_use), schema=SCHEMA)
         table = table.replace_schema_metadata({
@@ -344,12 +347,26 @@ class TrajectoryStore:
 
     def truncate_after(self, step: int) -> list[int]:
         """Delete the files of steps > ``step`` (they are re-run after resuming). Returns those steps."""
+        if self.root.is_dir():
+            self._hold_writer_lock()
         gone = [s for s in self.steps() if s > step]
         for s in gone:
             self.path_for(s).unlink(missing_ok=True)
         if gone:
             _fsync_dir(self.root)
         return gone
+
+    def _hold_writer_lock(self) -> None:
+        """One writer per store: taken by the first write, held until :meth:`close` (or the process ends);
+        a second writer stops with a :class:`~graft.storage.lock.LockError` naming the holder."""
+        if self._lock is None:
+            self._lock = FolderLock(self.root, "trajectory store").acquire()
+
+    def close(self) -> None:
+        """Release the writer lock (reading needs none)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     # ------------------------------------------------------------------ read
 

@@ -214,10 +214,12 @@ class Learner:
         the result identical to forwarding them. ``rule`` (a :class:`graft.trainer.rules.UpdateRule`)
         gives the loss, the per-minibatch re-weighting (HACPO) and the supervised rows (SGT). Each
         minibatch's rows go to the ranks in whole micro-batches, each rank dividing by the minibatch's
-        global counts, so W ranks compute the single process's step.
+        global counts, so W ranks compute the single process's step. A minibatch whose loss or gradient
+        norm is NaN/inf takes no optimiser step (``update/skipped_nonfinite`` counts them).
         """
         W, mbs = self.workers.size, uc.micro_batch_size
         totals: dict[str, float] = {}
+        skipped = 0
         t0 = time.perf_counter()
         bar = tqdm(total=len(plan), desc=f"{self.name} update", unit="minibatch", leave=False, disable=not progress)
         try:
@@ -232,6 +234,7 @@ class Learner:
                     merge(totals, r)
                 totals["loss"] = totals.get("loss", 0.0) + sum(r["loss"] for r in res) / len(plan)
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + res[0]["grad_norm"] / len(plan)   # global norm
+                skipped += int(res[0]["skipped_nonfinite"])   # the ranks agree
                 bar.update(1)
         finally:
             bar.close()
@@ -240,7 +243,8 @@ class Learner:
         return {"loss": totals.get("loss", 0.0), "grad_norm": totals.get("grad_norm", 0.0), **summarize(totals),
                 "tokens/update": int(tokens), "tokens_per_s/update": tokens / max(seconds, 1e-9),
                 "tokens/forwarded": int(totals.get("tokens/forwarded", 0)),
-                "tokens/forwarded_per_sequence": int(totals.get("tokens/forwarded_per_sequence", 0))}
+                "tokens/forwarded_per_sequence": int(totals.get("tokens/forwarded_per_sequence", 0)),
+                "update/skipped_nonfinite": skipped}
 
     # --------------------------------------------------------------- persistence, resources
     def save(self, path) -> None:
@@ -250,6 +254,15 @@ class Learner:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full parameters (and buffers) of the model."""
         return self.workers.call("state_dict", [()] * self.workers.size, "state_dict")[0]
+
+    def max_positions(self) -> int | None:
+        """The model's ``max_position_embeddings`` (None when its config has none)."""
+        return self.workers.call("max_positions", [()] * self.workers.size, "max_positions")[0]
+
+    def nonfinite_parameters(self) -> list[str]:
+        """Names of the model's parameters holding NaN or inf (on any rank)."""
+        parts = self.workers.call("nonfinite_parameters", [()] * self.workers.size, "nonfinite_parameters")
+        return sorted({n for part in parts for n in part})
 
     def peak_rss_gb(self) -> float:
         """The largest peak resident memory (GB) among this model's worker processes."""

@@ -25,16 +25,19 @@ from graft.exchange.handover import Scoring
 from graft.exchange.live import ExchangeResult, complementarity, counts, exchange_live
 from graft.exchange.stored import exchange_stored, stored_peer_groups
 from graft.data.arithmetic import family_of
+from graft.policy.context import check_learner_context
 from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.grader import Grader
 from graft.reward.shortcuts import shortcut_shares
 from graft.reward.worker import VERIFY_FNS
-from graft.storage.checkpoint import (checkpoint_step, list_checkpoints, load_checkpoint, newest_intact_checkpoint,
-                                     remove_checkpoints_after, save_checkpoint, set_rng_state)
+from graft.storage.lock import FolderLock
+from graft.storage.checkpoint import (checkpoint_step, latest_checkpoint, list_checkpoints, load_checkpoint,
+                                     newest_intact_checkpoint, remove_checkpoints_after, save_checkpoint, set_rng_state)
 from graft.storage.trajectory_store import TrajectoryStore
 from graft.distributed.ray_backend import close_learners, make_learners, worker_memory
 from graft.trainer.learner import Learner
 from graft.trainer.rules import UpdateRule, make_rule
+from graft.trainer.stop import Diverged, Preempted, StopSignal
 from graft.trainer.metrics import (JsonlWriter, check_run_dir, console_line, dumps_json, group_stats, output_error,
                                    prefixed, timed)
 from graft.trainer.tracking import check_installed, open_trackers
@@ -48,6 +51,7 @@ class GraderHang(RuntimeError):
 # Fields that may change between a run and its resumption without changing what it computes.
 RESUMABLE_CHANGES = ("resume", "steps", "progress", "threads", "device", "run_dir", "checkpoint.", "eval.",
                      "reward.workers", "rollout.batch_size", "update.micro_batch_size", "update.logprob_chunk",
+                     "update.max_nonfinite_steps",
                      "ray.", "backend", "logging")
 
 
@@ -74,6 +78,10 @@ class Run:
     eval_history: list[dict] = field(default_factory=list)
     by_family: bool = False
     """The prompts are a mixture of problem families (``FAMILY-00017`` ids): rewards are also logged per family."""
+    lock: FolderLock | None = None
+    """The run folder's lock, held until :func:`train` ends."""
+    nonfinite_streak: dict[str, int] = field(default_factory=dict)
+    """Per model: consecutive steps with an update skipped for a non-finite loss or gradient norm."""
 
     @property
     def scoring(self) -> Scoring:
@@ -174,9 +182,14 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
     gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
     gs = run.rule.prepare(groups)
     plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
-    m = {}
+    m, skipped = {}, 0
     for _ in range(cfg.update.epochs):
         m = run.learners[name].update(gs, plan, cfg.update, cfg.rollout.temperature, run.rule, progress=cfg.progress)
+        skipped += m["update/skipped_nonfinite"]
+    m["update/skipped_nonfinite"] = skipped
+    if skipped:
+        print(f"warning: step {step}: model {name}: loss or gradient norm not finite (loss {m['loss']}, grad norm "
+              f"{m['grad_norm']}); {skipped} of {len(plan) * cfg.update.epochs} optimizer steps skipped", file=sys.stderr)
     m["peer_groups"] = sum(g.is_peer for g in gs)
     m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
     m["peer_row_share"] = m["peer_responses"] / max(1, sum(g.size for g in gs))
@@ -241,12 +254,26 @@ def setup(cfg: Config) -> Run:
     check_batch_fits(prompts, cfg.batch_prompts, cfg.data.train)
     val = _load_data("data.val", cfg.data.val, cfg, cfg.data.val_limit)[0] if cfg.data.val else None
     check_run_dir(run_dir)   # before anything is loaded or written
+    lock = FolderLock(run_dir, "run_dir").acquire()   # a second process on this run stops here, having written nothing
+    try:
+        return _setup_locked(cfg, run_dir, prompts, val, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) -> Run:
     ckpt = _find_resume(cfg, run_dir)
     sampler = _sampler(cfg, prompts, ckpt)   # resuming on other training data fails here
     _check_model_sources(cfg, ckpt)
     peer_groups, peer_name = _peer_groups(cfg) if cfg.peer.source == "store" else (None, "peer")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
     learners = make_learners(cfg, device, ckpt)   # one Learner per model, its ranks local or in Ray
+    try:
+        _check_contexts(cfg, learners, prompts, val)
+    except ConfigError:
+        close_learners(learners)
+        raise
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     run = Run(cfg=cfg, run_dir=run_dir, learners=learners,
@@ -254,10 +281,19 @@ def setup(cfg: Config) -> Run:
                                                          verify_fn=VERIFY_FNS[cfg.reward.answer_form]),
               metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
               store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val,
-              rule=make_rule(cfg.update), peer_groups=peer_groups, peer_name=peer_name,
+              rule=make_rule(cfg.update), peer_groups=peer_groups, peer_name=peer_name, lock=lock,
               by_family=cfg.data.train == "arithmetic" and bool(cfg.data.arithmetic.families))
     _restore(run, ckpt)
     return run
+
+
+def _check_contexts(cfg: Config, learners: dict[str, Learner], prompts, val) -> None:
+    """Every model holds its longest training (and validation) prompt plus the tokens it may generate."""
+    for learner in learners.values():
+        check_learner_context(learner, prompts, cfg.rollout.max_new_tokens)
+        if val and cfg.eval.every:
+            field = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "rollout.max_new_tokens"
+            check_learner_context(learner, val, cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens, field)
 
 
 def _load_data(key: str, spec: str, cfg: Config, limit: int | None = None):
@@ -319,7 +355,9 @@ def _find_resume(cfg: Config, run_dir: Path):
             if (run_dir / "audit.jsonl").exists():   # lines of an unfinished first step: it runs again
                 JsonlWriter(run_dir / "audit.jsonl").truncate_after(0)
             if (run_dir / "trajectories").is_dir():
-                TrajectoryStore(run_dir / "trajectories").truncate_after(0)
+                store = TrajectoryStore(run_dir / "trajectories")
+                store.truncate_after(0)
+                store.close()
             return None
         path = ckpt.path
     else:
@@ -392,6 +430,7 @@ def _restore(run: Run, ckpt) -> None:
         learner.optimizer.load_state_dict(ckpt.optimizer_state(name))
     run.rule.load_state_dict(ckpt.state.get("rule", {}))
     run.eval_history = ckpt.state.get("eval_history", [])
+    run.nonfinite_streak = dict(ckpt.state.get("nonfinite_streak", {}))
     run.start_step = ckpt.step + 1
     for w in (run.metrics, run.audit):
         w.truncate_after(ckpt.step)
@@ -402,8 +441,15 @@ def _restore(run: Run, ckpt) -> None:
 
 
 def save(run: Run, step: int) -> Path:
+    for name, learner in run.learners.items():   # never a checkpoint of NaN/inf weights
+        bad = learner.nonfinite_parameters()
+        if bad:
+            raise Diverged(f"step {step}: model {name}: {len(bad)} parameter tensor(s) hold NaN or inf ({', '.join(bad[:3])}"
+                           f"{', ...' if len(bad) > 3 else ''}); no checkpoint written, the last one is "
+                           f"{latest_checkpoint(run.run_dir) or 'none'}")
     state = {"sampler": run.sampler.state_dict(), "step": step, "eval_history": run.eval_history,
-             "rule": run.rule.state_dict(), "data_fingerprint": prompts_fingerprint(run.sampler.prompts)}
+             "rule": run.rule.state_dict(), "data_fingerprint": prompts_fingerprint(run.sampler.prompts),
+             "nonfinite_streak": run.nonfinite_streak}
     ck = run.cfg.checkpoint
     best = set()
     if ck.keep_best and run.eval_history:   # the best-evaluated checkpoint of each model survives pruning
@@ -440,16 +486,29 @@ def evaluate_phase(run: Run, step: int) -> dict:
 
 
 def train(cfg: Config) -> dict:
-    """Run (or resume) a whole training job; returns the end-of-run summary."""
-    run = setup(cfg)
+    """Run (or resume) a whole training job; returns the end-of-run summary. Raises :class:`Preempted`
+    after a SIGTERM/SIGINT (the finished steps checkpointed) and :class:`Diverged` when updates stay
+    non-finite (``update.max_nonfinite_steps``)."""
+    with StopSignal() as stop:
+        run = setup(cfg)
+        try:
+            return _train(run, stop)
+        finally:
+            run.store.close()
+            run.lock.release()
+
+
+def _train(run: Run, stop: StopSignal) -> dict:
+    cfg, ck = run.cfg, run.cfg.checkpoint
     t_start, history = time.perf_counter(), []
-    ck = cfg.checkpoint
     tracker = None
     try:
         tracker = open_trackers(run.run_dir, cfg, run.start_step)
         bar = tqdm(range(run.start_step, cfg.steps + 1), desc="steps", disable=not cfg.progress,
                    initial=run.start_step - 1, total=cfg.steps)
         for step in bar:
+            if stop.requested:   # arrived before the first step of this process (while loading)
+                raise Preempted(f"{stop.requested}: stopped at step {step - 1}; continue with resume=true")
             m = train_step(run, step)
             m |= worker_memory(run.learners)   # backend ray: peak RSS of each model's workers
             if cfg.eval.every and run.val_prompts and step % cfg.eval.every == 0:
@@ -458,8 +517,13 @@ def train(cfg: Config) -> dict:
             tracker.log(step, m)
             history.append(m)
             tqdm.write(console_line(step, cfg.steps, m, list(run.learners)), file=sys.stderr)
-            if ck.save_every and step % ck.save_every == 0 and step < cfg.steps:
+            check_nonfinite_streak(run, step, m)
+            saved = ck.save_every and step % ck.save_every == 0 and step < cfg.steps
+            if saved:
                 save(run, step)
+            if stop.requested and step < cfg.steps:   # in the last step: the run simply finishes
+                path = latest_checkpoint(run.run_dir) if saved else save(run, step)
+                raise Preempted(f"{stop.requested}: stopped at step {step}; continue with resume=true (checkpoint {path})")
         final = save(run, cfg.steps) if ck.save_final and cfg.steps >= run.start_step else None
     finally:
         if tracker is not None:
@@ -470,6 +534,19 @@ def train(cfg: Config) -> dict:
     (run.run_dir / "summary.json").write_text(dumps_json(summary, indent=2, default=str))
     print_summary(summary, file=sys.stderr)
     return summary
+
+
+def check_nonfinite_streak(run: Run, step: int, m: dict) -> None:
+    """Count, per model, consecutive steps with a skipped non-finite update; raise :class:`Diverged`
+    at ``update.max_nonfinite_steps`` (after the step's metrics are written; no checkpoint is taken)."""
+    limit = run.cfg.update.max_nonfinite_steps
+    for i, name in enumerate(run.learners):
+        run.nonfinite_streak[name] = run.nonfinite_streak.get(name, 0) + 1 if m.get(f"{name}/update/skipped_nonfinite") else 0
+        if run.nonfinite_streak[name] >= limit:
+            last = latest_checkpoint(run.run_dir)
+            raise Diverged(f"step {step}: model {name}: a non-finite loss or gradient norm in {limit} consecutive steps "
+                           f"(update.max_nonfinite_steps={limit}); stopped, the last checkpoint is "
+                           f"{last or 'none (no checkpoint was saved yet)'}; lower models.{i}.lr")
 
 
 def summarize(run: Run, seconds: float, final: Path | None) -> dict:

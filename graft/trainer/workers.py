@@ -113,7 +113,8 @@ class PolicyWorker:
     def train_minibatch(self, shard: Shard, uc, temperature: float, rule: str) -> dict:
         """This rank's micro-batches of one minibatch (plus zero-weight dummies up to the common count),
         then one optimiser step on the gradient summed over ranks. Returns additive metric totals
-        (``graft.algos.losses.merge``), the rank's loss and the global gradient norm."""
+        (``graft.algos.losses.merge``), the rank's loss, the global gradient norm and ``skipped_nonfinite``
+        (1.0 when the step was skipped because a rank's loss or the gradient norm was NaN/inf; all ranks agree)."""
         from graft.algos.losses import merge
         from graft.distributed import fsdp
         from graft.trainer.learner import micro_loss
@@ -139,11 +140,24 @@ class PolicyWorker:
                     tok = self.policy.pad_token_id
                     fsdp.dummy_backward(model, lambda: self.policy.forward_logprobs([[tok]], [[tok]])[0])
             totals["grad_norm"] = fsdp.clip_grad_norm_(params, self.policy.cfg.max_grad_norm) if shard.num_micro else 0.0
-            self.optimizer.step()
+            finite = math.isfinite(totals["grad_norm"]) and math.isfinite(totals["loss"])
+            totals["skipped_nonfinite"] = float(fsdp.any_rank(not finite, params[0].device if params else "cpu"))
+            if not totals["skipped_nonfinite"]:   # a diverging update leaves weights and optimizer state as they were
+                self.optimizer.step()
         finally:
             self.optimizer.zero_grad(set_to_none=True)   # no gradients held through rollout, exchange, the peer's update
             model.eval()
         return totals
+
+    def max_positions(self) -> int | None:
+        """The model's ``max_position_embeddings`` (None when its config has none)."""
+        from graft.policy.context import max_positions
+        return max_positions(self.policy.model.config)
+
+    def nonfinite_parameters(self) -> list[str]:
+        """Names of the parameters whose values on this rank (its shards, when sharded) hold NaN or inf."""
+        return [n for n, p in self.policy.model.named_parameters()
+                if not bool(torch.isfinite(getattr(p, "to_local", lambda: p)().detach()).all())]
 
     def set_engine(self, kind: str) -> None:
         """Sample with another rollout engine from now on (``hf``, ``hf-cb``, ``vllm``)."""
