@@ -9,14 +9,7 @@ import pytest
 import torch
 
 from graft.storage.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, verify_model_files
-
-
-def _opt(model):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(torch.tensor([[1, 2, 3]]), labels=torch.tensor([[1, 2, 3]])).loss.backward()
-    opt.step()
-    opt.zero_grad()
-    return opt
+from tests.storage.test_checkpoint_keep import _opt
 
 
 def _writer(model, tok):
