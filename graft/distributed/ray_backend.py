@@ -230,9 +230,9 @@ def resources_for(cfg: Config, name: str) -> ResourceConfig:
     return cfg.ray.resources.get(name) or ResourceConfig()
 
 
-def make_learners(cfg: Config, device: str, ckpt=None) -> dict:
+def make_learners(cfg: Config, device: str, ckpt=None, progress: bool = False) -> dict:
     """``{name: Learner}``: each model's ranks in this process (``backend: local``) or in a Ray actor
-    group (``backend: ray``)."""
+    group (``backend: ray``); ``progress``: a bar over the models loaded in this process."""
     from graft.policy.codec import TextCodec
     from graft.trainer.learner import Learner
 
@@ -240,7 +240,7 @@ def make_learners(cfg: Config, device: str, ckpt=None) -> dict:
     if cfg.backend == "local":
         from tqdm.auto import tqdm
         out = {}
-        for m in tqdm(cfg.models, desc="loading models", disable=not cfg.progress):
+        for m in tqdm(cfg.models, desc="loading models", disable=not progress):
             torch.manual_seed(init_seed(cfg.seed, m.name))   # e.g. a fresh LoRA adapter: same init on every backend
             out[m.name] = Learner.local(m, device=device, weights_from=weights[m.name], engine=cfg.rollout.engine)
         return out

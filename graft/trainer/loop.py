@@ -234,7 +234,7 @@ def setup(cfg: Config) -> Run:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
     if not progress_bars(cfg):
         quiet_loading()   # no download / weight-loading bars of the hub and transformers either
-    learners = make_learners(cfg, device, ckpt)   # one Learner per model, its ranks local or in Ray
+    learners = make_learners(cfg, device, ckpt, progress_bars(cfg))   # one Learner per model, local or in Ray
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     run = Run(cfg=cfg, run_dir=run_dir, learners=learners,

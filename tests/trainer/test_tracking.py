@@ -190,8 +190,12 @@ def test_wandb_offline_without_a_key_holds_the_scalars_and_the_config(tmp_path, 
     for step, items in history.items():
         for k, v in items.items():
             got.setdefault(k, {})[step] = v
+    # logging.log_completions (default 2): a W&B table per model and step (stored as completions/M/_type, ...)
     tables = {k for k in got if k.startswith("completions/")}
-    assert tables == {"completions/A", "completions/B"}       # logging.log_completions (default 2) as W&B tables
+    assert {k.split("/")[1] for k in tables} == {"A", "B"}
+    assert all(sorted(got[f"completions/{m}/_type"]) == [1, 2] for m in "AB")
+    assert {got[f"completions/{m}/_type"][s] for m in "AB" for s in (1, 2)} == {"table-file"}
+    assert got["completions/A/nrows"] == {1: 2, 2: 2} and got["completions/B/nrows"] == {1: 2, 2: 2}
     assert {k: v for k, v in got.items() if k not in tables} == expected   # same keys, same steps, same values
     assert config == yaml.safe_load((run_dir / "config.yaml").read_text())
 
