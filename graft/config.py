@@ -412,25 +412,34 @@ class EvalConfig:
 
 @dataclass
 class LoggingConfig:
-    report_to: list[Literal["tensorboard", "wandb"]] = field(default_factory=list)
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = field(default_factory=list)
     """Experiment trackers that receive every ``metrics.jsonl`` value at the same step index (eval results
     included), plus the resolved config: ``tensorboard`` writes ``RUN_DIR/tensorboard/`` (config as text and
-    hparams), ``wandb`` a W&B run under ``RUN_DIR/wandb/`` (config as the run config). Each needs its package
-    (``pip install 'graft[trackers]'``); graft/trainer/tracking.py has the details."""
+    hparams), ``wandb`` a W&B run under ``RUN_DIR/wandb/`` (config as the run config), ``mlflow`` an MLflow run
+    in the local file store ``RUN_DIR/mlruns/`` (config as params and as ``config.yaml``). Each needs its
+    package (``pip install 'graft[trackers]'``); graft/trainer/tracking.py has the details."""
     wandb_project: str = "graft"
     """W&B project of the run (the W&B run name is the run folder's name; ``WANDB_ENTITY`` picks the entity)."""
     wandb_mode: Literal["auto", "online", "offline"] = "auto"
     """``auto``: ``WANDB_MODE`` if set, else ``online`` when a W&B API key is configured (``WANDB_API_KEY`` or
-    ``wandb login``) and ``offline`` otherwise (no network needed; upload later with ``wandb sync``)."""
+    ``wandb login``) and the W&B host answers within 3 s, ``offline`` otherwise (said in one line; no network
+    needed; upload later with ``wandb sync``). ``online`` with the host unreachable stops before any model loads."""
+    mlflow_experiment: str = "graft"
+    """MLflow experiment of the run (the MLflow run name is the run folder's name)."""
+    log_completions: int = 2
+    """Completions per model and step sent to the trackers (TensorBoard text, W&B table, MLflow JSON artifact):
+    the first response of the step's first prompts, with prompt, reward and advantage; 0 sends none."""
 
     def __post_init__(self) -> None:
         if isinstance(self.report_to, str):   # `logging.report_to=tensorboard` on the command line
             self.report_to = [self.report_to]
         self.report_to = list(self.report_to or [])
-        bad = [t for t in self.report_to if t not in ("tensorboard", "wandb")]
-        _check(not bad, "report_to", f"unknown tracker(s) {bad}; choose from tensorboard, wandb")
+        bad = [t for t in self.report_to if t not in ("tensorboard", "wandb", "mlflow")]
+        _check(not bad, "report_to", f"unknown tracker(s) {bad}; choose from tensorboard, wandb, mlflow")
         _check(self.wandb_mode in ("auto", "online", "offline"), "wandb_mode",
                f"must be auto, online or offline, got {self.wandb_mode!r}")
+        _check(bool(str(self.mlflow_experiment).strip()), "mlflow_experiment", "must not be empty")
+        _check(self.log_completions >= 0, "log_completions", f"must be >= 0 (0 = off), got {self.log_completions}")
 
 
 @dataclass
@@ -485,7 +494,8 @@ class Config:
     backend: Literal["local", "ray"] = "local"
     """Single process, or one Ray actor group per model."""
     progress: bool = True
-    """Progress bars on stderr."""
+    """Progress bars on stderr, drawn only when stderr is a terminal (a log file or CI gets one plain line per
+    step); ``false`` also turns off the hub's download and transformers' weight-loading bars."""
     models: list[ModelConfig] = field(default_factory=list)
     """The co-trained models (two for GRAFT; one with ``peer.source: store``)."""
     data: DataConfig = field(default_factory=DataConfig)
@@ -507,7 +517,7 @@ class Config:
     ray: RayConfig = field(default_factory=RayConfig)
     """Ray backend settings."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    """Experiment trackers (TensorBoard, W&B)."""
+    """Experiment trackers (TensorBoard, W&B, MLflow)."""
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.models]

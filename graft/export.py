@@ -74,9 +74,35 @@ def _fmt(v) -> str:
     return "none" if v is None else str(v)
 
 
+def upstream(path: str) -> dict | None:
+    """``{"upstream": hub id, "license": ..., "license_url": ...}`` of an embedded model path, else ``None``."""
+    from graft.policy.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX
+    return EMBEDDED_MODELS.get(path[len(EMBEDDED_PREFIX):]) if path.startswith(EMBEDDED_PREFIX) else None
+
+
+def provenance(repo: Path = Path(__file__).resolve().parents[1]) -> dict:
+    """Versions of torch, transformers and graft, and graft's git commit (``None`` outside a git checkout)."""
+    import subprocess
+
+    import torch
+    import transformers
+
+    import graft
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    # graft's own checkout only (an installed copy may sit inside some other repository)
+    commit = out[1] if len(out) == 2 and Path(out[0]).resolve() == repo.resolve() else None
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "graft": graft.__version__,
+            "graft_commit": commit}
+
+
 def model_card(run_cfg: Config, mcfg: ModelConfig, step: int, source: Path, dtype: str, history: list[dict],
-               example_prompt: str | None) -> str:
-    """README.md of an exported model (pure: everything comes from the arguments)."""
+               example_prompt: str | None, versions: dict | None = None) -> str:
+    """README.md of an exported model (pure: everything comes from the arguments; ``versions`` is
+    :func:`provenance`)."""
     ex, up, ro = run_cfg.exchange, run_cfg.update, run_cfg.rollout
     if run_cfg.peer.source == "store":
         method = (f"GRAFT with a stored peer: failed groups replaced by groups of model "
@@ -85,8 +111,11 @@ def model_card(run_cfg: Config, mcfg: ModelConfig, step: int, source: Path, dtyp
         method = "GRAFT, co-trained with " + ", ".join(f"`{m.name}` (`{m.path}`)" for m in run_cfg.models if m.name != mcfg.name)
     else:
         method = "GRPO (no exchange between models)"
+    up_info = upstream(mcfg.path)
     lines = ["---", "library_name: transformers"]
-    if _is_hub_id(mcfg.path):
+    if up_info is not None:
+        lines.append(f"base_model: {up_info['upstream']}")
+    elif _is_hub_id(mcfg.path):
         lines.append(f"base_model: {mcfg.path}")
     lines += ["tags:", "- graft", "- grpo", "- rlvr", "---", "",
               f"# {mcfg.name} after {step} steps of {'GRPO' if ex.mode == 'grpo' and run_cfg.peer.source == 'live' else 'GRAFT'}",
@@ -94,7 +123,11 @@ def model_card(run_cfg: Config, mcfg: ModelConfig, step: int, source: Path, dtyp
               f"Exported by `graft export` from `{source}` (model `{mcfg.name}`, step {step} of {run_cfg.steps} "
               f"configured), as `{dtype}` weights" + (" with the LoRA adapter merged into the base." if mcfg.lora.enabled else "."),
               "", "## Training", "",
-              f"- Base model: `{mcfg.path}`" + (f" (tokenizer `{mcfg.tokenizer}`)" if mcfg.tokenizer else ""),
+              f"- Base model: `{mcfg.path}`" + (f" (tokenizer `{mcfg.tokenizer}`)" if mcfg.tokenizer else "")
+              + (f", graft's embedded GGUF quantisation of [`{up_info['upstream']}`](https://huggingface.co/"
+                 f"{up_info['upstream']})" if up_info else ""),
+              *([f"- Licence of the base model: {up_info['license']} ({up_info['license_url']}); "
+                 "this derivative is subject to it"] if up_info else []),
               f"- Method: {method}",
               f"- Update rule: `{up.rule}` — {RULES.get(up.rule, up.rule)}",
               f"- Steps trained: {step} × {run_cfg.batch_prompts} prompts × {ro.n} samples (data: `{run_cfg.data.train}`)",
@@ -128,6 +161,11 @@ def model_card(run_cfg: Config, mcfg: ModelConfig, step: int, source: Path, dtyp
         lines += [f"| {s}{' (exported)' if s == step else ''} | {100 * v:.2f} |" for s, v in evals]
     else:
         lines.append("No in-training evaluation was recorded for this run.")
+    if versions is not None:
+        lines += ["", "## Provenance", "",
+                  f"- graft {versions['graft']} (git commit `{versions['graft_commit']}`)"
+                  if versions.get("graft_commit") else f"- graft {versions['graft']} (git commit: None, not a git checkout)",
+                  f"- torch {versions['torch']}, transformers {versions['transformers']}"]
     lines += ["", "## Loading", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
               'model = AutoModelForCausalLM.from_pretrained("PATH")', 'tokenizer = AutoTokenizer.from_pretrained("PATH")',
               "```", "",
@@ -178,7 +216,8 @@ def export(run_dir: str | Path, out: str | Path, step: str | int | None = None, 
         example = prompts.render_prompt(mcfg, tok, "What is 2 + 3?")
     except Exception:  # noqa: BLE001 - the card is still useful without an example
         example = None
-    card = model_card(run_cfg, mcfg, ckpt.step, path, target, eval_history(run_dir, list_checkpoints(run_dir)), example)
+    card = model_card(run_cfg, mcfg, ckpt.step, path, target, eval_history(run_dir, list_checkpoints(run_dir)), example,
+                      provenance())
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"

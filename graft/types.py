@@ -34,6 +34,9 @@ class Sample:
     """Decoded response, special tokens stripped."""
     finished: bool
     """True when it ended with a stop (EOS) token or stop string, False when cut at ``max_new_tokens``."""
+    entropies: list[float] | None = None
+    """Entropy (nats) of the sampling distribution at each sampled token (full vocabulary, at the sampling
+    temperature, before top-p); ``None`` from engines that do not expose their logits (``hf-cb``, ``vllm``)."""
 
 
 @dataclass

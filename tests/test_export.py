@@ -113,6 +113,7 @@ def test_export_latest_gives_the_checkpoint_logprobs(graft_run, tmp_path):
     assert "step 4 of 4" in card and "Update rule: `graft`" in card and "co-trained with `B`" in card
     assert "| 2 | 50.00 |" in card and "| 4 (exported) | 30.00 |" in card   # A's crafted eval history
     assert "template `plain`" in card and '"\\nProblem:"' in card
+    assert "## Provenance" in card and "transformers " in card and "graft 0.1.0" in card
 
 
 def test_export_best_picks_each_models_best_evaluated_step(graft_run, tmp_path):
@@ -185,3 +186,25 @@ def test_lora_export_merges_the_adapter(tmp_path, tiny_llama_dir, tiny_gemma_dir
     assert "LoRA adapter merged" in (out / "README.md").read_text()
     assert main(["export", str(run_dir), "--step", "best", str(tmp_path / "y")]) == 2
     assert "has no eval/A/val/pass@1" in capsys.readouterr().err
+
+
+def test_model_card_names_the_upstream_model_its_licence_versions_and_commit(graft_run):
+    from graft.export import model_card, provenance
+
+    _, cfg = graft_run
+    versions = {"torch": "2.13.0", "transformers": "5.24.0", "graft": "0.1.0", "graft_commit": "abc123"}
+    gemma = ModelConfig(name="gemma3", path="embedded:gemma3-270m", template="plain")
+    card = model_card(cfg, gemma, 4, Path("ck"), "float32", [], None, versions)
+    assert "base_model: google/gemma-3-270m" in card
+    assert "Gemma Terms of Use (https://ai.google.dev/gemma/terms)" in card
+    assert "graft 0.1.0 (git commit `abc123`)" in card and "torch 2.13.0, transformers 5.24.0" in card
+    smol = ModelConfig(name="smol", path="embedded:smollm2-135m-instruct", template="plain")
+    card = model_card(cfg, smol, 4, Path("ck"), "float32", [], None, {**versions, "graft_commit": None})
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "Apache-2.0" in card
+    assert "git commit: None" in card
+    # a checkout's commit; a copy outside any git checkout has none
+    import subprocess
+    repo = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert provenance(repo)["graft_commit"] == (head or None)
+    assert provenance(Path("/"))["graft_commit"] is None

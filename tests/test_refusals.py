@@ -56,7 +56,7 @@ def test_literal_fields_accept_only_their_choices(override, message):
     ("progress=maybe", "progress: expected true or false, got 'maybe'"),
     ("models.0.betas=[0.9]", "models.0.betas: expected a list of 2 numbers, got 1 item(s)"),
     ("data.arithmetic.ops={a: 1}", "data.arithmetic.ops: expected a list of text, got a mapping"),
-    ("logging.report_to=tb", "logging.report_to.0: 'tb' is not one of tensorboard, wandb"),
+    ("logging.report_to=tb", "logging.report_to.0: 'tb' is not one of tensorboard, wandb, mlflow"),
     ("models.0.stop=[1, [2]]", "models.0.stop.1: expected text, got a list"),
     ("eval.max_new_tokens=abc", "eval.max_new_tokens: expected an integer, got 'abc'"),
     ("data.val=[a]", "data.val: expected text, got a list"),

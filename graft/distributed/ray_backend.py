@@ -72,7 +72,8 @@ class RayWorkers:
                 f"lower ray.resources.{cfg.name}.num_workers / num_gpus or add nodes")
         actor_cls = ray.remote(PolicyWorker)
         thr = threads or max(1, int(resources.num_cpus))
-        env = {"OMP_NUM_THREADS": str(thr), "TOKENIZERS_PARALLELISM": "false"}
+        # a worker's stderr is a log: no download / weight-loading bars of the hub and transformers
+        env = {"OMP_NUM_THREADS": str(thr), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         for r in range(W):
             opts = dict(num_cpus=bundle["CPU"], num_gpus=float(resources.num_gpus or 0), max_restarts=0,
                         max_task_retries=0, name=f"graft-{cfg.name}-rank{r}-{os.getpid()}-{id(self)}",
@@ -176,9 +177,12 @@ class RayWorkers:
 
 
 def worker_memory(learners: dict) -> dict[str, float]:
-    """``{"mem/peak_rss_gb/NAME": GB}`` for every Ray-backed model (max over its workers); the driver's
-    own ``mem/peak_rss_gb`` does not see them. Empty for the local backend (one process)."""
-    return {f"mem/peak_rss_gb/{n}": lr.peak_rss_gb() for n, lr in learners.items() if isinstance(lr.workers, RayWorkers)}
+    """``{"mem/KEY/NAME": GB}`` for every Ray-backed model and every peak of
+    :func:`~graft.trainer.workers.process_memory` (``peak_rss_gb``; on CUDA ``gpu_allocated_gb``,
+    ``gpu_reserved_gb``), the max over its workers; the driver's own ``mem/KEY`` does not see them.
+    Empty for the local backend (one process)."""
+    return {f"mem/{k}/{n}": v for n, lr in learners.items() if isinstance(lr.workers, RayWorkers)
+            for k, v in lr.memory().items()}
 
 
 def _first_line(e: BaseException) -> str:
@@ -226,9 +230,9 @@ def resources_for(cfg: Config, name: str) -> ResourceConfig:
     return cfg.ray.resources.get(name) or ResourceConfig()
 
 
-def make_learners(cfg: Config, device: str, ckpt=None) -> dict:
+def make_learners(cfg: Config, device: str, ckpt=None, progress: bool = False) -> dict:
     """``{name: Learner}``: each model's ranks in this process (``backend: local``) or in a Ray actor
-    group (``backend: ray``)."""
+    group (``backend: ray``); ``progress``: a bar over the models loaded in this process."""
     from graft.policy.codec import TextCodec
     from graft.trainer.learner import Learner
 
@@ -236,7 +240,7 @@ def make_learners(cfg: Config, device: str, ckpt=None) -> dict:
     if cfg.backend == "local":
         from tqdm.auto import tqdm
         out = {}
-        for m in tqdm(cfg.models, desc="loading models", disable=not cfg.progress):
+        for m in tqdm(cfg.models, desc="loading models", disable=not progress):
             torch.manual_seed(init_seed(cfg.seed, m.name))   # e.g. a fresh LoRA adapter: same init on every backend
             out[m.name] = Learner.local(m, device=device, weights_from=weights[m.name], engine=cfg.rollout.engine)
         return out

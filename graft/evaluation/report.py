@@ -11,6 +11,7 @@ Plots (always written, with a "no data" note when a run has none of that kind, e
 
 ==================  ==================================================================
 rewards.png         mean training reward per step, per model
+training.png        loss, gradient norm, sampler entropy and response length (mean, min-max band) per step
 eval.png            in-training evaluation pass@1 per model and dataset
 complementarity.png complementarity S->R per step (share of R's all-fail prompts S solved)
 s_hist.png          histogram of the compatibility score s of transferred responses, gate δ marked
@@ -28,10 +29,11 @@ from pathlib import Path
 from typing import Sequence
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-from graft.evaluation.analyze import complementarity_matrix, AnalysisError, compute_analysis, read_config
+from graft.evaluation.analyze import complementarity_matrix, AnalysisError, compute_analysis, read_config, read_metrics
 
-PLOTS = ("rewards.png", "eval.png", "complementarity.png", "s_hist.png", "clip_rates.png", "exchange.png", "compute.png")
+PLOTS = ("rewards.png", "training.png", "eval.png", "complementarity.png", "s_hist.png", "clip_rates.png", "exchange.png", "compute.png")
 
 
 def _labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -46,6 +48,12 @@ def _no_data(ax, text: str = "no data") -> None:
 def _finish(fig: Figure, path: Path) -> str:
     fig.savefig(path, dpi=110)
     return path.name
+
+
+def _step_axis(ax) -> None:
+    """Steps are integers: ticks only at whole steps."""
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _pairs(steps, values):
@@ -66,9 +74,50 @@ def plot_rewards(runs, out: Path) -> str:
         ax.legend(fontsize=8)
     else:
         _no_data(ax)
-    ax.set(xlabel="step", ylabel="mean reward", title="Training reward per model")
+    ax.set(ylabel="mean reward", title="Training reward per model")
+    _step_axis(ax)
     ax.grid(alpha=0.3)
     return _finish(fig, out / "rewards.png")
+
+
+TRAINING_PANELS = (("loss", "loss"), ("grad_norm", "gradient norm"), ("entropy/mean", "entropy (nats/token)"),
+                   ("response_length/mean", "response length (tokens)"))
+"""(metrics.jsonl key of model M without ``M/``, axis label) of each panel of ``training.png``."""
+
+
+def plot_training(runs_rows, out: Path) -> str:
+    """``training.png``: :func:`training_figure`."""
+    return _finish(training_figure(runs_rows), out / "training.png")
+
+
+def training_figure(runs_rows) -> Figure:
+    """:data:`TRAINING_PANELS` per step for every (label, models, metrics rows) of ``runs_rows``; the
+    response-length panel shades each model's min-max range."""
+    fig = Figure(figsize=(10, 6.5), layout="constrained")
+    axes = fig.subplots(2, 2, sharex=True).ravel()
+    for ax, (key, label) in zip(axes, TRAINING_PANELS):
+        any_data = False
+        for run_label, models, rows in runs_rows:
+            for m in models:
+                steps, vals = _pairs([r.get("step") for r in rows], [r.get(f"{m}/{key}") for r in rows])
+                if not steps:
+                    continue
+                line, = ax.plot(steps, vals, label=f"{run_label}:{m}", marker="." if len(steps) < 30 else None)
+                any_data = True
+                if key == "response_length/mean":
+                    band = [(r["step"], r.get(f"{m}/response_length/min"), r.get(f"{m}/response_length/max"))
+                            for r in rows if r.get(f"{m}/response_length/min") is not None]
+                    if band:
+                        ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
+                                        color=line.get_color(), alpha=0.15)
+        if any_data:
+            ax.legend(fontsize=7)
+        else:
+            _no_data(ax)
+        ax.set(ylabel=label, title=label[0].upper() + label[1:])
+        ax.grid(alpha=0.3)
+        _step_axis(ax)
+    return fig
 
 
 def plot_eval(runs, out: Path) -> str | None:
@@ -82,7 +131,8 @@ def plot_eval(runs, out: Path) -> str | None:
             if e["best_step"] is not None and e["best"] is not None:
                 ax.scatter([e["best_step"]], [100 * e["best"]], marker="*", s=120, zorder=3)
     ax.legend(fontsize=8)
-    ax.set(xlabel="step", ylabel="pass@1 (%)", title="Evaluation during training (★ = best checkpoint)")
+    ax.set(ylabel="pass@1 (%)", title="Evaluation during training (★ = best checkpoint)")
+    _step_axis(ax)
     ax.grid(alpha=0.3)
     return _finish(fig, out / "eval.png")
 
@@ -103,7 +153,8 @@ def plot_complementarity(runs, out: Path) -> str:
         ax.legend(fontsize=8)
     else:
         _no_data(ax, "no complementarity data (needs two models)")
-    ax.set(xlabel="step", ylabel="% of receiver's all-fail prompts solved by source",
+    _step_axis(ax)
+    ax.set(ylabel="% of receiver's all-fail prompts solved by source",
            title="Complementarity S->R over training")
     ax.grid(alpha=0.3)
     return _finish(fig, out / "complementarity.png")
@@ -154,7 +205,7 @@ def plot_clip_rates(runs, out: Path) -> str:
         ax.set(title=f"clip rate {kind.replace('_', ' ')}", ylabel="% of tokens")
         ax.grid(alpha=0.3)
     for ax in axes[1]:
-        ax.set_xlabel("step")
+        _step_axis(ax)
     return _finish(fig, out / "clip_rates.png")
 
 
@@ -180,7 +231,7 @@ def plot_exchange(runs, out: Path) -> str:
         else:
             _no_data(ax, "no exchange")
         ax.grid(alpha=0.3)
-        ax.set_xlabel("step")
+        _step_axis(ax)
     ax1.set(ylabel="prompts", title="Candidate set before / after balancing")
     ax2.set(ylabel="% of transferred responses", title="Admitted fraction")
     return _finish(fig, out / "exchange.png")
@@ -296,6 +347,7 @@ def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     configs = [read_config(p) for p in run_dirs]
     plots = {
         "rewards": plot_rewards(runs, out),
+        "training": plot_training([(label, a["models"], read_metrics(p)) for (label, a), p in zip(runs, run_dirs)], out),
         "eval": plot_eval(runs, out),
         "complementarity": plot_complementarity(runs, out),
         "s_hist": plot_s_hist(runs, out),
@@ -322,6 +374,9 @@ def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
             md.append("The runs have identical configs (apart from run_dir).")
     sections = [
         ("Reward curves", "rewards", "Mean training reward per step for each model."),
+        ("Training curves", "training", "Policy loss, gradient norm (mean over the step's minibatches), per-token "
+                                        "entropy of the sampler on its own samples, and response length (line: "
+                                        "mean; band: shortest to longest) per step."),
         ("Evaluation accuracy", "eval", "In-training pass@1 on the validation set; ★ marks the best checkpoint "
                                         "(highest pass@1, ties to the earlier step)."),
         ("Complementarity over training", "complementarity",

@@ -57,7 +57,14 @@ from graft.config import ModelConfig
 log = logging.getLogger(__name__)
 
 EMBEDDED_PREFIX = "embedded:"
-EMBEDDED_MODELS = ("smollm2-135m-instruct", "gemma3-270m")
+EMBEDDED_MODELS = {
+    "smollm2-135m-instruct": {"upstream": "HuggingFaceTB/SmolLM2-135M-Instruct", "license": "Apache-2.0",
+                              "license_url": "https://www.apache.org/licenses/LICENSE-2.0"},
+    "gemma3-270m": {"upstream": "google/gemma-3-270m", "license": "Gemma Terms of Use",
+                    "license_url": "https://ai.google.dev/gemma/terms"},
+}
+"""The embedded models (``embedded:NAME``): the upstream Hugging Face model each GGUF file was quantised
+from, and its licence (what an exported model card names)."""
 _CACHE_VERSION = 1
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                     "tokenizer.model", "chat_template.jinja", "chat_template.json")
@@ -202,20 +209,32 @@ _HUB_STATE: dict[str, str | None] = {}
 def hub_unavailable_reason(timeout_s: float = 3.0) -> str | None:
     """Why the Hugging Face hub cannot be reached, or ``None`` when it (probably) can.
 
-    ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` set: offline. Otherwise one TCP connection to the
-    endpoint (``HF_ENDPOINT``, default huggingface.co) on port 443 within ``timeout_s`` (name
-    lookup included); behind a proxy (``HTTPS_PROXY``/``ALL_PROXY``) the check is skipped. The
-    answer is cached for the process.
+    ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` set: offline. Otherwise :func:`unreachable_reason`
+    of the endpoint (``HF_ENDPOINT``, default huggingface.co). The answer is cached for the process.
     """
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if _truthy(var):
             return f"{var} is set"
-    if "answer" in _HUB_STATE:
-        return _HUB_STATE["answer"]
+    if "answer" not in _HUB_STATE:
+        _HUB_STATE["answer"] = unreachable_reason(os.environ.get("HF_ENDPOINT") or "https://huggingface.co", timeout_s)
+    return _HUB_STATE["answer"]
+
+
+def quiet_loading() -> None:
+    """Turn off the Hugging Face hub's download bars and transformers' weight-loading bars in this process."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()   # also the hub's (huggingface_hub.utils.disable_progress_bars)
+
+
+def unreachable_reason(url: str, timeout_s: float = 3.0) -> str | None:
+    """Why ``url``'s host cannot be reached, or ``None`` when it (probably) can: one TCP connection to
+    its port (default 443, 80 for http) within ``timeout_s``, name lookup included. Behind a proxy
+    (``HTTPS_PROXY``/``ALL_PROXY``) the check is skipped (``None``)."""
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return None
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    u = urlparse(url)
+    host, port = u.hostname or url, u.port or (80 if u.scheme == "http" else 443)
     result: list[str | None] = ["no answer within the time limit"]
 
     def probe() -> None:
@@ -228,9 +247,7 @@ def hub_unavailable_reason(timeout_s: float = 3.0) -> str | None:
     t = threading.Thread(target=probe, daemon=True)
     t.start()
     t.join(timeout_s + 0.5)
-    answer = None if result[0] is None else f"cannot connect to {host}:{port} ({result[0]})"
-    _HUB_STATE["answer"] = answer
-    return answer
+    return None if result[0] is None else f"cannot connect to {host}:{port} ({result[0]})"
 
 
 def _hub_kw(revision: str | None) -> dict:

@@ -91,6 +91,18 @@ class _HeadLogProb(torch.autograd.Function):
         return gh, gw, gb, None, None, None
 
 
+def entropy_of(z: Tensor, e: Tensor) -> Tensor:
+    """Entropy (nats) [b] of ``softmax(z)`` for max-subtracted logits ``z`` [b, V] and ``e = exp(z)``:
+    ``H = log S - sum(e z) / S`` with ``S = sum e``. The dot product runs as one batched matmul, so no
+    [b, V] temporary is made; ``e z`` is NaN where ``z = -inf`` (``e = 0``), and only then is the masked
+    form computed. Neither input is modified."""
+    s = e.sum(dim=-1)
+    ez = torch.bmm(e.unsqueeze(1), z.unsqueeze(2)).view(-1)
+    if not bool(torch.isfinite(ez).all()):
+        ez = torch.where(e > 0, e * z, 0.0).sum(dim=-1)
+    return s.log() - ez / s
+
+
 def scoring_order(prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[int]:
     """Row order for no-grad scoring in micro-batches: longest prompts first, the rows of one prompt
     together (its prefix is then forwarded once per micro-batch), longest responses first within it."""
@@ -272,6 +284,7 @@ class Policy:
 
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
+        ents: list[list[float]] = [[] for _ in range(B)]
         finished = [False] * B
         alive = torch.arange(B, device=dev)  # original row of each row still in the batch
         if max_new_tokens > 0:
@@ -285,12 +298,14 @@ class Policy:
                 h, attn, next_pos = h[expand], attn[expand], next_pos[expand]
         for step in range(max_new_tokens):
             g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
-            tok, lp = self._sample(self._step_logits(h, temperature, head), top_p, g, renormalize_top_p)
+            tok, lp, ent = self._sample(self._step_logits(h, temperature, head), top_p, g, renormalize_top_p)
             is_stop = torch.isin(tok, stop)
             leave = is_stop.clone()
-            for r, (orig, t, l, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), is_stop.tolist())):
+            for r, (orig, t, l, e, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), ent.tolist(),
+                                                       is_stop.tolist())):
                 tokens[orig].append(t)
                 logps[orig].append(l)
+                ents[orig].append(e)
                 if s:
                     finished[orig] = True
                 elif stop_strings and any(x in self.decode(tokens[orig][-window:]) for x in stop_strings):
@@ -309,8 +324,8 @@ class Policy:
             h = decoder(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
                               use_cache=True, **{self._cache_kw: cache}).last_hidden_state[:, -1]
             next_pos = next_pos + 1
-        return [Sample(token_ids=tokens[b], logprobs=logps[b], text=self.decode(tokens[b]), finished=finished[b])
-                for b in range(B)]
+        return [Sample(token_ids=tokens[b], logprobs=logps[b], text=self.decode(tokens[b]), finished=finished[b],
+                       entropies=ents[b]) for b in range(B)]
 
     def _step_logits(self, hidden: Tensor, temperature: float, head: Any = None) -> Tensor:
         """:meth:`_logits` for one decoding step [b, H] -> [b, V] (fp32 whatever ``head``'s dtype), with the
@@ -324,8 +339,11 @@ class Policy:
         return z
 
     @staticmethod
-    def _sample(logits: Tensor, top_p: float, gen: torch.Generator, renormalize_top_p: bool) -> tuple[Tensor, Tensor]:
-        """One token per row of ``logits`` [b, V] (already / temperature; overwritten) and its log-prob.
+    def _sample(logits: Tensor, top_p: float, gen: torch.Generator, renormalize_top_p: bool
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        """One token per row of ``logits`` [b, V] (already / temperature; overwritten), its log-prob and
+        the entropy [b] of the sampling distribution (:func:`entropy_of`: full vocabulary, at the sampling
+        temperature, before top-p; read off the same logits, it changes no token and no log-prob).
 
         Inverse-CDF sampling (one uniform number per row: ``torch.multinomial`` and a full
         sort cost seconds per step over Gemma's 262k vocabulary on CPU) on the unnormalised
@@ -337,6 +355,7 @@ class Policy:
         b, V = logits.shape
         z = logits.sub_(logits.amax(dim=-1, keepdim=True))     # [b, V], max 0
         e = torch.exp(z)
+        ent = entropy_of(z, e)
         if isinstance(gen, torch.Generator):
             u = 1.0 - torch.rand((b, 1), generator=gen, device=logits.device)  # (0, 1]: never picks a 0-prob token
         else:  # one CPU generator per row (``seeds``)
@@ -361,7 +380,7 @@ class Policy:
             tok = idx.gather(-1, j).squeeze(-1)
             lp_renorm = (p.gather(-1, j).log() - c[:, -1:].log()).squeeze(-1)
         lp = z.gather(-1, tok[:, None]).squeeze(-1) - total.log().squeeze(-1)
-        return tok, (lp_renorm if renormalize_top_p and lp_renorm is not None else lp)
+        return tok, (lp_renorm if renormalize_top_p and lp_renorm is not None else lp), ent
 
     # ------------------------------------------------------------------ log-probs of given text
     def forward_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,

@@ -150,4 +150,6 @@ def cut_at_stop(sample, decode, stops: list[str] | tuple[str, ...]):
             lo = mid + 1
     text = decode(ids[:lo])
     cut = min(text.index(s) for s in stops if s in text)
-    return replace(sample, token_ids=ids[:lo], logprobs=sample.logprobs[:lo], text=text[:cut], finished=True)
+    ents = None if sample.entropies is None else sample.entropies[:lo]
+    return replace(sample, token_ids=ids[:lo], logprobs=sample.logprobs[:lo], text=text[:cut], finished=True,
+                   entropies=ents)

@@ -20,7 +20,7 @@ from graft.config import ModelConfig, RolloutConfig, UpdateConfig
 from graft.policy.codec import TextCodec
 from graft.seeds import prompt_seeds
 from graft.trainer.workers import LocalWorkers, PolicyWorker, Shard, scatter
-from graft.types import Prompt, RolloutGroup
+from graft.types import Prompt, RolloutGroup, Sample
 
 
 @dataclass
@@ -34,6 +34,15 @@ class Sequence:
     weight: float
     is_peer: bool
     sgt: bool = False
+
+
+def mean_entropy(samples: list[Sample]) -> float | None:
+    """Per-token entropy of the sampler averaged over every token of ``samples`` [N] (token-weighted);
+    ``None`` when the engine reported none (or no token was sampled)."""
+    if any(s.entropies is None for s in samples):
+        return None
+    ents = [e for s in samples for e in s.entropies]
+    return sum(ents) / len(ents) if ents else None
 
 
 def never(group: RolloutGroup, i: int) -> bool:
@@ -186,7 +195,8 @@ class Learner:
         ]
         seconds = time.perf_counter() - t0
         tokens = sum(len(t) for g in groups for t in g.token_ids)
-        return groups, {"tokens/generated": tokens, "tokens_per_s/rollout": tokens / max(seconds, 1e-9)}
+        return groups, {"tokens/generated": tokens, "tokens_per_s/rollout": tokens / max(seconds, 1e-9),
+                        "entropy/mean": mean_entropy([s for ss in samples for s in ss])}
 
     def recompute_old_logprobs(self, groups: list[RolloutGroup], uc: UpdateConfig, temperature: float) -> dict:
         """Replace the sampler's log-probs of own responses (``old_logprobs``, and ``gen_logprobs``: the
@@ -264,9 +274,11 @@ class Learner:
         parts = self.workers.call("nonfinite_parameters", [()] * self.workers.size, "nonfinite_parameters")
         return sorted({n for part in parts for n in part})
 
-    def peak_rss_gb(self) -> float:
-        """The largest peak resident memory (GB) among this model's worker processes."""
-        return max(self.workers.call("peak_rss_gb", [()] * self.workers.size, "peak_rss_gb"))
+    def memory(self) -> dict[str, float]:
+        """Each peak of :func:`~graft.trainer.workers.process_memory` (GB), the largest among this model's
+        worker processes."""
+        per_rank = self.workers.call("memory", [()] * self.workers.size, "memory")
+        return {k: max(m[k] for m in per_rank if k in m) for k in per_rank[0]}
 
     def close(self) -> None:
         self.workers.close()

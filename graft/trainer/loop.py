@@ -26,6 +26,7 @@ from graft.exchange.live import ExchangeResult, complementarity, counts, exchang
 from graft.exchange.stored import exchange_stored, stored_peer_groups
 from graft.data.arithmetic import family_of
 from graft.policy.context import check_learner_context
+from graft.policy.loading import quiet_loading
 from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.grader import Grader
 from graft.reward.shortcuts import shortcut_shares
@@ -38,9 +39,10 @@ from graft.distributed.ray_backend import close_learners, make_learners, worker_
 from graft.trainer.learner import Learner
 from graft.trainer.rules import UpdateRule, make_rule
 from graft.trainer.stop import Diverged, Preempted, StopSignal
-from graft.trainer.metrics import (JsonlWriter, check_run_dir, console_line, dumps_json, group_stats, output_error,
-                                   prefixed, timed)
-from graft.trainer.tracking import check_installed, open_trackers
+from graft.trainer.workers import process_memory
+from graft.trainer.metrics import (JsonlWriter, check_run_dir, completion_rows, console_line, dumps_json, group_stats,
+                                   output_error, prefixed, timed)
+from graft.trainer.tracking import check_trackers, open_trackers
 from graft.seeds import step_seed  # noqa: F401 (re-exported)
 from graft.types import VERIFY_TIMEOUT, RolloutGroup
 
@@ -82,6 +84,12 @@ class Run:
     """The run folder's lock, held until :func:`train` ends."""
     nonfinite_streak: dict[str, int] = field(default_factory=dict)
     """Per model: consecutive steps with an update skipped for a non-finite loss or gradient norm."""
+    completions: dict = field(default_factory=dict)
+    """The last step's sample of completions for the trackers (model -> :func:`completion_rows` rows)."""
+
+    @property
+    def bars(self) -> bool:
+        return progress_bars(self.cfg)
 
     @property
     def scoring(self) -> Scoring:
@@ -91,6 +99,12 @@ class Run:
         grade(self, groups)
 
 
+def progress_bars(cfg: Config) -> bool:
+    """Progress bars are drawn only with ``progress: true`` and stderr a terminal; a log file or CI gets
+    the one line per step (:func:`~graft.trainer.metrics.console_line`) and nothing else."""
+    return bool(cfg.progress) and sys.stderr.isatty()
+
+
 # ============================================================================ phases
 
 def rollout_phase(run: Run, prompts, step: int) -> tuple[dict[str, list[RolloutGroup]], dict]:
@@ -98,7 +112,7 @@ def rollout_phase(run: Run, prompts, step: int) -> tuple[dict[str, list[RolloutG
     log-probs then come from a forward pass (before the exchange, so ``s`` uses them too)."""
     cfg, groups, metrics = run.cfg, {}, {}
     for name, learner in run.learners.items():
-        groups[name], m = learner.rollout(prompts, cfg.rollout, step, step_seed(cfg.seed, step, name), cfg.progress)
+        groups[name], m = learner.rollout(prompts, cfg.rollout, step, step_seed(cfg.seed, step, name), run.bars)
         if cfg.update.recompute_old_logprobs:
             m |= learner.recompute_old_logprobs(groups[name], cfg.update, cfg.rollout.temperature)
         metrics |= prefixed(name, m)
@@ -109,7 +123,7 @@ def grade(run: Run, groups: list[RolloutGroup]) -> None:
     """Fill rewards and verifier status of ``groups`` in place."""
     texts = [r for g in groups for r in g.responses]
     answers = [g.answer for g in groups for _ in g.responses]
-    rewards, statuses = run.grader.grade(texts, answers, progress=run.cfg.progress and len(texts) > 256)
+    rewards, statuses = run.grader.grade(texts, answers, progress=run.bars and len(texts) > 256)
     timeouts = statuses.count(VERIFY_TIMEOUT)
     if texts and timeouts / len(texts) > run.cfg.reward.max_timeout_frac:
         raise GraderHang(f"{timeouts} of {len(texts)} verifications exceeded reward.timeout_s={run.cfg.reward.timeout_s}s; "
@@ -184,7 +198,7 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
     plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
     m, skipped = {}, 0
     for _ in range(cfg.update.epochs):
-        m = run.learners[name].update(gs, plan, cfg.update, cfg.rollout.temperature, run.rule, progress=cfg.progress)
+        m = run.learners[name].update(gs, plan, cfg.update, cfg.rollout.temperature, run.rule, progress=run.bars)
         skipped += m["update/skipped_nonfinite"]
     m["update/skipped_nonfinite"] = skipped
     if skipped:
@@ -206,6 +220,7 @@ def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], step: in
 # ============================================================================ step and run
 
 def train_step(run: Run, step: int) -> dict:
+    """One step; returns its metrics (and leaves a sample of its completions in ``run.completions``)."""
     metrics: dict = {"step": step}
     t0 = time.perf_counter()
     prompts, epoch = run.sampler.next_batch()
@@ -221,10 +236,11 @@ def train_step(run: Run, step: int) -> dict:
     with timed(metrics, "update"):
         metrics |= update_phase(run, ex.train_groups, step)
     metrics["time/step_s"] = time.perf_counter() - t0
-    metrics["mem/peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20   # Linux: KiB
+    metrics |= prefixed("mem", process_memory())   # the driver process (and its GPU, once used)
     run.store.write_step(step, epoch, [g for gs in groups.values() for g in gs], _tokenizer_names(run), _peer_use(ex.audit))
     for rec in ex.audit:
         run.audit.write(rec)
+    run.completions = completion_rows(step, groups, run.cfg.logging.log_completions if run.cfg.logging.report_to else 0)
     return metrics
 
 
@@ -244,7 +260,7 @@ def _peer_use(audit: list[dict]) -> dict:
 def setup(cfg: Config) -> Run:
     """Validate inputs, load data and models (or a checkpoint), open the output files."""
     run_dir = Path(cfg.run_dir)
-    check_installed(cfg.logging)   # a requested tracker's package is missing: say so before anything loads
+    check_trackers(cfg.logging)   # a tracker's package is missing, W&B's host unreachable: said before anything loads
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -268,7 +284,9 @@ def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) ->
     _check_model_sources(cfg, ckpt)
     peer_groups, peer_name = _peer_groups(cfg) if cfg.peer.source == "store" else (None, "peer")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
-    learners = make_learners(cfg, device, ckpt)   # one Learner per model, its ranks local or in Ray
+    if not progress_bars(cfg):
+        quiet_loading()   # no download / weight-loading bars of the hub and transformers either
+    learners = make_learners(cfg, device, ckpt, progress_bars(cfg))   # one Learner per model, local or in Ray
     try:
         _check_contexts(cfg, learners, prompts, val)
     except ConfigError:
@@ -404,7 +422,7 @@ def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
 
 
 RUN_OUTPUTS = ("metrics.jsonl", "audit.jsonl", "summary.json", "trajectories", "eval", "checkpoints", "tensorboard",
-               "wandb/graft_run_id")
+               "wandb/graft_run_id", "mlruns")
 """What ``resume=restart`` deletes from a run folder (config.yaml is rewritten; W&B's own files stay)."""
 
 
@@ -504,7 +522,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
     tracker = None
     try:
         tracker = open_trackers(run.run_dir, cfg, run.start_step)
-        bar = tqdm(range(run.start_step, cfg.steps + 1), desc="steps", disable=not cfg.progress,
+        bar = tqdm(range(run.start_step, cfg.steps + 1), desc="steps", disable=not run.bars,
                    initial=run.start_step - 1, total=cfg.steps)
         for step in bar:
             if stop.requested:   # arrived before the first step of this process (while loading)
@@ -514,7 +532,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
             if cfg.eval.every and run.val_prompts and step % cfg.eval.every == 0:
                 m |= evaluate_phase(run, step)
             run.metrics.write(m)
-            tracker.log(step, m)
+            tracker.log(step, m, run.completions)
             history.append(m)
             tqdm.write(console_line(step, cfg.steps, m, list(run.learners)), file=sys.stderr)
             check_nonfinite_streak(run, step, m)

@@ -29,21 +29,47 @@ def timed(metrics: dict, phase: str):
         metrics[f"time/{phase}_s"] = metrics.get(f"time/{phase}_s", 0.0) + time.perf_counter() - t0
 
 
+def _std(xs: list[float]) -> float:
+    """Population standard deviation (divides by N; 0 for one value)."""
+    m = sum(xs) / max(len(xs), 1)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / max(len(xs), 1))
+
+
 def group_stats(groups: list[RolloutGroup]) -> dict:
-    """Reward, all-fail/all-correct fractions, lengths and verifier outcomes of own groups [P]."""
+    """Reward (mean, std), all-fail/all-correct fractions, lengths (mean, min, max), verifier outcomes and
+    advantages (mean, std, min, max; ``None`` before they are computed) of own groups [P] of G responses;
+    every statistic is over the P x G responses, standard deviations divide by P x G."""
     P = len(groups)
     rewards = [r for g in groups for r in g.rewards]
     lengths = [len(t) for g in groups for t in g.token_ids]
     statuses = [s for g in groups for s in g.status]
+    adv = [a for g in groups for a in (g.advantages or [])]
     return {
         "reward/mean": sum(rewards) / max(len(rewards), 1),
+        "reward/std": _std(rewards),
+        "advantage/mean": sum(adv) / len(adv) if adv else None,
+        "advantage/std": _std(adv) if adv else None,
+        "advantage/min": min(adv, default=None),
+        "advantage/max": max(adv, default=None),
         "all_fail_frac": sum(g.num_correct == 0 for g in groups) / max(P, 1),
         "all_correct_frac": sum(g.num_correct == g.size for g in groups) / max(P, 1),
         "response_length/mean": sum(lengths) / max(len(lengths), 1),
+        "response_length/min": min(lengths, default=0),
+        "response_length/max": max(lengths, default=0),
         "truncated_frac": sum(not f for g in groups for f in g.finished) / max(len(rewards), 1),
         "verify/timeouts": statuses.count(VERIFY_TIMEOUT),
         "verify/no_answer": statuses.count(VERIFY_NO_ANSWER),
     }
+
+
+def completion_rows(step: int, groups: dict[str, list[RolloutGroup]], k: int) -> dict[str, list[dict]]:
+    """What the trackers show of a step's completions: for each model, the first response of its first
+    ``k`` own groups (prompts in the step's order; no random draw), with problem, reward and advantage."""
+    return {name: [{"step": step, "model": name, "prompt_id": g.prompt_id, "prompt": g.problem,
+                    "completion": g.responses[0], "reward": g.rewards[0],
+                    "advantage": g.advantages[0] if g.advantages else None}
+                   for g in gs[:k] if g.size]
+            for name, gs in groups.items() if k > 0}
 
 
 def prefixed(prefix: str, metrics: dict) -> dict:

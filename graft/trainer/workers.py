@@ -50,10 +50,16 @@ class Shard:
     """Micro-batches every rank runs (the maximum over ranks; a rank with fewer runs zero-weight dummies)."""
 
 
-def peak_rss_gb() -> float:
-    """Peak resident memory of the calling process in GB (``ru_maxrss`` is KiB on Linux)."""
+def process_memory() -> dict[str, float]:
+    """Peak memory of the calling process in GB: resident (``peak_rss_gb``; ``ru_maxrss`` is KiB on
+    Linux) and, once this process has used CUDA, the peak tensor memory torch allocated and the peak
+    its caching allocator reserved on the current device (``gpu_allocated_gb``, ``gpu_reserved_gb``)."""
     import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    out = {"peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["gpu_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        out["gpu_reserved_gb"] = torch.cuda.max_memory_reserved() / 2**30
+    return out
 
 
 class PolicyWorker:
@@ -216,8 +222,8 @@ class PolicyWorker:
             if ship:
                 shutil.rmtree(target, ignore_errors=True)
 
-    def peak_rss_gb(self) -> float:
-        return peak_rss_gb()
+    def memory(self) -> dict[str, float]:
+        return process_memory()
 
     def shutdown(self) -> None:
         from graft.distributed import fsdp

@@ -40,3 +40,21 @@ def test_report_without_eval_skips_only_eval_plot(tmp_path):
                                                for r in rows))
     md = _check(report([run], tmp_path / "rep"), [p for p in PLOTS if p != "eval.png"])
     assert "No in-training evaluation" in md
+
+
+def test_training_plot_draws_loss_grad_norm_entropy_and_length_on_whole_steps():
+    from graft.evaluation.report import TRAINING_PANELS, training_figure
+
+    rows = [{"step": s, "A/loss": 0.1 * s, "A/grad_norm": 1.0 + s, "A/entropy/mean": 2.0 - 0.1 * s,
+             "A/response_length/mean": 10.0 + s, "A/response_length/min": 4, "A/response_length/max": 20}
+            for s in (1, 2, 3)]
+    fig = training_figure([("run", ["A"], rows)])
+    fig.draw_without_rendering()
+    axes = fig.axes
+    assert [ax.get_ylabel() for ax in axes] == [label for _, label in TRAINING_PANELS]
+    for ax, (key, _) in zip(axes, TRAINING_PANELS):
+        (line,) = ax.get_lines()
+        assert list(line.get_xdata()) == [1, 2, 3] and list(line.get_ydata()) == [r[f"A/{key}"] for r in rows]
+        ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks   # no 1.5, 2.5
+    assert len(axes[3].collections) == 1    # the min-max band of response length
