@@ -509,6 +509,7 @@ def train(cfg: Config) -> dict:
     non-finite (``update.max_nonfinite_steps``)."""
     with StopSignal() as stop:
         run = setup(cfg)
+        stop.reclaim()   # ray.init (backend: ray) replaced the SIGTERM handler with one that exits at once
         try:
             return _train(run, stop)
         finally:

@@ -53,6 +53,13 @@ class StopSignal:
             self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
         return self
 
+    def reclaim(self) -> None:
+        """Install the handler again where something replaced it while entered: ``ray.init`` (``backend: ray``)
+        sets a SIGTERM handler that exits at once, which would lose the step in progress."""
+        for s in self._previous:
+            if signal.getsignal(s) != self._handle:
+                signal.signal(s, self._handle)
+
     def __exit__(self, *exc) -> None:
         for s, h in self._previous.items():
             signal.signal(s, h)
