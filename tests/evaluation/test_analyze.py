@@ -96,3 +96,26 @@ def test_against_another_run(tmp_path):
 
 def test_missing_run(tmp_path):
     assert analyze_main([str(tmp_path / "nope")]) == 2
+
+
+def test_reward_monitor_per_third_of_training():
+    """Hand-worked: 3 steps, one per third. Step 1: 4 rewarded, operand share 0.5 -> 2 answers; step 2: 0 rewarded
+    (shares None); step 3: 2 rewarded, operand 1.0. Per third: 0.5, None, 1.0; family rewards pass through;
+    the text names each third and the family's chance level."""
+    from graft.evaluation.analyze import families_chance, monitor_lines, reward_monitor, step_ranges
+
+    flags = ("operator", "fraction", "multi_box", "example_copy", "echo")
+    row = lambda step, n, op, fam: {"step": step, "A/rewarded/n": n, "A/rewarded/operand": op, "A/distinct_frac": 0.75,  # noqa: E731
+                                    **{f"A/rewarded/{f}": (0.0 if n else None) for f in flags}, "A/reward/family/add": fam}
+    mon = reward_monitor([row(1, 4, 0.5, 0.25), row(2, 0, None, 0.0), row(3, 2, 1.0, 0.5)], "A", {"add": 0.05})
+    assert [e["steps"] for e in mon["ranges"]] == [[1, 1], [2, 2], [3, 3]] == [list(r) for r in step_ranges([1, 2, 3])]
+    assert [e["operand"] for e in mon["ranges"]] == [0.5, None, 1.0]
+    assert [e["rewarded"] for e in mon["ranges"]] == [4, 0, 2]
+    assert [e["families"]["add"] for e in mon["ranges"]] == [0.25, 0.0, 0.5]
+    text = "\n".join(monitor_lines({"A": mon}))
+    assert "A steps 1-1: 4 rewarded" in text and "add: 25% -> 0% -> 50%  (5%)" in text
+    # pooled over two steps of one third: (4 * 0.5 + 2 * 1.0) / 6 = 2/3
+    two = reward_monitor([row(1, 4, 0.5, 0.25), row(2, 2, 1.0, 0.5)], "A", None)
+    assert step_ranges([1, 2], 1) == [(1, 2)]
+    assert families_chance({"data": {"train": "arithmetic", "arithmetic": {"families": ["max", "add"], "max_operand": 20}}})["max"] == 0.5
+    assert [e["operand"] for e in two["ranges"]] == [0.5, 1.0]     # two steps in thirds: one step each
