@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 import yaml
 
+from graft.registry import ENGINES, FAMILIES, RULES, STYLES
+
 
 class ConfigError(ValueError):
     """A configuration that cannot run; the message says which field and why."""
@@ -139,24 +141,26 @@ class ArithmeticConfig:
     seed: int = 1234
     """Seed of the generator; the same seed gives the same problems and ids."""
     style: str = "question"
-    """Problem phrasing (graft.data.arithmetic.STYLES)."""
+    """Problem phrasing: a name from ``graft.registry.STYLES`` or a format string with ``{a}`` and ``{b}``."""
     families: list[str] | None = None
-    """A mixture of problem families (``graft.data.arithmetic.FAMILIES``: add, story_mul, spelled, ...):
+    """A mixture of problem families (``graft.registry.FAMILIES``: add, story_mul, spelled, ...):
     prompt i comes from ``families[i % len(families)]`` (name a family twice for twice the share), with
     ids ``FAMILY-00017``. ``None``: single-step ``a op b`` problems from ``ops`` and ``style``."""
 
     def __post_init__(self) -> None:
-        from graft.data.arithmetic import FAMILIES, format_problem
-
         _check(self.num_prompts > 0, "num_prompts", f"must be positive, got {self.num_prompts}")
         _check(self.families is None or (len(self.families) > 0 and set(self.families) <= set(FAMILIES)), "families",
                f"must be a non-empty list of {', '.join(FAMILIES)}; got {self.families}")
         _check(self.max_operand >= 0, "max_operand", f"must be >= 0, got {self.max_operand}")
         _check(set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, "ops", f"must be a non-empty subset of + - *, got {self.ops}")
+        template = STYLES.get(self.style, self.style)
         try:
-            format_problem(1, "+", 2, self.style)
-        except ValueError as e:
-            raise _FieldError("style", str(e)) from None
+            fits = "{a}" in template and "{b}" in template and bool(
+                template.format(a=1, b=2, op="+", op_word="plus", op_latex="+", op_unicode="+"))
+        except (KeyError, IndexError, ValueError):
+            fits = False
+        _check(fits, "style", f"unknown arithmetic style {self.style!r}: use one of {', '.join(STYLES)} or a format "
+               "string with {a} and {b} (and optionally {op}, {op_word}, {op_latex}, {op_unicode})")
 
 
 @dataclass
@@ -192,7 +196,7 @@ class RolloutConfig:
     """Nucleus sampling threshold of training rollouts."""
     batch_size: int = 64
     """Sequences per generation call (memory knob; results do not depend on it except through RNG order)."""
-    engine: Literal["hf", "hf-bf16", "hf-cb", "vllm"] = "hf"
+    engine: Literal[tuple(ENGINES)] = "hf"
     """Generation backend: graft's own sampler over transformers models (``hf``, CPU/GPU), the same over a
     bfloat16 copy of the weights (``hf-bf16``: faster on CPU; needs ``update.recompute_old_logprobs=true``),
     transformers' continuous batching (``hf-cb``) or vLLM (GPU, when installed); see ``graft/policy/engines.py``."""
@@ -304,7 +308,7 @@ class PeerConfig:
 
 @dataclass
 class UpdateConfig:
-    rule: Literal["graft", "hacpo", "luffy", "sgt"] = "graft"
+    rule: Literal[tuple(RULES)] = "graft"
     """Update rule for peer data: GRAFT (weighted clipped token ratio), HACPO, LUFFY shaping or SGT NLL
     (formulas in graft/algos/losses.py). configs/baselines/ has the matching selection settings of each
     baseline (e.g. HACPO shares every prompt and aggregates seq-mean-token-mean)."""

@@ -39,6 +39,8 @@ from graft.config import ConfigError, load_config
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.exchange.live import exchange_live
 from graft.seeds import step_seed
+from graft.trainer import loop
+from graft.trainer.backends import close_learners
 from graft.types import Prompt, RolloutGroup
 
 ARMS = ("grpo", "graft", "all")
@@ -137,8 +139,6 @@ def unseen_pool(cfg, train: list[Prompt], per_family: int = 64) -> dict[str, lis
 def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, samples: int, unseen: int) -> list[dict]:
     """The three updates of every receiver at this state and their success rates; leaves every model
     updated with its own groups (the GRPO trajectory)."""
-    from graft.trainer.loop import update_model
-
     cfg, names = run.cfg, list(run.learners)
     adv = (cfg.update.adv_eps, cfg.update.adv_std == "unbiased")
     ex = {arm: exchange_live(step, copy.deepcopy(groups), run.learners, cfg.rollout.n,
@@ -169,7 +169,7 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
         success = {}
         for arm in ("graft", "all", "grpo"):
             _restore(run.learners[r], snap)
-            update_model(run, r, groups[r] if arm == "grpo" else ex[arm].train_groups[r], step)
+            loop.update_model(run, r, groups[r] if arm == "grpo" else ex[arm].train_groups[r], step)
             success[arm] = success_rates(run, run.learners[r], [t[0] for t in targets], samples, step)
         for i, (p, kind, base) in enumerate(targets):
             rows.append({"step": step, "prompt_id": p.id, "family": family_of(p.id.removeprefix("unseen-")),
@@ -179,9 +179,6 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
 
 def run_seed(cfg, out: Path, at: list[int], samples: int, unseen: int, log) -> list[dict]:
     """One GRPO trajectory up to the last measured step; returns the rows of its measured states."""
-    from graft.distributed.ray_backend import close_learners
-    from graft.trainer import loop
-
     run = loop.setup(cfg)
     try:
         if any(lr.workers.size != 1 for lr in run.learners.values()):

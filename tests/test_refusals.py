@@ -186,7 +186,8 @@ def test_jsonl_writer_writes_no_non_finite_numbers_at_any_depth(tmp_path):
     import numpy as np
     import torch
 
-    from graft.trainer.metrics import JsonlWriter, dumps_json
+    from graft.files import dumps_json
+    from graft.trainer.metrics import JsonlWriter
 
     w = JsonlWriter(tmp_path / "audit.jsonl")
     w.write({"step": 1, "m": float("nan"), "responses": [{"mean_logp_receiver": float("-inf"), "s": 0.5,

@@ -14,22 +14,13 @@ from __future__ import annotations
 
 import random
 
+from graft.registry import FAMILIES, STYLES
 from graft.types import Prompt
 
 OPS = ("+", "-", "*")
 _WORDS = {"+": "plus", "-": "minus", "*": "times"}
 _LATEX = {"+": "+", "-": "-", "*": r"\times"}
 _UNICODE = {"+": "+", "-": "-", "*": "×"}
-
-STYLES: dict[str, str] = {
-    "question": "What is {a} {op} {b}?",
-    "times": "What is {a} {op_unicode} {b}?",
-    "words": "What is {a} {op_word} {b}?",
-    "compute": "Compute ${a} {op_latex} {b}$.",
-    "calculate": "Calculate {a} {op} {b}.",
-}
-"""Named phrasings. ``{a}``/``{b}`` are the operands; ``{op}`` is ``+ - *``, ``{op_word}`` is
-plus/minus/times, ``{op_latex}`` is ``+ - \\times``, ``{op_unicode}`` is ``+ - ×``."""
 
 DEFAULT_STYLE = "question"
 
@@ -205,17 +196,6 @@ def _fam_double(rng, m):
 def _fam_max(rng, m):
     a, b = rng.sample(range(0, 10 * m + 1), 2)
     return f"Which number is larger: {a} or {b}?", max(a, b)
-
-
-FAMILIES: dict[str, object] = {
-    "add": _fam_add, "sub": _fam_sub, "mul": _fam_mul, "words": _fam_words, "latex": _fam_latex,
-    "chain": _fam_chain, "story_add": _fam_story_add, "story_sub": _fam_story_sub, "story_mul": _fam_story_mul,
-    "spelled": _fam_spelled, "big_add": _fam_big_add, "div": _fam_div, "mod": _fam_mod, "square": _fam_square,
-    "next": _fam_next, "double": _fam_double, "max": _fam_max,
-}
-"""Procedural problem families: ``name -> (rng, max_operand) -> (problem, integer answer)``. Operands
-scale with ``max_operand`` (``square``: up to 2 x, ``double``: 5 x, ``max``: 10 x) except where a family
-fixes its range (``big_add``: 3-digit, ``next``)."""
 
 
 def make_families(num_prompts: int, families: list[str] | tuple[str, ...], max_operand: int, seed: int,

@@ -6,7 +6,7 @@ the checkpoints, and every model's :class:`graft.trainer.learner.Learner` -- the
 in one process. A model's weights, optimizer and rollout engine live in
 ``resources[name].num_workers`` :class:`graft.trainer.workers.PolicyWorker` actors (ranks of one
 ``torch.distributed`` group: gloo on CPU, NCCL on GPU; FSDP2 when W > 1, see
-:mod:`graft.distributed.fsdp`). This module is only the transport: :class:`RayWorkers` calls a
+:mod:`graft.policy.fsdp`). This module is only the transport: :class:`RayWorkers` calls a
 primitive on every rank with its own arguments and waits. What crosses the boundary is what the
 paper exchanges -- prompts, response text, token ids, generation log-probs, rewards, advantages and
 row weights -- never parameters (except in checkpoints).
@@ -42,14 +42,13 @@ class WorkerFailure(RuntimeError):
 
 
 class RayWorkers:
-    """W :class:`~graft.trainer.workers.PolicyWorker` actors of one model, in a placement group."""
+    """W actors of one model (``worker_cls``: :class:`~graft.trainer.workers.PolicyWorker`), in a placement group."""
 
-    def __init__(self, cfg: ModelConfig, resources: ResourceConfig, ray_cfg: RayConfig, threads: int | None = None) -> None:
-        import ray
+    def __init__(self, worker_cls: type, cfg: ModelConfig, resources: ResourceConfig, ray_cfg: RayConfig,
+                 threads: int | None = None) -> None:
+        import ray   # optional dependency, deferred: only backend=ray needs it
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from graft.trainer.workers import PolicyWorker
 
         self.name = cfg.name
         self.timeout = float(ray_cfg.actor_timeout_s)
@@ -70,7 +69,7 @@ class RayWorkers:
                 f"model {cfg.name}: the Ray cluster cannot place {W} worker(s) x {bundle} within "
                 f"ray.actor_timeout_s={self.timeout:.0f}s (cluster resources: {ray.cluster_resources()}); "
                 f"lower ray.resources.{cfg.name}.num_workers / num_gpus or add nodes")
-        actor_cls = ray.remote(PolicyWorker)
+        actor_cls = ray.remote(worker_cls)
         thr = threads or max(1, int(resources.num_cpus))
         # a worker's stderr is a log: no download / weight-loading bars of the hub and transformers
         env = {"OMP_NUM_THREADS": str(thr), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
@@ -176,15 +175,6 @@ class RayWorkers:
         return f"RayWorkers({self.name!r}, size={self.size})"
 
 
-def worker_memory(learners: dict) -> dict[str, float]:
-    """``{"mem/KEY/NAME": GB}`` for every Ray-backed model and every peak of
-    :func:`~graft.trainer.workers.process_memory` (``peak_rss_gb``; on CUDA ``gpu_allocated_gb``,
-    ``gpu_reserved_gb``), the max over its workers; the driver's own ``mem/KEY`` does not see them.
-    Empty for the local backend (one process)."""
-    return {f"mem/{k}/{n}": v for n, lr in learners.items() if isinstance(lr.workers, RayWorkers)
-            for k, v in lr.memory().items()}
-
-
 def _first_line(e: BaseException) -> str:
     s = str(e).strip().splitlines()
     return s[0][:300] if s else type(e).__name__
@@ -224,55 +214,3 @@ def init_ray(ray_cfg: RayConfig, needed_cpus: float = 0.0, needed_gpus: float = 
             raise ConfigError(f"the configured Ray workers request {needed_gpus} GPU(s) but this machine has none "
                               "(set ray.address to a cluster with GPUs, or num_gpus: 0)")
         ray.init(**kwargs)
-
-
-def resources_for(cfg: Config, name: str) -> ResourceConfig:
-    return cfg.ray.resources.get(name) or ResourceConfig()
-
-
-def make_learners(cfg: Config, device: str, ckpt=None, progress: bool = False) -> dict:
-    """``{name: Learner}``: each model's ranks in this process (``backend: local``) or in a Ray actor
-    group (``backend: ray``); ``progress``: a bar over the models loaded in this process."""
-    from graft.policy.codec import TextCodec
-    from graft.trainer.learner import Learner
-
-    weights = {m.name: (str(ckpt.model_dirs[m.name]) if ckpt else None) for m in cfg.models}
-    if cfg.backend == "local":
-        from tqdm.auto import tqdm
-        out = {}
-        for m in tqdm(cfg.models, desc="loading models", disable=not progress):
-            torch.manual_seed(init_seed(cfg.seed, m.name))   # e.g. a fresh LoRA adapter: same init on every backend
-            out[m.name] = Learner.local(m, device=device, weights_from=weights[m.name], engine=cfg.rollout.engine)
-        return out
-    unknown = set(cfg.ray.resources) - {m.name for m in cfg.models}
-    if unknown:
-        raise ConfigError(f"ray.resources names unknown model(s) {sorted(unknown)}; models: {[m.name for m in cfg.models]}")
-    res = {m.name: resources_for(cfg, m.name) for m in cfg.models}
-    init_ray(cfg.ray, sum(r.num_cpus * r.num_workers for r in res.values()),
-             sum(r.num_gpus * r.num_workers for r in res.values()))
-    learners: dict = {}
-    try:
-        for m in cfg.models:
-            r = res[m.name]
-            wdev = "cuda" if r.num_gpus > 0 else "cpu"
-            if cfg.device == "cuda" and wdev == "cpu":
-                raise ConfigError(f"device=cuda but ray.resources.{m.name}.num_gpus is 0")
-            workers = RayWorkers(m, r, cfg.ray, threads=cfg.threads)
-            learners[m.name] = Learner(m, workers, TextCodec.load(m, weights[m.name]))
-            info = workers.setup(m, wdev, weights[m.name], init_seed(cfg.seed, m.name), cfg.rollout.engine)
-            print(f"ray: model {m.name} on {r.num_workers} worker(s) "
-                  f"({', '.join(sorted({i['node'] for i in info}))}; {wdev}; engine {cfg.rollout.engine})", file=sys.stderr)
-    except BaseException:
-        close_learners(learners)
-        raise
-    return learners
-
-
-def close_learners(learners: dict | Iterable) -> None:
-    """Release every learner's resources (kills Ray actors; frees rollout engines)."""
-    items = learners.values() if isinstance(learners, dict) else learners
-    for lr in items:
-        close = getattr(lr, "close", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                close()

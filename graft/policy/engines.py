@@ -56,12 +56,10 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 from graft.policy.loading import unwrap as _unwrap
 from graft.types import Sample
+from graft.registry import ENGINES
 from graft.seeds import prompt_seeds, sample_seed  # noqa: F401 (re-exported for callers)
 
 log = logging.getLogger(__name__)
-
-ENGINES = ("hf", "hf-bf16", "hf-cb", "vllm")
-
 
 class EngineUnavailable(RuntimeError):
     """The requested rollout engine cannot run here; the message says why and what to use instead."""
@@ -414,7 +412,7 @@ def _chosen_logprob(entry: Any, token: int) -> float:
 
 def _full_named_params(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
     """Named parameters with full tensors (gathers FSDP2 DTensor shards; collective when sharded)."""
-    from graft.distributed.fsdp import iter_full_parameters
+    from graft.policy.fsdp import iter_full_parameters
 
     return iter_full_parameters(model)
 
@@ -422,8 +420,6 @@ def _full_named_params(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
 # ============================================================================ factory
 
 def make_engine(kind: str, policy, **kwargs) -> RolloutEngine:
-    """The rollout engine ``kind`` (one of :data:`ENGINES`) for ``policy``; ``kwargs`` go to its constructor."""
-    engines = {"hf": HFEngine, "hf-bf16": HFBf16Engine, "hf-cb": ContinuousBatchingEngine, "vllm": VllmEngine}
-    if kind not in engines:
-        raise ValueError(f"unknown rollout engine {kind!r}; valid: {', '.join(ENGINES)}")
-    return engines[kind](policy, **kwargs)
+    """The rollout engine ``kind`` (a name of :data:`graft.registry.ENGINES`) for ``policy``; ``kwargs`` go to
+    its constructor."""
+    return ENGINES[kind](policy, **kwargs)

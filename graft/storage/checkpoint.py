@@ -69,6 +69,8 @@ import numpy as np
 import torch
 import yaml
 
+from graft.files import fsync_path
+
 FORMAT_VERSION = 1
 """Version of the checkpoint layout written into ``manifest.json``."""
 
@@ -128,19 +130,11 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(root: Path) -> None:
     for dirpath, _dirs, files in os.walk(root):
         for f in files:
-            _fsync_path(Path(dirpath) / f)
-        _fsync_path(Path(dirpath))
+            fsync_path(Path(dirpath) / f)
+        fsync_path(Path(dirpath))
 
 
 def _sha256(path: Path) -> str:
@@ -219,7 +213,7 @@ def _link_tokenizer(root: Path, folder: Path, name: str) -> None:
         if store.exists():
             os.rename(store, old)
         os.rename(tmp, store)
-        _fsync_path(store.parent)
+        fsync_path(store.parent)
         _remove_tree(old)
     for f in files:
         try:
@@ -287,7 +281,7 @@ def _cleanup(root: Path) -> None:
         m = re.match(r"^\.(tmp|del)-.+-(\d+)$", p.name)
         if m and not _pid_alive(int(m.group(2))):
             _remove_tree(p)
-    _fsync_path(root)
+    fsync_path(root)
 
 
 def _prune(root: Path, keep_last: int, keep: Path, keep_steps: frozenset[int] = frozenset()) -> None:
@@ -299,7 +293,7 @@ def _prune(root: Path, keep_last: int, keep: Path, keep_steps: frozenset[int] = 
     for p in doomed:
         trash = root / f".del-{p.name}-{os.getpid()}"
         os.rename(p, trash)
-        _fsync_path(root)
+        fsync_path(root)
         _remove_tree(trash)
 
 
@@ -381,7 +375,7 @@ def save_checkpoint(
             json.dump(manifest, fh, indent=1)
             fh.flush()
             os.fsync(fh.fileno())
-        _fsync_path(tmp)
+        fsync_path(tmp)
     except BaseException:
         _remove_tree(tmp)
         raise
@@ -391,13 +385,13 @@ def save_checkpoint(
         old = root / f".old-{name}-{os.getpid()}"
         _remove_tree(old)
         os.rename(final, old)
-        _fsync_path(root)
+        fsync_path(root)
         os.rename(tmp, final)
-        _fsync_path(root)
+        fsync_path(root)
         _remove_tree(old)
     else:
         os.rename(tmp, final)
-    _fsync_path(root)
+    fsync_path(root)
     _prune(root, keep_last, keep=final, keep_steps=frozenset(int(s) for s in keep_steps))
     if keep_optimizer == "last":
         for p in list_checkpoints(run_dir):
@@ -414,7 +408,7 @@ def _write_manifest(path: Path, manifest: dict) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path / "manifest.json")
-    _fsync_path(path)
+    fsync_path(path)
 
 
 def drop_optimizer_state(path: str | Path) -> list[str]:
@@ -453,7 +447,7 @@ def remove_checkpoints_after(run_dir: str | Path, step: int) -> list[Path]:
         if s is not None and s > step and p.is_dir():
             trash = root / f".del-{p.name}-{os.getpid()}"
             os.rename(p, trash)
-            _fsync_path(root)
+            fsync_path(root)
             _remove_tree(trash)
             gone.append(p)
     return gone

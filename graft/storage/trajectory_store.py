@@ -61,8 +61,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from graft.files import dumps_json, fsync_path
 from graft.storage.lock import FolderLock
-from graft.trainer.metrics import dumps_json
 from graft.types import RolloutGroup
 
 SCHEMA_VERSION = 1
@@ -163,14 +163,6 @@ def select_stored_group(groups_for_prompt: list[StoredGroup], receiver_step: int
 
 
 # ----------------------------------------------------------------------------- file helpers
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def _resolve_root(path: str | Path) -> Path:
     """A store folder, or a run folder holding ``trajectories/``."""
@@ -342,7 +334,7 @@ class TrajectoryStore:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(self.root)
+        fsync_path(self.root)
         return final
 
     def truncate_after(self, step: int) -> list[int]:
@@ -353,7 +345,7 @@ class TrajectoryStore:
         for s in gone:
             self.path_for(s).unlink(missing_ok=True)
         if gone:
-            _fsync_dir(self.root)
+            fsync_path(self.root)
         return gone
 
     def _hold_writer_lock(self) -> None:

@@ -18,22 +18,11 @@ from tqdm.auto import tqdm
 from graft.algos.losses import merge, summarize
 from graft.config import ModelConfig, RolloutConfig, UpdateConfig
 from graft.policy.codec import TextCodec
+from graft.policy.policy import scoring_order
 from graft.seeds import prompt_seeds
-from graft.trainer.workers import LocalWorkers, PolicyWorker, Shard, scatter
+from graft.trainer.batch import Shard, forwarded_positions, prepare_minibatch
+from graft.trainer.workers import LocalWorkers, PolicyWorker, scatter
 from graft.types import Prompt, RolloutGroup, Sample
-
-
-@dataclass
-class Sequence:
-    """One response flattened for the update: holder-tokenized ids, behaviour log-probs, scalars."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    old_logprobs: list[float]
-    advantage: float
-    weight: float
-    is_peer: bool
-    sgt: bool = False
 
 
 def mean_entropy(samples: list[Sample]) -> float | None:
@@ -43,70 +32,6 @@ def mean_entropy(samples: list[Sample]) -> float | None:
         return None
     ents = [e for s in samples for e in s.entropies]
     return sum(ents) / len(ents) if ents else None
-
-
-def never(group: RolloutGroup, i: int) -> bool:
-    return False
-
-
-def flatten(groups: list[RolloutGroup], supervised=never) -> list[Sequence]:
-    """All responses of ``groups`` as update sequences; ``supervised(group, i)`` marks SGT (NLL) rows."""
-    return [
-        Sequence(g.prompt_token_ids, g.token_ids[i], g.old_logprobs[i], g.advantages[i], g.weights[i], g.is_peer,
-                 sgt=supervised(g, i))
-        for g in groups for i in range(g.size)
-    ]
-
-
-def prepare_minibatch(mb_groups: list[RolloutGroup], supervised=never
-                      ) -> tuple[list[Sequence], tuple[float, float, float]]:
-    """The rows of one minibatch that are forwarded, and the minibatch's normalisers
-    (policy-gradient tokens, sequences, SGT tokens) -- shared with the Ray backend, which
-    splits the rows across ranks and keeps these GLOBAL counts."""
-    seqs = flatten(mb_groups, supervised)
-    pg_rows = [s for s in seqs if not s.sgt]          # SGT rows are normalised separately
-    counts = (float(sum(len(s.response_ids) for s in pg_rows)), float(len(pg_rows)),
-              float(sum(len(s.response_ids) for s in seqs if s.sgt)))
-    active = [s for s in seqs if (s.advantage != 0.0 or s.sgt) and s.weight != 0.0 and s.response_ids]
-    return active, counts
-
-
-def forwarded_positions(rows: list[Sequence], micro_batch: int) -> dict:
-    """Decoder positions an update forwards for ``rows`` (unpadded): with shared prefixes, each distinct
-    prompt once per micro-batch plus every response (``tokens/forwarded``); with one sequence per row,
-    every row's prompt + response (``tokens/forwarded_per_sequence``, the cost before shared prefixes)."""
-    shared = per_seq = 0
-    for j in range(0, len(rows), micro_batch):
-        micro = rows[j:j + micro_batch]
-        shared += sum(len(p) for p in {tuple(s.prompt_ids) for s in micro}) + sum(len(s.response_ids) for s in micro)
-        per_seq += sum(len(s.prompt_ids) + len(s.response_ids) for s in micro)
-    return {"tokens/forwarded": shared, "tokens/forwarded_per_sequence": per_seq}
-
-
-def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
-    out = torch.zeros(len(rows), width)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
-    return out
-
-
-def micro_loss(policy, micro: list[Sequence], loss_fn, uc: UpdateConfig, temperature: float,
-               counts: tuple[float, float, float], loss_kwargs: dict):
-    """Loss of one micro-batch, normalised by the whole minibatch's counts (policy-gradient tokens,
-    sequences, SGT tokens) so micro-batch (and rank) gradients add up exactly."""
-    num_tokens, num_seqs, num_sgt_tokens = counts
-    logp, mask = policy.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
-                                         chunk=uc.logprob_chunk, temperature=temperature)   # [B,T]
-    old = _pad([s.old_logprobs for s in micro], logp.shape[1]).to(logp.device)
-    f = lambda xs, dt=torch.float32: torch.tensor(xs, dtype=dt, device=logp.device)  # noqa: E731
-    kwargs = dict(
-        logp=logp, old_logp=old, advantages=f([s.advantage for s in micro]), weights=f([s.weight for s in micro]),
-        mask=mask, is_peer=f([s.is_peer for s in micro], torch.bool), clip_low=uc.clip_low, clip_high=uc.clip_high,
-        agg=uc.loss_agg, ratio_level=uc.ratio_level, num_tokens=num_tokens, num_seqs=num_seqs,
-    )
-    if any(s.sgt for s in micro) or num_sgt_tokens:
-        kwargs |= {"sgt_mask": f([s.sgt for s in micro], torch.bool), "num_sgt_tokens": num_sgt_tokens}
-    return loss_fn(**(kwargs | loss_kwargs))
 
 
 class Learner:
@@ -160,8 +85,6 @@ class Learner:
         """Per-response log-probs ``[N]`` of ``[T_n]`` under the current weights (no gradients): whole
         micro-batches per rank in :func:`~graft.policy.policy.scoring_order`, so every value is computed in
         the same padded batch as in one process."""
-        from graft.policy.policy import scoring_order
-
         order = scoring_order(prompt_ids, response_ids)
         parts = scatter(order, self.workers.size, max(1, micro_batch))
         res = self.workers.call("logprobs", [([prompt_ids[i] for i in p], [response_ids[i] for i in p], chunk, micro_batch,
@@ -238,8 +161,8 @@ class Learner:
                 parts = scatter(active, W, mbs)
                 merge(totals, forwarded_positions(active, mbs))
                 num_micro = max(math.ceil(len(p) / mbs) for p in parts)
-                res = self.workers.call("train_minibatch", [(Shard(p, counts, num_micro), uc, temperature, rule.name)
-                                                            for p in parts], "update")
+                shards = [Shard(p, counts, num_micro, rule.loss, rule.loss_kwargs()) for p in parts]
+                res = self.workers.call("train_minibatch", [(sh, uc, temperature) for sh in shards], "update")
                 for r in res:
                     merge(totals, r)
                 totals["loss"] = totals.get("loss", 0.0) + sum(r["loss"] for r in res) / len(plan)

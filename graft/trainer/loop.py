@@ -35,15 +35,16 @@ from graft.storage.lock import FolderLock
 from graft.storage.checkpoint import (checkpoint_step, latest_checkpoint, list_checkpoints, load_checkpoint,
                                      newest_intact_checkpoint, remove_checkpoints_after, save_checkpoint, set_rng_state)
 from graft.storage.trajectory_store import TrajectoryStore
-from graft.distributed.ray_backend import close_learners, make_learners, worker_memory
+from graft.trainer.backends import close_learners, make_learners, worker_memory
 from graft.trainer.learner import Learner
 from graft.trainer.rules import UpdateRule, make_rule
 from graft.trainer.stop import Diverged, Preempted, StopSignal
 from graft.trainer.workers import process_memory
-from graft.trainer.metrics import (JsonlWriter, check_run_dir, completion_rows, console_line, dumps_json, group_stats,
+from graft.trainer.metrics import (JsonlWriter, check_run_dir, completion_rows, console_line, group_stats,
                                    output_error, prefixed, timed)
 from graft.trainer.tracking import check_trackers, open_trackers
-from graft.seeds import step_seed  # noqa: F401 (re-exported)
+from graft.files import dumps_json
+from graft.seeds import step_seed
 from graft.types import VERIFY_TIMEOUT, RolloutGroup
 
 

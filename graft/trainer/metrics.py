@@ -16,6 +16,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from graft.files import dumps_json
 from graft.types import VERIFY_NO_ANSWER, VERIFY_TIMEOUT, RolloutGroup
 
 
@@ -142,29 +143,6 @@ def check_run_dir(run_dir: str | os.PathLike) -> None:
             q = p / name
             if q.exists() and not os.access(q, os.W_OK):
                 raise OutputError(f"run_dir {p}: {q} cannot be written")
-
-
-def json_safe(v):
-    """``v`` with NaN/±inf replaced by ``None`` at any depth (dict keys become text, tuples
-    lists, NumPy/torch scalars Python numbers); other objects are left for ``json`` to judge."""
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if v is None or isinstance(v, (str, bool, int)):
-        return v
-    if isinstance(v, dict):
-        return {(k if isinstance(k, str) else str(k)): json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [json_safe(x) for x in v]
-    if hasattr(v, "tolist"):   # NumPy scalars and arrays, tensors
-        return json_safe(v.tolist())
-    if hasattr(v, "__float__") and not isinstance(v, (str, bytes)):
-        return json_safe(float(v))
-    return v
-
-
-def dumps_json(record, **kw) -> str:
-    """``json.dumps`` of :func:`json_safe` ``(record)`` with ``allow_nan=False``."""
-    return json.dumps(json_safe(record), allow_nan=False, **kw)
 
 
 class JsonlWriter:

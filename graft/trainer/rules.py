@@ -9,8 +9,8 @@ its loss (a pure function of :mod:`graft.algos.losses`) and, where it needs them
 - ``exchange``: a replacement for GRAFT's exchange (HACPO shares every prompt);
 - ``state_dict`` / ``load_state_dict``: state carried across steps and checkpoints.
 
-Adding a rule = one subclass here, registered in :data:`RULES`, plus its name in
-``UpdateConfig.rule``'s ``Literal`` (graft/config.py).
+Adding a rule = one subclass here plus its line in :data:`graft.registry.RULES` (which the config
+checks ``update.rule`` against).
 
 - ``graft``: spec §3.5.
 - ``luffy``: peer tokens use f(pi) = pi / (pi + gamma), no clipping.
@@ -32,6 +32,7 @@ from graft.algos import losses
 from graft.algos.advantages import RollingRate
 from graft.algos.gating import hacpo_peer_weights
 from graft.config import UpdateConfig
+from graft.registry import RULES
 from graft.types import RolloutGroup
 
 
@@ -130,11 +131,6 @@ class HacpoRule(UpdateRule):
             self.rates.setdefault(name, RollingRate(self.uc.hacpo_window)).load_state_dict(st)
 
 
-RULES: dict[str, type[UpdateRule]] = {r.name: r for r in (UpdateRule, LuffyRule, SgtRule, HacpoRule)}
-
-
 def make_rule(uc: UpdateConfig) -> UpdateRule:
     """The update rule ``uc.rule`` (a fresh object: rules may carry state)."""
-    if uc.rule not in RULES:
-        raise ValueError(f"unknown update rule {uc.rule!r}; valid: {', '.join(RULES)}")
     return RULES[uc.rule](uc)

@@ -13,12 +13,23 @@ what the single process computes for those rows.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
-from dataclasses import dataclass
+import resource
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from graft.algos.losses import merge
+from graft.policy import fsdp
+from graft.policy.context import max_positions
+from graft.policy.engines import make_engine
+from graft.policy.policy import Policy
+from graft.trainer.batch import Shard, micro_loss
 
 
 def scatter(items: Sequence, parts: int, unit: int = 1, even: bool = False) -> list[list]:
@@ -38,23 +49,10 @@ def scatter(items: Sequence, parts: int, unit: int = 1, even: bool = False) -> l
     return out
 
 
-@dataclass
-class Shard:
-    """One rank's rows of one minibatch, with the minibatch's global normalisers."""
-
-    rows: list
-    """``graft.trainer.learner.Sequence`` rows to forward (non-zero advantage or supervised)."""
-    counts: tuple[float, float, float]
-    """(policy-gradient tokens, sequences, SGT tokens) of the WHOLE minibatch: every rank divides by these."""
-    num_micro: int
-    """Micro-batches every rank runs (the maximum over ranks; a rank with fewer runs zero-weight dummies)."""
-
-
 def process_memory() -> dict[str, float]:
     """Peak memory of the calling process in GB: resident (``peak_rss_gb``; ``ru_maxrss`` is KiB on
     Linux) and, once this process has used CUDA, the peak tensor memory torch allocated and the peak
     its caching allocator reserved on the current device (``gpu_allocated_gb``, ``gpu_reserved_gb``)."""
-    import resource
     out = {"peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["gpu_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
@@ -73,16 +71,12 @@ class PolicyWorker:
 
     # ------------------------------------------------------------------ setup
     def address(self) -> tuple[str, int]:
-        from graft.distributed import fsdp
         return fsdp.node_ip(), fsdp.free_port()
 
     def setup(self, cfg, device: str, weights_from: str | None, master: tuple[str, int] | None, seed: int | None,
               engine: str, timeout_s: float = 600.0) -> dict:
         """Load the model (from ``weights_from`` when resuming), shard it over the group when W > 1,
         build the optimizer and the rollout engine."""
-        from graft.distributed import fsdp
-        from graft.policy.engines import make_engine
-        from graft.policy.policy import Policy
 
         if seed is not None:
             torch.manual_seed(seed)
@@ -102,7 +96,6 @@ class PolicyWorker:
         return self.rank
 
     def _gathered(self):
-        from graft.distributed import fsdp
         return fsdp.gathered(self.policy.model) if self._engine.kind != "vllm" else contextlib.nullcontext()
 
     # ------------------------------------------------------------------ primitives
@@ -116,18 +109,12 @@ class PolicyWorker:
             return self.policy.token_logprobs(prompt_ids, response_ids, chunk=chunk, micro_batch=micro_batch,
                                               temperature=temperature)
 
-    def train_minibatch(self, shard: Shard, uc, temperature: float, rule: str) -> dict:
+    def train_minibatch(self, shard: Shard, uc, temperature: float) -> dict:
         """This rank's micro-batches of one minibatch (plus zero-weight dummies up to the common count),
         then one optimiser step on the gradient summed over ranks. Returns additive metric totals
         (``graft.algos.losses.merge``), the rank's loss, the global gradient norm and ``skipped_nonfinite``
         (1.0 when the step was skipped because a rank's loss or the gradient norm was NaN/inf; all ranks agree)."""
-        from graft.algos.losses import merge
-        from graft.distributed import fsdp
-        from graft.trainer.learner import micro_loss
-        from graft.trainer.rules import RULES
-
         model, mbs = self.policy.model, uc.micro_batch_size
-        loss_fn, loss_kwargs = RULES[rule].loss, RULES[rule](uc).loss_kwargs()
         params = [p for p in model.parameters() if p.requires_grad]
         totals: dict[str, float] = {"loss": 0.0, "tokens/update": 0.0}
         micro = [shard.rows[j:j + mbs] for j in range(0, len(shard.rows), mbs)]
@@ -136,8 +123,8 @@ class PolicyWorker:
         try:
             for j in range(shard.num_micro):
                 if j < len(micro):
-                    loss, m = fsdp.root_call(model, micro_loss, self.policy, micro[j], loss_fn, uc, temperature,
-                                             shard.counts, loss_kwargs)
+                    loss, m = fsdp.root_call(model, micro_loss, self.policy, micro[j], shard.loss, uc, temperature,
+                                             shard.counts, shard.loss_kwargs)
                     loss.backward()
                     totals["loss"] += float(loss.detach())
                     totals["tokens/update"] += sum(len(s.response_ids) for s in micro[j])
@@ -157,7 +144,6 @@ class PolicyWorker:
 
     def max_positions(self) -> int | None:
         """The model's ``max_position_embeddings`` (None when its config has none)."""
-        from graft.policy.context import max_positions
         return max_positions(self.policy.model.config)
 
     def nonfinite_parameters(self) -> list[str]:
@@ -167,7 +153,6 @@ class PolicyWorker:
 
     def set_engine(self, kind: str) -> None:
         """Sample with another rollout engine from now on (``hf``, ``hf-cb``, ``vllm``)."""
-        from graft.policy.engines import make_engine
 
         if self._engine is None or self._engine.kind != kind:
             if self._engine is not None:
@@ -180,20 +165,17 @@ class PolicyWorker:
 
     # ------------------------------------------------------------------ state
     def optimizer_state(self) -> dict | None:
-        from graft.distributed import fsdp
         if self.world > 1:
             return fsdp.gather_optimizer_state(self.optimizer, self.rank)
         return _to_cpu(self.optimizer.state_dict())
 
     def load_optimizer_state(self, state: dict) -> None:
-        from graft.distributed import fsdp
         if self.world > 1:
             fsdp.load_optimizer_state(self.optimizer, state)
         else:
             self.optimizer.load_state_dict(state)
 
     def state_dict(self) -> dict | None:
-        from graft.distributed import fsdp
         if self.world > 1:
             return fsdp.full_state_dict(self.policy.model, self.rank)
         return {k: v.detach().cpu().clone() for k, v in self.policy.model.state_dict().items()}
@@ -201,11 +183,7 @@ class PolicyWorker:
     def save(self, path: str, ship: bool = False) -> dict | None:
         """Rank 0 writes the Hugging Face folder to ``path`` (or, with ``ship``, returns its files as
         bytes for the driver to write: rank 0 is on another node)."""
-        import shutil
-        import tempfile
-        from pathlib import Path
 
-        from graft.distributed import fsdp
         full = fsdp.full_state_dict(self.policy.model, self.rank) if self.world > 1 else None
         if self.rank != 0:
             return None
@@ -226,7 +204,6 @@ class PolicyWorker:
         return process_memory()
 
     def shutdown(self) -> None:
-        from graft.distributed import fsdp
         with contextlib.suppress(Exception):
             self._engine.close()
         fsdp.destroy_process_group()
@@ -244,8 +221,6 @@ def _to_cpu(x: Any) -> Any:
 
 def _save_full(policy, state: dict, path) -> None:
     """What :meth:`Policy.save` writes, from a gathered full state dict (sharded models)."""
-    import json
-    from pathlib import Path
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ from graft.algos.losses import (
     summarize,
 )
 from graft.config import UpdateConfig
-from graft.trainer.rules import RULES, make_rule
+from graft.registry import RULES
+from graft.trainer.rules import make_rule
 
 POLICY_LOSSES = {name: rule.loss for name, rule in RULES.items()}
 
@@ -283,7 +284,7 @@ def test_registry_and_uniform_interface():
         counts = {f"count/{p}_clip_{s}" for p in ("own", "peer") for s in ("low", "high")}
         assert counts | {"clip_frac/own_low", "clip_frac/peer_high", "tokens/own", "tokens/peer", "ratio/mean"} <= set(m)
         assert all(isinstance(v, (int, float)) for v in m.values())
-    with pytest.raises(ValueError, match="graft, luffy, sgt, hacpo"):
+    with pytest.raises(ValueError, match="unknown update rule 'ppo'; valid: graft, hacpo, luffy, sgt"):
         make_rule(_with_rule("ppo"))
 
 

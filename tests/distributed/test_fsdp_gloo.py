@@ -1,7 +1,7 @@
 """FSDP2 over 2 gloo ranks equals one process: gradients, inference, saved weights, optimizer state.
 
 Both ranks load the same tiny Llama (real SmolLM2 tokenizer), shard it with
-:func:`graft.distributed.fsdp.shard_model`, and each computes the GRAFT policy loss of HALF
+:func:`graft.policy.fsdp.shard_model`, and each computes the GRAFT policy loss of HALF
 a batch normalised by the GLOBAL token count. The summed (reduce-scattered) gradients must
 equal the gradients of one process on the whole batch.
 """
@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 
 from graft.algos.losses import policy_loss
 from graft.config import ModelConfig
-from graft.distributed import fsdp
+from graft.policy import fsdp
 
 def _batch(equal_lengths: bool):
     g = torch.Generator().manual_seed(0)

@@ -92,9 +92,9 @@ def test_gpu_memory_peaks_with_the_cuda_query_stubbed(monkeypatch):
     learner.workers = TwoRanks()
     assert learner.memory() == {"peak_rss_gb": 2.0, "gpu_allocated_gb": 3.0, "gpu_reserved_gb": 4.0}
 
-    from graft.distributed import ray_backend
-    monkeypatch.setattr(ray_backend, "RayWorkers", TwoRanks)
-    assert ray_backend.worker_memory({"A": learner}) == {"mem/peak_rss_gb/A": 2.0, "mem/gpu_allocated_gb/A": 3.0,
+    from graft.trainer import backends
+    monkeypatch.setattr(backends, "RayWorkers", TwoRanks)
+    assert backends.worker_memory({"A": learner}) == {"mem/peak_rss_gb/A": 2.0, "mem/gpu_allocated_gb/A": 3.0,
                                                          "mem/gpu_reserved_gb/A": 4.0}
 
 
