@@ -11,7 +11,16 @@ from graft.config import ConfigError
 from graft.experiment import load_plan, run_plan, summarize, write_summary
 
 
-def _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir) -> Path:
+COMPARED = {"title": "GRAFT vs GRPO",
+            "comparisons": {"graft_minus_grpo_n8": {"arm": "graft_n8", "baseline": "grpo_n8"}},
+            "labels": {"grpo_n8": "GRPO n=8", "graft_n8": "GRAFT n=8"}, "clip_frac_peer": {"peer_last": "graft_n8"}}
+"""What the mini reproduction's plans declare for its report."""
+
+
+def _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared: dict | None = None) -> Path:
+    """A two-arm plan on the tiny models (GRPO, GRAFT, stored peers of GRPO), with ``compared`` (default
+    :data:`COMPARED`) for its report."""
+    compared = COMPARED if compared is None else compared
     base = {
         "run_dir": "unused", "steps": 1, "batch_prompts": 2, "progress": False, "seed": 0,
         "models": [{"name": "A", "path": tiny_llama_dir, "template": "plain", "lr": 1e-3},
@@ -28,7 +37,8 @@ def _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir) -> Path:
     plan = {"name": "tiny", "config": "base.yaml", "runs": str(tmp_path / "runs"), "results": str(tmp_path / "results"),
             "seeds": [1], "arms": {"grpo_n8": ["exchange.mode=grpo"], "graft_n8": []},
             "stored": {"from": "grpo_n8", "seeds": [1]},
-            "eval": {"data": {"test": "test.jsonl"}, "n": 2, "temperature": 0.6, "top_p": 0.95}}
+            "eval": {"data": {"test": "test.jsonl"}, "n": 2, "temperature": 0.6, "top_p": 0.95},
+            **compared}
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     return tmp_path / "plan.yaml"
 
@@ -134,16 +144,15 @@ def test_peer_clip_rate_pools_the_steps_with_peer_data(tmp_path):
 
 
 def test_stored_vs_online_gain_and_ratio():
-    """Hand-worked: GRPO 0.30, GRAFT 0.40 (online gain 0.10), stored 0.384 (stored gain 0.084) ->
-    ratio 0.84. A negative online gain leaves the ratio undefined; a missing run leaves everything None."""
+    """Hand-worked: baseline (GRPO) 0.30, online (GRAFT) 0.40 (online gain 0.10), stored 0.384 (stored gain
+    0.084) -> ratio 0.84. A negative online gain leaves the ratio undefined; a missing run leaves everything None."""
     from graft.experiment import stored_vs_online
     r = stored_vs_online(0.384, 0.30, 0.40)
     assert r["stored_gain"] == pytest.approx(0.084) and r["online_gain"] == pytest.approx(0.10)
     assert r["ratio"] == pytest.approx(0.84)
     r = stored_vs_online(0.25, 0.30, 0.28)
     assert r["online_gain"] == pytest.approx(-0.02) and r["stored_gain"] == pytest.approx(-0.05) and r["ratio"] is None
-    assert stored_vs_online(None, 0.3, 0.4) == {"stored": None, "grpo_n8": 0.3, "graft_n8": 0.4, "stored_gain": None,
-                                               "online_gain": None, "ratio": None}
+    assert stored_vs_online(None, 0.3, 0.4) == {"stored_gain": None, "online_gain": None, "ratio": None}
 
 
 def test_regraded_pass1_with_the_strict_rule(tmp_path):
