@@ -6,7 +6,7 @@ resumably one training run at a time, each final checkpoint evaluated, everythin
     graft experiment status configs/experiments/mini-repro.yaml    # which runs are done, where each stands
 
 A plan (YAML) names a base training config, common overrides, seeds, arms (each a list of
-overrides, optionally its own seeds) and the evaluation data::
+overrides, optionally its own seeds), the evaluation data and what the report compares::
 
     name: mini-repro
     config: ../default.yaml            # relative to the plan file
@@ -24,6 +24,15 @@ overrides, optionally its own seeds) and the evaluation data::
     order: [grpo_n8/1, graft_n8/1, stored_A/1, ...]   # optional run order; unlisted runs follow, arm by arm
     keep_checkpoints: false            # delete a run's checkpoints once its final one is evaluated
     base: true                         # also evaluate the starting weights once (summary.json "base")
+    # what summarize compares (each optional; a plan without comparisons reports none)
+    title: GRAFT vs GRPO               # REPORT.md's heading: "# NAME: TITLE on MODELS"
+    comparisons:                       # NAME: ARM minus BASELINE, seed by seed (summary.json paired_diff_NAME)
+      graft_minus_grpo_n8: {arm: graft_n8, baseline: grpo_n8}
+    labels: {grpo_n8: GRPO n=8, graft_n8: GRAFT n=8}   # an arm's name in the report's sentences (default: ARM)
+    clip_frac_peer: {peer_last: graft_n8, peer_first: peer_first}   # NAME: ARM whose peer-token clip rate it reports
+
+A comparison whose baseline is the arm the stored peers' groups come from (``stored.from``) also sets the
+stored runs' gain over that baseline beside the compared arm's (summary.json ``stored_vs_online``).
 
 ``run`` goes through the plan in order, arm by arm and seed by seed: a run whose ``summary.json``
 exists is skipped, and so is one whose results are already recorded under ``results/`` (committed
@@ -49,12 +58,24 @@ from typing import Any
 
 import yaml
 
-from graft.config import ConfigError, load_config
+from graft.config import ConfigError, load_config, save_config, to_dict
+from graft.data.arithmetic import FAMILIES, family_of
+from graft.evaluation import report as rep
+from graft.evaluation.analyze import compute_analysis
 from graft.policy.prompts import WORKED_EQUATIONS
+from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
+from graft.reward.verifier import extract_boxed, is_number, verify_number
+from graft.storage.checkpoint import checkpoint_step, latest_checkpoint
 from graft.storage.lock import FolderLock
 from graft.trainer.stop import PREEMPTED_EXIT, Preempted, StopSignal
 
 SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json")
+
+PLAN_KEYS = ("name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval", "order",
+             "keep_checkpoints", "base", "title", "comparisons", "labels", "clip_frac_peer")
+
+STORED_PREFIX = "stored_"
+"""Arm name prefix of the stored-peer runs (``stored_MODEL``): the plan's own arms may not use it."""
 
 
 @dataclass
@@ -71,6 +92,10 @@ class Member:
     evaluated: bool = True
     """Its final checkpoint is evaluated (a plan with eval data); a pilot without eval data never
     touches evaluation prompts."""
+    store: Path | None = None
+    """A stored-peer run's source: the trajectory store of the run whose groups it trains on."""
+    exchanges: bool = False
+    """Its config exchanges groups between models online (``exchange.mode=graft``)."""
 
     @property
     def eval_models(self) -> list[str]:
@@ -82,6 +107,16 @@ class Member:
 
     def command(self, config: Path) -> list[str]:
         return [sys.executable, "-m", "graft.cli", "train", str(config), *self.train_overrides()]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A paired difference the report makes, seed by seed: ``arm`` minus ``baseline``."""
+
+    name: str
+    """Its summary.json keys: ``paired_diff_NAME`` and, strict re-grade, ``paired_diff_NAME_number``."""
+    arm: str
+    baseline: str
 
 
 @dataclass
@@ -100,6 +135,15 @@ class Plan:
     """The plan's overrides common to every run."""
     base: bool = False
     """Evaluate the starting weights too (``base: true``): summary.json's ``base``."""
+    stored_from: str | None = None
+    """The arm whose stored groups the stored-peer runs train on."""
+    title: str | None = None
+    """What REPORT.md's heading says the plan compares."""
+    comparisons: list[Comparison] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    """An arm's name in the report's sentences (an arm without one: its own name)."""
+    clip_frac_peer: dict[str, str] = field(default_factory=dict)
+    """summary.json ``clip_frac_peer`` name -> the arm whose lowest seed's peer-token clip rate it reports."""
 
     def arms(self) -> dict[str, list[Member]]:
         out: dict[str, list[Member]] = {}
@@ -107,68 +151,162 @@ class Plan:
             out.setdefault(m.arm, []).append(m)
         return out
 
-
-def _arm(spec: Any, seeds: list[int]) -> tuple[list[str], list[int]]:
-    if isinstance(spec, dict):
-        return list(spec.get("overrides", [])), list(spec.get("seeds", seeds))
-    return list(spec or []), seeds
+    def label(self, arm: str) -> str:
+        return self.labels.get(arm, arm)
 
 
 def load_plan(path: str | Path) -> Plan:
     """Read and check a plan; every member's config is validated before anything runs."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"experiment plan not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
-    unknown = set(raw) - {"name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval", "order",
-                          "keep_checkpoints", "base"}
-    if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
+    raw = _read_plan(path)
     base = (path.parent / raw.get("config", "")).resolve()
     common, seeds = list(raw.get("overrides", [])), list(raw.get("seeds", [0]))
     runs, results = Path(raw.get("runs", f"runs/{path.stem}")), Path(raw.get("results", f"results/{path.stem}"))
     cfg = load_config(base, common)
     models = [m.name for m in cfg.models]
-    members = []
-    for arm, spec in (raw.get("arms") or {}).items():
-        overrides, arm_seeds = _arm(spec, seeds)
-        for s in arm_seeds:
-            members.append(Member(arm, s, common + overrides, runs / arm / f"seed{s}", results / "runs" / arm / f"seed{s}",
-                                  models))
-    stored = raw.get("stored")
+    arm_names = _arm_names(path, raw.get("arms") or {})
+    declared = _report_declarations(path, raw, arm_names)
+    stored = _stored_spec(path, raw.get("stored"), arm_names)
+    members = _arm_members(path, raw.get("arms") or {}, common, seeds, runs, results, models)
     if stored:
-        src_arm = stored["from"]
-        for s in stored.get("seeds", seeds[:1]):
-            src = runs / src_arm / f"seed{s}" / "trajectories"
-            for i, recv in enumerate(models):
-                peer = models[1 - i] if len(models) == 2 else None
-                if peer is None:
-                    raise ConfigError(f"{path}: stored-peer arms need a pair of models, got {models}")
-                extra = [f"models=[{_model_yaml(cfg.models[i])}]", "peer.source=store", f"peer.store_path={src}",
-                         f"peer.store_model={peer}"]
-                members.append(Member(f"stored_{recv}", s, common + extra, runs / f"stored_{recv}" / f"seed{s}",
-                                      results / "runs" / f"stored_{recv}" / f"seed{s}", [recv]))
-    order = [str(x) for x in raw.get("order") or []]
-    keys = [f"{m.arm}/{m.seed}" for m in members]
-    unknown_runs = [o for o in order if o not in keys]
-    if unknown_runs:
-        raise ConfigError(f"{path}: order names runs that the plan does not have: {unknown_runs} (have {keys})")
-    members.sort(key=lambda m: order.index(f"{m.arm}/{m.seed}") if f"{m.arm}/{m.seed}" in order else len(order))
-    forms = {load_config(base, m.overrides + [f"seed={m.seed}"]).reward.answer_form
-             for m in members if not m.arm.startswith("stored_")}
+        members += _stored_members(path, stored, cfg, common, seeds, runs, results)
+    _sort_members(path, members, [str(x) for x in raw.get("order") or []])
+    forms = set()
+    for m in members:
+        if m.store is None:
+            run_cfg = load_config(base, m.overrides + [f"seed={m.seed}"])
+            forms.add(run_cfg.reward.answer_form)
+            m.exchanges = run_cfg.exchange.mode == "graft"
     ev = dict(raw.get("eval") or {})
     ev["data"] = {k: str((path.parent / v).resolve()) for k, v in (ev.get("data") or {}).items()}
     for m in members:
         m.evaluated = bool(ev["data"])
     return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models,
-                bool(raw.get("keep_checkpoints", True)), forms.pop() if len(forms) == 1 else "mixed", common,
-                bool(raw.get("base", False)))
+                keep_checkpoints=bool(raw.get("keep_checkpoints", True)),
+                answer_form=forms.pop() if len(forms) == 1 else "mixed", common=common,
+                base=bool(raw.get("base", False)), stored_from=stored and stored["from"], **declared)
+
+
+def _read_plan(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"experiment plan not found: {path}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    unknown = set(raw) - set(PLAN_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}")
+    return raw
+
+
+def _arm_names(path: Path, arms: dict) -> list[str]:
+    names = [str(a) for a in arms]
+    for arm in names:
+        if arm.startswith(STORED_PREFIX):
+            raise ConfigError(f"{path}: arms.{arm}: names starting with {STORED_PREFIX!r} are the stored-peer runs'")
+    return names
+
+
+def _arm_members(path: Path, arms: dict, common: list[str], seeds: list[int], runs: Path, results: Path,
+                 models: list[str]) -> list[Member]:
+    """One member per arm and seed, in the order the plan lists them."""
+    members = []
+    for arm, spec in arms.items():
+        arm = str(arm)
+        overrides, arm_seeds = _arm(path, arm, spec, seeds)
+        for s in arm_seeds:
+            members.append(Member(arm, s, common + overrides, runs / arm / f"seed{s}", results / "runs" / arm / f"seed{s}",
+                                  models))
+    return members
+
+
+def _arm(path: Path, arm: str, spec: Any, seeds: list[int]) -> tuple[list[str], list[int]]:
+    """An arm's overrides and seeds: ``[OVERRIDE, ...]`` or ``{overrides: [...], seeds: [...]}``."""
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"overrides", "seeds"}
+        if unknown:
+            raise ConfigError(f"{path}: arms.{arm}: unknown key(s) {sorted(unknown)} (has overrides, seeds)")
+        return list(spec.get("overrides", [])), list(spec.get("seeds", seeds))
+    return list(spec or []), seeds
+
+
+def _stored_spec(path: Path, spec: Any, arms: list[str]) -> dict | None:
+    if not spec:
+        return None
+    if not isinstance(spec, dict) or set(spec) - {"from", "seeds"}:
+        raise ConfigError(f"{path}: stored: expected {{from: ARM, seeds: [...]}}, got {spec!r}")
+    return {**spec, "from": _arm_name(path, "stored.from", spec.get("from"), arms)}
+
+
+def _stored_members(path: Path, stored: dict, cfg, common: list[str], seeds: list[int], runs: Path,
+                    results: Path) -> list[Member]:
+    """Per stored seed, each model of the pair trained alone on the other's groups stored by the ``from`` arm."""
+    models = [m.name for m in cfg.models]
+    if len(models) != 2:
+        raise ConfigError(f"{path}: stored-peer arms need a pair of models, got {models}")
+    members = []
+    for s in stored.get("seeds", seeds[:1]):
+        src = runs / stored["from"] / f"seed{s}" / "trajectories"
+        for i, recv in enumerate(models):
+            extra = [f"models=[{_model_yaml(cfg.models[i])}]", "peer.source=store", f"peer.store_path={src}",
+                     f"peer.store_model={models[1 - i]}"]
+            arm = f"{STORED_PREFIX}{recv}"
+            members.append(Member(arm, s, common + extra, runs / arm / f"seed{s}", results / "runs" / arm / f"seed{s}",
+                                  [recv], store=src))
+    return members
+
+
+def _sort_members(path: Path, members: list[Member], order: list[str]) -> None:
+    """Put the runs ``order`` names first, in its order (``ARM/SEED``); the others keep theirs."""
+    keys = [f"{m.arm}/{m.seed}" for m in members]
+    unknown_runs = [o for o in order if o not in keys]
+    if unknown_runs:
+        raise ConfigError(f"{path}: order names runs that the plan does not have: {unknown_runs} (have {keys})")
+    members.sort(key=lambda m: order.index(f"{m.arm}/{m.seed}") if f"{m.arm}/{m.seed}" in order else len(order))
+
+
+def _report_declarations(path: Path, raw: dict, arms: list[str]) -> dict:
+    """The plan's ``title``, ``comparisons``, ``labels`` and ``clip_frac_peer``, every arm name checked."""
+    title = raw.get("title")
+    if title is not None and not isinstance(title, str):
+        raise ConfigError(f"{path}: title: expected a string, got {title!r}")
+    labels = _mapping(path, "labels", raw.get("labels"))
+    for arm, text in labels.items():
+        _arm_name(path, f"labels.{arm}", arm, arms)
+        if not isinstance(text, str):
+            raise ConfigError(f"{path}: labels.{arm}: expected a string, got {text!r}")
+    clip = {str(k): _arm_name(path, f"clip_frac_peer.{k}", v, arms)
+            for k, v in _mapping(path, "clip_frac_peer", raw.get("clip_frac_peer")).items()}
+    comparisons = [_comparison(path, str(k), v, arms)
+                   for k, v in _mapping(path, "comparisons", raw.get("comparisons")).items()]
+    return {"title": title, "comparisons": comparisons, "labels": labels, "clip_frac_peer": clip}
+
+
+def _comparison(path: Path, name: str, spec: Any, arms: list[str]) -> Comparison:
+    key = f"comparisons.{name}"
+    if not isinstance(spec, dict) or set(spec) != {"arm", "baseline"}:
+        raise ConfigError(f"{path}: {key}: expected {{arm: ARM, baseline: ARM}}, got {spec!r}")
+    c = Comparison(name, _arm_name(path, f"{key}.arm", spec["arm"], arms),
+                   _arm_name(path, f"{key}.baseline", spec["baseline"], arms))
+    if c.arm == c.baseline:
+        raise ConfigError(f"{path}: {key}: compares arm {c.arm!r} with itself")
+    return c
+
+
+def _mapping(path: Path, key: str, spec: Any) -> dict:
+    if spec is None:
+        return {}
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: {key}: expected a mapping, got {spec!r}")
+    return spec
+
+
+def _arm_name(path: Path, key: str, arm: Any, arms: list[str]) -> str:
+    if arm not in arms:
+        raise ConfigError(f"{path}: {key}: the plan has no arm {arm!r} (its arms: {arms})")
+    return arm
 
 
 def _model_yaml(m) -> str:
     """A model's config as a one-line YAML flow mapping (for a ``models=[...]`` override)."""
-    from graft.config import to_dict
-
     return json.dumps(to_dict(m))
 
 
@@ -190,8 +328,6 @@ def _recorded(m: Member) -> bool:
 
 
 def run_member(plan: Plan, m: Member, log) -> None:
-    from graft.storage.checkpoint import latest_checkpoint
-
     if not (m.run_dir / "summary.json").is_file():
         resume = ["resume=true"] if latest_checkpoint(m.run_dir) is not None else []
         if not resume and m.run_dir.exists():
@@ -232,8 +368,6 @@ def base_member(plan: Plan) -> Member:
 def evaluate_base(plan: Plan, log) -> None:
     """Evaluate every model's starting weights on the plan's eval sets, in the prompt format of the plan's
     common config, once (skipped when ``results/base/MODEL/results.json`` exists)."""
-    from graft.config import save_config
-
     m = base_member(plan)
     todo = [a for a in m.eval_models if not (m.results_dir / "eval" / a / "results.json").is_file()]
     if not todo:
@@ -302,12 +436,10 @@ def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: lis
         if _recorded(m):
             log(f"skip {m.arm}/seed{m.seed}: its results are recorded in {m.results_dir} (move them away to run it again)")
             continue
-        if m.arm.startswith("stored_"):
-            src = Path(str([o for o in m.overrides if o.startswith("peer.store_path=")][0]).split("=", 1)[1])
-            if not (src.parent / "summary.json").is_file():
-                log(f"skip {m.arm}/seed{m.seed}: its peer's trajectory store ({src}) is not here; "
-                    "its run has not finished on this machine")
-                continue
+        if m.store is not None and not (m.store.parent / "summary.json").is_file():
+            log(f"skip {m.arm}/seed{m.seed}: its peer's trajectory store ({m.store}) is not here; "
+                "its run has not finished on this machine")
+            continue
         if max_minutes is not None and (time.monotonic() - t0) / 60 > max_minutes:
             log(f"stopping after {max_minutes:g} minutes; rerun the same command to continue")
             break
@@ -320,8 +452,6 @@ def member_state(m: Member, steps: int) -> str:
     """Where one run of the plan stands: ``done``, ``trained (eval pending)``, ``step k/steps
     (resumes from checkpoint c)``, ``results only`` (its small files are here, its run folder is
     not: another machine ran it) or ``not started``."""
-    from graft.storage.checkpoint import checkpoint_step, latest_checkpoint
-
     if _done(m):
         return "done"
     if (m.run_dir / "summary.json").is_file():
@@ -371,8 +501,6 @@ CHANCE_FAMILY = 0.25
 
 def eval_family(prompt_id: str) -> str:
     """The problem family of an eval prompt id (``test_hard-max-00003`` -> ``max``; ``max-00003`` -> ``max``)."""
-    from graft.data.arithmetic import FAMILIES, family_of
-
     name = family_of(prompt_id)
     return name.split("-", 1)[1] if "-" in name and name.split("-", 1)[1] in FAMILIES else name
 
@@ -391,9 +519,6 @@ def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None
 
     ``problems``: prompt id -> problem text, for eval files that do not record it (:func:`eval_problems`).
     ``None`` when the responses were not kept."""
-    from graft.reward.shortcuts import chance_level, shortcut_shares
-    from graft.reward.verifier import extract_boxed, is_number, verify_number
-
     per_set, per_set_skill, correct, expr_correct, boxed, expr_boxed = [], [], 0, 0, 0, 0
     texts, questions, as_run, strict_all = [], [], [], []
     fams: dict[str, dict[str, list[float]]] = {}
@@ -522,84 +647,107 @@ def _clip_peer(m: Member, model_keys: list[str]) -> float | None:
 
 def summarize(plan: Plan) -> dict:
     """``results/summary.json`` (the shape the mini reproduction promises, plus details)."""
-    arms = plan.arms()
-    A = plan.models
+    arms = {arm: members for arm, members in plan.arms().items() if members[0].store is None}
     problems = eval_problems(plan)
-    seeds = sorted({m.seed for m in plan.members})
-    out: dict[str, Any] = {"models": A, "seeds": seeds,
-                           "eval": {"data": {k: Path(v).name for k, v in plan.eval["data"].items()},
-                                    "n": plan.eval.get("n", 8), "temperature": plan.eval.get("temperature", 0.6),
-                                    "top_p": plan.eval.get("top_p", 0.95), "repeats": plan.eval.get("repeats", 1),
-                                    "metric": "pass@1, macro average over the eval data sets",
-                                    "answer_form": plan.answer_form},
-                           "arms": {}, "by_dataset": {}, "exchanged": {}, "transferred": {}, "exchange_steps": {},
-                           "clip_frac_peer": {}, "clip_frac_peer_by_model": {}, "stored": {},
-                           "arms_answer_form_number": {},
-                           "expression_share_of_correct": {}, "expression_share_of_boxed": {},
-                           "stored_answer_form_number": {},
-                           "arms_strict_skill": {}, "monitor": {}, "families": {},
-                           "admitted_correct": {}, "peer_row_share": {},
-                           "train_reward": {}}
+    out = _summary_skeleton(plan)
     for arm, members in arms.items():
-        if arm.startswith("stored_"):
-            continue
-        out["arms"][arm] = {a: [_pass1(m, a) for m in members] for a in A}
-        regraded = {a: [regraded_pass1(m, a, problems) for m in members] for a in A}
-        out["arms_answer_form_number"][arm] = {a: [r and r["pass@1"] for r in rs] for a, rs in regraded.items()}
-        out["arms_strict_skill"][arm] = {a: [r and r["pass@1_skill"] for r in rs] for a, rs in regraded.items()}
-        out["monitor"][arm] = {a: [r and r["monitor"] for r in rs] for a, rs in regraded.items()}
-        out["families"][arm] = {a: [r and r["families"] for r in rs] for a, rs in regraded.items()}
-        out["expression_share_of_correct"][arm] = {a: [r and r["expression_share_of_correct"] for r in rs]
-                                                   for a, rs in regraded.items()}
-        out["expression_share_of_boxed"][arm] = {a: [r and r["expression_share_of_boxed"] for r in rs]
-                                                 for a, rs in regraded.items()}
-        out["by_dataset"][arm] = {a: {d: [_pass1(m, a, d) for m in members] for d in plan.eval["data"]} for a in A}
-        out["train_reward"][arm] = {a: [_last_reward(m, a) for m in members] for a in A}
-        dirs = [f"{s}->{r}" for s in A for r in A if s != r]
-        if any(_exchange_total(m, d) for m in members for d in dirs) or arm.startswith("graft"):
-            out["exchanged"][arm] = {d: [_exchange_total(m, d) for m in members] for d in dirs}
-            out["transferred"][arm] = {d: [_exchange_total(m, d, "transferred") for m in members] for d in dirs}
-            out["exchange_steps"][arm] = {d: [_exchange_steps(m, d) for m in members] for d in dirs}
-            out["admitted_correct"][arm] = {d: [_admitted_correct(m, d) for m in members] for d in dirs}
-            out["peer_row_share"][arm] = {a: [_peer_row_share(m, a) for m in members] for a in A}
-    for arm, key in (("graft_n8", "peer_last"), ("peer_first", "peer_first")):
+        _add_arm(out, plan, arm, members, problems)
+    for key, arm in plan.clip_frac_peer.items():
         if arm in arms:
-            first = [m for m in arms[arm] if m.seed == min(x.seed for x in arms[arm])]
-            out["clip_frac_peer"][key] = _clip_peer(first[0], A)
-            out["clip_frac_peer_by_model"][key] = {a: _clip_peer(first[0], [a]) for a in A}
-    for a in A:
-        members = arms.get(f"stored_{a}", [])
-        out["stored"][a] = [_pass1(m, a) for m in members]
-        out["stored_answer_form_number"][a] = [(regraded_pass1(m, a, problems) or {}).get("pass@1") for m in members]
-        if members and "grpo_n8" in arms and "graft_n8" in arms:
-            at = lambda arm, seed: next((_pass1(x, a) for x in arms[arm] if x.seed == seed), None)  # noqa: E731
-            out.setdefault("stored_vs_online", {})[a] = [
-                {"seed": m.seed, **stored_vs_online(_pass1(m, a), at("grpo_n8", m.seed), at("graft_n8", m.seed))}
-                for m in members]
+            first = min(arms[arm], key=lambda m: m.seed)
+            out["clip_frac_peer"][key] = _clip_peer(first, plan.models)
+            out["clip_frac_peer_by_model"][key] = {a: _clip_peer(first, [a]) for a in plan.models}
+    _add_stored(out, plan, arms, problems)
     if plan.base:
         bm = base_member(plan)
-        out["base"] = {a: _pass1(bm, a) for a in A}
-        out["base_strict"] = {a: (regraded_pass1(bm, a, problems) or {}).get("pass@1") for a in A}
-    if "grpo_n8" in out["arms"] and "graft_n8" in out["arms"]:
-        out["paired_diff_graft_minus_grpo_n8"] = _paired_diff(out["arms"], A)
-        out["paired_diff_graft_minus_grpo_n8_number"] = _paired_diff(out["arms_answer_form_number"], A)
+        out["base"] = {a: _pass1(bm, a) for a in plan.models}
+        out["base_strict"] = {a: (regraded_pass1(bm, a, problems) or {}).get("pass@1") for a in plan.models}
+    for c in plan.comparisons:
+        if c.arm in arms and c.baseline in arms:
+            out[f"paired_diff_{c.name}"] = _paired_diff(arms, c, out["arms"], plan.models)
+            out[f"paired_diff_{c.name}_number"] = _paired_diff(arms, c, out["arms_answer_form_number"], plan.models)
     return out
 
 
-def _paired_diff(arms: dict, models: list[str]) -> dict:
-    """Per model, GRAFT n=8 minus GRPO n=8 seed by seed (None where either run is missing)."""
-    return {a: [None if g is None or b is None else g - b for g, b in zip(arms["graft_n8"][a], arms["grpo_n8"][a])]
-            for a in models}
+def _summary_skeleton(plan: Plan) -> dict[str, Any]:
+    """The summary's header and its per-arm tables, empty."""
+    tables = ("arms", "by_dataset", "exchanged", "transferred", "exchange_steps", "clip_frac_peer",
+              "clip_frac_peer_by_model", "stored", "arms_answer_form_number", "expression_share_of_correct",
+              "expression_share_of_boxed", "stored_answer_form_number", "arms_strict_skill", "monitor", "families",
+              "admitted_correct", "peer_row_share", "train_reward")
+    ev = {"data": {k: Path(v).name for k, v in plan.eval["data"].items()},
+          "n": plan.eval.get("n", 8), "temperature": plan.eval.get("temperature", 0.6),
+          "top_p": plan.eval.get("top_p", 0.95), "repeats": plan.eval.get("repeats", 1),
+          "metric": "pass@1, macro average over the eval data sets", "answer_form": plan.answer_form}
+    return {"models": plan.models, "seeds": sorted({m.seed for m in plan.members}), "eval": ev,
+            **{key: {} for key in tables}}
 
 
-def stored_vs_online(stored: float | None, grpo: float | None, graft: float | None) -> dict:
-    """Gain of training on a stored peer log and of GRAFT online, both over GRPO n=8 of the same seed,
-    and their ratio (the paper's "84 % of the online gain"): defined only when the online gain is > 0."""
-    have = None not in (stored, grpo, graft)
-    s_gain = stored - grpo if have else None
-    o_gain = graft - grpo if have else None
-    return {"stored": stored, "grpo_n8": grpo, "graft_n8": graft, "stored_gain": s_gain, "online_gain": o_gain,
-            "ratio": s_gain / o_gain if have and o_gain > 0 else None}
+REGRADED = (("arms_answer_form_number", "pass@1"), ("arms_strict_skill", "pass@1_skill"), ("monitor", "monitor"),
+            ("families", "families"), ("expression_share_of_correct", "expression_share_of_correct"),
+            ("expression_share_of_boxed", "expression_share_of_boxed"))
+"""Summary table -> the :func:`regraded_pass1` field it holds per arm, model and seed."""
+
+
+def _add_arm(out: dict, plan: Plan, arm: str, members: list[Member], problems: dict[str, str]) -> None:
+    """One arm's row of every per-arm table; the exchange tables for an arm that exchanges."""
+    A = plan.models
+    out["arms"][arm] = {a: [_pass1(m, a) for m in members] for a in A}
+    regraded = {a: [regraded_pass1(m, a, problems) for m in members] for a in A}
+    for table, key in REGRADED:
+        out[table][arm] = {a: [r and r[key] for r in rs] for a, rs in regraded.items()}
+    out["by_dataset"][arm] = {a: {d: [_pass1(m, a, d) for m in members] for d in plan.eval["data"]} for a in A}
+    out["train_reward"][arm] = {a: [_last_reward(m, a) for m in members] for a in A}
+    dirs = [f"{s}->{r}" for s in A for r in A if s != r]
+    if any(m.exchanges for m in members) or any(_exchange_total(m, d) for m in members for d in dirs):
+        out["exchanged"][arm] = {d: [_exchange_total(m, d) for m in members] for d in dirs}
+        out["transferred"][arm] = {d: [_exchange_total(m, d, "transferred") for m in members] for d in dirs}
+        out["exchange_steps"][arm] = {d: [_exchange_steps(m, d) for m in members] for d in dirs}
+        out["admitted_correct"][arm] = {d: [_admitted_correct(m, d) for m in members] for d in dirs}
+        out["peer_row_share"][arm] = {a: [_peer_row_share(m, a) for m in members] for a in A}
+
+
+def _add_stored(out: dict, plan: Plan, arms: dict[str, list[Member]], problems: dict[str, str]) -> None:
+    """The stored-peer runs' pass@1 per receiving model and, for each comparison whose baseline is the arm
+    their groups came from, their gain beside the compared arm's (``stored_vs_online``)."""
+    versus = [c for c in plan.comparisons if c.baseline == plan.stored_from and c.arm in arms and c.baseline in arms]
+    stored = plan.arms()
+    for a in plan.models:
+        members = stored.get(f"{STORED_PREFIX}{a}", [])
+        out["stored"][a] = [_pass1(m, a) for m in members]
+        out["stored_answer_form_number"][a] = [(regraded_pass1(m, a, problems) or {}).get("pass@1") for m in members]
+        if members and versus:
+            out.setdefault("stored_vs_online", {})[a] = [_stored_row(m, a, c, arms) for c in versus for m in members]
+
+
+def _stored_row(m: Member, model: str, c: Comparison, arms: dict[str, list[Member]]) -> dict:
+    """A stored-peer run, the comparison's baseline and arm of the same seed: pass@1 of each, gains, ratio."""
+    def at(arm: str) -> float | None:
+        return next((_pass1(x, model) for x in arms[arm] if x.seed == m.seed), None)
+
+    stored, baseline, online = _pass1(m, model), at(c.baseline), at(c.arm)
+    return {"seed": m.seed, "stored": stored, c.baseline: baseline, c.arm: online,
+            **stored_vs_online(stored, baseline, online)}
+
+
+def _paired_diff(arms: dict[str, list[Member]], c: Comparison, table: dict, models: list[str]) -> dict:
+    """Per model, ``table``'s value of the comparison's arm minus its baseline's, for each seed of the arm
+    (None where the baseline has no such seed or either run is missing)."""
+    out = {}
+    for a in models:
+        baseline = dict(zip((m.seed for m in arms[c.baseline]), table[c.baseline][a]))
+        out[a] = [None if x is None or baseline.get(m.seed) is None else x - baseline[m.seed]
+                  for m, x in zip(arms[c.arm], table[c.arm][a])]
+    return out
+
+
+def stored_vs_online(stored: float | None, baseline: float | None, online: float | None) -> dict:
+    """Gain of training on a stored peer log and of exchanging online, both over the baseline of the same
+    seed, and their ratio (the paper's "84 % of the online gain"): defined only when the online gain is > 0."""
+    have = None not in (stored, baseline, online)
+    s_gain = stored - baseline if have else None
+    o_gain = online - baseline if have else None
+    return {"stored_gain": s_gain, "online_gain": o_gain, "ratio": s_gain / o_gain if have and o_gain > 0 else None}
 
 
 def _last_reward(m: Member, model: str, k: int = 4) -> float | None:
@@ -622,49 +770,92 @@ def _pts(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:+.1f} points"
 
 
+def _seed_cells(xs: list) -> str:
+    ys = [x for x in xs if x is not None]
+    return _fmt(_mean(ys), _std(ys)) + f" [{len(ys)}]"
+
+
+def _and(names: list[str]) -> str:
+    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names)
+
+
 def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
+    """REPORT.md: pass@1 per arm, the strict re-grade, the declared comparisons, per data set, the exchange,
+    the plots and the commands."""
+    md = _pass1_section(plan, summary) + strict_section(plan, summary) + _stored_vs_online_lines(plan, summary)
+    md += _paired_lines(plan, summary, "", "") + _dataset_table(summary) + _exchange_section(summary)
+    md += _plot_sections(plots) + _commands(plan)
+    return "\n".join(md) + "\n"
+
+
+def _pass1_section(plan: Plan, summary: dict) -> list[str]:
+    """The heading and the table of pass@1 per arm and model, with the stored-peer and base rows."""
     A = summary["models"]
-    md = [f"# {plan.name}: GRAFT vs GRPO on {A[0]} and {A[1]}", ""]
+    title = f"{plan.name}: {plan.title}" if plan.title else plan.name
+    md = [f"# {title} on {_and(A)}", ""]
     md += ["pass@1 (%) on held-out prompts (macro over " + ", ".join(summary["eval"]["data"]) +
            f"; n = {summary['eval']['n']} samples per prompt, T = {summary['eval']['temperature']}, "
            f"top-p {summary['eval']['top_p']}), mean ± std over seeds (seeds run per arm in brackets).", ""]
     md += ["| arm | " + " | ".join(A) + " | pair mean |", "|---|" + "---:|" * (len(A) + 1)]
     for arm, vals in summary["arms"].items():
-        cells, means = [], []
-        for a in A:
-            xs = [x for x in vals[a] if x is not None]
-            cells.append(_fmt(_mean(xs), _std(xs)) + f" [{len(xs)}]")
-            means.append(_mean(xs))
+        means = [_mean([x for x in vals[a] if x is not None]) for a in A]
         pair = _mean(means) if None not in means else None
-        md.append(f"| {arm} | " + " | ".join(cells) + f" | {_fmt(pair)} |")
+        md.append(f"| {arm} | " + " | ".join(_seed_cells(vals[a]) for a in A) + f" | {_fmt(pair)} |")
     for a in A:
         xs = [x for x in summary["stored"].get(a, []) if x is not None]
         if xs:
             md.append(f"| stored peer ({a} receives) | " + " | ".join(_fmt(_mean(xs)) if b == a else "" for b in A) + " | |")
     if summary.get("base"):
         md.append("| base (starting weights) | " + " | ".join(_fmt(summary["base"][a]) for a in A) + " | |")
-    md += strict_section(summary)
+    return md
+
+
+def _stored_vs_online_lines(plan: Plan, summary: dict) -> list[str]:
+    md = []
+    versus = [c for c in plan.comparisons if c.baseline == plan.stored_from]
     for a, rows in summary.get("stored_vs_online", {}).items():
-        for r in rows:
-            if r["ratio"] is not None:
-                ratio = f"{100 * r['ratio']:.0f} %"
-            elif r["online_gain"] is None or r["stored_gain"] is None:
-                ratio = "not defined (a run is missing)"
-            else:
-                ratio = "not defined (online gain ≤ 0)"
-            md += ["", f"Stored vs online, {a} (seed {r['seed']}): stored peer {_fmt(r['stored'])}, GRPO n=8 "
-                   f"{_fmt(r['grpo_n8'])}, GRAFT n=8 {_fmt(r['graft_n8'])}: stored gain "
-                   f"{_pts(r['stored_gain'])}, online gain {_pts(r['online_gain'])}, ratio {ratio} (paper: 84 %)."]
-    diff = summary.get("paired_diff_graft_minus_grpo_n8")
-    if diff:
-        md += ["", "Per-seed paired difference GRAFT n=8 − GRPO n=8 (points): " +
-               "; ".join(f"{a}: " + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds) for a, ds in diff.items())]
-    md += ["", "## Per data set", "", "| arm | model | " + " | ".join(summary["eval"]["data"]) + " |",
-           "|---|---|" + "---:|" * len(summary["eval"]["data"])]
+        for c in versus:
+            for r in (r for r in rows if c.arm in r and c.baseline in r):
+                md += ["", f"Stored vs online, {a} (seed {r['seed']}): stored peer {_fmt(r['stored'])}, "
+                       f"{plan.label(c.baseline)} {_fmt(r[c.baseline])}, {plan.label(c.arm)} {_fmt(r[c.arm])}: "
+                       f"stored gain {_pts(r['stored_gain'])}, online gain {_pts(r['online_gain'])}, "
+                       f"ratio {_ratio(r)} (paper: 84 %)."]
+    return md
+
+
+def _ratio(row: dict) -> str:
+    if row["ratio"] is not None:
+        return f"{100 * row['ratio']:.0f} %"
+    if row["online_gain"] is None or row["stored_gain"] is None:
+        return "not defined (a run is missing)"
+    return "not defined (online gain ≤ 0)"
+
+
+def _paired_lines(plan: Plan, summary: dict, suffix: str, grading: str) -> list[str]:
+    """Each declared comparison's per-seed differences (summary.json ``paired_diff_NAME`` + ``suffix``)."""
+    md = []
+    for c in plan.comparisons:
+        diff = summary.get(f"paired_diff_{c.name}{suffix}")
+        if diff:
+            md += ["", f"Per-seed paired difference {plan.label(c.arm)} − {plan.label(c.baseline)}{grading} "
+                   "(points): " + "; ".join(f"{a}: " + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
+                                            for a, ds in diff.items())]
+    return md
+
+
+def _dataset_table(summary: dict) -> list[str]:
+    md = ["", "## Per data set", "", "| arm | model | " + " | ".join(summary["eval"]["data"]) + " |",
+          "|---|---|" + "---:|" * len(summary["eval"]["data"])]
     for arm, per in summary["by_dataset"].items():
-        for a in A:
+        for a in summary["models"]:
             md.append(f"| {arm} | {a} | " + " | ".join(_fmt(_mean(v), _std(v)) for v in per[a].values()) + " |")
-    md += ["", "## Exchange", ""]
+    return md
+
+
+def _exchange_section(summary: dict) -> list[str]:
+    """Per exchanging arm: responses admitted / transferred, graded correct by their source, the peer rows'
+    share of the update, the steps with an exchange; then the peer-token clip rates."""
+    md = ["", "## Exchange", ""]
     for arm, ex in summary["exchanged"].items():
         tr = summary.get("transferred", {}).get(arm, {})
         md.append(f"- {arm}: admitted / transferred peer responses per seed " + "; ".join(
@@ -689,26 +880,33 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
         md.append("- peer-token clip rate (low + high, mean over steps with peer data): " + "; ".join(
             f"{k}: " + ", ".join(f"{a} {'–' if v is None else f'{100 * v:.2f}%'}" for a, v in d.items())
             for k, d in summary["clip_frac_peer_by_model"].items()))
+    return md
+
+
+PLOTS = (("Training reward", "rewards"), ("Complementarity (independent GRPO runs)", "complementarity"),
+         ("Compatibility s", "s_hist"), ("Exchange sizes", "exchange"), ("Clip rates", "clip_rates"))
+"""The report's plots in order: title, key of :func:`_plots`."""
+
+
+def _plot_sections(plots: dict[str, str]) -> list[str]:
+    md = []
     if plots:
         md += ["", "The plots below show one run per arm, its lowest seed (the stored-peer runs are left out); "
                    "every seed's numbers are in the tables above and in summary.json."]
-    for title, key in (("Training reward", "rewards"), ("Complementarity (independent GRPO runs)", "complementarity"),
-                       ("Compatibility s", "s_hist"), ("Exchange sizes", "exchange"), ("Clip rates", "clip_rates")):
+    for title, key in PLOTS:
         if plots.get(key):
             md += ["", f"## {title}", "", f"![{title}]({plots[key]})"]
-    md += ["", "## Commands", "", "```", f"graft experiment run {plan_path_hint(plan)}",
-           f"graft experiment summarize {plan_path_hint(plan)}", "```", "",
-           "Each run's exact `graft train` / `graft eval` command is printed by `graft experiment run` before it "
-           "starts; `results/.../runs/ARM/seedS/config.yaml` is the resolved config."]
-    return "\n".join(md) + "\n"
+    return md
 
 
-def _seed_cells(xs: list) -> str:
-    ys = [x for x in xs if x is not None]
-    return _fmt(_mean(ys), _std(ys)) + f" [{len(ys)}]"
+def _commands(plan: Plan) -> list[str]:
+    return ["", "## Commands", "", "```", f"graft experiment run {plan_path_hint(plan)}",
+            f"graft experiment summarize {plan_path_hint(plan)}", "```", "",
+            "Each run's exact `graft train` / `graft eval` command is printed by `graft experiment run` before it "
+            "starts; `results/.../runs/ARM/seedS/config.yaml` is the resolved config."]
 
 
-def strict_section(summary: dict) -> list[str]:
+def strict_section(plan: Plan, summary: dict) -> list[str]:
     """The eval responses re-graded with the strict rule, the reward monitor of the answers each run's own
     grading rewarded, and strict pass@1 per problem family beside its chance level."""
     A, strict = summary["models"], summary.get("arms_answer_form_number", {})
@@ -730,35 +928,40 @@ def strict_section(summary: dict) -> list[str]:
         if xs:
             md.append(f"| stored peer ({a} receives) | " + " | ".join(f"{_fmt(_mean(xs))} | " if b == a else " | "
                                                                      for b in A) + " |")
-    diff = summary.get("paired_diff_graft_minus_grpo_n8_number")
-    if diff:
-        md += ["", "Per-seed paired difference GRAFT n=8 − GRPO n=8, strict (points): " +
-               "; ".join(f"{a}: " + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
-                         for a, ds in diff.items())]
-    from graft.reward.shortcuts import FLAGS
-    md += ["", "## Reward monitor", "",
-           "Among the eval answers each run's own grading rewarded: the share that box an operator, a fraction, a "
-           "number of the question, box twice, copy a worked example or echo the question (%, mean over seeds; "
-           "*rewarded*: their count, summed over seeds). A share far above the honest runs' is a shortcut.", "",
-           "| arm | model | rewarded | " + " | ".join(FLAGS) + " |", "|---|---|---:|" + "---:|" * len(FLAGS)]
+    return md + _paired_lines(plan, summary, "_number", ", strict") + _monitor_table(summary) + _family_table(summary)
+
+
+def _monitor_table(summary: dict) -> list[str]:
+    """Per arm and model, the shares of shortcut answers among those the run's own grading rewarded."""
+    md = ["", "## Reward monitor", "",
+          "Among the eval answers each run's own grading rewarded: the share that box an operator, a fraction, a "
+          "number of the question, box twice, copy a worked example or echo the question (%, mean over seeds; "
+          "*rewarded*: their count, summed over seeds). A share far above the honest runs' is a shortcut.", "",
+          "| arm | model | rewarded | " + " | ".join(FLAGS) + " |", "|---|---|---:|" + "---:|" * len(FLAGS)]
     for arm, per in summary.get("monitor", {}).items():
-        for a in A:
+        for a in summary["models"]:
             mons = [x["as_run"] for x in per.get(a, []) if x]
             if not mons:
                 continue
             cells = [_fmt(_mean([x[f] for x in mons if x[f] is not None])) for f in FLAGS]
             md.append(f"| {arm} | {a} | {sum(x['n'] for x in mons)} | " + " | ".join(cells) + " |")
-    fams = summary.get("families", {})
+    return md
+
+
+def _family_table(summary: dict) -> list[str]:
+    """Strict pass@1 per problem family (mean over seeds, per arm and model) beside its chance level."""
+    A, fams = summary["models"], summary.get("families", {})
     names = sorted({f for per in fams.values() for xs in per.values() for x in xs if x for f in x})
-    if names:
-        md += ["", "Strict pass@1 (%) per problem family, mean over seeds (" + " / ".join(A) + "), and the family's "
-               "chance level on the eval prompts:", "",
-               "| family | chance | " + " | ".join(fams) + " |", "|---|---:|" + "---:|" * len(fams)]
-        for f in names:
-            chance = next((x[f]["chance"] for per in fams.values() for xs in per.values() for x in xs if x and f in x), None)
-            cells = [" / ".join(_fmt(_mean([x[f]["pass@1"] for x in per.get(a, []) if x and f in x]) if any(
-                x and f in x for x in per.get(a, [])) else None) for a in A) for per in fams.values()]
-            md.append(f"| {f} | {_fmt(chance)} | " + " | ".join(cells) + " |")
+    if not names:
+        return []
+    md = ["", "Strict pass@1 (%) per problem family, mean over seeds (" + " / ".join(A) + "), and the family's "
+          "chance level on the eval prompts:", "",
+          "| family | chance | " + " | ".join(fams) + " |", "|---|---:|" + "---:|" * len(fams)]
+    for f in names:
+        chance = next((x[f]["chance"] for per in fams.values() for xs in per.values() for x in xs if x and f in x), None)
+        cells = [" / ".join(_fmt(_mean([x[f]["pass@1"] for x in per.get(a, []) if x and f in x]) if any(
+            x and f in x for x in per.get(a, [])) else None) for a in A) for per in fams.values()]
+        md.append(f"| {f} | {_fmt(chance)} | " + " | ".join(cells) + " |")
     return md
 
 
@@ -767,26 +970,28 @@ def plan_path_hint(plan: Plan) -> str:
 
 
 def write_summary(plan: Plan) -> Path:
-    from graft.evaluation import report as rep
-    from graft.evaluation.analyze import compute_analysis
-
+    """Write the plan's summary.json, plots and REPORT.md under its results folder."""
     summary = summarize(plan)
     plan.results.mkdir(parents=True, exist_ok=True)
     (plan.results / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plots: dict[str, str] = {}
-    finished = [m for m in plan.members if (m.results_dir / "metrics.jsonl").is_file() and m.seed == min(plan_seeds(plan, m.arm))]
-    if finished:
-        runs = [(f"{m.arm}", compute_analysis(m.results_dir)) for m in finished if not m.arm.startswith("stored_")]
-        if runs:
-            plots["rewards"] = rep.plot_rewards(runs, plan.results)
-            plots["s_hist"] = rep.plot_s_hist(runs, plan.results)
-            plots["exchange"] = rep.plot_exchange(runs, plan.results)
-            plots["clip_rates"] = rep.plot_clip_rates(runs, plan.results)
-            grpo = [r for r in runs if r[0].startswith("grpo")]
-            if grpo:
-                plots["complementarity"] = rep.plot_complementarity(grpo, plan.results)
-    (plan.results / "REPORT.md").write_text(report_markdown(plan, summary, plots))
+    (plan.results / "REPORT.md").write_text(report_markdown(plan, summary, _plots(plan)))
     return plan.results / "summary.json"
+
+
+def _plots(plan: Plan) -> dict[str, str]:
+    """The report's plots of each arm's lowest finished seed (stored-peer runs left out): key -> file name."""
+    lowest = [m for m in plan.members if m.store is None and (m.results_dir / "metrics.jsonl").is_file()
+              and m.seed == min(plan_seeds(plan, m.arm))]
+    runs = [(m, compute_analysis(m.results_dir)) for m in lowest]
+    if not runs:
+        return {}
+    named = [(m.arm, analysis) for m, analysis in runs]
+    plots = {"rewards": rep.plot_rewards(named, plan.results), "s_hist": rep.plot_s_hist(named, plan.results),
+             "exchange": rep.plot_exchange(named, plan.results), "clip_rates": rep.plot_clip_rates(named, plan.results)}
+    alone = [(m.arm, analysis) for m, analysis in runs if not m.exchanges]
+    if alone:
+        plots["complementarity"] = rep.plot_complementarity(alone, plan.results)
+    return plots
 
 
 def plan_seeds(plan: Plan, arm: str) -> list[int]:

@@ -11,7 +11,16 @@ from graft.config import ConfigError
 from graft.experiment import load_plan, run_plan, summarize, write_summary
 
 
-def _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir) -> Path:
+COMPARED = {"title": "GRAFT vs GRPO",
+            "comparisons": {"graft_minus_grpo_n8": {"arm": "graft_n8", "baseline": "grpo_n8"}},
+            "labels": {"grpo_n8": "GRPO n=8", "graft_n8": "GRAFT n=8"}, "clip_frac_peer": {"peer_last": "graft_n8"}}
+"""What the mini reproduction's plans declare for its report."""
+
+
+def _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared: dict | None = None) -> Path:
+    """A two-arm plan on the tiny models (GRPO, GRAFT, stored peers of GRPO), with ``compared`` (default
+    :data:`COMPARED`) for its report."""
+    compared = COMPARED if compared is None else compared
     base = {
         "run_dir": "unused", "steps": 1, "batch_prompts": 2, "progress": False, "seed": 0,
         "models": [{"name": "A", "path": tiny_llama_dir, "template": "plain", "lr": 1e-3},
@@ -28,7 +37,8 @@ def _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir) -> Path:
     plan = {"name": "tiny", "config": "base.yaml", "runs": str(tmp_path / "runs"), "results": str(tmp_path / "results"),
             "seeds": [1], "arms": {"grpo_n8": ["exchange.mode=grpo"], "graft_n8": []},
             "stored": {"from": "grpo_n8", "seeds": [1]},
-            "eval": {"data": {"test": "test.jsonl"}, "n": 2, "temperature": 0.6, "top_p": 0.95}}
+            "eval": {"data": {"test": "test.jsonl"}, "n": 2, "temperature": 0.6, "top_p": 0.95},
+            **compared}
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     return tmp_path / "plan.yaml"
 
@@ -134,16 +144,15 @@ def test_peer_clip_rate_pools_the_steps_with_peer_data(tmp_path):
 
 
 def test_stored_vs_online_gain_and_ratio():
-    """Hand-worked: GRPO 0.30, GRAFT 0.40 (online gain 0.10), stored 0.384 (stored gain 0.084) ->
-    ratio 0.84. A negative online gain leaves the ratio undefined; a missing run leaves everything None."""
+    """Hand-worked: baseline (GRPO) 0.30, online (GRAFT) 0.40 (online gain 0.10), stored 0.384 (stored gain
+    0.084) -> ratio 0.84. A negative online gain leaves the ratio undefined; a missing run leaves everything None."""
     from graft.experiment import stored_vs_online
     r = stored_vs_online(0.384, 0.30, 0.40)
     assert r["stored_gain"] == pytest.approx(0.084) and r["online_gain"] == pytest.approx(0.10)
     assert r["ratio"] == pytest.approx(0.84)
     r = stored_vs_online(0.25, 0.30, 0.28)
     assert r["online_gain"] == pytest.approx(-0.02) and r["stored_gain"] == pytest.approx(-0.05) and r["ratio"] is None
-    assert stored_vs_online(None, 0.3, 0.4) == {"stored": None, "grpo_n8": 0.3, "graft_n8": 0.4, "stored_gain": None,
-                                               "online_gain": None, "ratio": None}
+    assert stored_vs_online(None, 0.3, 0.4) == {"stored_gain": None, "online_gain": None, "ratio": None}
 
 
 def test_regraded_pass1_with_the_strict_rule(tmp_path):
@@ -255,3 +264,95 @@ def test_every_committed_run_is_what_its_plan_resolves_to_now(plan_path, monkeyp
         then = to_dict(load_config(m.results_dir / "config.yaml"))
         now = to_dict(load_config(plan.config, m.train_overrides()))
         assert [k for k in config_diff(then, now) if k != "resume"] == [], f"{m.arm}/seed{m.seed}"
+
+
+def _record(plan, pass1: dict[tuple[str, int], dict[str, float]]) -> None:
+    """Commit eval results by hand: (arm, seed) -> model -> macro pass@1 (the one data set ``test`` alike)."""
+    for m in plan.members:
+        for name, x in pass1.get((m.arm, m.seed), {}).items():
+            out = m.results_dir / "eval" / name
+            out.mkdir(parents=True)
+            (out / "results.json").write_text(json.dumps({"macro": {"pass@1": {"mean": x}},
+                                                          "datasets": {"test": {"pass@1": {"mean": x}}}}))
+
+
+PASS1 = {("grpo_n8", 1): {"A": 0.30, "B": 0.50}, ("grpo_n8", 2): {"A": 0.40, "B": 0.60},
+         ("graft_n8", 1): {"A": 0.45, "B": 0.45}, ("graft_n8", 2): {"A": 0.50, "B": 0.60},
+         ("graft_n8", 3): {"A": 0.90, "B": 0.90},
+         ("stored_A", 1): {"A": 0.42}, ("stored_B", 1): {"B": 0.55}}
+
+
+def _seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared: dict | None = None) -> Path:
+    """The tiny plan with GRPO on seeds 1, 2 and GRAFT on seeds 1, 2, 3 (seed 3 has no baseline)."""
+    path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared)
+    raw = yaml.safe_load(path.read_text())
+    raw["arms"] = {"grpo_n8": {"overrides": ["exchange.mode=grpo"], "seeds": [1, 2]},
+                   "graft_n8": {"overrides": [], "seeds": [1, 2, 3]}}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys):
+    """Hand-worked, seed by seed (GRAFT − GRPO): A 0.45 − 0.30 = +15.0 points, 0.50 − 0.40 = +10.0, seed 3
+    has no GRPO run: –; B 0.45 − 0.50 = −5.0, 0.60 − 0.60 = +0.0, –. Stored peers of GRPO seed 1: A 0.42,
+    stored gain 0.42 − 0.30 = +12.0 beside the online gain +15.0, ratio 80 %; B 0.55, stored gain +5.0 beside
+    an online gain of −5.0: no ratio."""
+    from graft.cli import main
+    path = _seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
+    plan = load_plan(path)
+    _record(plan, PASS1)
+    assert main(["experiment", "summarize", str(path)]) == 0
+    s = json.loads((plan.results / "summary.json").read_text())
+    diff = s["paired_diff_graft_minus_grpo_n8"]
+    assert diff["A"] == [pytest.approx(0.15), pytest.approx(0.10), None]
+    assert diff["B"] == [pytest.approx(-0.05), pytest.approx(0.0), None]
+    assert s["paired_diff_graft_minus_grpo_n8_number"] == {"A": [None] * 3, "B": [None] * 3}   # no responses kept
+    (row_a,) = s["stored_vs_online"]["A"]
+    assert list(row_a) == ["seed", "stored", "grpo_n8", "graft_n8", "stored_gain", "online_gain", "ratio"]
+    assert row_a["stored_gain"] == pytest.approx(0.12) and row_a["ratio"] == pytest.approx(0.8)
+    assert s["stored_vs_online"]["B"][0]["ratio"] is None
+    assert set(s["clip_frac_peer"]) == {"peer_last"}
+    md = (plan.results / "REPORT.md").read_text()
+    assert md.startswith("# tiny: GRAFT vs GRPO on A and B\n")
+    assert ("Per-seed paired difference GRAFT n=8 − GRPO n=8 (points): A: +15.0, +10.0, –; B: -5.0, +0.0, –"
+            in md)
+    assert ("Stored vs online, A (seed 1): stored peer 42.0, GRPO n=8 30.0, GRAFT n=8 45.0: stored gain +12.0 "
+            "points, online gain +15.0 points, ratio 80 % (paper: 84 %).") in md
+    assert "Stored vs online, B (seed 1): stored peer 55.0, GRPO n=8 50.0, GRAFT n=8 45.0" in md
+    assert "ratio not defined (online gain ≤ 0)" in md
+
+
+def test_a_plan_without_comparisons_reports_none(tmp_path, tiny_llama_dir, tiny_gemma_dir):
+    """The same runs, nothing declared: the arms' pass@1 are there, no difference, no stored-vs-online gain,
+    no clip-rate comparison, and the heading claims no comparison."""
+    from graft.experiment import report_markdown
+    plan = load_plan(_seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared={}))
+    _record(plan, PASS1)
+    s = summarize(plan)
+    assert s["arms"]["graft_n8"]["A"] == [0.45, 0.50, 0.90] and s["stored"]["A"] == [0.42]
+    assert not [k for k in s if k.startswith("paired_diff") or k == "stored_vs_online"]
+    assert s["clip_frac_peer"] == {} and s["clip_frac_peer_by_model"] == {}
+    md = report_markdown(plan, s, {})
+    assert md.startswith("# tiny on A and B\n")
+    assert "paired difference" not in md and "Stored vs online" not in md and "clip rate" not in md
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"comparisons": {"g": {"arm": "graft_n8", "baseline": "grpo_n9"}}}, "comparisons.g.baseline"),
+    ({"comparisons": {"g": {"arm": "graft", "baseline": "grpo_n8"}}}, "comparisons.g.arm"),
+    ({"comparisons": {"g": {"arm": "graft_n8", "baseline": "grpo_n8", "label": "x"}}}, "comparisons.g"),
+    ({"comparisons": {"g": {"arm": "graft_n8", "baseline": "graft_n8"}}}, "comparisons.g"),
+    ({"comparisons": [{"arm": "graft_n8", "baseline": "grpo_n8"}]}, "comparisons"),
+    ({"labels": {"grpo_n9": "GRPO"}}, "labels.grpo_n9"),
+    ({"clip_frac_peer": {"peer_last": "graft_n9"}}, "clip_frac_peer.peer_last"),
+    ({"stored": {"from": "grpo_n9"}}, "stored.from"),
+    ({"arms": {"stored_A": []}}, "arms.stored_A"),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_a_bad_declaration_is_refused_in_one_line(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys, change, key):
+    from graft.cli import main
+    path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **change}, sort_keys=False))
+    assert main(["experiment", "summarize", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: {key}: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "results").exists()
