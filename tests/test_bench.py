@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graft import bench
+from graft.bench import bench_main, cli, common, graft_vs_grpo, rollout_vs_generate, step_vs_trl, trl_settings
 from graft.cli import main
-from graft.config import load_config
+from graft.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = str(REPO / "configs" / "default.yaml")
@@ -19,25 +19,25 @@ DEFAULT = str(REPO / "configs" / "default.yaml")
 # ----------------------------------------------------------------------------- pure helpers
 
 def test_parse_only_keeps_canonical_order_and_rejects_unknown_parts():
-    assert bench.parse_only("c, a") == ("a", "c")
+    assert cli.parse_only("c, a") == ("a", "c")
     for bad in ("a,x", "", " , "):
-        with pytest.raises(bench.ConfigError, match="--only"):
-            bench.parse_only(bad)
+        with pytest.raises(ConfigError, match="--only"):
+            cli.parse_only(bad)
 
 
 def test_alternate_runs_sides_in_turn_and_records_memory():
     calls = []
     sides = [(name, lambda i, name=name: calls.append((name, i)) or {"v": i}) for name in ("A", "B")]
-    rows = bench.alternate(3, sides, "t", lambda r: str(r["v"]))
+    rows = common.alternate(3, sides, "t", lambda r: str(r["v"]))
     assert calls == [("A", 0), ("B", 0), ("A", 1), ("B", 1), ("A", 2), ("B", 2)]
     assert [r["v"] for r in rows["B"]] == [0, 1, 2]
     assert all(r["peak_rss_gb"] > 0 and r["peak_rss_scope"] in ("side", "process") for r in rows["A"])
 
 
 def test_series_median_skips_missing_values_and_keeps_all_raw():
-    assert bench.series([3.0, None, 1.0, 2.0]) == {"median": 2.0, "values": [3.0, None, 1.0, 2.0]}
-    assert bench.series([])["median"] is None
-    assert bench.clean({"x": float("nan"), "y": (1, float("inf"))}) == {"x": None, "y": [1, None]}
+    assert common.series([3.0, None, 1.0, 2.0]) == {"median": 2.0, "values": [3.0, None, 1.0, 2.0]}
+    assert common.series([])["median"] is None
+    assert common.clean({"x": float("nan"), "y": (1, float("inf"))}) == {"x": None, "y": [1, None]}
 
 
 def test_generated_lengths_count_up_to_the_stop_token_or_the_first_pad():
@@ -45,20 +45,20 @@ def test_generated_lengths_count_up_to_the_stop_token_or_the_first_pad():
     gen = torch.tensor([[5, 6, 7, 0, 0],    # EOS at 2: 3 tokens
                         [5, 6, 5, 6, 5],    # truncated: full width
                         [5, 6, 0, 0, 0]])   # ended by a stop string, then padded: 2 tokens
-    assert bench.generated_lengths(gen, stop, pad) == [3, 5, 2]
-    assert bench.generated_lengths(torch.tensor([[7, 7, 7]]), {7}, 7) == [1]   # pad == EOS
+    assert rollout_vs_generate.generated_lengths(gen, stop, pad) == [3, 5, 2]
+    assert rollout_vs_generate.generated_lengths(torch.tensor([[7, 7, 7]]), {7}, 7) == [1]   # pad == EOS
 
 
 def test_exchange_counts_sum_every_direction():
     m = {"exchange/A->B/transferred": 8, "exchange/B->A/transferred": 4, "exchange/A->B/admitted": 5,
          "exchange/B->A/admitted": None, "A/peer_responses": 3}
-    assert bench.exchange_counts(m) == {"transferred": 12, "admitted": 5}
+    assert graft_vs_grpo.exchange_counts(m) == {"transferred": 12, "admitted": 5}
 
 
 def test_trl_settings_follow_the_graft_config():
     cfg = load_config(DEFAULT, ["batch_prompts=4", "rollout.n=8", "rollout.max_new_tokens=48",
                                 "update.clip_low=0.15", "models.0.lr=3.0e-6"])
-    kw = bench.trl_config_kwargs(cfg, cfg.models[0], Path("/tmp/x"), True, {"activation_checkpointing"})
+    kw = trl_settings.trl_config_kwargs(cfg, cfg.models[0], Path("/tmp/x"), True, {"activation_checkpointing"})
     assert kw["per_device_train_batch_size"] * kw["steps_per_generation"] == 4 * 8      # one generation batch ...
     assert kw["steps_per_generation"] == cfg.update.num_minibatches == kw["max_steps"]  # ... = M optimizer steps
     assert kw["gradient_accumulation_steps"] == 1 and kw["num_iterations"] == 1 and kw["num_generations"] == 8
@@ -69,10 +69,10 @@ def test_trl_settings_follow_the_graft_config():
     assert kw["lr_scheduler_type"] == "constant" and kw["max_grad_norm"] == cfg.models[0].max_grad_norm
     assert kw["activation_checkpointing"] is False and "gradient_checkpointing" not in kw
     assert kw["bf16"] is False and kw["use_cpu"] is True and kw["use_vllm"] is False
-    assert bench.trl_batch_problem(cfg) is None
-    assert "do not split" in bench.trl_batch_problem(load_config(DEFAULT, ["batch_prompts=6"]))
-    assert bench.micro_batch_difference(cfg) == []          # 8 completions per minibatch, micro-batch 8
-    assert bench.micro_batch_difference(load_config(DEFAULT, ["rollout.n=16"]))
+    assert trl_settings.trl_batch_problem(cfg) is None
+    assert "do not split" in trl_settings.trl_batch_problem(load_config(DEFAULT, ["batch_prompts=6"]))
+    assert trl_settings.micro_batch_difference(cfg) == []          # 8 completions per minibatch, micro-batch 8
+    assert trl_settings.micro_batch_difference(load_config(DEFAULT, ["rollout.n=16"]))
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -105,8 +105,8 @@ def test_bench_runs_graft_sides_end_to_end(tmp_path, tiny_llama_dir, tiny_gemma_
     from tests.trainer.helpers import crafted_rewards
 
     crafted_rewards(monkeypatch)   # prompt 0: A solves 1 of 4, prompt 1: B solves 1 of 4 -> an exchange each step
-    monkeypatch.setattr(bench, "trl_unavailable_reason", lambda: "TRL is not installed (pip install 'graft[bench]')")
-    assert bench.bench_main(_tiny_args(tmp_path, tiny_llama_dir, tiny_gemma_dir)) == 0
+    monkeypatch.setattr(step_vs_trl, "trl_unavailable_reason", lambda: "TRL is not installed (pip install 'graft[bench]')")
+    assert bench_main(_tiny_args(tmp_path, tiny_llama_dir, tiny_gemma_dir)) == 0
     out = tmp_path / "out"
     res = json.loads((out / "bench.json").read_text())
     md = (out / "bench.md").read_text()
@@ -152,7 +152,7 @@ def test_bench_runs_graft_sides_end_to_end(tmp_path, tiny_llama_dir, tiny_gemma_
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL not installed (pip install 'graft[bench]')")
 def test_bench_trl_side_on_the_tiny_llama(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys):
-    assert bench.bench_main(_tiny_args(tmp_path, tiny_llama_dir, tiny_gemma_dir, "--only", "a")) == 0
+    assert bench_main(_tiny_args(tmp_path, tiny_llama_dir, tiny_gemma_dir, "--only", "a")) == 0
     res = json.loads((tmp_path / "out" / "bench.json").read_text())
     a, trl = res["a"], res["a"]["trl"]
     assert "skipped" not in trl and trl["version"] == res["environment"]["trl"]
@@ -173,7 +173,9 @@ def test_bench_trl_side_on_the_tiny_llama(tmp_path, tiny_llama_dir, tiny_gemma_d
 def test_a_trl_without_a_matching_setting_is_refused_before_loading(monkeypatch):
     from types import SimpleNamespace
 
-    monkeypatch.setattr(bench, "trl_config_kwargs", lambda *a: {"loss_type": "bnpo", "no_such_grpo_field": 1})
+    from graft.bench import trl_trainer   # imports TRL
+
+    monkeypatch.setattr(trl_trainer, "trl_config_kwargs", lambda *a: {"loss_type": "bnpo", "no_such_grpo_field": 1})
     learner = SimpleNamespace(policy=SimpleNamespace(device=torch.device("cpu")))
-    with pytest.raises(bench.TrlUnsupported, match="no_such_grpo_field"):
-        bench.TrlBench(load_config(DEFAULT), load_config(DEFAULT).models[0], [], None, learner, Path("/tmp/x"))
+    with pytest.raises(trl_settings.TrlUnsupported, match="no_such_grpo_field"):
+        trl_trainer.TrlBench(load_config(DEFAULT), load_config(DEFAULT).models[0], [], None, learner, Path("/tmp/x"))

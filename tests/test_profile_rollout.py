@@ -1,12 +1,7 @@
-"""scripts/profile_rollout.py: operators are attributed to the right part of a rollout."""
-import importlib.util
-from pathlib import Path
-
+"""scripts/profile_rollout.py (graft.bench.rollout_profile): operators are attributed to the right part of a rollout."""
 import pytest
 
-spec = importlib.util.spec_from_file_location("profile_rollout", Path(__file__).parents[1] / "scripts" / "profile_rollout.py")
-prof = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(prof)
+from graft.bench import rollout_profile as prof
 
 V = 49152
 

@@ -1,0 +1,66 @@
+"""The configs and live Runs that ``graft bench`` times (also used by ``scripts/profile_rollout.py``),
+and the timings of one training step."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import statistics
+from pathlib import Path
+
+from graft.config import Config, ModelConfig
+from graft.distributed.ray_backend import close_learners
+from graft.policy.loading import load_tokenizer
+from graft.trainer.loop import train_step
+
+
+def default_config_path() -> Path:
+    """``configs/default.yaml`` of this checkout."""
+    return Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+
+
+def _slug(path: str) -> str:
+    """A model name made from the last part of its path."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(path.split(":")[-1].rstrip("/")).name).strip("-")
+    return name or "model"
+
+
+def model_entry(cfg: Config, path: str) -> ModelConfig:
+    """The config's entry for model ``path`` (its name, template, lr ...), or a new one: the chat
+    template (2 worked examples) when the tokenizer has one, else the few-shot text template."""
+    for m in cfg.models:
+        if m.path == path:
+            return m
+    template = "chat" if getattr(load_tokenizer(path), "chat_template", None) else "fewshot"
+    lr = cfg.models[0].lr if cfg.models else ModelConfig.lr
+    return ModelConfig(name=_slug(path), path=path, template=template, fewshot=2, lr=lr)
+
+
+def single_model_config(cfg: Config, entry: ModelConfig, run_dir: Path, **update) -> Config:
+    """``cfg`` training ``entry`` alone with GRPO, in-process (``backend: local``)."""
+    return dataclasses.replace(cfg, models=[entry], run_dir=str(run_dir), backend="local",
+                               exchange=dataclasses.replace(cfg.exchange, mode="grpo"),
+                               peer=dataclasses.replace(cfg.peer, source="live"),
+                               update=dataclasses.replace(cfg.update, **update))
+
+
+def close_run(run) -> None:
+    """Stop a Run's grader workers and learners."""
+    run.grader.close()
+    close_learners(run.learners)
+
+
+def step_row(metrics: dict, names: list[str]) -> dict:
+    """Timings and counts of one :func:`graft.trainer.loop.train_step` result (summed over models)."""
+    total = lambda key: sum(metrics.get(f"{n}/{key}", 0) or 0 for n in names)  # noqa: E731
+    row = {f"{ph}_s": metrics.get(f"time/{ph}_s") for ph in ("step", "rollout", "score", "exchange", "update")}
+    row |= {"tokens_generated": total("tokens/generated"), "tokens_update": total("tokens/update"),
+            "reward_mean": statistics.mean(metrics.get(f"{n}/reward/mean", 0.0) for n in names),
+            "metrics": metrics}
+    return row
+
+
+def rewound_step(run, state: dict, step: int) -> dict:
+    """One :func:`train_step` on the prompts the sampler gives from ``state``."""
+    run.sampler.load_state_dict(json.loads(json.dumps(state)))
+    return train_step(run, step)
