@@ -24,23 +24,12 @@ import shlex
 import subprocess
 import sys
 
+from graft.config import ConfigError, load_config, show_config
+from graft.errors import UserError
+from graft.files import output_error
+from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT, Diverged, Preempted
+
 USAGE = __doc__
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean bad input: printed as one line, exit code 2."""
-    from graft.config import ConfigError
-    from graft.data.datasets import DataError
-    from graft.policy.loading import ModelLoadError
-    from graft.storage.checkpoint import CheckpointError
-    from graft.storage.lock import LockError
-    from graft.storage.trajectory_store import StoreError
-    from graft.distributed.ray_backend import WorkerFailure
-    from graft.trainer.loop import GraderHang
-    from graft.trainer.metrics import OutputError
-
-    return (ConfigError, DataError, ModelLoadError, CheckpointError, StoreError, GraderHang, WorkerFailure,
-            OutputError, LockError, FileNotFoundError)
 
 
 def train_main(argv: list[str]) -> int:
@@ -50,9 +39,7 @@ def train_main(argv: list[str]) -> int:
     p.add_argument("config", help="YAML config file (see configs/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=10 models.0.lr=2e-6")
     args = p.parse_args(argv)
-    from graft.config import load_config
-    from graft.trainer.loop import train
-
+    train = getattr(importlib.import_module("graft.trainer.loop"), "train")   # deferred: torch, transformers
     train(load_config(args.config, args.overrides))
     return 0
 
@@ -64,8 +51,6 @@ def config_main(argv: list[str]) -> int:
     show.add_argument("config", help="YAML config file (see configs/)")
     show.add_argument("overrides", nargs="*", help="key=value overrides, as graft train takes them")
     args = p.parse_args(argv)
-    from graft.config import load_config, show_config
-
     print(show_config(load_config(args.config, args.overrides)))
     return 0
 
@@ -90,8 +75,6 @@ def sweep_main(argv: list[str]) -> int:
 
 def sweep_commands(config: str, grid: list[str], overrides: list[str]) -> list[list[str]]:
     """One ``graft train`` command per grid point, each with its own run_dir suffix."""
-    from graft.config import ConfigError, load_config
-
     axes = []
     for item in grid:
         if "=" not in item:
@@ -120,9 +103,10 @@ COMMANDS = {
     "sweep": ("graft.cli", "sweep_main"),
     "experiment": ("graft.experiment", "experiment_main"),
     "onestep": ("graft.onestep", "onestep_main"),
-    "bench": ("graft.bench", "bench_main"),
+    "bench": ("graft.bench.cli", "bench_main"),
 }
-"""Command name -> (module, function) of its entry point, imported on use."""
+"""Command name -> (module, function) of its entry point, imported on use: ``graft --help`` or ``graft config``
+does not load torch and transformers."""
 
 
 def _dispatch(cmd: str, argv: list[str]) -> int:
@@ -138,8 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
-    from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT, Diverged, Preempted
-
     try:
         return _dispatch(argv[0], argv[1:])
     except Preempted as e:   # a SIGTERM/SIGINT: the finished steps are checkpointed
@@ -148,12 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     except Diverged as e:
         print(f"error: {e}", file=sys.stderr)
         return DIVERGED_EXIT
-    except _user_errors() as e:
+    except (UserError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:   # disk full, permissions, a file where a folder should be: one line, no traceback
-        from graft.trainer.metrics import output_error
-
         err = output_error(e, e.filename or "?")
         if err is None:
             raise

@@ -15,7 +15,10 @@ embedded CPU job lives in ``configs/default.yaml``.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import difflib
+import inspect
 import json
 import math
 import re
@@ -27,10 +30,11 @@ from typing import Any, Literal
 
 import yaml
 
+from graft.errors import UserError
 from graft.registry import ENGINES, FAMILIES, RULES, STYLES
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration that cannot run; the message says which field and why."""
 
 
@@ -846,7 +850,6 @@ def nearest_key(key: str) -> str | None:
     """The valid dotted key closest to the unknown ``key`` (``report_to`` -> ``logging.report_to``):
     difflib over every dotted key and over the leaf names, list indices taken from ``key``; None
     when nothing is close."""
-    import difflib
 
     parts = key.split(".")
     templates = _key_templates()
@@ -867,8 +870,6 @@ def nearest_key(key: str) -> str | None:
 def field_docs() -> dict[tuple[str, str], str]:
     """``(dataclass name, field) -> one-line description``: the first sentence of the docstring
     under each field in this module (the one place fields are documented), read with ``ast``."""
-    import ast
-    import inspect
 
     tree = ast.parse(inspect.getsource(__import__(__name__, fromlist=["_"])))
     out = {}

@@ -30,13 +30,19 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Sequence
 
 import torch
+import transformers
+from transformers import GenerationConfig
 
+from graft import __version__
 from graft.config import Config, ModelConfig, load_config
 from graft.evaluation.evaluate import eval_history, select_checkpoint
+from graft.policy import prompts
+from graft.policy.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, load_model, load_tokenizer, looks_like_hub_id
 from graft.storage.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, verify_model_files
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -64,7 +70,6 @@ def _model_cfg(run_cfg: Config, name: str | None, available: Sequence[str], wher
 # ----------------------------------------------------------------------------- the model card
 
 def _is_hub_id(path: str) -> bool:
-    from graft.policy.loading import looks_like_hub_id
     return "/" in path and looks_like_hub_id(path) and not Path(path).exists()
 
 
@@ -76,18 +81,13 @@ def _fmt(v) -> str:
 
 def upstream(path: str) -> dict | None:
     """``{"upstream": hub id, "license": ..., "license_url": ...}`` of an embedded model path, else ``None``."""
-    from graft.policy.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX
     return EMBEDDED_MODELS.get(path[len(EMBEDDED_PREFIX):]) if path.startswith(EMBEDDED_PREFIX) else None
 
 
 def provenance(repo: Path = Path(__file__).resolve().parents[1]) -> dict:
     """Versions of torch, transformers and graft, and graft's git commit (``None`` outside a git checkout)."""
-    import subprocess
 
-    import torch
-    import transformers
 
-    import graft
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
                              text=True, timeout=10).stdout.split()
@@ -95,7 +95,7 @@ def provenance(repo: Path = Path(__file__).resolve().parents[1]) -> dict:
         out = []
     # graft's own checkout only (an installed copy may sit inside some other repository)
     commit = out[1] if len(out) == 2 and Path(out[0]).resolve() == repo.resolve() else None
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "graft": graft.__version__,
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "graft": __version__,
             "graft_commit": commit}
 
 
@@ -179,10 +179,7 @@ def model_card(run_cfg: Config, mcfg: ModelConfig, step: int, source: Path, dtyp
 def export(run_dir: str | Path, out: str | Path, step: str | int | None = None, model: str | None = None,
            dtype: str | None = None) -> Path:
     """Write model ``model`` of checkpoint ``step`` of ``run_dir`` to ``out``; returns ``out``."""
-    from transformers import GenerationConfig
 
-    from graft.policy import prompts
-    from graft.policy.loading import load_model, load_tokenizer
 
     run_dir, out = Path(run_dir), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -1,10 +1,15 @@
-"""File helpers below storage and trainer: JSON that never holds NaN, and fsync of a path."""
+"""File helpers below storage and trainer: JSON that never holds NaN, fsync of a path, and the one-line error
+for an output that cannot be written."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import shutil
 from pathlib import Path
+
+from graft.errors import UserError
 
 
 def json_safe(v):
@@ -37,3 +42,43 @@ def fsync_path(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class OutputError(UserError, RuntimeError):
+    """The run folder (or a file in it) cannot be written: permissions, a file in the way, disk full.
+    The message names the path and the cause."""
+
+
+# errno values that mean "this output cannot be written here", as opposed to a bug.
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
+                           errno.EISDIR, errno.ENAMETOOLONG, errno.EFBIG})
+
+
+def output_error(e: BaseException, what: str | os.PathLike) -> OutputError | None:
+    """An :class:`OutputError` for an exception raised while writing ``what``, when it is an
+    out-of-space / permission / path error (also torch's and safetensors' RuntimeErrors that
+    report a failed file write); ``None`` for anything else."""
+    if isinstance(e, OSError) and e.errno in OUTPUT_ERRNOS:
+        target = e.filename or what
+        hint = " (disk full?)" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
+        return OutputError(f"cannot write {target}: {e.strerror or e}{hint}")
+    text = str(e)
+    if isinstance(e, RuntimeError) and any(m in text for m in _WRITE_FAILURES):
+        return OutputError(f"cannot write {what}: {text.splitlines()[0][:200]} ({_free_space(what)}; disk full?)")
+    return None
+
+
+# How torch's zip writer and safetensors word a failed or short file write (torch reports a full
+# disk in the middle of a tensor as "unexpected pos A vs B": fewer bytes landed than it wrote).
+_WRITE_FAILURES = ("No space left", "file write failed", "unexpected pos")
+
+
+def _free_space(what: str | os.PathLike) -> str:
+    """'N MiB free' on the file system that holds ``what`` (its nearest existing parent)."""
+    p = Path(what).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return f"{shutil.disk_usage(p).free / 2**20:.0f} MiB free"
+    except OSError:
+        return "free space unknown"

@@ -36,6 +36,19 @@ from typing import Sequence
 
 import torch
 
+from graft.algos.gating import gate_metrics
+from graft.config import ConfigError, load_config
+from graft.data.arithmetic import family_of
+from graft.data.datasets import PromptSampler, load_prompts
+from graft.exchange.handover import Scoring, hand_over
+from graft.exchange.live import complementarity, counts, exchange_live, select
+from graft.policy.context import check_learner_context
+from graft.reward.grader import Grader
+from graft.reward.worker import VERIFY_FNS
+from graft.seeds import step_seed
+from graft.storage.checkpoint import CheckpointError, load_checkpoint
+from graft.trainer.learner import Learner
+from graft.trainer.metrics import group_stats
 from graft.types import RolloutGroup
 
 ALMOST_NOTHING = 1.0
@@ -70,15 +83,6 @@ def probe_main(argv: Sequence[str] | None = None) -> int:
 def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, compat: bool = False,
           checkpoint: str | None = None, resamples: int = 8) -> dict:
     """The probe's results as a JSON-ready dict (module docstring)."""
-    from graft.config import ConfigError, load_config
-    from graft.data.datasets import PromptSampler, load_prompts
-    from graft.exchange.live import complementarity, counts
-    from graft.policy.context import check_learner_context
-    from graft.reward.grader import Grader
-    from graft.reward.worker import VERIFY_FNS
-    from graft.trainer.learner import Learner
-    from graft.trainer.loop import step_seed
-    from graft.trainer.metrics import group_stats
 
     cfg = load_config(config, overrides)
     if prompts < 1 or resamples < 1:
@@ -133,7 +137,6 @@ def _checkpoint_dirs(checkpoint: str | None, names: list[str]) -> dict[str, Path
     """Model name -> its folder in the checkpoint ``checkpoint`` (verified against the manifest's sizes)."""
     if checkpoint is None:
         return {}
-    from graft.storage.checkpoint import CheckpointError, load_checkpoint
 
     ck = load_checkpoint(checkpoint)
     missing = [n for n in names if n not in ck.model_dirs]
@@ -174,8 +177,6 @@ class ReplayReceiver:
 def _compat(groups: list[RolloutGroup], receiver, cfg) -> dict:
     """Gate metrics (``gating.gate_metrics``) of every response of ``groups`` handed to ``receiver``
     by the exchange's own code, for all responses and for the correct ones."""
-    from graft.algos.gating import gate_metrics
-    from graft.exchange.handover import Scoring, hand_over
 
     audit = hand_over(groups, receiver, cfg.exchange, Scoring.of(cfg)).rows
     s = torch.tensor([a["s"] for a in audit])
@@ -205,8 +206,6 @@ def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict
     the mean over the replayed batches of candidates, m, kept prompts and, with ``receivers`` (``--compat``),
     transferred, admitted and admitted-correct responses, and the share of steps with any exchange; and a
     ``verdict`` (None unless the pair would exchange almost nothing)."""
-    from graft.exchange.handover import Scoring
-    from graft.exchange.live import counts, exchange_live, select
 
     names = list(groups)
     P = len(groups[names[0]])
@@ -253,8 +252,6 @@ def verdict(directions: dict[str, dict], key: str, batch_prompts: int) -> str | 
 def _by_family(groups: dict) -> dict:
     """Per problem family (the ``FAMILY-00017`` ids of a family mixture): mean reward of every model and
     complementarity of every ordered pair."""
-    from graft.data.arithmetic import family_of
-    from graft.exchange.live import complementarity, counts
 
     names = list(groups)
     fams = sorted({family_of(g.prompt_id) for g in groups[names[0]]})

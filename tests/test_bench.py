@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graft.bench import bench_main, cli, common, graft_vs_grpo, rollout_vs_generate, step_vs_trl, trl_settings
+from graft.bench.cli import bench_main
+from graft.bench import cli, common, graft_vs_grpo, rollout_vs_generate, step_vs_trl, trl_settings
 from graft.cli import main
 from graft.config import ConfigError, load_config
 

@@ -65,10 +65,3 @@ Modules:
 - :mod:`.gpu_check` and :mod:`.rollout_profile`: the commands behind ``scripts/gpu_check.py`` and
   ``scripts/profile_rollout.py``
 """
-
-
-def bench_main(argv: list[str]) -> int:
-    """``graft bench`` (:func:`graft.bench.cli.bench_main`), the entry point ``graft.cli`` calls."""
-    from graft.bench.cli import bench_main as main  # deferred: gpu_check runs without the trainer (pyarrow)
-
-    return main(argv)

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from graft.config import Config, ModelConfig
-from graft.distributed.ray_backend import close_learners
+from graft.trainer.backends import close_learners
 from graft.policy.loading import load_tokenizer
 from graft.trainer.loop import train_step
 

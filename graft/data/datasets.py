@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from graft.config import ArithmeticConfig
 from graft.data.arithmetic import make_arithmetic, make_families
+from graft.errors import UserError
 from graft.types import Prompt
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Unusable training or evaluation data; the message names the file and line."""
 
 
@@ -131,7 +133,6 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
@@ -150,7 +151,7 @@ def _hub_rows(spec: str) -> tuple[str, Iterable[tuple[str, Any]]]:
     if not name:
         raise DataError(f"data source {spec!r}: expected hub:NAME[:split]")
     try:
-        import datasets
+        import datasets  # deferred: optional (hub:NAME data only), and slow to import
     except ImportError:
         raise DataError(f"data source {spec!r} needs the Hugging Face 'datasets' package: pip install datasets") from None
     try:

@@ -29,12 +29,19 @@ from typing import Any, Iterable
 import torch
 
 from graft.config import Config, ConfigError, ModelConfig, RayConfig, ResourceConfig
+from graft.errors import UserError
 from graft.seeds import init_seed
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-class WorkerFailure(RuntimeError):
+def _ray():
+    """The ``ray`` module (an optional dependency: ``pip install 'graft[ray]'``)."""
+    import ray   # deferred: only backend=ray needs it, and it is heavy to import
+    return ray
+
+
+class WorkerFailure(UserError, RuntimeError):
     """A Ray worker died, raised, or did not answer in time; the run cannot continue.
 
     The message names the model, the worker rank, the operation and the cause, and says how
@@ -46,10 +53,7 @@ class RayWorkers:
 
     def __init__(self, worker_cls: type, cfg: ModelConfig, resources: ResourceConfig, ray_cfg: RayConfig,
                  threads: int | None = None) -> None:
-        import ray   # optional dependency, deferred: only backend=ray needs it
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
+        ray = _ray()
         self.name = cfg.name
         self.timeout = float(ray_cfg.actor_timeout_s)
         self.size = W = int(resources.num_workers)
@@ -61,7 +65,7 @@ class RayWorkers:
         bundle = {"CPU": float(resources.num_cpus) if resources.num_cpus > 0 else 0.001}
         if resources.num_gpus:
             bundle["GPU"] = float(resources.num_gpus)
-        self._pg = placement_group([dict(bundle) for _ in range(W)], strategy="PACK", name=f"graft-{cfg.name}-{os.getpid()}")
+        self._pg = ray.util.placement_group([dict(bundle) for _ in range(W)], strategy="PACK", name=f"graft-{cfg.name}-{os.getpid()}")
         ready, _ = ray.wait([self._pg.ready()], timeout=self.timeout)
         if not ready:
             self.close()
@@ -77,7 +81,7 @@ class RayWorkers:
             opts = dict(num_cpus=bundle["CPU"], num_gpus=float(resources.num_gpus or 0), max_restarts=0,
                         max_task_retries=0, name=f"graft-{cfg.name}-rank{r}-{os.getpid()}-{id(self)}",
                         runtime_env={"env_vars": env},
-                        scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=r))
+                        scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=r))
             self.actors.append(actor_cls.options(**opts).remote(cfg.name, r, W, thr))
 
     def setup(self, cfg: ModelConfig, device: str, weights_from: str | None, seed: int, engine: str) -> list[dict]:
@@ -96,8 +100,8 @@ class RayWorkers:
         return self._wait(refs, what or method)
 
     def _wait(self, refs: list, what: str, ranks: list[int] | None = None) -> list:
-        import ray
-        from ray import exceptions as rex
+        ray = _ray()
+        rex = ray.exceptions
 
         ranks = ranks or list(range(len(refs)))
         index = {r: i for i, r in enumerate(refs)}
@@ -124,8 +128,8 @@ class RayWorkers:
 
     def _dead_ranks(self) -> list[int]:
         """Ranks whose actor is gone (asked with a short ping), to name the culprit in the message."""
-        import ray
-        from ray import exceptions as rex
+        ray = _ray()
+        rex = ray.exceptions
         dead = []
         refs = [w.ping.remote() for w in self.actors]
         for r, ref in enumerate(refs):
@@ -147,7 +151,7 @@ class RayWorkers:
 
     def save(self, path) -> None:
         """Rank 0 writes the folder; when it runs on another node its files come back as bytes."""
-        import ray
+        ray = _ray()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         ship = self.info[0]["node"] != ray.util.get_node_ip_address()
@@ -159,7 +163,7 @@ class RayWorkers:
 
     def close(self) -> None:
         """Kill this model's actors and release their resources (idempotent)."""
-        import ray
+        ray = _ray()
         for w in self.actors:
             with contextlib.suppress(Exception):
                 ray.kill(w, no_restart=True)
@@ -195,7 +199,7 @@ def init_ray(ray_cfg: RayConfig, needed_cpus: float = 0.0, needed_gpus: float = 
     A local Ray gets at least the CPUs the configured workers request (Ray counts CPUs as
     scheduling slots; the OS shares the real cores)."""
     try:
-        import ray
+        ray = _ray()
     except ImportError as e:
         raise ConfigError("backend=ray needs Ray: pip install 'ray[default]' (or 'graft[ray]')") from e
     if ray.is_initialized():

@@ -32,6 +32,7 @@ import argparse
 import bisect
 import json
 import math
+import random
 import re
 import sys
 from pathlib import Path
@@ -39,8 +40,11 @@ from typing import Any, Sequence
 
 import yaml
 
+from graft.data.arithmetic import FAMILIES
 from graft.evaluation.evaluate import best_checkpoint, json_clean
 from graft.evaluation.metrics import complementarity_counts
+from graft.reward.shortcuts import FLAGS, chance_level
+from graft.storage.trajectory_store import TrajectoryStore
 
 S_EDGES = [round(0.05 * i, 2) for i in range(41)]
 """Histogram edges of the compatibility score s."""
@@ -146,7 +150,6 @@ def read_store_counts(run_dir: Path, models: Sequence[str] | None = None) -> dic
     root = Path(run_dir) / "trajectories"
     if not root.is_dir() or not any(root.glob("step_*.parquet")):
         return None
-    from graft.storage.trajectory_store import TrajectoryStore
 
     table = TrajectoryStore(root).read(models=models, columns=["model", "step", "prompt_id", "reward"])
     cols = {c: table[c].to_pylist() for c in ("model", "step", "prompt_id", "reward")}
@@ -336,7 +339,6 @@ def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, floa
     :mod:`graft.reward.shortcuts`): the share of rewarded responses with each flag (pooled, weighted by
     each step's ``rewarded/n``), the distinct-response share, and the mean reward of every problem family
     beside its chance level (``families_chance``: the reward of boxing a number of the question)."""
-    from graft.reward.shortcuts import FLAGS
 
     logged = [r for r in rows if _num(r.get(f"{model}/rewarded/n")) is not None]
     out: dict[str, Any] = {"ranges": []}
@@ -359,10 +361,7 @@ def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, floa
 def families_chance(cfg: dict) -> dict[str, float]:
     """Chance level of every family of a run's procedural task (its config dict): the mean over 400 draws
     of the family's generator (repeats allowed: ``square`` has only 2 x max_operand + 1 problems)."""
-    import random
 
-    from graft.data.arithmetic import FAMILIES
-    from graft.reward.shortcuts import chance_level
 
     arith = (cfg.get("data") or {}).get("arithmetic") or {}
     if (cfg.get("data") or {}).get("train") != "arithmetic" or not arith.get("families"):
@@ -525,7 +524,6 @@ def complementarity_matrix(a: dict) -> list[str]:
 def monitor_lines(monitor: dict) -> list[str]:
     """The reward monitor as text: per model and third of training, the share of rewarded answers with
     each shortcut flag, then every family's reward per third beside its chance level."""
-    from graft.reward.shortcuts import FLAGS
 
     if not monitor:
         return []

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -43,8 +44,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoConfig
+
+from graft.config import ConfigError, ModelConfig, load_config
+from graft.data.datasets import load_prompts
 from graft.evaluation.metrics import mean_std, num_correct, pass_at_k_from_rewards
+from graft.policy.codec import TextCodec
+from graft.policy.context import check_context, max_positions
+from graft.policy.engines import EngineUnavailable, VllmEngine, make_engine
+from graft.policy.policy import Policy
+from graft.reward.grader import Grader
+from graft.reward.worker import VERIFY_FNS
 from graft.seeds import derive_seed  # noqa: F401 (re-exported)
+from graft.storage.checkpoint import (
+    CheckpointError,
+    checkpoint_step,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    verify_model_files,
+)
+from graft.storage.lock import FolderLock
 from graft.types import VERIFY_NO_ANSWER, VERIFY_TIMEOUT, Prompt
 
 BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
@@ -130,7 +152,6 @@ def _append(path: Path, records: Iterable[PromptRecord]) -> None:
 
 
 def _accepts_seeds(generator) -> bool:
-    import inspect
 
     try:
         return "seeds" in inspect.signature(generator.generate).parameters
@@ -253,7 +274,6 @@ def run_repeat(generator, prompts: Sequence[Prompt], grader, *, path: Path | Non
 
 
 def _bar(total: int, initial: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit="prompt", disable=not enabled, dynamic_ncols=True)
 
@@ -409,7 +429,6 @@ def _engine_for(policy, backend: str, model_path: str | None):
     stop strings): ``hf`` for an in-memory Policy; ``vllm`` serving ``model_path`` (``policy`` is then the
     model's TextCodec) or the Policy's own weights. ``None``: ``policy`` samples by itself (a Learner
     over its workers, or a test double)."""
-    from graft.policy.engines import EngineUnavailable, VllmEngine, make_engine
 
     try:
         if backend == "vllm":
@@ -500,7 +519,6 @@ def best_checkpoint(history: Sequence[dict], key: str, steps: Iterable[int] | No
 def eval_history(run_dir: Path, checkpoints: list[Path]) -> list[dict]:
     """Rows ``{"step", "eval/...": value}`` of in-training evaluation: the newest checkpoint's
     ``eval_history`` overlaid by ``metrics.jsonl`` (the run's full record)."""
-    from graft.storage.checkpoint import load_checkpoint
 
     by_step: dict[int, dict] = {}
     if checkpoints:
@@ -521,7 +539,6 @@ def eval_history(run_dir: Path, checkpoints: list[Path]) -> list[dict]:
 
 def select_checkpoint(run_dir: Path, step: str | int | None, model: str) -> Path:
     """The checkpoint folder for ``--step`` (None/``latest``, ``best`` or a step number)."""
-    from graft.storage.checkpoint import CheckpointError, checkpoint_step, list_checkpoints
 
     if not run_dir.is_dir():
         raise CheckpointError(f"run folder not found: {run_dir}")
@@ -586,7 +603,6 @@ def _unescape(text: str) -> str:
 
 
 def _run_config(config: str):
-    from graft.config import ConfigError, load_config
 
     p = Path(config)
     if p.is_dir():
@@ -614,7 +630,6 @@ def run_model(config: str, model_name: str | None, which: str | None) -> tuple[s
     the checkpoint folder ``RUN/checkpoints/step_N/NAME`` of the model's best-evaluated step (highest in-training
     ``eval/NAME/val/pass@1``; the latest checkpoint when the run has no such value; :func:`select_checkpoint`)
     or its latest step, or the run's starting weights (``models.i.path``) for ``base``."""
-    from graft.storage.checkpoint import CheckpointError, checkpoint_step, list_checkpoints
 
     run_cfg = _run_config(config)
     base = _pick_model(run_cfg, config, model_name)
@@ -636,7 +651,6 @@ def run_model(config: str, model_name: str | None, which: str | None) -> tuple[s
 
 def _pick_model(run_cfg, config: str, model_name: str | None):
     """The ModelConfig ``--model-name`` names in the run config ``config`` (its only model when not given)."""
-    from graft.config import ConfigError
 
     names = [m.name for m in run_cfg.models]
     if model_name is None and len(names) != 1:
@@ -660,8 +674,6 @@ def _model_cfg_for(model: str, template: str | None = None, config: str | None =
     ``path``; LoRA adapters are merged for evaluation. A checkpoint folder's files are verified
     against its manifest (sha256) first.
     """
-    from graft.config import ConfigError, ModelConfig, load_config
-    from graft.storage.checkpoint import verify_model_files
 
     p = Path(model)
     if p.is_dir() and (p / "config.yaml").is_file() and not (p / "config.json").is_file():   # a run or step folder
@@ -706,7 +718,6 @@ def _model_cfg_for(model: str, template: str | None = None, config: str | None =
 def _which_model_folder(p: Path, names: list[str]) -> str:
     """The message for ``--model`` naming a run folder or a checkpoint step folder: the model
     folders that exist (of the latest checkpoint for a run folder), or that there is none."""
-    from graft.storage.checkpoint import latest_checkpoint
 
     if (p / "manifest.json").exists() or p.parent.name == "checkpoints":
         step, kind = p, "a checkpoint step folder"
@@ -814,7 +825,6 @@ def _resolve(args, model: str | None) -> tuple[str, str]:
 
 def _datasets(args) -> dict[str, list[Prompt]]:
     """``--data`` sets, else the ``--config`` run's ``data.val`` (as ``val``, limited to ``data.val_limit``)."""
-    from graft.data.datasets import load_prompts
 
     if args.data is None:
         run_cfg = _run_config(args.config)
@@ -830,7 +840,6 @@ def _datasets(args) -> dict[str, list[Prompt]]:
 
 def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path) -> tuple[dict, Any]:
     """Evaluate one model (``--model`` form) on ``datasets`` into ``out``; ``(results, its ModelConfig)``."""
-    from graft.storage.lock import FolderLock
 
     cfg, weights_from, run_cfg = _model_cfg_for(model, args.template, args.config, args.model_name,
                                                 args.fewshot, args.stop, args.instruction)
@@ -840,7 +849,6 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
     max_new = args.max_new_tokens or run_max or 2048
     device = args.device
     if device == "auto":
-        import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
     with FolderLock(out, "--out folder"):   # one evaluation per output folder, taken before the model loads
         return _evaluate_into(args, model, out, datasets, cfg, weights_from, run_cfg, max_new, device)
@@ -848,20 +856,15 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
 
 def _evaluate_into(args, model: str, out: Path, datasets: dict, cfg, weights_from, run_cfg, max_new: int,
                    device: str) -> tuple[dict, Any]:
-    from graft.policy.context import check_context
-    from graft.policy.policy import Policy
-    from graft.reward.grader import Grader
 
     progress = not args.no_progress
     model_path = None
     if args.backend == "vllm":  # vLLM loads the folder; graft renders, tokenizes, decodes and cuts with the codec
-        from graft.policy.codec import TextCodec
         generator, model_path = TextCodec.load(cfg, weights_from), vllm_model_path(cfg, weights_from)
     else:
         generator = Policy.load(cfg, device=device, weights_from=weights_from)
     check_context(cfg.name if args.config else model, generator.codec, _eval_max_positions(generator, model_path),
                   [p.problem for ps in datasets.values() for p in ps], max_new, "--max-new-tokens")
-    from graft.reward.worker import VERIFY_FNS
     answer_form = args.answer_form or (run_cfg.reward.answer_form if run_cfg is not None else "any")
     with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers, verify_fn=VERIFY_FNS[answer_form]) as grader:
         res = evaluate(generator, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
@@ -890,12 +893,10 @@ def compare_table(results: dict[str, dict]) -> str:
 
 def _eval_max_positions(generator, model_path: str | None) -> int | None:
     """``max_position_embeddings`` of the model evaluated: the loaded Policy's, or the vLLM folder's config."""
-    from graft.policy.context import max_positions
 
     model = getattr(generator, "model", None)
     if model is not None:
         return max_positions(model.config)
-    from transformers import AutoConfig
     try:
         return max_positions(AutoConfig.from_pretrained(model_path))
     except (OSError, ValueError):

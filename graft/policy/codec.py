@@ -7,10 +7,13 @@ driver side of the Ray backend (which holds no weights). The rules themselves li
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Sequence
 
 from graft.config import ModelConfig
 from graft.policy import prompts
+from graft.policy.loading import load_tokenizer
 
 
 class TextCodec:
@@ -36,11 +39,6 @@ class TextCodec:
     def load(cls, cfg: ModelConfig, weights_from: str | None = None) -> "TextCodec":
         """The codec of ``cfg`` (tokenizer from ``weights_from`` when it holds one), with the EOS ids of a
         ``generation_config.json`` in that folder."""
-        import json
-        from pathlib import Path
-
-        from graft.policy.loading import load_tokenizer
-
         codec = cls(cfg, load_tokenizer(cfg, weights_from=weights_from))
         gen = Path(weights_from or cfg.path) / "generation_config.json"
         if gen.is_file():

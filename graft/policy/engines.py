@@ -45,7 +45,9 @@ top-p = 1) all three agree up to float rounding. With top-p < 1 set
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
+import inspect
 import logging
 import os
 import tempfile
@@ -54,12 +56,27 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
+from safetensors.torch import save_file
+from transformers import GenerationConfig
+
+from graft.policy.fsdp import iter_full_parameters
 from graft.policy.loading import unwrap as _unwrap
-from graft.types import Sample
 from graft.registry import ENGINES
-from graft.seeds import prompt_seeds, sample_seed  # noqa: F401 (re-exported for callers)
+from graft.seeds import prompt_seeds, sample_seed
+from graft.types import Sample
+
+try:  # transformers >= 5
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+except ImportError:  # pragma: no cover - older transformers: no hf-cb engine
+    ContinuousBatchingConfig = None
 
 log = logging.getLogger(__name__)
+
+def _vllm():
+    """The ``vllm`` module (optional: ``pip install 'graft[vllm]'``, GPU)."""
+    import vllm  # deferred: an optional, GPU-only dependency that is slow to import
+    return vllm
+
 
 class EngineUnavailable(RuntimeError):
     """The requested rollout engine cannot run here; the message says why and what to use instead."""
@@ -129,8 +146,6 @@ class HFBf16Engine(HFEngine):
     kind = "hf-bf16"
 
     def __init__(self, policy) -> None:
-        import copy
-
         super().__init__(policy)
         params = list(policy.model.parameters())
         if any(type(p).__name__ == "DTensor" for p in params):
@@ -151,8 +166,6 @@ class HFBf16Engine(HFEngine):
 
 
 def _accepts(fn: Callable, name: str) -> bool:
-    import inspect
-
     try:
         return name in inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -172,9 +185,6 @@ class ContinuousBatchingEngine(RolloutEngine):
 
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
                 stop_strings):
-        from transformers import GenerationConfig
-        from transformers.generation.configuration_utils import ContinuousBatchingConfig
-
 
         pol = self.policy
         if not prompt_ids:
@@ -213,9 +223,7 @@ class ContinuousBatchingEngine(RolloutEngine):
 
 
 def continuous_batching_unavailable_reason(model: Any = None) -> str | None:
-    try:
-        from transformers.generation.configuration_utils import ContinuousBatchingConfig
-    except ImportError:
+    if ContinuousBatchingConfig is None:
         return "this transformers has no continuous batching (needs transformers >= 5)"
     if "return_logprobs" not in getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}) and \
             not _accepts(ContinuousBatchingConfig, "return_logprobs"):
@@ -280,7 +288,7 @@ class VllmEngine(RolloutEngine):
                                     "saved checkpoint or exported folder, or use the hf backend")
         # The engine core runs in this process, so weights can be pushed by reference.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        from vllm import LLM  # noqa: PLC0415 - optional dependency
+        LLM = _vllm().LLM
 
         self._tmp, self.folder = None, folder
         source = folder if folder is not None else self._model_folder()
@@ -314,8 +322,6 @@ class VllmEngine(RolloutEngine):
             gen.save_pretrained(self._tmp.name)
         pol.tokenizer.save_pretrained(self._tmp.name)
         # Weights: a real file is needed for the first load; the real values are pushed right after.
-        from safetensors.torch import save_file
-
         state = {k: v.detach().to("cpu").contiguous() for k, v in hf_weights(model, _full_named_params(model))}
         dedup, seen = {}, {}
         for k, v in state.items():
@@ -329,7 +335,7 @@ class VllmEngine(RolloutEngine):
 
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
                 stop_strings):
-        from vllm import SamplingParams  # noqa: PLC0415
+        SamplingParams = _vllm().SamplingParams
 
 
         pol = self.policy
@@ -412,8 +418,6 @@ def _chosen_logprob(entry: Any, token: int) -> float:
 
 def _full_named_params(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
     """Named parameters with full tensors (gathers FSDP2 DTensor shards; collective when sharded)."""
-    from graft.policy.fsdp import iter_full_parameters
-
     return iter_full_parameters(model)
 
 

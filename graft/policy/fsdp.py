@@ -31,12 +31,15 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import socket
+import sys
 import types
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
 from graft.policy.loading import unwrap as _unwrap
 
 try:  # torch >= 2.6
@@ -287,16 +290,15 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, full: dict) -> None:
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return s.getsockname()[1]
 
 
 def node_ip() -> str:
+    """This node's address as Ray sees it (inside a Ray worker), else ``MASTER_ADDR`` or localhost."""
+    ray = sys.modules.get("ray")   # only a process that imported Ray can be inside a Ray cluster
     try:
-        import ray
         return ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no Ray, or not connected
         return os.environ.get("MASTER_ADDR", "127.0.0.1")

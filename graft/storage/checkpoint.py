@@ -68,7 +68,9 @@ from typing import Any, Callable, Iterable, Literal
 import numpy as np
 import torch
 import yaml
+from safetensors import safe_open
 
+from graft.errors import UserError
 from graft.files import fsync_path
 
 FORMAT_VERSION = 1
@@ -84,7 +86,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 """Files of a Hugging Face tokenizer (what ``save_pretrained`` writes for the tokenizers graft loads)."""
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be written or loaded; the message names the folder and file."""
 
 
@@ -544,7 +546,6 @@ def verify_model_files(model_dir: str | Path) -> None:
 
 def nonfinite_tensors(path: str | Path) -> list[str]:
     """Names of the floating-point tensors of a safetensors file holding NaN or inf (read one at a time)."""
-    from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
         return [k for k in f.keys() if (t := f.get_tensor(k)).is_floating_point() and not bool(torch.isfinite(t).all())]

@@ -13,10 +13,12 @@ import socket
 import time
 from pathlib import Path
 
+from graft.errors import UserError
+
 LOCK_NAME = ".graft.lock"
 
 
-class LockError(RuntimeError):
+class LockError(UserError, RuntimeError):
     """Another process holds the folder; the message names it (pid, host, since when)."""
 
 

@@ -61,6 +61,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from graft.errors import UserError
 from graft.files import dumps_json, fsync_path
 from graft.storage.lock import FolderLock
 from graft.types import RolloutGroup
@@ -99,7 +100,7 @@ PeerUse = dict[tuple[str, str, int], list[tuple[str, bool, float]]]
 """(source model, prompt_id, group_index in the source's full group) -> [(receiver, admitted, weight)]."""
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """A trajectory store that cannot be read or written; the message names the file."""
 
 

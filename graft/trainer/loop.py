@@ -20,35 +20,53 @@ from tqdm.auto import tqdm
 from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, config_diff, save_config, to_dict
+from graft.data.arithmetic import family_of
 from graft.data.datasets import DataError, PromptSampler, check_batch_fits, load_prompts, prompts_fingerprint
+from graft.errors import UserError
+from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 from graft.exchange.handover import Scoring
 from graft.exchange.live import ExchangeResult, complementarity, counts, exchange_live
 from graft.exchange.stored import exchange_stored, stored_peer_groups
-from graft.data.arithmetic import family_of
+from graft.files import dumps_json
 from graft.policy.context import check_learner_context
-from graft.policy.loading import quiet_loading
+from graft.policy.loading import ModelLoadError, check_model_source, quiet_loading
 from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.grader import Grader
 from graft.reward.shortcuts import shortcut_shares
 from graft.reward.worker import VERIFY_FNS
+from graft.seeds import step_seed
+from graft.storage.checkpoint import (
+    checkpoint_step,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    newest_intact_checkpoint,
+    remove_checkpoints_after,
+    save_checkpoint,
+    set_rng_state,
+)
 from graft.storage.lock import FolderLock
-from graft.storage.checkpoint import (checkpoint_step, latest_checkpoint, list_checkpoints, load_checkpoint,
-                                     newest_intact_checkpoint, remove_checkpoints_after, save_checkpoint, set_rng_state)
-from graft.storage.trajectory_store import TrajectoryStore
+from graft.storage.trajectory_store import StoreError, TrajectoryStore
 from graft.trainer.backends import close_learners, make_learners, worker_memory
 from graft.trainer.learner import Learner
+from graft.trainer.metrics import (
+    JsonlWriter,
+    check_run_dir,
+    completion_rows,
+    console_line,
+    group_stats,
+    output_error,
+    prefixed,
+    timed,
+)
 from graft.trainer.rules import UpdateRule, make_rule
 from graft.trainer.stop import Diverged, Preempted, StopSignal
-from graft.trainer.workers import process_memory
-from graft.trainer.metrics import (JsonlWriter, check_run_dir, completion_rows, console_line, group_stats,
-                                   output_error, prefixed, timed)
 from graft.trainer.tracking import check_trackers, open_trackers
-from graft.files import dumps_json
-from graft.seeds import step_seed
+from graft.trainer.workers import process_memory
 from graft.types import VERIFY_TIMEOUT, RolloutGroup
 
 
-class GraderHang(RuntimeError):
+class GraderHang(UserError, RuntimeError):
     """Most verifications of a step timed out."""
 
 # Fields that may change between a run and its resumption without changing what it computes.
@@ -324,7 +342,6 @@ def _load_data(key: str, spec: str, cfg: Config, limit: int | None = None):
 
 def _check_model_sources(cfg: Config, ckpt) -> None:
     """A missing model path or an unreachable hub fails here, before any model is loaded."""
-    from graft.policy.loading import ModelLoadError, check_model_source
 
     for i, m in enumerate(cfg.models):
         checks = [("path", m.path, "model")] if ckpt is None or m.lora.enabled else []   # resumed: weights from the checkpoint
@@ -338,7 +355,6 @@ def _check_model_sources(cfg: Config, ckpt) -> None:
 
 def _peer_groups(cfg: Config):
     """Stored-peer mode: the peer's stored groups and model name (read before any model loads)."""
-    from graft.storage.trajectory_store import StoreError
 
     try:
         peer_store = TrajectoryStore(cfg.peer.store_path)
@@ -472,7 +488,6 @@ def save(run: Run, step: int) -> Path:
     ck = run.cfg.checkpoint
     best = set()
     if ck.keep_best and run.eval_history:   # the best-evaluated checkpoint of each model survives pruning
-        from graft.evaluation.evaluate import best_checkpoint
         saved = {checkpoint_step(p) for p in list_checkpoints(run.run_dir)} | {step}
         best = {b for n in run.learners if (b := best_checkpoint(run.eval_history, f"eval/{n}/val/pass@1", saved)) is not None}
     try:
@@ -487,7 +502,6 @@ def save(run: Run, step: int) -> Path:
 
 
 def evaluate_phase(run: Run, step: int) -> dict:
-    from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 
     out = {}
     for name, learner in run.learners.items():

@@ -7,16 +7,14 @@ into ``null`` at any depth (audit rows nest lists of dicts), and the writers enc
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from graft.files import dumps_json
+from graft.files import OutputError, dumps_json, output_error
 from graft.types import VERIFY_NO_ANSWER, VERIFY_TIMEOUT, RolloutGroup
 
 
@@ -75,46 +73,6 @@ def completion_rows(step: int, groups: dict[str, list[RolloutGroup]], k: int) ->
 
 def prefixed(prefix: str, metrics: dict) -> dict:
     return {f"{prefix}/{k}": v for k, v in metrics.items()}
-
-
-class OutputError(RuntimeError):
-    """The run folder (or a file in it) cannot be written: permissions, a file in the way, disk full.
-    The message names the path and the cause."""
-
-
-# errno values that mean "this output cannot be written here", as opposed to a bug.
-OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
-                           errno.EISDIR, errno.ENAMETOOLONG, errno.EFBIG})
-
-
-def output_error(e: BaseException, what: str | os.PathLike) -> OutputError | None:
-    """An :class:`OutputError` for an exception raised while writing ``what``, when it is an
-    out-of-space / permission / path error (also torch's and safetensors' RuntimeErrors that
-    report a failed file write); ``None`` for anything else."""
-    if isinstance(e, OSError) and e.errno in OUTPUT_ERRNOS:
-        target = e.filename or what
-        hint = " (disk full?)" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
-        return OutputError(f"cannot write {target}: {e.strerror or e}{hint}")
-    text = str(e)
-    if isinstance(e, RuntimeError) and any(m in text for m in _WRITE_FAILURES):
-        return OutputError(f"cannot write {what}: {text.splitlines()[0][:200]} ({_free_space(what)}; disk full?)")
-    return None
-
-
-# How torch's zip writer and safetensors word a failed or short file write (torch reports a full
-# disk in the middle of a tensor as "unexpected pos A vs B": fewer bytes landed than it wrote).
-_WRITE_FAILURES = ("No space left", "file write failed", "unexpected pos")
-
-
-def _free_space(what: str | os.PathLike) -> str:
-    """'N MiB free' on the file system that holds ``what`` (its nearest existing parent)."""
-    p = Path(what).expanduser().absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    try:
-        return f"{shutil.disk_usage(p).free / 2**20:.0f} MiB free"
-    except OSError:
-        return "free space unknown"
 
 
 def check_run_dir(run_dir: str | os.PathLike) -> None:

@@ -65,6 +65,7 @@ from urllib.parse import urlparse
 import yaml
 
 from graft.config import Config, ConfigError, LoggingConfig, to_dict
+from graft.policy.loading import unreachable_reason
 
 PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
             "mlflow": ("mlflow", "mlflow-skinny")}
@@ -98,8 +99,6 @@ def check_trackers(logging_cfg: LoggingConfig) -> None:
 def wandb_unreachable_reason(env: Mapping[str, str] | None = None) -> str | None:
     """Why the W&B host (``WANDB_BASE_URL``, default api.wandb.ai) does not accept a connection within 3 s,
     or ``None``; cached per host for the process."""
-    from graft.policy.loading import unreachable_reason
-
     url = (os.environ if env is None else env).get("WANDB_BASE_URL") or WANDB_HOST
     if url not in _WANDB_PROBES:
         _WANDB_PROBES[url] = unreachable_reason(url, timeout_s=3.0)
@@ -169,18 +168,17 @@ def run_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
 
 class _TensorBoard:
     def __init__(self, run_dir: Path, cfg: Config, start_step: int) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-        from torch.utils.tensorboard.summary import hparams
+        import torch.utils.tensorboard as tb  # deferred: the optional tensorboard package, asked for by report_to
 
         self.dir = run_dir / "tensorboard"
         # purge_step: TensorBoard drops earlier events at steps >= start_step (steps re-run after a resume)
-        self.writer = SummaryWriter(str(self.dir), purge_step=start_step if start_step > 1 else None)
+        self.writer = tb.SummaryWriter(str(self.dir), purge_step=start_step if start_step > 1 else None)
         tree = to_dict(cfg)
         text = yaml.safe_dump(tree, sort_keys=False)
         self.writer.add_text("config", "".join("    " + line + "\n" for line in text.splitlines()), start_step - 1)
         if start_step == 1:
             metric_keys = {f"{m.name}/reward/mean": 0.0 for m in cfg.models}
-            for part in hparams(flat_config(tree), metric_keys):
+            for part in tb.summary.hparams(flat_config(tree), metric_keys):
                 self.writer.file_writer.add_summary(part)
         self.writer.flush()
 
@@ -197,8 +195,9 @@ class _TensorBoard:
 
 class _Wandb:
     def __init__(self, run_dir: Path, cfg: Config, start_step: int) -> None:
-        import wandb
+        import wandb  # deferred: an optional tracker, asked for by report_to
 
+        self.wandb = wandb
         mode = run_mode(cfg.logging.wandb_mode)
         wdir = run_dir / "wandb"
         wdir.mkdir(parents=True, exist_ok=True)
@@ -221,9 +220,7 @@ class _Wandb:
                               "set logging.wandb_mode=offline to log without network") from None
 
     def log(self, step: int, values: dict[str, float], completions: dict[str, list[dict]]) -> None:
-        import wandb
-
-        tables = {f"completions/{name}": wandb.Table(columns=list(COMPLETION_COLUMNS),
+        tables = {f"completions/{name}": self.wandb.Table(columns=list(COMPLETION_COLUMNS),
                                                      data=[[r[c] for c in COMPLETION_COLUMNS] for r in rows])
                   for name, rows in completions.items()}
         self.run.log(values | tables, step=step)
@@ -235,12 +232,12 @@ class _Wandb:
 class _MLflow:
     def __init__(self, run_dir: Path, cfg: Config, start_step: int) -> None:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")   # MLflow 3: the file store is opt-in
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
+        import mlflow  # deferred: an optional tracker, asked for by report_to
 
         store = (run_dir / "mlruns").resolve()
         store.mkdir(parents=True, exist_ok=True)
-        self.client = MlflowClient(tracking_uri=store.as_uri())
+        self.Metric = mlflow.entities.Metric
+        self.client = mlflow.tracking.MlflowClient(tracking_uri=store.as_uri())
         id_file = store / "graft_run_id"
         if start_step > 1 and id_file.is_file():
             self.run_id = id_file.read_text().strip()
@@ -251,16 +248,14 @@ class _MLflow:
             exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(name)
             self.run_id = self.client.create_run(exp_id, run_name=run_dir.name).info.run_id
             id_file.write_text(self.run_id + "\n")
-            params = [Param(mlflow_key(k), str(v)[:6000]) for k, v in flat_config(to_dict(cfg)).items()]
+            params = [mlflow.entities.Param(mlflow_key(k), str(v)[:6000]) for k, v in flat_config(to_dict(cfg)).items()]
             for i in range(0, len(params), 100):   # MLflow takes at most 100 params per batch
                 self.client.log_batch(self.run_id, params=params[i:i + 100])
         self.client.log_text(self.run_id, yaml.safe_dump(to_dict(cfg), sort_keys=False), "config.yaml")
 
     def log(self, step: int, values: dict[str, float], completions: dict[str, list[dict]]) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(mlflow_key(k), float(v), now, step) for k, v in values.items()])
+        self.client.log_batch(self.run_id, metrics=[self.Metric(mlflow_key(k), float(v), now, step) for k, v in values.items()])
         if completions:
             self.client.log_dict(self.run_id, completions, f"completions/step_{step:06d}.json")
 

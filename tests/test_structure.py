@@ -1,0 +1,150 @@
+"""The package's shape (docs/design.md, "Layers"): imports only point down, no cycles, imports at the
+top of modules (an import inside a function only defers an optional heavy dependency, and says so),
+and no function longer than a screen."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "graft"
+
+LAYERS: list[tuple[str, ...]] = [
+    ("graft", "graft.errors"),
+    ("graft.types", "graft.seeds", "graft.registry", "graft.files"),
+    ("graft.config",),
+    ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),
+    ("graft.policy",),
+    ("graft.storage",),
+    ("graft.exchange", "graft.evaluation"),
+    ("graft.trainer",),
+    ("graft.bench", "graft.cli", "graft.experiment", "graft.export", "graft.onestep", "graft.probe"),
+]
+"""Bottom to top. A module may import its own folder and any lower layer; nothing of its own layer's
+other folders and nothing above."""
+
+MAX_DEFERRED_IMPORTS = 15
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in ROOT.rglob("*.py"):
+        parts = p.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _layer(module: str) -> int:
+    folder = _folder(module)
+    for i, names in enumerate(LAYERS):
+        if folder in names:
+            return i
+    raise AssertionError(f"{module}: its folder {folder} is in no layer of LAYERS (add it)")
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The graft modules an import statement loads (``from graft.x import y`` -> ``graft.x.y`` when that is a module)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            pkg = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
+            base = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+    return [n for n in names if n == "graft" or n.startswith("graft.")]
+
+
+def _imports() -> list[tuple[str, str, int, bool, str]]:
+    """(importer, imported, line, inside a function, source line + the line above) for every graft import."""
+    rows = []
+    for module, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        inner = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                context = "\n".join(lines[max(0, node.lineno - 2): node.end_lineno])
+                for t in _targets(module, node) or [""]:
+                    rows.append((module, t, node.lineno, id(node) in inner, context))
+    return rows
+
+
+IMPORTS = _imports()
+
+
+def test_imports_point_down():
+    bad = [f"{m}:{line} imports {t}" for m, t, line, _, _ in IMPORTS
+           if t and t != m and _folder(t) != _folder(m) and _layer(t) >= _layer(m)]
+    assert not bad, "imports that point up or sideways (see LAYERS):\n" + "\n".join(bad)
+
+
+def test_no_import_cycle():
+    graph: dict[str, set[str]] = {}
+    for m, t, *_ in IMPORTS:
+        if t and t != m:
+            graph.setdefault(m, set()).add(t)
+    state: dict[str, int] = {}
+
+    def visit(v: str, path: list[str]) -> list[str] | None:
+        state[v] = 1
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                return path + [v, w]
+            if w not in state:
+                found = visit(w, path + [v])
+                if found:
+                    return found
+        state[v] = 2
+        return None
+
+    for v in sorted(graph):
+        if v not in state:
+            cycle = visit(v, [])
+            assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_imports_inside_functions_are_few_and_say_why():
+    deferred = {}
+    for path in MODULES.values():
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        for f in ast.walk(tree):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(f):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        deferred[(path.relative_to(ROOT.parent), node.lineno)] = \
+                            "\n".join(lines[max(0, node.lineno - 2): node.end_lineno])
+    silent = [f"{p}:{n}" for (p, n), text in deferred.items() if "#" not in text]
+    assert not silent, "imports inside functions without a comment giving the reason:\n" + "\n".join(silent)
+    assert len(deferred) <= MAX_DEFERRED_IMPORTS, (
+        f"{len(deferred)} imports inside functions (at most {MAX_DEFERRED_IMPORTS}):\n"
+        + "\n".join(f"{p}:{n}" for p, n in sorted(deferred)))
+
+
+def test_no_function_longer_than_a_screen():
+    long = []
+    for path in MODULES.values():
+        for f in ast.walk(ast.parse(path.read_text())):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = f.end_lineno - f.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT.parent)}:{f.lineno} {f.name} ({n} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_module_is_in_a_layer(module):
+    _layer(module)
