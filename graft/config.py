@@ -678,93 +678,118 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     mapping whose keys and values are checked, or the text ``{k:v,...}``. Dataclass: a mapping
     (:func:`_build`).
     """
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return value
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, where)
-    if origin is Literal:
-        if any(type(value) is type(a) and value == a for a in args):
-            return value
-        raise ConfigError(f"{where}: {_show(value)} is not one of {', '.join(str(a) for a in args)}")
-    if origin in (typing.Union, types.UnionType):
-        members = [a for a in args if a is not type(None)]
-        if value is None:
-            if type(None) in args:
-                return None
-            raise ConfigError(f"{where}: expected {_describe(hint)}, got null")
-        for a in members:
-            if _exact(a, value):
-                return _coerce(a, value, where)
-        errors = []
-        for a in members:
-            try:
-                return _coerce(a, value, where)
-            except ConfigError as e:
-                errors.append(e)
-        if len(members) == 1:
-            raise errors[0]
-        raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: expected true or false, got {_show(value)}")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
-            return int(value)
-        raise ConfigError(f"{where}: expected an integer, got {_show(value)}")
-    if hint is float:
-        out = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out = float(value)
-        elif isinstance(value, str) and _NUMBER.match(value.strip()):
-            out = float(value)
-        if out is None or math.isnan(out):
-            raise ConfigError(f"{where}: expected a number, got {_show(value)}")
-        return out
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ConfigError(f"{where}: expected text, got {_show(value)}")
-    if origin is list:
-        if value is None:
-            return []
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            value = [value]   # one item: `logging.report_to=tensorboard`, `models.0.stop=END`
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
-        return [_coerce(args[0], v, f"{where}.{i}") for i, v in enumerate(value)] if args else list(value)
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
-        if args and args[-1] is Ellipsis:
-            return tuple(_coerce(args[0], v, f"{where}.{i}") for i, v in enumerate(value))
-        if args and len(value) != len(args):
-            raise ConfigError(f"{where}: expected {_describe(hint)}, got {len(value)} item(s)")
-        return tuple(_coerce(a, v, f"{where}.{i}") for i, (a, v) in enumerate(zip(args, value))) if args else tuple(value)
-    if origin is dict:
-        if value is None:
-            return {}
-        if isinstance(value, str):
-            value = parse_flow_mapping(value, where)
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
-        key_t, val_t = args if args else (Any, Any)
-        if any(v is None for v in value.values()) and not _accepts_none(val_t):
-            raise ConfigError(f"{where}: a key has no value ({value!r}); in YAML write a space after each "
-                              "colon, e.g. {8: 0.01, 12: 0.9}")
-        out = {}
-        for k, v in value.items():
-            kk = _coerce(key_t, k, f"{where} key {k!r}")
-            out[kk] = _coerce(val_t, v, f"{where}.{k}")
-        return out
+    if hint in _SCALARS:
+        return _SCALARS[hint](value, where)
+    origin = typing.get_origin(hint)
+    origin = typing.Union if origin is types.UnionType else origin
+    if origin in _GENERICS:
+        return _GENERICS[origin](hint, typing.get_args(hint), value, where)
     return value
+
+
+def _to_literal(hint: Any, args: tuple, value: Any, where: str) -> Any:
+    if any(type(value) is type(a) and value == a for a in args):
+        return value
+    raise ConfigError(f"{where}: {_show(value)} is not one of {', '.join(str(a) for a in args)}")
+
+
+def _to_union(hint: Any, args: tuple, value: Any, where: str) -> Any:
+    members = [a for a in args if a is not type(None)]
+    if value is None:
+        if type(None) in args:
+            return None
+        raise ConfigError(f"{where}: expected {_describe(hint)}, got null")
+    for a in members:
+        if _exact(a, value):
+            return _coerce(a, value, where)
+    errors = []
+    for a in members:
+        try:
+            return _coerce(a, value, where)
+        except ConfigError as e:
+            errors.append(e)
+    if len(members) == 1:
+        raise errors[0]
+    raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
+
+
+def _to_bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{where}: expected true or false, got {_show(value)}")
+
+
+def _to_int(value: Any, where: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+        return int(value)
+    raise ConfigError(f"{where}: expected an integer, got {_show(value)}")
+
+
+def _to_float(value: Any, where: str) -> float:
+    out = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        out = float(value)
+    elif isinstance(value, str) and _NUMBER.match(value.strip()):
+        out = float(value)
+    if out is None or math.isnan(out):
+        raise ConfigError(f"{where}: expected a number, got {_show(value)}")
+    return out
+
+
+def _to_str(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ConfigError(f"{where}: expected text, got {_show(value)}")
+
+
+def _to_list(hint: Any, args: tuple, value: Any, where: str) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        value = [value]   # one item: `logging.report_to=tensorboard`, `models.0.stop=END`
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
+    return [_coerce(args[0], v, f"{where}.{i}") for i, v in enumerate(value)] if args else list(value)
+
+
+def _to_tuple(hint: Any, args: tuple, value: Any, where: str) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
+    if args and args[-1] is Ellipsis:
+        return tuple(_coerce(args[0], v, f"{where}.{i}") for i, v in enumerate(value))
+    if args and len(value) != len(args):
+        raise ConfigError(f"{where}: expected {_describe(hint)}, got {len(value)} item(s)")
+    return tuple(_coerce(a, v, f"{where}.{i}") for i, (a, v) in enumerate(zip(args, value))) if args else tuple(value)
+
+
+def _to_dict(hint: Any, args: tuple, value: Any, where: str) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        value = parse_flow_mapping(value, where)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
+    key_t, val_t = args if args else (Any, Any)
+    if any(v is None for v in value.values()) and not _accepts_none(val_t):
+        raise ConfigError(f"{where}: a key has no value ({value!r}); in YAML write a space after each "
+                          "colon, e.g. {8: 0.01, 12: 0.9}")
+    return {_coerce(key_t, k, f"{where} key {k!r}"): _coerce(val_t, v, f"{where}.{k}") for k, v in value.items()}
+
+
+_SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
+"""Plain field types -> their check-and-convert function."""
+_GENERICS = {Literal: _to_literal, typing.Union: _to_union, list: _to_list, tuple: _to_tuple, dict: _to_dict}
+"""Generic origins (``Literal[...]``, ``X | None``, ``list[X]`` ...) -> their check-and-convert function."""
 
 
 def _accepts_none(hint: Any) -> bool:

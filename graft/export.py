@@ -41,18 +41,16 @@ from transformers import GenerationConfig
 from graft import __version__
 from graft.config import Config, ModelConfig, load_config
 from graft.evaluation.evaluate import eval_history, select_checkpoint
+from graft.exchange.kinds import ExchangeDescription, describe_exchange
 from graft.policy import prompts
 from graft.policy.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, load_model, load_tokenizer, looks_like_hub_id
+from graft.registry import RULES
 from graft.storage.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, verify_model_files
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-RULES = {
-    "graft": "GRAFT: admitted peer tokens in the clipped token-level ratio, each response weighted min(s, cap) (spec §3.5)",
-    "hacpo": "HACPO: peer responses of every prompt, capability-aware advantages, stepwise-clipped sequence weights",
-    "luffy": "LUFFY-style: peer tokens shaped by f(p) = p / (p + gamma), unclipped",
-    "sgt": "SGT: supervised NLL on peer successes",
-}
+CARD_EXCHANGE_SETTINGS = ("delta", "balance", "weighting", "admission")
+"""Exchange settings the model card's table shows (when the run exchanged)."""
 
 
 def _model_cfg(run_cfg: Config, name: str | None, available: Sequence[str], where: Path) -> ModelConfig:
@@ -103,75 +101,90 @@ def model_card(run_cfg: Config, mcfg: ModelConfig, step: int, source: Path, dtyp
                example_prompt: str | None, versions: dict | None = None) -> str:
     """README.md of an exported model (pure: everything comes from the arguments; ``versions`` is
     :func:`provenance`)."""
-    ex, up, ro = run_cfg.exchange, run_cfg.update, run_cfg.rollout
-    if run_cfg.peer.source == "store":
-        method = (f"GRAFT with a stored peer: failed groups replaced by groups of model "
-                  f"`{run_cfg.peer.store_model or 'peer'}` from the trajectory store `{run_cfg.peer.store_path}`")
-    elif ex.mode == "graft":
-        method = "GRAFT, co-trained with " + ", ".join(f"`{m.name}` (`{m.path}`)" for m in run_cfg.models if m.name != mcfg.name)
-    else:
-        method = "GRPO (no exchange between models)"
-    up_info = upstream(mcfg.path)
-    lines = ["---", "library_name: transformers"]
-    if up_info is not None:
-        lines.append(f"base_model: {up_info['upstream']}")
-    elif _is_hub_id(mcfg.path):
-        lines.append(f"base_model: {mcfg.path}")
-    lines += ["tags:", "- graft", "- grpo", "- rlvr", "---", "",
-              f"# {mcfg.name} after {step} steps of {'GRPO' if ex.mode == 'grpo' and run_cfg.peer.source == 'live' else 'GRAFT'}",
-              "",
-              f"Exported by `graft export` from `{source}` (model `{mcfg.name}`, step {step} of {run_cfg.steps} "
+    desc = describe_exchange(run_cfg)
+    lines = _card_header(mcfg, step, desc.method)
+    lines += [f"Exported by `graft export` from `{source}` (model `{mcfg.name}`, step {step} of {run_cfg.steps} "
               f"configured), as `{dtype}` weights" + (" with the LoRA adapter merged into the base." if mcfg.lora.enabled else "."),
-              "", "## Training", "",
-              f"- Base model: `{mcfg.path}`" + (f" (tokenizer `{mcfg.tokenizer}`)" if mcfg.tokenizer else "")
-              + (f", graft's embedded GGUF quantisation of [`{up_info['upstream']}`](https://huggingface.co/"
-                 f"{up_info['upstream']})" if up_info else ""),
-              *([f"- Licence of the base model: {up_info['license']} ({up_info['license_url']}); "
-                 "this derivative is subject to it"] if up_info else []),
-              f"- Method: {method}",
-              f"- Update rule: `{up.rule}` — {RULES.get(up.rule, up.rule)}",
-              f"- Steps trained: {step} × {run_cfg.batch_prompts} prompts × {ro.n} samples (data: `{run_cfg.data.train}`)",
-              "", "| setting | value |", "|---|---|"]
-    rows = [("lr", mcfg.lr), ("trained dtype", mcfg.dtype),
-            ("LoRA", f"r={mcfg.lora.r}, alpha={mcfg.lora.alpha}, merged" if mcfg.lora.enabled else "no (full fine-tuning)"),
-            ("rollout.n / temperature / top_p", f"{ro.n} / {_fmt(ro.temperature)} / {_fmt(ro.top_p)}"),
-            ("rollout.max_new_tokens", ro.max_new_tokens), ("batch_prompts", run_cfg.batch_prompts),
-            ("update.clip_low / clip_high", f"{_fmt(up.clip_low)} / {_fmt(up.clip_high)}"),
-            ("update.loss_agg", up.loss_agg), ("update.num_minibatches", up.num_minibatches)]
-    if ex.mode == "graft":
-        rows += [("exchange.delta (gate)", ex.delta), ("exchange.balance", ex.balance),
-                 ("exchange.weighting / admission", f"{ex.weighting} / {ex.admission}")]
-    rows.append(("seed", run_cfg.seed))
-    lines += [f"| {k} | {_fmt(v)} |" for k, v in rows]
-    stops = mcfg.stop_strings()
-    lines += ["", "## Prompt format", "",
-              "Use the prompt the model trained with (`graft eval --config RUN/config.yaml --model-name "
-              f"{mcfg.name}` does):", "",
-              f"- template `{mcfg.template}`, {mcfg.num_shots()} worked example(s), instruction {json.dumps(mcfg.instruction)}",
-              f"- stop strings: {', '.join(json.dumps(s) for s in stops) if stops else 'none (the model ends with EOS)'}"]
-    if example_prompt is not None:
-        lines += ["", "Example (problem `What is 2 + 3?`):", "", "```text", example_prompt, "```"]
-    key = f"eval/{mcfg.name}/val/pass@1"
-    evals = [(r["step"], r[key]) for r in history if r.get(key) is not None]
-    lines += ["", "## Evaluation", ""]
-    if evals:
-        lines += [f"In-training validation pass@1 (`data.val` = `{run_cfg.data.val}`, {run_cfg.eval.n} samples per prompt, "
-                  f"temperature {_fmt(run_cfg.eval.temperature)}, top-p {_fmt(run_cfg.eval.top_p)}):", "",
-                  "| step | pass@1 (%) |", "|---:|---:|"]
-        lines += [f"| {s}{' (exported)' if s == step else ''} | {100 * v:.2f} |" for s, v in evals]
-    else:
-        lines.append("No in-training evaluation was recorded for this run.")
-    if versions is not None:
-        lines += ["", "## Provenance", "",
-                  f"- graft {versions['graft']} (git commit `{versions['graft_commit']}`)"
-                  if versions.get("graft_commit") else f"- graft {versions['graft']} (git commit: None, not a git checkout)",
-                  f"- torch {versions['torch']}, transformers {versions['transformers']}"]
+              "", "## Training", ""]
+    lines += _card_training(run_cfg, mcfg, step, desc)
+    lines += _card_prompt_format(mcfg, example_prompt)
+    lines += _card_evaluation(run_cfg, mcfg, step, history)
+    lines += _card_provenance(versions)
     lines += ["", "## Loading", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
               'model = AutoModelForCausalLM.from_pretrained("PATH")', 'tokenizer = AutoTokenizer.from_pretrained("PATH")',
               "```", "",
               "vLLM: `LLM(model=\"PATH\")` with `SamplingParams(stop=[...])` set to the stop strings above "
               "(a plain Hugging Face folder; not run by graft's tests).", ""]
     return "\n".join(lines)
+
+
+def _card_header(mcfg: ModelConfig, step: int, method: str) -> list[str]:
+    up_info = upstream(mcfg.path)
+    lines = ["---", "library_name: transformers"]
+    if up_info is not None:
+        lines.append(f"base_model: {up_info['upstream']}")
+    elif _is_hub_id(mcfg.path):
+        lines.append(f"base_model: {mcfg.path}")
+    return lines + ["tags:", "- graft", "- grpo", "- rlvr", "---", "", f"# {mcfg.name} after {step} steps of {method}", ""]
+
+
+def _card_training(run_cfg: Config, mcfg: ModelConfig, step: int, desc: ExchangeDescription) -> list[str]:
+    """The base model, the method (the run's exchange, as :func:`describe_exchange` states it) and the settings."""
+    up, ro, up_info = run_cfg.update, run_cfg.rollout, upstream(mcfg.path)
+    partners = [f"`{m.name}` (`{m.path}`)" for m in run_cfg.models if m.name != mcfg.name]
+    lines = [f"- Base model: `{mcfg.path}`" + (f" (tokenizer `{mcfg.tokenizer}`)" if mcfg.tokenizer else "")
+             + (f", graft's embedded GGUF quantisation of [`{up_info['upstream']}`](https://huggingface.co/"
+                f"{up_info['upstream']})" if up_info else ""),
+             *([f"- Licence of the base model: {up_info['license']} ({up_info['license_url']}); "
+                "this derivative is subject to it"] if up_info else []),
+             f"- Method: {desc.method} — {desc.summary}" + (f"; co-trained with {', '.join(partners)}" if partners else ""),
+             *[f"- `{k}` = {_fmt(v)} in force (configured {_fmt(c)}: {desc.method} does not use it)"
+               for k, (c, v) in desc.replaced.items()],
+             f"- Update rule: `{up.rule}` — {RULES[up.rule].summary}",
+             f"- Steps trained: {step} × {run_cfg.batch_prompts} prompts × {ro.n} samples (data: `{run_cfg.data.train}`)",
+             "", "| setting | value |", "|---|---|"]
+    rows = [("lr", mcfg.lr), ("trained dtype", mcfg.dtype),
+            ("LoRA", f"r={mcfg.lora.r}, alpha={mcfg.lora.alpha}, merged" if mcfg.lora.enabled else "no (full fine-tuning)"),
+            ("rollout.n / temperature / top_p", f"{ro.n} / {_fmt(ro.temperature)} / {_fmt(ro.top_p)}"),
+            ("rollout.max_new_tokens", ro.max_new_tokens), ("batch_prompts", run_cfg.batch_prompts),
+            ("update.clip_low / clip_high", f"{_fmt(up.clip_low)} / {_fmt(up.clip_high)}"),
+            ("update.loss_agg", up.loss_agg), ("update.num_minibatches", up.num_minibatches)]
+    rows += [(k, v) for k, v in desc.settings.items() if k.split(".")[-1] in CARD_EXCHANGE_SETTINGS]
+    rows.append(("seed", run_cfg.seed))
+    return lines + [f"| {k} | {_fmt(v)} |" for k, v in rows]
+
+
+def _card_prompt_format(mcfg: ModelConfig, example_prompt: str | None) -> list[str]:
+    stops = mcfg.stop_strings()
+    lines = ["", "## Prompt format", "",
+             "Use the prompt the model trained with (`graft eval --config RUN/config.yaml --model-name "
+             f"{mcfg.name}` does):", "",
+             f"- template `{mcfg.template}`, {mcfg.num_shots()} worked example(s), instruction {json.dumps(mcfg.instruction)}",
+             f"- stop strings: {', '.join(json.dumps(s) for s in stops) if stops else 'none (the model ends with EOS)'}"]
+    if example_prompt is not None:
+        lines += ["", "Example (problem `What is 2 + 3?`):", "", "```text", example_prompt, "```"]
+    return lines
+
+
+def _card_evaluation(run_cfg: Config, mcfg: ModelConfig, step: int, history: list[dict]) -> list[str]:
+    key = f"eval/{mcfg.name}/val/pass@1"
+    evals = [(r["step"], r[key]) for r in history if r.get(key) is not None]
+    lines = ["", "## Evaluation", ""]
+    if not evals:
+        return lines + ["No in-training evaluation was recorded for this run."]
+    lines += [f"In-training validation pass@1 (`data.val` = `{run_cfg.data.val}`, {run_cfg.eval.n} samples per prompt, "
+              f"temperature {_fmt(run_cfg.eval.temperature)}, top-p {_fmt(run_cfg.eval.top_p)}):", "",
+              "| step | pass@1 (%) |", "|---:|---:|"]
+    return lines + [f"| {s}{' (exported)' if s == step else ''} | {100 * v:.2f} |" for s, v in evals]
+
+
+def _card_provenance(versions: dict | None) -> list[str]:
+    if versions is None:
+        return []
+    return ["", "## Provenance", "",
+            f"- graft {versions['graft']} (git commit `{versions['graft_commit']}`)"
+            if versions.get("graft_commit") else f"- graft {versions['graft']} (git commit: None, not a git checkout)",
+            f"- torch {versions['torch']}, transformers {versions['transformers']}"]
 
 
 # ----------------------------------------------------------------------------- export

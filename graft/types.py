@@ -13,6 +13,7 @@ tokens and log-probs (``gen_token_ids``/``gen_logprobs``) and advantages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
 import torch
 
@@ -131,3 +132,54 @@ class RolloutGroup:
             rewards=pick(self.rewards), status=pick(self.status), advantages=pick(self.advantages),
             weights=pick(self.weights), compat=pick(self.compat), index=pick(self.index),
         )
+
+
+class TransferRow(TypedDict):
+    """One response handed from a source to a receiver (a row of an audit record's ``responses``)."""
+
+    prompt_id: str
+    index: int
+    reward_source: float
+    reward_receiver: float | None
+    """The receiver's own verdict (None: the response was not admitted, so not re-verified)."""
+    advantage: float
+    mean_logp_receiver: float
+    mean_logp_source: float
+    s: float
+    admitted: bool
+    weight: float
+    receiver_tokens: int
+    source_tokens: int
+
+
+class DirectionAudit(TypedDict):
+    """One exchange direction S -> R at one step: a line of ``audit.jsonl`` (schema in the README)."""
+
+    step: int
+    source: str
+    receiver: str
+    candidates: list[dict]
+    """``{prompt_id, k_source, k_receiver}`` of every candidate prompt."""
+    m: int
+    """The balanced target (-1 without balancing)."""
+    selected: list[str]
+    responses: list[TransferRow]
+    conflicts: list[dict]
+
+
+@dataclass
+class ExchangeResult:
+    """What one exchange step hands to the update and to the logs."""
+
+    train_groups: dict[str, list[RolloutGroup]]
+    """Per model: its own groups, minus the prompts that were replaced, then the peer groups it received
+    (``is_peer``: the admitted responses only)."""
+    audit: list[DirectionAudit] = field(default_factory=list)
+    """One record per direction S->R."""
+    metrics: dict = field(default_factory=dict)
+    """``exchange/S->R/...`` per direction."""
+
+    @classmethod
+    def unchanged(cls, groups: dict[str, list[RolloutGroup]]) -> "ExchangeResult":
+        """No exchange: every model trains on its own groups."""
+        return cls({n: list(gs) for n, gs in groups.items()})

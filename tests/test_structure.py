@@ -17,7 +17,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),
     ("graft.policy",),
     ("graft.storage",),
-    ("graft.exchange", "graft.evaluation"),
+    ("graft.exchange",),
+    ("graft.evaluation",),
     ("graft.trainer",),
     ("graft.bench", "graft.cli", "graft.experiment", "graft.export", "graft.onestep", "graft.probe"),
 ]

@@ -9,6 +9,7 @@ from pathlib import Path
 from graft.bench.common import alternate, progress, series, steps_line, summarize
 from graft.bench.runs import close_run, rewound_step, step_row
 from graft.config import Config
+from graft.exchange.kinds import make_exchange
 from graft.trainer.loop import setup, train_step
 
 PAIR_KEYS = ("step_s", "rollout_s", "score_s", "exchange_s", "update_s", "exchange_share", "transferred", "admitted",
@@ -31,9 +32,9 @@ def pair_row(metrics: dict, names: list[str], tries: int) -> dict:
 
 
 def _switch_exchange(run, mode: str) -> None:
-    """Make the live ``run``'s next steps use ``exchange.mode=mode``."""
-    # issue 23 §1: replaced by make_exchange
-    run.cfg = dataclasses.replace(run.cfg, exchange=dataclasses.replace(run.cfg.exchange, mode=mode))
+    """Make the live ``run``'s next steps exchange as ``exchange.mode=mode`` would (the run's config is left as it is)."""
+    cfg = dataclasses.replace(run.cfg, exchange=dataclasses.replace(run.cfg.exchange, mode=mode))
+    run.exchange = make_exchange(cfg, run.learners, run.grade)
 
 
 class _PairSides:

@@ -40,9 +40,11 @@ from typing import Any, Sequence
 
 import yaml
 
+from graft.config import ConfigError, load_config
 from graft.data.arithmetic import FAMILIES
 from graft.evaluation.evaluate import best_checkpoint, json_clean
 from graft.evaluation.metrics import complementarity_counts
+from graft.exchange.kinds import describe_exchange
 from graft.reward.shortcuts import FLAGS, chance_level
 from graft.storage.trajectory_store import TrajectoryStore
 
@@ -435,6 +437,7 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
         "run_dir": str(run_dir),
         "mode": exch.get("mode", "graft") if cfg else ("graft" if audit else "grpo"),
         "peer_source": (cfg.get("peer") or {}).get("source", "live"),
+        "exchange_description": _exchange_description(run_dir),
         "models": models,
         "directions": dirs,
         "delta": delta,
@@ -454,6 +457,15 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
     if all_s:
         analysis["s"]["all"] = s_distribution(all_s, delta)
     return analysis
+
+
+def _exchange_description(run_dir: Path) -> list[str] | None:
+    """What the run's exchange did (:func:`graft.exchange.kinds.describe_exchange`), or None when its config.yaml
+    is missing or no longer loads (a run of an older graft)."""
+    try:
+        return describe_exchange(load_config(run_dir / "config.yaml")).lines()
+    except (ConfigError, OSError):
+        return None
 
 
 def _has_exchange(rows, audit, d) -> bool:
@@ -548,6 +560,7 @@ def summary_text(a: dict) -> str:
     """Readable multi-line summary of an analysis dict."""
     lines = [f"run {a['run_dir']}: mode {a['mode']}, models {', '.join(a['models']) or '-'}, "
              f"{a['steps']} steps logged (last {a['last_step']})"]
+    lines += a.get("exchange_description") or []
     lines.append("\nrewards (first -> last, mean of last 5 steps):")
     for m, r in a["rewards"].items():
         lines.append(f"  {m}: {_f(r['first'])} -> {_f(r['last'])}  (final {_f(r['final'])})")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import math
 import os
@@ -48,13 +47,14 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoConfig
 
-from graft.config import ConfigError, ModelConfig, load_config
+from graft.config import ConfigError, EvalConfig, ModelConfig, load_config
 from graft.data.datasets import load_prompts
 from graft.evaluation.metrics import mean_std, num_correct, pass_at_k_from_rewards
 from graft.policy.codec import TextCodec
 from graft.policy.context import check_context, max_positions
-from graft.policy.engines import EngineUnavailable, VllmEngine, make_engine
+from graft.policy.engines import EngineUnavailable, Sampler, VllmEngine, make_engine
 from graft.policy.policy import Policy
+from graft.registry import ENGINES
 from graft.reward.grader import Grader
 from graft.reward.worker import VERIFY_FNS
 from graft.seeds import derive_seed  # noqa: F401 (re-exported)
@@ -76,6 +76,10 @@ PROTOCOL_KEYS = ("n", "temperature", "top_p", "max_new_tokens", "seed")
 """Settings that must agree between a run and the files it resumes."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+DEFAULT_MAX_NEW_TOKENS = 2048
+"""Response limit of ``graft eval`` when neither ``--max-new-tokens`` nor the run's config gives one."""
 
 
 class EvalError(RuntimeError):
@@ -151,31 +155,6 @@ def _append(path: Path, records: Iterable[PromptRecord]) -> None:
 # ----------------------------------------------------------------------------- generation
 
 
-def _accepts_seeds(generator) -> bool:
-
-    try:
-        return "seeds" in inspect.signature(generator.generate).parameters
-    except (TypeError, ValueError, AttributeError):
-        return False
-
-
-class EngineGenerator:
-    """Prompts encoded by ``policy``, samples drawn by ``engine`` (a :mod:`graft.policy.engines` engine)."""
-
-    def __init__(self, policy, engine):
-        self.policy, self.engine = policy, engine
-        self.cfg = getattr(policy, "cfg", None)
-
-    def encode_prompt(self, problem: str) -> list[int]:
-        return self.policy.encode_prompt(problem)
-
-    def generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size=64, seed=0, seeds=None,
-                 progress=False, desc=""):
-        kw = {"seeds": seeds} if seeds is not None and _accepts_seeds(self.engine) else {}
-        return self.engine.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
-                                    top_p=top_p, batch_size=batch_size, seed=seed, progress=progress, desc=desc, **kw)
-
-
 def vllm_model_path(cfg, weights_from: str | None) -> str:
     """The folder (or hub id) vLLM should load for a model config / checkpoint, or an EvalError why none."""
     if weights_from is not None:
@@ -184,10 +163,6 @@ def vllm_model_path(cfg, weights_from: str | None) -> str:
                             "use --backend hf (it merges the adapter)")
         return str(weights_from)
     return str(cfg.path)
-
-
-def _encode(policy, prompt: Prompt) -> list[int]:
-    return list(policy.encode_prompt(prompt.problem))
 
 
 def _check_name(name: str) -> None:
@@ -208,62 +183,39 @@ def _check_protocol(out_dir: Path, protocol: dict) -> None:
     path.write_text(json.dumps(protocol, indent=2) + "\n")  # repeats/backend/model of the latest call
 
 
-def run_repeat(generator, prompts: Sequence[Prompt], grader, *, path: Path | None, n: int, temperature: float,
+def run_repeat(sampler: Sampler, prompts: Sequence[Prompt], grader, *, path: Path | None, n: int, temperature: float,
                top_p: float, max_new_tokens: int, seed: int, repeat: int, batch_size: int, chunk_prompts: int,
                progress: bool = False, desc: str = "") -> list[PromptRecord]:
     """Generate and grade ``n`` samples for every prompt (one repeat); returns records in prompt order.
 
     With ``path``, finished prompts are read back from it and new ones appended per chunk. A
     stored prompt whose reference answer differs from ``prompts`` is regraded (not regenerated).
-    Seeds: a generator whose ``generate`` takes ``seeds`` gets one per prompt,
-    ``derive_seed(seed, repeat, prompt_id)``, so a prompt's samples do not depend on chunking,
-    batch size, ``--limit`` or resuming; otherwise one seed per chunk ``derive_seed(seed, repeat,
-    chunk_start)`` with fixed chunk boundaries.
+    Seeds: one per prompt, ``derive_seed(seed, repeat, prompt_id)``, so a prompt's samples do not depend
+    on chunking, batch size, ``--limit`` or resuming.
     """
     done = read_records(path, repair=True) if path is not None else {}
     for rec in done.values():
         if len(rec.rewards) != n:
             raise EvalError(f"{path}: prompt {rec.id} has {len(rec.rewards)} samples, this evaluation uses n={n}")
-    ids = {p.id for p in prompts}
-    if len(ids) != len(prompts):
+    if len({p.id for p in prompts}) != len(prompts):
         raise EvalError(f"{desc or 'dataset'}: prompt ids are not unique")
-    stale = [p for p in prompts if p.id in done and done[p.id].answer != p.answer]
-    if stale:  # the dataset's reference answer changed: regrade the stored responses, keep the samples
-        texts = [t for p in stale for t in done[p.id].responses]
-        answers = [p.answer for p in stale for _ in done[p.id].responses]
-        rewards, statuses = grader.grade(texts, answers, progress=False)
-        fixed, i = [], 0
-        for p in stale:
-            old, k = done[p.id], len(done[p.id].responses)
-            fixed.append(PromptRecord(id=p.id, answer=p.answer, rewards=[float(r) for r in rewards[i:i + k]],
-                                      statuses=list(statuses[i:i + k]), finished=old.finished,
-                                      num_tokens=old.num_tokens, responses=old.responses))
-            i += k
-        if path is not None:
-            _append(path, fixed)  # a later line for the same id replaces the earlier one
-        done.update((r.id, r) for r in fixed)
-    per_prompt = _accepts_seeds(generator)
+    fixed = _regraded([p for p in prompts if p.id in done and done[p.id].answer != p.answer], done, grader)
+    if fixed and path is not None:
+        _append(path, fixed)  # a later line for the same id replaces the earlier one
+    done.update((r.id, r) for r in fixed)
     bar = _bar(len(prompts), sum(1 for p in prompts if p.id in done), desc, progress)
     try:
         for start in range(0, len(prompts), chunk_prompts):
             todo = [p for p in prompts[start:start + chunk_prompts] if p.id not in done]
             if not todo:
                 continue
-            kw = {"seeds": [derive_seed(seed, repeat, p.id) for p in todo]} if per_prompt else {}
-            samples = generator.generate([_encode(generator, p) for p in todo], n=n, max_new_tokens=max_new_tokens,
-                                         temperature=temperature, top_p=top_p, batch_size=batch_size,
-                                         seed=derive_seed(seed, repeat, start), progress=False, desc=desc, **kw)
+            samples = sampler.generate([list(sampler.codec.encode_prompt(p.problem)) for p in todo], n=n,
+                                       max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                       batch_size=batch_size, seed=derive_seed(seed, repeat, start),
+                                       seeds=[derive_seed(seed, repeat, p.id) for p in todo], progress=False, desc=desc)
             if len(samples) != len(todo) or any(len(s) != n for s in samples):
                 raise EvalError(f"generator returned {[len(s) for s in samples]} samples for {len(todo)} prompts x n={n}")
-            texts = [s.text for group in samples for s in group]
-            answers = [p.answer for p in todo for _ in range(n)]
-            rewards, statuses = grader.grade(texts, answers, progress=False)
-            new = []
-            for i, (p, group) in enumerate(zip(todo, samples)):
-                sl = slice(i * n, (i + 1) * n)
-                new.append(PromptRecord(id=p.id, answer=p.answer, rewards=[float(r) for r in rewards[sl]],
-                                        statuses=list(statuses[sl]), finished=[bool(s.finished) for s in group],
-                                        num_tokens=[len(s.token_ids) for s in group], responses=[s.text for s in group]))
+            new = _graded(todo, samples, grader, n)
             if path is not None:
                 _append(path, new)
             done.update((r.id, r) for r in new)
@@ -271,6 +223,36 @@ def run_repeat(generator, prompts: Sequence[Prompt], grader, *, path: Path | Non
     finally:
         bar.close()
     return [done[p.id] for p in prompts]
+
+
+def _regraded(stale: list[Prompt], done: dict[str, PromptRecord], grader) -> list[PromptRecord]:
+    """The stored responses of prompts whose reference answer changed, graded against the new answer."""
+    if not stale:
+        return []
+    texts = [t for p in stale for t in done[p.id].responses]
+    answers = [p.answer for p in stale for _ in done[p.id].responses]
+    rewards, statuses = grader.grade(texts, answers, progress=False)
+    fixed, i = [], 0
+    for p in stale:
+        old, k = done[p.id], len(done[p.id].responses)
+        fixed.append(PromptRecord(id=p.id, answer=p.answer, rewards=[float(r) for r in rewards[i:i + k]],
+                                  statuses=list(statuses[i:i + k]), finished=old.finished,
+                                  num_tokens=old.num_tokens, responses=old.responses))
+        i += k
+    return fixed
+
+
+def _graded(todo: list[Prompt], samples: list[list], grader, n: int) -> list[PromptRecord]:
+    texts = [s.text for group in samples for s in group]
+    answers = [p.answer for p in todo for _ in range(n)]
+    rewards, statuses = grader.grade(texts, answers, progress=False)
+    out = []
+    for i, (p, group) in enumerate(zip(todo, samples)):
+        sl = slice(i * n, (i + 1) * n)
+        out.append(PromptRecord(id=p.id, answer=p.answer, rewards=[float(r) for r in rewards[sl]],
+                                statuses=list(statuses[sl]), finished=[bool(s.finished) for s in group],
+                                num_tokens=[len(s.token_ids) for s in group], responses=[s.text for s in group]))
+    return out
 
 
 def _bar(total: int, initial: int, desc: str, enabled: bool):
@@ -369,38 +351,28 @@ def json_clean(obj):
 # ----------------------------------------------------------------------------- entry points
 
 
-def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | Path | None, n: int = 8,
-             temperature: float = 0.6, top_p: float = 0.95, max_new_tokens: int = 2048, repeats: int = 1,
-             seed: int = 0, batch_size: int = 64, backend: str = "hf", progress: bool = True,
-             ks: Sequence[int] | None = None, chunk_prompts: int | None = None, model_path: str | None = None,
-             model_label: str | None = None, engine=None) -> dict:
-    """Evaluate ``policy`` on every dataset with the spec §5 protocol; returns the results dict.
+def evaluate(sampler: Sampler, datasets: dict[str, list[Prompt]], grader, out_dir: str | Path | None,
+             n: int = EvalConfig.n, temperature: float = EvalConfig.temperature, top_p: float = EvalConfig.top_p,
+             max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, repeats: int = EvalConfig.repeats, seed: int = 0,
+             batch_size: int = 64, backend: str = "hf", progress: bool = True, ks: Sequence[int] | None = None,
+             chunk_prompts: int | None = None, model_label: str | None = None) -> dict:
+    """Evaluate ``sampler`` (a :class:`~graft.policy.engines.Sampler`: a rollout engine, or a Learner) on every
+    dataset with the spec §5 protocol; returns the results dict.
 
-    ``policy`` needs ``encode_prompt(problem) -> ids`` and ``generate(...)`` (see module doc);
-    ``grader.grade(texts, answers, progress=False) -> (rewards, statuses)``. With ``out_dir``
-    (None keeps everything in memory) responses, ``results.json`` and ``results.md`` are written
-    and a killed evaluation resumes. ``backend="vllm"`` samples with vLLM: from the folder
-    ``model_path`` when given, else from an in-memory :class:`Policy`'s current weights (via
-    :class:`graft.policy.engines.VllmEngine`); prompts are always encoded by ``policy``.
-    ``engine`` (any :mod:`graft.policy.engines` engine, e.g. the trainer's rollout engine)
-    overrides the backend: prompts encoded by ``policy``, samples drawn by ``engine``. ``chunk_prompts``
-    (prompts per generate call and per append) defaults to ``max(1, batch_size // n)`` for hf and
-    256 for vllm.
+    ``grader.grade(texts, answers, progress=False) -> (rewards, statuses)``. With ``out_dir`` (None keeps
+    everything in memory) responses, ``results.json`` and ``results.md`` are written and a killed evaluation
+    resumes. ``backend`` names the sampler's engine in ``protocol.json``; ``chunk_prompts`` (prompts per generate
+    call and per append) defaults to ``max(1, batch_size // n)`` for hf engines and 256 for vllm.
     """
     if n < 1 or repeats < 1:
         raise EvalError(f"n and repeats must be >= 1, got n={n}, repeats={repeats}")
-    if backend not in ("hf", "hf-bf16", "vllm"):
-        raise EvalError(f"unknown backend {backend!r}; choose hf, hf-bf16 or vllm")
     ks = sorted({k for k in (ks or default_ks(n)) if 1 <= k <= n} | {1})
-    if engine is None:
-        engine = _engine_for(policy, backend, model_path)
-    generator = policy if engine is None else EngineGenerator(policy, engine)
     if chunk_prompts is None:  # hf: one generate call of batch_size sequences; vLLM: large calls
-        chunk_prompts = 256 if getattr(engine, "kind", "hf") != "hf" else max(1, batch_size // n)
+        chunk_prompts = 256 if backend == "vllm" else max(1, batch_size // n)
     for name in datasets:
         _check_name(name)
     protocol = {"n": n, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
-                "repeats": repeats, "backend": backend, "model": model_label or model_path or _policy_model_path(policy),
+                "repeats": repeats, "backend": backend, "model": model_label,
                 "verify_fn": getattr(grader, "verify_fn", None)}
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
@@ -414,7 +386,7 @@ def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | P
                 (out / name).mkdir(parents=True, exist_ok=True)
                 path = out / name / f"repeat_{r}.jsonl"
             records[name].append(run_repeat(
-                generator, prompts, grader, path=path, n=n, temperature=temperature, top_p=top_p,
+                sampler, prompts, grader, path=path, n=n, temperature=temperature, top_p=top_p,
                 max_new_tokens=max_new_tokens, seed=seed, repeat=r, batch_size=batch_size,
                 chunk_prompts=chunk_prompts, progress=progress, desc=f"{name} r{r}"))
     results = {"protocol": protocol, "ks": ks, **summarize(records, ks)}
@@ -424,71 +396,49 @@ def evaluate(policy, datasets: dict[str, list[Prompt]], grader, out_dir: str | P
     return results
 
 
-def _engine_for(policy, backend: str, model_path: str | None):
-    """The rollout engine that evaluation samples with (the one training uses, so samples end at the same
-    stop strings): ``hf`` for an in-memory Policy; ``vllm`` serving ``model_path`` (``policy`` is then the
-    model's TextCodec) or the Policy's own weights. ``None``: ``policy`` samples by itself (a Learner
-    over its workers, or a test double)."""
-
+def engine_sampler(backend: str, cfg: ModelConfig, weights_from: str | None, device: str) -> tuple[Sampler, int | None]:
+    """The sampler ``graft eval --backend`` uses for model ``cfg`` (weights from ``weights_from`` when given), and the
+    model's ``max_position_embeddings``: an in-memory Policy through the ``backend`` rollout engine, or vLLM serving
+    the model folder (graft renders, tokenizes, decodes and cuts with the model's codec)."""
     try:
         if backend == "vllm":
-            if model_path is not None:
-                return VllmEngine(policy, folder=str(model_path))
-            if not hasattr(policy, "model"):
-                raise EvalError("backend vllm: give model_path (the model folder vLLM should load)")
-            return make_engine("vllm", policy)
-        in_memory = hasattr(policy, "model") and hasattr(policy, "codec")
-        if backend == "hf-bf16" and not in_memory:
-            raise EvalError("backend hf-bf16 samples from an in-memory model; use backend hf here")
-        return make_engine(backend, policy) if in_memory else None
+            folder = vllm_model_path(cfg, weights_from)
+            VllmEngine.check(folder)   # before the tokenizer loads
+            return VllmEngine(None, folder=folder, codec=TextCodec.load(cfg, weights_from)), _folder_max_positions(folder)
+        policy = Policy.load(cfg, device=device, weights_from=weights_from)
+        return make_engine(backend, policy), max_positions(policy.model.config)
     except EngineUnavailable as e:
-        raise EvalError(f"backend vllm: {e}") from None
+        raise EvalError(f"backend {backend}: {e}") from None
 
 
-def _policy_model_path(policy) -> str | None:
-    for attr in ("model_dir", "path"):
-        v = getattr(policy, attr, None)
-        if isinstance(v, (str, Path)):
-            return str(v)
-    cfg = getattr(policy, "cfg", None)
-    return str(cfg.path) if getattr(cfg, "path", None) else None
+def _folder_max_positions(folder: str) -> int | None:
+    try:
+        return max_positions(AutoConfig.from_pretrained(folder))
+    except (OSError, ValueError):
+        return None
 
 
-def evaluate_during_training(policy, datasets: dict[str, list[Prompt]] | list[Prompt], grader, eval_cfg=None, *,
-                             n: int | None = None, temperature: float | None = None, top_p: float | None = None,
-                             max_new_tokens: int | None = None, repeats: int | None = None, seed: int = 0,
-                             batch_size: int = 64, out_dir: str | Path | None = None,
-                             progress: bool = False, engine=None) -> dict[str, float]:
-    """Same protocol as :func:`evaluate`, for the trainer; returns ``{"DATASET/pass@1": x, ...}``.
+def evaluate_during_training(sampler: Sampler, datasets: dict[str, list[Prompt]] | list[Prompt], grader,
+                             eval_cfg: EvalConfig, *, max_new_tokens: int, seed: int = 0, batch_size: int = 64,
+                             out_dir: str | Path | None = None, model_label: str | None = None) -> dict[str, float]:
+    """:func:`evaluate` with ``eval_cfg``'s settings (n, temperature, top_p, repeats), for the trainer; returns
+    ``{"DATASET/pass@1": x, ...}``.
 
-    Settings come from ``eval_cfg`` (an :class:`graft.config.EvalConfig`: n, temperature, top_p,
-    max_new_tokens, repeats); explicit keyword arguments override it, and the §5 defaults fill the
-    rest (``max_new_tokens`` falls back to 2048 when neither gives one). A bare list of prompts is
-    named ``val``. Also returns ``DATASET/pass@1_std`` when ``repeats > 1`` and ``macro/pass@1`` when
-    several datasets are given. A fixed ``seed`` across steps (common random numbers) makes
-    checkpoints more comparable than a per-step seed. ``out_dir`` (e.g. ``RUN_DIR/eval/step_000010/A``)
+    A bare list of prompts is named ``val``. Also returns ``DATASET/pass@1_std`` when ``repeats > 1`` and
+    ``macro/pass@1`` when several datasets are given. A fixed ``seed`` across steps (common random numbers)
+    makes checkpoints more comparable than a per-step seed. ``out_dir`` (e.g. ``RUN_DIR/eval/step_000010/A``)
     keeps the graded responses; None keeps nothing on disk. The trainer logs the values as
-    ``eval/M/DATASET/pass@1``; pick the best step with :func:`best_checkpoint`. ``engine``: sample
-    with the trainer's rollout engine (e.g. its vLLM engine, which already holds the current
-    weights) instead of ``policy.generate``.
+    ``eval/M/DATASET/pass@1``; pick the best step with :func:`best_checkpoint`.
     """
-    def pick(explicit, attr, default):
-        if explicit is not None:
-            return explicit
-        v = getattr(eval_cfg, attr, None) if eval_cfg is not None else None
-        return default if v is None else v
-
     if not isinstance(datasets, dict):
         datasets = {"val": list(datasets)}
-    reps = pick(repeats, "repeats", 1)
-    res = evaluate(policy, datasets, grader, out_dir, n=pick(n, "n", 8), temperature=pick(temperature, "temperature", 0.6),
-                   top_p=pick(top_p, "top_p", 0.95), max_new_tokens=pick(max_new_tokens, "max_new_tokens", 2048),
-                   repeats=reps, seed=seed, batch_size=batch_size, backend="hf", progress=progress, ks=[1],
-                   engine=engine)
+    res = evaluate(sampler, datasets, grader, out_dir, n=eval_cfg.n, temperature=eval_cfg.temperature,
+                   top_p=eval_cfg.top_p, max_new_tokens=max_new_tokens, repeats=eval_cfg.repeats, seed=seed,
+                   batch_size=batch_size, backend="hf", progress=False, ks=[1], model_label=model_label)
     out: dict[str, float] = {}
     for name, d in res["datasets"].items():
         out[f"{name}/pass@1"] = d["pass@1"]["mean"]
-        if reps > 1:
+        if eval_cfg.repeats > 1:
             out[f"{name}/pass@1_std"] = d["pass@1"]["std"]
     if len(res["datasets"]) > 1:
         out["macro/pass@1"] = res["macro"]["pass@1"]["mean"]
@@ -754,16 +704,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="NAME=PATH (jsonl/parquet/hub:NAME[:split]/arithmetic) or one of " + ", ".join(BENCHMARKS)
                          + " (default with --config: the run's data.val, as 'val', limited to its data.val_limit)")
     ap.add_argument("--data-dir", default=None, help="folder of the benchmark files (default ../shared/data)")
-    ap.add_argument("--n", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--n", type=int, default=EvalConfig.n, help="samples per prompt")
     ap.add_argument("--repeats", type=int, default=5, help="independent repeats (mean ± std)")
-    ap.add_argument("--temperature", type=float, default=0.6)
-    ap.add_argument("--top-p", type=float, default=0.95)
+    ap.add_argument("--temperature", type=float, default=EvalConfig.temperature)
+    ap.add_argument("--top-p", type=float, default=EvalConfig.top_p)
     ap.add_argument("--max-new-tokens", type=int, default=None,
-                    help="default: the run's eval/rollout limit (--config or checkpoint), else 2048")
+                    help=f"default: the run's eval/rollout limit (--config or checkpoint), else {DEFAULT_MAX_NEW_TOKENS}")
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts of each dataset")
     ap.add_argument("--out", default=None, help="output folder (default runs/eval/MODEL; with --compare one "
                                                   "subfolder per model, named as in the table)")
-    ap.add_argument("--backend", choices=["hf", "hf-bf16", "vllm"], default="hf",
+    ap.add_argument("--backend", choices=list(ENGINES), default="hf",
                     help="hf: graft's sampler; hf-bf16: the same over a bf16 copy (~2x faster on CPUs with bf16 "
                          "matmuls); vllm: GPU")
     ap.add_argument("--seed", type=int, default=0)
@@ -846,7 +796,7 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
     if args.dtype:
         cfg.dtype = args.dtype
     run_max = (run_cfg.eval.max_new_tokens or run_cfg.rollout.max_new_tokens) if run_cfg is not None else None
-    max_new = args.max_new_tokens or run_max or 2048
+    max_new = args.max_new_tokens or run_max or DEFAULT_MAX_NEW_TOKENS
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -857,19 +807,14 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
 def _evaluate_into(args, model: str, out: Path, datasets: dict, cfg, weights_from, run_cfg, max_new: int,
                    device: str) -> tuple[dict, Any]:
 
-    progress = not args.no_progress
-    model_path = None
-    if args.backend == "vllm":  # vLLM loads the folder; graft renders, tokenizes, decodes and cuts with the codec
-        generator, model_path = TextCodec.load(cfg, weights_from), vllm_model_path(cfg, weights_from)
-    else:
-        generator = Policy.load(cfg, device=device, weights_from=weights_from)
-    check_context(cfg.name if args.config else model, generator.codec, _eval_max_positions(generator, model_path),
+    sampler, positions = engine_sampler(args.backend, cfg, weights_from, device)
+    check_context(cfg.name if args.config else model, sampler.codec, positions,
                   [p.problem for ps in datasets.values() for p in ps], max_new, "--max-new-tokens")
     answer_form = args.answer_form or (run_cfg.reward.answer_form if run_cfg is not None else "any")
     with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers, verify_fn=VERIFY_FNS[answer_form]) as grader:
-        res = evaluate(generator, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
+        res = evaluate(sampler, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
                        max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
-                       backend=args.backend, progress=progress, model_label=model, model_path=model_path)
+                       backend=args.backend, progress=not args.no_progress, model_label=model)
     return res, cfg
 
 
@@ -889,18 +834,6 @@ def compare_table(results: dict[str, dict]) -> str:
         diffs = [f"{100 * (get(results[l])['mean'] - get(ref)['mean']):+.1f}" for l in labels[1:]]
         lines.append(f"| {name} | {n} | " + " | ".join(cells + diffs) + " |")
     return "\n".join(lines)
-
-
-def _eval_max_positions(generator, model_path: str | None) -> int | None:
-    """``max_position_embeddings`` of the model evaluated: the loaded Policy's, or the vLLM folder's config."""
-
-    model = getattr(generator, "model", None)
-    if model is not None:
-        return max_positions(model.config)
-    try:
-        return max_positions(AutoConfig.from_pretrained(model_path))
-    except (OSError, ValueError):
-        return None
 
 
 def summary_table(results: dict, cfg=None) -> str:

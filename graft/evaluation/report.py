@@ -335,6 +335,27 @@ def comparison_table(runs) -> list[str]:
     return lines
 
 
+SECTIONS = [
+    ("Reward curves", "rewards", "Mean training reward per step for each model."),
+    ("Training curves", "training", "Policy loss, gradient norm (mean over the step's minibatches), per-token "
+                                    "entropy of the sampler on its own samples, and response length (line: "
+                                    "mean; band: shortest to longest) per step."),
+    ("Evaluation accuracy", "eval", "In-training pass@1 on the validation set; ★ marks the best checkpoint "
+                                    "(highest pass@1, ties to the earlier step)."),
+    ("Complementarity over training", "complementarity",
+     "Share of the receiver's all-fail prompts on which the source had at least one success, per step."),
+    ("Compatibility score s", "s_hist", "Histogram of s over all transferred responses; responses with s ≤ δ "
+                                        "(dashed line) are dropped."),
+    ("Clip rates", "clip_rates", "Fraction of own and peer tokens whose ratio was clipped below 1-ε_low (low) "
+                                 "or above 1+ε_high (high)."),
+    ("Exchange sizes", "exchange", "Candidate-set size |C_{S->R}| before balancing, kept prompts after balancing, "
+                                   "and the share of transferred responses admitted by the gate."),
+    ("Accuracy vs compute", "compute", "Eval pass@1 (training reward when no evaluation was logged) against "
+                                       "cumulative wall-clock and tokens generated."),
+]
+"""The report's figures: (title, plot key, caption)."""
+
+
 def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """Write ``out/report.md`` and its PNGs for one or more runs; returns the markdown path."""
     run_dirs = [Path(p) for p in run_dirs]
@@ -344,7 +365,6 @@ def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     labels = _labels(run_dirs)
     runs = [(label, compute_analysis(p)) for label, p in zip(labels, run_dirs)]
-    configs = [read_config(p) for p in run_dirs]
     plots = {
         "rewards": plot_rewards(runs, out),
         "training": plot_training([(label, a["models"], read_metrics(p)) for (label, a), p in zip(runs, run_dirs)], out),
@@ -355,63 +375,59 @@ def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
         "exchange": plot_exchange(runs, out),
         "compute": plot_compute(runs, out),
     }
-    md = ["# graft report", ""]
-    md += ["| run | folder | mode | models | steps logged |", "|---|---|---|---|---:|"]
-    for (label, a), p in zip(runs, run_dirs):
-        md.append(f"| {label} | `{p}` | {a['mode']} | {', '.join(a['models'])} | {a['steps']} |")
-    md += ["", "## Summary", "",
-           "Final reward = mean of the last 5 logged steps. Complementarity = share of the model's all-fail "
-           "prompts that the peer solved, pooled over training. Clip rates are means over steps (peer: over steps "
-           "with peer data).", ""]
-    md += comparison_table(runs)
+    md = _summary_lines(runs, run_dirs)
     if len(runs) > 1:
-        diffs = config_differences(configs)
-        md += ["", "### Config differences", ""]
-        if diffs:
-            md += ["| field | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
-            md += [f"| `{k}` | " + " | ".join(f"`{v}`" for v in vals) + " |" for k, vals in diffs.items()]
-        else:
-            md.append("The runs have identical configs (apart from run_dir).")
-    sections = [
-        ("Reward curves", "rewards", "Mean training reward per step for each model."),
-        ("Training curves", "training", "Policy loss, gradient norm (mean over the step's minibatches), per-token "
-                                        "entropy of the sampler on its own samples, and response length (line: "
-                                        "mean; band: shortest to longest) per step."),
-        ("Evaluation accuracy", "eval", "In-training pass@1 on the validation set; ★ marks the best checkpoint "
-                                        "(highest pass@1, ties to the earlier step)."),
-        ("Complementarity over training", "complementarity",
-         "Share of the receiver's all-fail prompts on which the source had at least one success, per step."),
-        ("Compatibility score s", "s_hist", "Histogram of s over all transferred responses; responses with s ≤ δ "
-                                            "(dashed line) are dropped."),
-        ("Clip rates", "clip_rates", "Fraction of own and peer tokens whose ratio was clipped below 1-ε_low (low) "
-                                     "or above 1+ε_high (high)."),
-        ("Exchange sizes", "exchange", "Candidate-set size |C_{S->R}| before balancing, kept prompts after balancing, "
-                                       "and the share of transferred responses admitted by the gate."),
-        ("Accuracy vs compute", "compute", "Eval pass@1 (training reward when no evaluation was logged) against "
-                                           "cumulative wall-clock and tokens generated."),
-    ]
-    for title, key, caption in sections:
+        md += _config_diff_lines(config_differences([read_config(p) for p in run_dirs]), labels)
+    for title, key, caption in SECTIONS:
         md += ["", f"## {title}", ""]
         if plots[key] is None:
             md.append("No in-training evaluation was logged (set `eval.every` and `data.val`).")
         else:
             md += [caption, "", f"![{title}]({plots[key]})"]
     for label, a in runs:
-        if a["s"] or a["complementarity"]:
-            md += ["", f"### Numbers: {label}", ""]
-            matrix = complementarity_matrix(a)
-            if matrix:
-                md += ["Complementarity matrix (row: source, column: receiver; share of the receiver's all-fail "
-                       "prompts the source solved, pooled over training):", "", *matrix, ""]
-            for d, c in a["complementarity"].items():
-                md.append(f"- complementarity {d}: {_p(c['overall'], 1)} overall ({c['source']})")
-            for d, s in a["s"].items():
-                q = s["quantiles"]
-                md.append(f"- s {d}: n={s['count']}, p10 {_n(q['p10'])}, median {_n(q['p50'])}, p90 {_n(q['p90'])}, "
-                          f"above δ {_p(s['above_delta_frac'], 1)}")
+        md += _numbers_lines(label, a)
     path = out / "report.md"
     path.write_text("\n".join(md) + "\n")
     return path
+
+
+def _summary_lines(runs: list[tuple[str, dict]], run_dirs: list[Path]) -> list[str]:
+    md = ["# graft report", ""]
+    md += ["| run | folder | mode | models | steps logged |", "|---|---|---|---|---:|"]
+    for (label, a), p in zip(runs, run_dirs):
+        md.append(f"| {label} | `{p}` | {a['mode']} | {', '.join(a['models'])} | {a['steps']} |")
+    for label, a in runs:
+        md += [f"- {label}: {line.strip()}" for line in a.get("exchange_description") or []]
+    md += ["", "## Summary", "",
+           "Final reward = mean of the last 5 logged steps. Complementarity = share of the model's all-fail "
+           "prompts that the peer solved, pooled over training. Clip rates are means over steps (peer: over steps "
+           "with peer data).", ""]
+    return md + comparison_table(runs)
+
+
+def _config_diff_lines(diffs: dict, labels: list[str]) -> list[str]:
+    md = ["", "### Config differences", ""]
+    if not diffs:
+        return md + ["The runs have identical configs (apart from run_dir)."]
+    md += ["| field | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    return md + [f"| `{k}` | " + " | ".join(f"`{v}`" for v in vals) + " |" for k, vals in diffs.items()]
+
+
+def _numbers_lines(label: str, a: dict) -> list[str]:
+    if not (a["s"] or a["complementarity"]):
+        return []
+    md = ["", f"### Numbers: {label}", ""]
+    matrix = complementarity_matrix(a)
+    if matrix:
+        md += ["Complementarity matrix (row: source, column: receiver; share of the receiver's all-fail "
+               "prompts the source solved, pooled over training):", "", *matrix, ""]
+    for d, c in a["complementarity"].items():
+        md.append(f"- complementarity {d}: {_p(c['overall'], 1)} overall ({c['source']})")
+    for d, s in a["s"].items():
+        q = s["quantiles"]
+        md.append(f"- s {d}: n={s['count']}, p10 {_n(q['p10'])}, median {_n(q['p50'])}, p90 {_n(q['p90'])}, "
+                  f"above δ {_p(s['above_delta_frac'], 1)}")
+    return md
 
 
 def report_main(argv: Sequence[str] | None = None) -> int:

@@ -14,8 +14,13 @@ import torch
 from graft.algos.advantages import RollingRate, hacpo_advantages
 from graft.config import ExchangeConfig
 from graft.exchange.handover import Receiver, Scoring, hand_over
-from graft.exchange.live import ExchangeResult, Grade, direction_metrics, regrade
-from graft.types import RolloutGroup
+from graft.exchange.live import Grade, direction_metrics, regrade
+from graft.types import ExchangeResult, RolloutGroup
+
+HACPO_SHARING = {"delta": 0.0, "delta_by_length": {}, "admission": "all", "weighting": "compat",
+                 "successes_only": False, "pooled_rewards": False, "include_all_correct": False}
+"""The exchange settings HACPO's sharing uses in place of the configured ones (``exchange.<field>``): every
+response of every prompt joins the receiver, weighted ``min(s, 1)``, none dropped."""
 
 
 def hacpo_exchange(step: int, groups: dict[str, list[RolloutGroup]], receivers: dict[str, Receiver],
@@ -29,26 +34,24 @@ def hacpo_exchange(step: int, groups: dict[str, list[RolloutGroup]], receivers: 
     assert len(groups) == 2, "HACPO sharing is defined for a pair of models"
     for name, gs in groups.items():
         rates[name].update(sum(g.num_correct for g in gs) / max(sum(g.size for g in gs), 1))
-    share = replace(ex, delta=0.0, delta_by_length={}, admission="all", weighting="compat", successes_only=False,
-                    pooled_rewards=False, include_all_correct=False)
+    share = replace(ex, **HACPO_SHARING)
     (a, ga), (b, gb) = groups.items()
-    result = ExchangeResult({}, {})
+    result = ExchangeResult({})
     for src, recv, g_src, g_recv in ((a, b, ga, gb), (b, a, gb, ga)):
         ho = hand_over(g_src, receivers[recv], share, scoring)
-        regrade(grade, ho.groups, ho.rows)
+        graded = regrade(grade, ho.groups, ho.rows)
         own = {g.prompt_id: g for g in g_recv}
-        train_own, peer = {g.prompt_id: g for g in g_recv}, []
+        train_own, peer = dict(own), []
         for pg in ho.groups:
             adv_own, adv_peer = hacpo_advantages(own[pg.prompt_id].rewards_tensor(), pg.rewards_tensor(), rates[recv].value,
                                                  rates[src].value, adv_norm[0], unbiased=adv_norm[1])
             train_own[pg.prompt_id] = replace(own[pg.prompt_id], advantages=adv_own.tolist())
             peer.append(replace(pg, advantages=adv_peer.tolist()))
-        for row in ho.rows:
-            row["advantage"] = next(p.advantages[p.index.index(row["index"])] for p in peer if p.prompt_id == row["prompt_id"])
+        adv = {(p.prompt_id, i): x for p in peer for i, x in zip(p.index, p.advantages)}
+        rows = [{**row, "advantage": adv[row["prompt_id"], row["index"]]} for row in graded]
         result.train_groups[recv] = list(train_own.values()) + peer
-        result.peers[recv] = peer
         selected = torch.ones(len(g_src), dtype=torch.bool)
         result.audit.append({"step": step, "source": src, "receiver": recv, "candidates": [], "m": -1,
-                             "selected": [g.prompt_id for g in peer], "responses": ho.rows, "conflicts": []})
-        result.metrics |= direction_metrics(src, recv, torch.zeros_like(selected), selected, -1, ho.rows, ho.metrics, 0)
+                             "selected": [g.prompt_id for g in peer], "responses": rows, "conflicts": []})
+        result.metrics |= direction_metrics(src, recv, torch.zeros_like(selected), selected, -1, rows, ho.metrics, 0)
     return result

@@ -13,7 +13,7 @@ own groups of those prompts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -22,29 +22,10 @@ from graft.algos.advantages import success_counts
 from graft.algos.selection import balanced_selection, candidate_mask, random_selection, resolve_conflicts
 from graft.config import ExchangeConfig
 from graft.exchange.handover import HandOver, Receiver, Scoring, hand_over
-from graft.types import RolloutGroup
+from graft.types import DirectionAudit, ExchangeResult, RolloutGroup, TransferRow
 
 Grade = Callable[[list[RolloutGroup]], None]
 """Fills ``rewards`` and ``status`` of groups in place (the receiver's re-verification)."""
-
-
-@dataclass
-class ExchangeResult:
-    """What one exchange step hands to the update and to the logs."""
-
-    train_groups: dict[str, list[RolloutGroup]]
-    """Per model: its own groups, minus the prompts that were replaced, then the peer groups it received."""
-    peers: dict[str, list[RolloutGroup]] = field(default_factory=dict)
-    """Per model: the peer groups it received (admitted responses only)."""
-    audit: list[dict] = field(default_factory=list)
-    """One record per direction S->R (schema in the README)."""
-    metrics: dict = field(default_factory=dict)
-    """``exchange/S->R/...`` per direction."""
-
-    @classmethod
-    def unchanged(cls, groups: dict[str, list[RolloutGroup]]) -> "ExchangeResult":
-        """No exchange (``mode: grpo``): every model trains on its own groups."""
-        return cls({n: list(gs) for n, gs in groups.items()}, {n: [] for n in groups})
 
 
 def counts(groups: list[RolloutGroup]) -> torch.Tensor:
@@ -97,8 +78,8 @@ def splice(own: list[RolloutGroup], peer: list[RolloutGroup], replaced: set[str]
 
 
 def direction_audit(step: int, src: str, recv: str, groups_src: list[RolloutGroup], k_src: torch.Tensor,
-                    k_recv: torch.Tensor, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[dict],
-                    conflicts: list[dict]) -> dict:
+                    k_recv: torch.Tensor, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[TransferRow],
+                    conflicts: list[dict]) -> DirectionAudit:
     return {
         "step": step, "source": src, "receiver": recv,
         "candidates": [{"prompt_id": groups_src[i].prompt_id, "k_source": int(k_src[i]), "k_receiver": int(k_recv[i])}
@@ -125,12 +106,12 @@ def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tenso
     }
 
 
-def regrade(grade: Grade, peers: list[RolloutGroup], rows: list[dict]) -> None:
-    """The receiver re-verifies the transferred responses it trains on; its verdict goes into the audit rows."""
+def regrade(grade: Grade, peers: list[RolloutGroup], rows: list[TransferRow]) -> list[TransferRow]:
+    """The receiver re-verifies the transferred responses it trains on (``peers``, in place); ``rows`` with its
+    verdict (``reward_receiver``; None for a response not admitted)."""
     grade(peers)
     verdict = {(g.prompt_id, i): r for g in peers for i, r in zip(g.index, g.rewards)}
-    for row in rows:
-        row["reward_receiver"] = verdict.get((row["prompt_id"], row["index"]))
+    return [{**row, "reward_receiver": verdict.get((row["prompt_id"], row["index"]))} for row in rows]
 
 
 def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: dict[str, Receiver], n: int,
@@ -150,26 +131,26 @@ def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: d
                 handed[s, r] = hand_over(chosen, receivers[r], ex, scoring, generator,
                                          own={g.prompt_id: g for g in groups[r]}, adv_norm=adv_norm)
 
-    result = ExchangeResult({}, {})
+    result = ExchangeResult({})
     for r in names:
         sources = [s for s in names if s != r]
         won = _resolve(sources, r, keep, k, handed, order, ex.conflict)
         conflicts = _conflict_records(sources, r, keep, won, k, handed, order)
-        peer, pooled = [], {}
+        peer, pooled, kept_rows = [], {}, {}
         for s in sources:
             ho, lost_ids = handed[s, r], {order[i] for i in torch.nonzero(keep[s, r] & ~won[s]).flatten().tolist()}
             peer += [g for g in ho.groups if g.prompt_id not in lost_ids]
             pooled |= {p: a for p, a in ho.own_advantages.items() if p not in lost_ids}
-            ho.rows[:] = [row for row in ho.rows if row["prompt_id"] not in lost_ids]
-        regrade(grade, peer, [row for s in sources for row in handed[s, r].rows])
+            kept_rows[s] = [row for row in ho.rows if row["prompt_id"] not in lost_ids]
+        graded = iter(regrade(grade, peer, [row for s in sources for row in kept_rows[s]]))
+        rows = {s: [next(graded) for _ in kept_rows[s]] for s in sources}
         replaced = {order[i] for s in sources for i in torch.nonzero(won[s]).flatten().tolist()}
         result.train_groups[r] = splice(groups[r], peer, replaced, pooled)
-        result.peers[r] = peer
         for s in sources:
             mine = [c for c in conflicts if s in c["contenders"]]
             result.audit.append(direction_audit(step, s, r, groups[s], k[s], k[r], cand[s, r], keep[s, r], m[s, r],
-                                                handed[s, r].rows, mine))
-            result.metrics |= direction_metrics(s, r, cand[s, r], keep[s, r], m[s, r], handed[s, r].rows,
+                                                rows[s], mine))
+            result.metrics |= direction_metrics(s, r, cand[s, r], keep[s, r], m[s, r], rows[s],
                                                 handed[s, r].metrics, sum(c["winner"] != s for c in mine))
     result.audit.sort(key=lambda rec: (names.index(rec["source"]), names.index(rec["receiver"])))
     return result

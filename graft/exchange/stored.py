@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import torch
 
-from graft.algos.selection import capped_selection, candidate_mask
+from graft.algos.selection import candidate_mask, capped_selection
 from graft.config import ExchangeConfig
 from graft.exchange.handover import Receiver, Scoring, hand_over
-from graft.exchange.live import ExchangeResult, Grade, complementarity, counts, direction_audit, direction_metrics, \
-    regrade, splice
+from graft.exchange.live import Grade, complementarity, counts, direction_audit, direction_metrics, regrade, splice
 from graft.storage.trajectory_store import StoredGroup, select_stored_group
-from graft.types import RolloutGroup
+from graft.types import ExchangeResult, RolloutGroup
 
 
 def stored_peer_groups(stored: dict[str, list[StoredGroup]], own: list[RolloutGroup], step: int, pick: str,
@@ -74,12 +73,12 @@ def exchange_stored(step: int, own: list[RolloutGroup], stored: list[RolloutGrou
     keep = capped_selection(k_src, cand, cap)
     chosen = [stored[i] for i in torch.nonzero(keep).flatten().tolist()]
     ho = hand_over(chosen, receiver, ex, scoring, generator, own={g.prompt_id: g for g in own}, adv_norm=adv_norm)
-    regrade(grade, ho.groups, ho.rows)
+    rows = regrade(grade, ho.groups, ho.rows)
     replaced = {own[i].prompt_id for i in torch.nonzero(keep).flatten().tolist()}
     src_groups = [g if g is not None else own[i] for i, g in enumerate(stored)]
     name = receiver.name
-    metrics = direction_metrics(source_name, name, cand, keep, m, ho.rows, ho.metrics, 0)
+    metrics = direction_metrics(source_name, name, cand, keep, m, rows, ho.metrics, 0)
     metrics[f"complementarity/{source_name}->{name}"] = complementarity(k_src[has], k_recv[has])
-    return ExchangeResult({name: splice(own, ho.groups, replaced, ho.own_advantages)}, {name: ho.groups},
-                          [direction_audit(step, source_name, name, src_groups, k_src, k_recv, cand, keep, m, ho.rows, [])],
+    return ExchangeResult({name: splice(own, ho.groups, replaced, ho.own_advantages)},
+                          [direction_audit(step, source_name, name, src_groups, k_src, k_recv, cand, keep, m, rows, [])],
                           metrics)

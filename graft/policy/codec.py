@@ -30,11 +30,6 @@ class TextCodec:
         """Token ids that end a sampled response: the tokenizer's EOS, plus the model's generation-config
         EOS ids (:class:`~graft.policy.policy.Policy` adds them; :meth:`load` reads them from a folder)."""
 
-    @property
-    def codec(self) -> "TextCodec":
-        """Itself: a codec stands in for a policy where only text is needed (a vLLM engine serving a folder)."""
-        return self
-
     @classmethod
     def load(cls, cfg: ModelConfig, weights_from: str | None = None) -> "TextCodec":
         """The codec of ``cfg`` (tokenizer from ``weights_from`` when it holds one), with the EOS ids of a

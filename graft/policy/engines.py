@@ -53,12 +53,13 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import torch
 from safetensors.torch import save_file
 from transformers import GenerationConfig
 
+from graft.policy.codec import TextCodec
 from graft.policy.fsdp import iter_full_parameters
 from graft.policy.loading import unwrap as _unwrap
 from graft.registry import ENGINES
@@ -84,13 +85,28 @@ class EngineUnavailable(RuntimeError):
 
 # ============================================================================ interface
 
+class Sampler(Protocol):
+    """What evaluation samples from: a text codec and ``generate`` (samples ended at the stop strings).
+    Every rollout engine is one (a policy's, or vLLM serving a folder), and so is a
+    :class:`graft.trainer.learner.Learner` (its ranks' engine)."""
+
+    codec: TextCodec
+
+    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds: Sequence[int] | None = None,
+                 progress: bool = False, desc: str = "", stop_strings: Sequence[str] | None = None
+                 ) -> list[list[Sample]]: ...
+
+
 class RolloutEngine:
     """Samples responses for one policy. Subclasses implement :meth:`_sample`."""
 
     kind = "base"
 
-    def __init__(self, policy) -> None:
+    def __init__(self, policy, codec: TextCodec | None = None) -> None:
         self.policy = policy
+        self.codec: TextCodec = codec if codec is not None else policy.codec
+        """Prompts in, text out, stop strings: the policy's codec (or, serving a folder, the model's own)."""
         self.last_stats: dict[str, float] = {}
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
@@ -99,7 +115,7 @@ class RolloutEngine:
         """``n`` samples per prompt, ``[P][G]``, each ended at its first stop string
         (:func:`graft.policy.prompts.cut_at_stop`; ``stop_strings=None``: the policy's configured ones,
         ``ModelConfig.stop_strings()``). Rollouts, evaluation and probes all sample through here."""
-        codec = self.policy.codec
+        codec = self.codec
         stops = codec.stops if stop_strings is None else tuple(stop_strings)
         t0 = time.perf_counter()
         out = self._sample(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
@@ -217,7 +233,7 @@ class ContinuousBatchingEngine(RolloutEngine):
                 toks = list(o.generated_tokens)
                 fin = bool(toks) and toks[-1] in pol.stop_ids
                 group.append(Sample(token_ids=toks, logprobs=[float(x) for x in o.logprobs[:len(toks)]],
-                                    text=pol.decode(toks), finished=fin))
+                                    text=codec.decode(toks), finished=fin))
             samples.append(group)
         return samples
 
@@ -272,30 +288,25 @@ class VllmEngine(RolloutEngine):
     """vLLM colocated with the trainer on its GPU; weights pushed after each update.
 
     ``folder``: serve that Hugging Face folder (or hub id) instead of a Policy's in-memory weights --
-    ``graft eval --backend vllm`` of a checkpoint; ``policy`` is then the model's
-    :class:`~graft.policy.codec.TextCodec` (prompts, decoding, stop strings) and nothing is pushed."""
+    ``graft eval --backend vllm`` of a checkpoint; ``policy`` is then None, ``codec`` the model's
+    :class:`~graft.policy.codec.TextCodec` (prompts, decoding, stop strings), and nothing is pushed."""
 
     kind = "vllm"
 
     def __init__(self, policy, gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
-                 enforce_eager: bool | None = None, folder: str | None = None) -> None:
-        super().__init__(policy)
-        reason = vllm_unavailable_reason()
-        if reason:
-            raise EngineUnavailable(f"rollout.engine=vllm: {reason}; use rollout.engine=hf")
-        if folder is not None and (str(folder).startswith("embedded:") or str(folder).endswith(".gguf")):
-            raise EngineUnavailable(f"vllm needs a Hugging Face model folder or hub id, got {folder!r}; evaluate a "
-                                    "saved checkpoint or exported folder, or use the hf backend")
+                 enforce_eager: bool | None = None, folder: str | None = None, codec: TextCodec | None = None) -> None:
+        self.check(folder)
+        super().__init__(policy, codec)
         # The engine core runs in this process, so weights can be pushed by reference.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         LLM = _vllm().LLM
 
         self._tmp, self.folder = None, folder
         source = folder if folder is not None else self._model_folder()
-        tokenizer = getattr(policy.cfg, "tokenizer", None) or source
+        tokenizer = self.codec.cfg.tokenizer or source
         util = gpu_memory_utilization or float(os.environ.get("GRAFT_VLLM_GPU_MEMORY_UTILIZATION",
                                                               "0.85" if folder is not None else "0.35"))
-        kwargs: dict[str, Any] = dict(model=source, tokenizer=tokenizer, dtype=policy.cfg.dtype, seed=0,
+        kwargs: dict[str, Any] = dict(model=source, tokenizer=tokenizer, dtype=self.codec.cfg.dtype, seed=0,
                                       gpu_memory_utilization=util, enable_prefix_caching=True,
                                       enforce_eager=bool(int(os.environ.get("GRAFT_VLLM_EAGER", "0"))) if enforce_eager is None else enforce_eager)
         if max_model_len:
@@ -310,6 +321,16 @@ class VllmEngine(RolloutEngine):
                         "with a forward pass of the policy (upgrade to vLLM >= 0.10.2 to avoid the extra pass)")
         if folder is None:
             self.weights_updated()   # the policy may differ from the folder (resumed optimiser state etc.)
+
+    @staticmethod
+    def check(folder: str | None = None) -> None:
+        """Raise :class:`EngineUnavailable` when vLLM cannot run here, or cannot serve ``folder``."""
+        reason = vllm_unavailable_reason()
+        if reason:
+            raise EngineUnavailable(f"rollout.engine=vllm: {reason}; use rollout.engine=hf")
+        if folder is not None and (str(folder).startswith("embedded:") or str(folder).endswith(".gguf")):
+            raise EngineUnavailable(f"vllm needs a Hugging Face model folder or hub id, got {folder!r}; evaluate a "
+                                    "saved checkpoint or exported folder, or use the hf backend")
 
     def _model_folder(self) -> str:
         """A Hugging Face folder vLLM can read holding the policy's current weights."""
@@ -336,9 +357,7 @@ class VllmEngine(RolloutEngine):
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
                 stop_strings):
         SamplingParams = _vllm().SamplingParams
-
-
-        pol = self.policy
+        codec = self.codec
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
         requests, params = [], []
         for ids, s in zip(prompt_ids, seeds):
@@ -346,7 +365,7 @@ class VllmEngine(RolloutEngine):
                 requests.append({"prompt_token_ids": list(ids)})
                 params.append(SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
                                              seed=sample_seed(s, j) % (2**31), logprobs=0, detokenize=False,
-                                             stop_token_ids=sorted(pol.stop_ids), skip_special_tokens=True))
+                                             stop_token_ids=sorted(codec.stop_ids), skip_special_tokens=True))
         outs = self.llm.generate(requests, params, use_tqdm=progress)
         samples, k = [], 0
         for _ in prompt_ids:
@@ -357,9 +376,9 @@ class VllmEngine(RolloutEngine):
                 toks = list(o.token_ids)
                 lps = [_chosen_logprob(entry, t) for entry, t in zip(o.logprobs or [], toks)]
                 fin = o.finish_reason == "stop"
-                group.append(Sample(token_ids=toks, logprobs=lps, text=pol.decode(toks), finished=fin))
+                group.append(Sample(token_ids=toks, logprobs=lps, text=codec.decode(toks), finished=fin))
             samples.append(group)
-        if getattr(self, "raw_logprobs", False) and temperature != 1.0 and hasattr(pol, "token_logprobs"):
+        if getattr(self, "raw_logprobs", False) and temperature != 1.0 and self.policy is not None:
             self._recompute_logprobs(prompt_ids, samples, temperature)
         return samples
 

@@ -114,6 +114,17 @@ def scoring_order(prompt_ids: list[list[int]], response_ids: list[list[int]]) ->
     return sorted(range(len(prompt_ids)), key=lambda i: (-len(prompt_ids[i]), key[i], -len(response_ids[i])))
 
 
+def _check_sampling(prompt_ids: list[list[int]], temperature: float, top_p: float, seeds: Sequence[int] | None) -> None:
+    if temperature <= 0:
+        raise ValueError("temperature must be > 0 (greedy decoding has no sampling log-probs)")
+    if not 0 < top_p <= 1:
+        raise ValueError("top_p must be in (0, 1]")
+    if any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("empty prompt: every prompt needs at least one token")
+    if seeds is not None and len(seeds) != len(prompt_ids):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompt_ids)} prompts")
+
+
 class Policy:
     """A causal LM with its tokenizer and prompt template (``cfg``), on ``device``."""
 
@@ -223,22 +234,13 @@ class Policy:
         tokenizer, e.g. a bf16 copy: :class:`graft.policy.engines.HFBf16Engine`); log-probs are then
         that copy's.
         """
-        if temperature <= 0:
-            raise ValueError("temperature must be > 0 (greedy decoding has no sampling log-probs)")
-        if not 0 < top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
-        if any(len(p) == 0 for p in prompt_ids):
-            raise ValueError("empty prompt: every prompt needs at least one token")
+        _check_sampling(prompt_ids, temperature, top_p, seeds)
         flat = [(i, list(p)) for i, p in enumerate(prompt_ids) for _ in range(n)]
         out: list[list[Sample]] = [[] for _ in prompt_ids]
         gen = torch.Generator(device=self.device)
         gen.manual_seed(int(seed))
-        row_gens = None
-        if seeds is not None:
-            if len(seeds) != len(prompt_ids):
-                raise ValueError(f"{len(seeds)} seeds for {len(prompt_ids)} prompts")
-            row_gens = [torch.Generator().manual_seed(sample_seed(int(seeds[i]), j))
-                        for i in range(len(prompt_ids)) for j in range(n)]
+        row_gens = None if seeds is None else [torch.Generator().manual_seed(sample_seed(int(seeds[i]), j))
+                                               for i in range(len(prompt_ids)) for j in range(n)]
         bar = None
         if progress:
             bar = tqdm(total=len(flat), desc=desc or f"{self.name} generate", unit="seq", leave=False)
@@ -267,36 +269,16 @@ class Policy:
         dev, B = self.device, len(prompts)
         base = _unwrap(self.model if model is None else model)
         decoder, head = base.get_decoder(), base.get_output_embeddings()
-        # Each distinct prompt is prefilled once; its KV cache is then copied to its G samples.
-        row_of: dict[tuple[int, ...], int] = {}
-        inv = [row_of.setdefault(tuple(p), len(row_of)) for p in prompts]
-        uniq = [list(k) for k in row_of]
-        L = max(len(p) for p in uniq)
-        ids = torch.full((len(uniq), L), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((len(uniq), L), dtype=torch.long)
-        for b, p in enumerate(uniq):
-            ids[b, L - len(p):] = torch.tensor(p, dtype=torch.long)
-            attn[b, L - len(p):] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
         stop = torch.tensor(sorted(self.stop_ids), dtype=torch.long, device=dev)
         # a stop string lies within the last `window` tokens (>= 1 byte per token, <= 4 bytes per char)
         window = 4 * max((len(x) for x in stop_strings), default=0) + 4
-
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
         ents: list[list[float]] = [[] for _ in range(B)]
         finished = [False] * B
         alive = torch.arange(B, device=dev)  # original row of each row still in the batch
         if max_new_tokens > 0:
-            cache = buffered_cache(base.config, L + max_new_tokens)
-            h = decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                              **{self._cache_kw: cache}).last_hidden_state[:, -1]
-            next_pos = pos[:, -1] + 1
-            if len(uniq) < B:
-                expand = torch.tensor(inv, dtype=torch.long, device=dev)
-                cache.batch_select_indices(expand)
-                h, attn, next_pos = h[expand], attn[expand], next_pos[expand]
+            h, attn, next_pos, cache = self._prefill(base, decoder, prompts, max_new_tokens)
         for step in range(max_new_tokens):
             g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
             tok, lp, ent = self._sample(self._step_logits(h, temperature, head), top_p, g, renormalize_top_p)
@@ -327,6 +309,31 @@ class Policy:
             next_pos = next_pos + 1
         return [Sample(token_ids=tokens[b], logprobs=logps[b], text=self.decode(tokens[b]), finished=finished[b],
                        entropies=ents[b]) for b in range(B)]
+
+    def _prefill(self, base: Any, decoder: Any, prompts: list[list[int]], max_new_tokens: int):
+        """Forward the left-padded prompts once each (a distinct prompt's KV cache is then copied to its rows).
+        Returns the last hidden state, attention mask and next position of every row ``[B]``, and the cache."""
+        dev, B = self.device, len(prompts)
+        row_of: dict[tuple[int, ...], int] = {}
+        inv = [row_of.setdefault(tuple(p), len(row_of)) for p in prompts]
+        uniq = [list(k) for k in row_of]
+        L = max(len(p) for p in uniq)
+        ids = torch.full((len(uniq), L), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((len(uniq), L), dtype=torch.long)
+        for b, p in enumerate(uniq):
+            ids[b, L - len(p):] = torch.tensor(p, dtype=torch.long)
+            attn[b, L - len(p):] = 1
+        ids, attn = ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        cache = buffered_cache(base.config, L + max_new_tokens)
+        h = decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                    **{self._cache_kw: cache}).last_hidden_state[:, -1]
+        next_pos = pos[:, -1] + 1
+        if len(uniq) < B:
+            expand = torch.tensor(inv, dtype=torch.long, device=dev)
+            cache.batch_select_indices(expand)
+            h, attn, next_pos = h[expand], attn[expand], next_pos[expand]
+        return h, attn, next_pos, cache
 
     def _step_logits(self, hidden: Tensor, temperature: float, head: Any = None) -> Tensor:
         """:meth:`_logits` for one decoding step [b, H] -> [b, V] (fp32 whatever ``head``'s dtype), with the

@@ -44,6 +44,24 @@ from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOU
 __all__ = ["Grader", "GraderError", "extract_boxed", "verify"]
 
 
+class _Tally:
+    """One grading pass's bookkeeping: results in place, the count still open, the progress bar."""
+
+    def __init__(self, pending: deque[int], rewards: list, statuses: list, bar) -> None:
+        self.pending, self.rewards, self.statuses, self.bar = pending, rewards, statuses, bar
+        self.remaining = len(pending)
+
+    def finish(self, i: int, reward: float, status: str) -> None:
+        self.rewards[i], self.statuses[i] = reward, status
+        self.remaining -= 1
+        self.bar.update(1)
+
+    def requeue(self, w: "_Worker") -> None:
+        """Items sent to a dead worker go back to the front."""
+        self.pending.extendleft(reversed(w.inflight))
+        w.inflight.clear()
+
+
 class GraderError(RuntimeError):
     """The grader cannot run (workers fail to start, or the verify function cannot be imported)."""
 
@@ -232,72 +250,67 @@ class Grader:
 
     def _run(self, pending: deque[int], responses, answers, rewards, statuses, bar) -> None:
         """Hand out ``pending`` items to the workers until every item has a status."""
-        remaining = len(pending)
-
-        def finish(i: int, reward: float, status: str) -> None:
-            nonlocal remaining
-            rewards[i], statuses[i] = reward, status
-            remaining -= 1
-            bar.update(1)
-
-        def requeue(w: _Worker) -> None:  # items sent to a dead worker go back to the front
-            pending.extendleft(reversed(w.inflight))
-            w.inflight.clear()
-
-        while remaining > 0:
-            # 1. feed idle ready workers; chunk so that every worker gets a share
-            for w in self._workers:
-                if w.ready and not w.inflight and pending:
-                    size = min(self.chunk_size, max(1, len(pending) // len(self._workers)))
-                    items = [pending.popleft() for _ in range(min(size, len(pending)))]
-                    try:
-                        w.send([(i, responses[i], answers[i]) for i in items], self.timeout_s)
-                    except (OSError, ValueError):  # died while idle: resend elsewhere
-                        pending.extendleft(reversed(items))
-                        w.inflight.clear()
-                        self._replace(w)
-            # 2. wait for answers or the nearest deadline
-            now = time.monotonic()
+        tally = _Tally(pending, rewards, statuses, bar)
+        while tally.remaining > 0:
+            self._feed(pending, responses, answers)
             active = [w for w in self._workers if w.inflight or not w.ready]
             if not active:
                 if not pending:
                     raise GraderError("internal error: items neither pending nor in flight")
                 continue
-            wait_s = max(0.0, min(w.deadline for w in active) - now)
-            mp_wait([w.conn for w in active], timeout=wait_s)
-            # 3. drain every answer that has arrived (before judging deadlines)
-            for w in list(active):
+            mp_wait([w.conn for w in active], timeout=max(0.0, min(w.deadline for w in active) - time.monotonic()))
+            for w in active:   # every answer that has arrived, before judging deadlines
+                self._drain(w, tally)
+            self._expire(tally)
+
+    def _feed(self, pending: deque[int], responses, answers) -> None:
+        """Send idle ready workers their next chunk (chunked so that every worker gets a share)."""
+        for w in self._workers:
+            if w.ready and not w.inflight and pending:
+                size = min(self.chunk_size, max(1, len(pending) // len(self._workers)))
+                items = [pending.popleft() for _ in range(min(size, len(pending)))]
                 try:
-                    while w.conn.poll():
-                        msg = w.conn.recv()
-                        if msg[0] == "ready":
-                            w.ready = True
-                        elif msg[0] == "fatal":
-                            raise GraderError(msg[1])
-                        else:
-                            i, reward, status = msg
-                            if w.inflight and w.inflight[0] == i:
-                                w.inflight.popleft()
-                                finish(i, reward, status)
-                            w.deadline = time.monotonic() + self.timeout_s
-                except (EOFError, OSError):  # the worker died: its current item is lost
-                    if w.inflight:
-                        finish(w.inflight.popleft(), 0.0, VERIFY_ERROR)
-                    requeue(w)
-                    if not w.ready:
-                        w.proc.join(timeout=1.0)
-                        raise GraderError(f"grader worker exited during start-up (exit code {w.proc.exitcode}); "
-                                          "a main module without an `if __name__ == '__main__':` guard causes this")
+                    w.send([(i, responses[i], answers[i]) for i in items], self.timeout_s)
+                except (OSError, ValueError):  # died while idle: resend elsewhere
+                    pending.extendleft(reversed(items))
+                    w.inflight.clear()
                     self._replace(w)
-            # 4. kill workers past their deadline
-            now = time.monotonic()
-            for w in list(self._workers):
-                if now < w.deadline:
-                    continue
-                if w.inflight:
-                    finish(w.inflight.popleft(), 0.0, VERIFY_TIMEOUT)
-                    requeue(w)
-                    self._replace(w)
-                elif not w.ready:
-                    w.kill()
-                    raise GraderError(f"grader worker not ready after {self.startup_timeout_s:.0f}s")
+
+    def _drain(self, w: _Worker, tally: "_Tally") -> None:
+        """Every message worker ``w`` has sent; a dead worker's current item fails and the rest go back."""
+        try:
+            while w.conn.poll():
+                msg = w.conn.recv()
+                if msg[0] == "ready":
+                    w.ready = True
+                elif msg[0] == "fatal":
+                    raise GraderError(msg[1])
+                else:
+                    i, reward, status = msg
+                    if w.inflight and w.inflight[0] == i:
+                        w.inflight.popleft()
+                        tally.finish(i, reward, status)
+                    w.deadline = time.monotonic() + self.timeout_s
+        except (EOFError, OSError):  # the worker died: its current item is lost
+            if w.inflight:
+                tally.finish(w.inflight.popleft(), 0.0, VERIFY_ERROR)
+            tally.requeue(w)
+            if not w.ready:
+                w.proc.join(timeout=1.0)
+                raise GraderError(f"grader worker exited during start-up (exit code {w.proc.exitcode}); "
+                                  "a main module without an `if __name__ == '__main__':` guard causes this") from None
+            self._replace(w)
+
+    def _expire(self, tally: "_Tally") -> None:
+        """Kill workers past their deadline: the item in hand times out, the rest go back."""
+        now = time.monotonic()
+        for w in list(self._workers):
+            if now < w.deadline:
+                continue
+            if w.inflight:
+                tally.finish(w.inflight.popleft(), 0.0, VERIFY_TIMEOUT)
+                tally.requeue(w)
+                self._replace(w)
+            elif not w.ready:
+                w.kill()
+                raise GraderError(f"grader worker not ready after {self.startup_timeout_s:.0f}s")

@@ -342,46 +342,60 @@ def save_checkpoint(
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     _cleanup(root)
-
     name = step_dir_name(step)
     tmp = root / f".tmp-{name}-{os.getpid()}"
     _remove_tree(tmp)
     tmp.mkdir()
     try:
-        for mname, writer in models.items():
-            (tmp / mname).mkdir(exist_ok=True)
-            writer(tmp / mname)
-            _link_tokenizer(root, tmp / mname, mname)
-        for mname, opt in optimizers.items():
-            (tmp / mname).mkdir(exist_ok=True)
-            torch.save(opt.state_dict(), tmp / mname / "optimizer.pt")
-        payload = dict(state)
-        payload.setdefault("rng", rng_state())
-        payload["step"] = int(step)
-        try:
-            torch.save(payload, tmp / "state.pt")
-            torch.load(tmp / "state.pt", map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - report what cannot be reloaded, at save time
-            raise CheckpointError(f"state for step {step} cannot be saved and reloaded with torch.load(weights_only=True); "
-                                  f"store plain data (dicts, lists, numbers, strings, tensors): {e}") from None
-        (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-
-        files = {}
-        for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
-            rel = f.relative_to(tmp).as_posix()
-            files[rel] = {"size": f.stat().st_size, **({"sha256": _sha256(f)} if hash_files else {})}
-        _fsync_tree(tmp)
-        manifest = {"format": FORMAT_VERSION, "step": int(step), "created_unix": time.time(),
-                    "models": sorted(models), "optimizers": sorted(optimizers), "files": files}
-        with open(tmp / "manifest.json", "w") as fh:
-            json.dump(manifest, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        fsync_path(tmp)
+        _write_contents(tmp, root, step, models, optimizers, state, config)
+        _write_manifest(tmp, _file_manifest(tmp, step, models, optimizers, hash_files))
     except BaseException:
         _remove_tree(tmp)
         raise
+    final = _publish(root, tmp, name)
+    _prune(root, keep_last, keep=final, keep_steps=frozenset(int(s) for s in keep_steps))
+    if keep_optimizer == "last":
+        for p in list_checkpoints(run_dir):
+            if p != final:
+                drop_optimizer_state(p)
+    return final
 
+
+def _write_contents(tmp: Path, root: Path, step: int, models: dict[str, Callable[[Path], None]],
+                    optimizers: dict[str, torch.optim.Optimizer], state: dict, config: dict) -> None:
+    """Model folders, optimizer states, ``state.pt`` (checked to reload) and ``config.yaml`` into ``tmp``."""
+    for mname, writer in models.items():
+        (tmp / mname).mkdir(exist_ok=True)
+        writer(tmp / mname)
+        _link_tokenizer(root, tmp / mname, mname)
+    for mname, opt in optimizers.items():
+        (tmp / mname).mkdir(exist_ok=True)
+        torch.save(opt.state_dict(), tmp / mname / "optimizer.pt")
+    payload = dict(state)
+    payload.setdefault("rng", rng_state())
+    payload["step"] = int(step)
+    try:
+        torch.save(payload, tmp / "state.pt")
+        torch.load(tmp / "state.pt", map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - report what cannot be reloaded, at save time
+        raise CheckpointError(f"state for step {step} cannot be saved and reloaded with torch.load(weights_only=True); "
+                              f"store plain data (dicts, lists, numbers, strings, tensors): {e}") from None
+    (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def _file_manifest(tmp: Path, step: int, models: dict, optimizers: dict, hash_files: bool) -> dict:
+    """The manifest of the finished folder ``tmp``: every file (size, sha256 with ``hash_files``), after fsyncing them."""
+    files = {}
+    for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        rel = f.relative_to(tmp).as_posix()
+        files[rel] = {"size": f.stat().st_size, **({"sha256": _sha256(f)} if hash_files else {})}
+    _fsync_tree(tmp)
+    return {"format": FORMAT_VERSION, "step": int(step), "created_unix": time.time(),
+            "models": sorted(models), "optimizers": sorted(optimizers), "files": files}
+
+
+def _publish(root: Path, tmp: Path, name: str) -> Path:
+    """Rename the finished ``tmp`` to ``root/name`` atomically (replacing an existing one of that step)."""
     final = root / name
     if final.exists():
         old = root / f".old-{name}-{os.getpid()}"
@@ -394,11 +408,6 @@ def save_checkpoint(
     else:
         os.rename(tmp, final)
     fsync_path(root)
-    _prune(root, keep_last, keep=final, keep_steps=frozenset(int(s) for s in keep_steps))
-    if keep_optimizer == "last":
-        for p in list_checkpoints(run_dir):
-            if p != final:
-                drop_optimizer_state(p)
     return final
 
 

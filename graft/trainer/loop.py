@@ -25,8 +25,8 @@ from graft.data.datasets import DataError, PromptSampler, check_batch_fits, load
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 from graft.exchange.handover import Scoring
-from graft.exchange.live import ExchangeResult, complementarity, counts, exchange_live
-from graft.exchange.stored import exchange_stored, stored_peer_groups
+from graft.exchange.kinds import Exchange, make_exchange, open_peer_store
+from graft.exchange.live import complementarity, counts
 from graft.files import dumps_json
 from graft.policy.context import check_learner_context
 from graft.policy.loading import ModelLoadError, check_model_source, quiet_loading
@@ -46,7 +46,7 @@ from graft.storage.checkpoint import (
     set_rng_state,
 )
 from graft.storage.lock import FolderLock
-from graft.storage.trajectory_store import StoreError, TrajectoryStore
+from graft.storage.trajectory_store import TrajectoryStore
 from graft.trainer.backends import close_learners, make_learners, worker_memory
 from graft.trainer.learner import Learner
 from graft.trainer.metrics import (
@@ -63,7 +63,7 @@ from graft.trainer.rules import UpdateRule, make_rule
 from graft.trainer.stop import Diverged, Preempted, StopSignal
 from graft.trainer.tracking import check_trackers, open_trackers
 from graft.trainer.workers import process_memory
-from graft.types import VERIFY_TIMEOUT, RolloutGroup
+from graft.types import VERIFY_TIMEOUT, ExchangeResult, RolloutGroup
 
 
 class GraderHang(UserError, RuntimeError):
@@ -90,12 +90,10 @@ class Run:
     store: TrajectoryStore
     rule: UpdateRule
     """The update rule (``update.rule``), with its state."""
+    exchange: Exchange | None = None
+    """Which groups each model trains on (:func:`graft.exchange.kinds.make_exchange`), with its state."""
     start_step: int = 1
-    peer_groups: dict | None = None
-    """Stored-peer mode: prompt_id -> stored groups of the peer."""
     val_prompts: list | None = None
-    peer_name: str = "peer"
-    """Stored-peer mode: the model name of the stored peer."""
     eval_history: list[dict] = field(default_factory=list)
     by_family: bool = False
     """The prompts are a mixture of problem families (``FAMILY-00017`` ids): rewards are also logged per family."""
@@ -191,22 +189,8 @@ def reward_monitor(groups: list[RolloutGroup], by_family: bool) -> dict:
 
 
 def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int) -> ExchangeResult:
-    """Who trains on what: GRAFT's exchange among the live models, a stored peer's groups, the
-    rule's own sharing (HACPO), or nothing (``mode: grpo``)."""
-    cfg = run.cfg
-    adv_norm = (cfg.update.adv_eps, cfg.update.adv_std == "unbiased")
-    gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, "exchange"))
-    if cfg.peer.source == "store":
-        (name, own), = groups.items()
-        stored = stored_peer_groups(run.peer_groups, own, step, cfg.peer.pick, cfg.exchange.include_all_correct)
-        return exchange_stored(step, own, stored, run.learners[name], cfg.rollout.n, cfg.exchange, run.scoring, run.grade,
-                               cap=cfg.peer.max_replacements, balance=cfg.peer.balance, source_name=run.peer_name,
-                               generator=gen, adv_norm=adv_norm)
-    if cfg.exchange.mode == "grpo":
-        return ExchangeResult.unchanged(groups)
-    if run.rule.exchange is not None:
-        return run.rule.exchange(run, groups, step)
-    return exchange_live(step, groups, run.learners, cfg.rollout.n, cfg.exchange, run.scoring, run.grade, gen, adv_norm)
+    """Who trains on what (``run.exchange``: GRAFT among the live models, a stored peer, HACPO's sharing or none)."""
+    return run.exchange(groups, step)
 
 
 def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> dict:
@@ -301,7 +285,7 @@ def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) ->
     ckpt = _find_resume(cfg, run_dir)
     sampler = _sampler(cfg, prompts, ckpt)   # resuming on other training data fails here
     _check_model_sources(cfg, ckpt)
-    peer_groups, peer_name = _peer_groups(cfg) if cfg.peer.source == "store" else (None, "peer")
+    peer = open_peer_store(cfg)   # a stored peer's groups, read before any model loads
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
     if not progress_bars(cfg):
         quiet_loading()   # no download / weight-loading bars of the hub and transformers either
@@ -318,8 +302,9 @@ def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) ->
                                                          verify_fn=VERIFY_FNS[cfg.reward.answer_form]),
               metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
               store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val,
-              rule=make_rule(cfg.update), peer_groups=peer_groups, peer_name=peer_name, lock=lock,
+              rule=make_rule(cfg.update), lock=lock,
               by_family=cfg.data.train == "arithmetic" and bool(cfg.data.arithmetic.families))
+    run.exchange = make_exchange(cfg, learners, run.grade, peer)
     _restore(run, ckpt)
     return run
 
@@ -351,17 +336,6 @@ def _check_model_sources(cfg: Config, ckpt) -> None:
                 check_model_source(path, m.revision, what=what)
             except ModelLoadError as e:
                 raise ModelLoadError(f"models.{i}.{field_name}: {e}") from None
-
-
-def _peer_groups(cfg: Config):
-    """Stored-peer mode: the peer's stored groups and model name (read before any model loads)."""
-
-    try:
-        peer_store = TrajectoryStore(cfg.peer.store_path)
-        peer_model = peer_store.resolve_model(cfg.peer.store_model, exclude=cfg.models[0].name)
-        return peer_store.iter_groups(peer_model), peer_model
-    except StoreError as e:
-        raise StoreError(f"peer.store_path: {e}") from None
 
 
 def _find_resume(cfg: Config, run_dir: Path):
@@ -464,6 +438,7 @@ def _restore(run: Run, ckpt) -> None:
     for name, learner in run.learners.items():
         learner.optimizer.load_state_dict(ckpt.optimizer_state(name))
     run.rule.load_state_dict(ckpt.state.get("rule", {}))
+    run.exchange.load_state_dict(ckpt.state.get("exchange", ckpt.state.get("rule", {})))   # HACPO's rates were the rule's
     run.eval_history = ckpt.state.get("eval_history", [])
     run.nonfinite_streak = dict(ckpt.state.get("nonfinite_streak", {}))
     run.start_step = ckpt.step + 1
@@ -483,7 +458,7 @@ def save(run: Run, step: int) -> Path:
                            f"{', ...' if len(bad) > 3 else ''}); no checkpoint written, the last one is "
                            f"{latest_checkpoint(run.run_dir) or 'none'}")
     state = {"sampler": run.sampler.state_dict(), "step": step, "eval_history": run.eval_history,
-             "rule": run.rule.state_dict(), "data_fingerprint": prompts_fingerprint(run.sampler.prompts),
+             "rule": run.rule.state_dict(), "exchange": run.exchange.state_dict(), "data_fingerprint": prompts_fingerprint(run.sampler.prompts),
              "nonfinite_streak": run.nonfinite_streak}
     ck = run.cfg.checkpoint
     best = set()
@@ -509,7 +484,8 @@ def evaluate_phase(run: Run, step: int) -> dict:
         res = evaluate_during_training(learner, {"val": run.val_prompts}, run.grader, run.cfg.eval,
                                        max_new_tokens=run.cfg.eval.max_new_tokens or run.cfg.rollout.max_new_tokens,
                                        seed=step_seed(run.cfg.seed, 0, f"eval/{name}"), batch_size=run.cfg.rollout.batch_size,
-                                       out_dir=run.run_dir / "eval" / f"step_{step:06d}" / name)
+                                       out_dir=run.run_dir / "eval" / f"step_{step:06d}" / name,
+                                       model_label=str(learner.cfg.path))
         out |= prefixed(f"eval/{name}", res)
     run.eval_history.append({"step": step, **out})
     for name in run.learners:
@@ -538,6 +514,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
     tracker = None
     try:
         tracker = open_trackers(run.run_dir, cfg, run.start_step)
+        print("\n".join(run.exchange.describe().lines()), file=sys.stderr)
         bar = tqdm(range(run.start_step, cfg.steps + 1), desc="steps", disable=not run.bars,
                    initial=run.start_step - 1, total=cfg.steps)
         for step in bar:
@@ -603,7 +580,8 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
     out["exchange_correct"] = {k.split("/")[1]: sum(x.get(k + "_correct", 0) or 0 for x in rows) for k in admitted_keys}
     out["exchange_s_p50"] = {k.split("/")[1]: [x.get(k.replace("/admitted", "/s_p50")) for x in rows] for k in admitted_keys}
     out["exchange_steps"] = {k.split("/")[1]: sum(1 for x in rows if (x.get(k) or 0) > 0) for k in admitted_keys}
-    out["exchange_expected"] = run.cfg.exchange.mode == "graft" or run.cfg.peer.source == "store"
+    out["exchange_expected"] = run.exchange.kind != "none"
+    out["exchange_description"] = run.exchange.describe().lines()
     if run.eval_history:
         out["eval_history"] = run.eval_history
     return out
@@ -618,6 +596,8 @@ def print_summary(s: dict, file=sys.stderr) -> None:
     print("\n=== graft run summary ===", file=file)
     print(f"run dir: {s['run_dir']}   steps: {s['steps']}   wall clock: {s['wall_clock_s']:.0f}s   "
           f"peak memory: {s['peak_rss_gb']:.1f} GB", file=file)
+    for line in s.get("exchange_description", []):
+        print(f"  {line}", file=file)
     for name, m in s["models"].items():
         keys = [k for k in m if k.startswith("reward_first") and k != "reward_first"]
         first = m[keys[0]] if keys else None

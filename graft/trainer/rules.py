@@ -6,7 +6,6 @@ its loss (a pure function of :mod:`graft.algos.losses`) and, where it needs them
 - ``prepare(groups)``: a learner's training groups before minibatch planning;
 - ``minibatch_weights(k, groups)``: re-weighting of the groups of minibatch k;
 - ``supervised(group, i)``: rows trained with a supervised NLL instead of the policy gradient;
-- ``exchange``: a replacement for GRAFT's exchange (HACPO shares every prompt);
 - ``state_dict`` / ``load_state_dict``: state carried across steps and checkpoints.
 
 Adding a rule = one subclass here plus its line in :data:`graft.registry.RULES` (which the config
@@ -17,9 +16,9 @@ checks ``update.rule`` against).
 - ``sgt``: token-mean NLL (weight ``sgt_coef``) on peer *successes* only; peer failures are
   not trained on. Full SGT baseline: also ``exchange.balance=none exchange.admission=all
   exchange.weighting=none exchange.include_all_correct=true`` (configs/baselines/sgt.yaml).
-- ``hacpo``: peer responses of *every* prompt join the learner (no failure gate), capability-
-  aware advantages, stepwise-clipped sequence weights per minibatch index, loss aggregated
-  seq-mean-token-mean as in HACPO.
+- ``hacpo``: stepwise-clipped sequence weights of the peer rows per minibatch index, loss aggregated
+  seq-mean-token-mean as in HACPO; its exchange (every prompt shared, capability-aware advantages) is
+  :class:`graft.exchange.kinds.HacpoExchange`.
 """
 from __future__ import annotations
 
@@ -29,7 +28,6 @@ from typing import Callable
 import torch
 
 from graft.algos import losses
-from graft.algos.advantages import RollingRate
 from graft.algos.gating import hacpo_peer_weights
 from graft.config import UpdateConfig
 from graft.registry import RULES
@@ -40,6 +38,8 @@ class UpdateRule:
     """GRAFT's update (spec §3.5); the base of every rule."""
 
     name = "graft"
+    summary = "GRAFT: admitted peer tokens in the clipped token-level ratio, each response weighted min(s, cap) (spec §3.5)"
+    """One line for model cards and reports."""
     loss: Callable = staticmethod(losses.policy_loss)
     """``(logp, old_logp, advantages, weights, mask, is_peer, ..., **loss_kwargs) -> (loss, metrics)``."""
 
@@ -60,9 +60,6 @@ class UpdateRule:
         """Is response ``i`` of ``group`` a supervised (NLL) row rather than a policy-gradient row?"""
         return False
 
-    exchange = None
-    """``None``: GRAFT's exchange; else a callable ``(run, groups, step) -> ExchangeResult``."""
-
     def state_dict(self) -> dict:
         return {}
 
@@ -72,6 +69,7 @@ class UpdateRule:
 
 class LuffyRule(UpdateRule):
     name = "luffy"
+    summary = "LUFFY-style: peer tokens shaped by f(p) = p / (p + gamma), unclipped"
     loss = staticmethod(losses.luffy_loss)
 
     def loss_kwargs(self) -> dict:
@@ -80,6 +78,7 @@ class LuffyRule(UpdateRule):
 
 class SgtRule(UpdateRule):
     name = "sgt"
+    summary = "SGT: supervised NLL on peer successes"
     loss = staticmethod(losses.sgt_loss)
 
     def loss_kwargs(self) -> dict:
@@ -100,12 +99,8 @@ class SgtRule(UpdateRule):
 
 class HacpoRule(UpdateRule):
     name = "hacpo"
+    summary = "HACPO: peer responses of every prompt, capability-aware advantages, stepwise-clipped sequence weights"
     loss = staticmethod(losses.hacpo_loss)
-
-    def __init__(self, uc: UpdateConfig) -> None:
-        super().__init__(uc)
-        self.rates: dict[str, RollingRate] = {}
-        """Per model: rolling success rate over ``update.hacpo_window`` steps (the capability P)."""
 
     def loss_kwargs(self) -> dict:
         return {"agg": "seq-mean-token-mean"}
@@ -114,21 +109,6 @@ class HacpoRule(UpdateRule):
         uc = self.uc
         return [replace(g, weights=hacpo_peer_weights(torch.tensor(g.compat), uc.hacpo_delta, uc.hacpo_delta_step, k).tolist())
                 if g.is_peer else g for g in groups]
-
-    def exchange(self, run, groups: dict[str, list[RolloutGroup]], step: int):
-        from graft.exchange.hacpo import hacpo_exchange
-
-        for name in groups:
-            self.rates.setdefault(name, RollingRate(self.uc.hacpo_window))
-        return hacpo_exchange(step, groups, run.learners, self.rates, run.cfg.exchange, run.scoring,
-                              run.grade, (self.uc.adv_eps, self.uc.adv_std == "unbiased"))
-
-    def state_dict(self) -> dict:
-        return {"rates": {n: r.state_dict() for n, r in self.rates.items()}}
-
-    def load_state_dict(self, state: dict) -> None:
-        for name, st in state.get("rates", {}).items():
-            self.rates.setdefault(name, RollingRate(self.uc.hacpo_window)).load_state_dict(st)
 
 
 def make_rule(uc: UpdateConfig) -> UpdateRule:

@@ -38,16 +38,18 @@ def _stored(run_dir: Path, model: str) -> dict[str, str]:
 
 def _eval_recording(monkeypatch, tmp_path, *argv) -> tuple[int, dict, list]:
     """Run `graft eval` and record the prompt ids it sampled from, and the generator's stop strings."""
-    seen, stops = {}, []
-    real = ev._encode
+    from graft.policy.codec import TextCodec
 
-    def encode(generator, prompt):
-        ids = real(generator, prompt)
-        seen[prompt.problem] = ids
-        stops.append(generator.cfg.stop_strings())
+    seen, stops = {}, []
+    real = TextCodec.encode_prompt
+
+    def encode(codec, problem):
+        ids = real(codec, problem)
+        seen[problem] = ids
+        stops.append(codec.cfg.stop_strings())
         return ids
 
-    monkeypatch.setattr(ev, "_encode", encode)
+    monkeypatch.setattr(TextCodec, "encode_prompt", encode)
     rc = main(["eval", *argv, "--n", "1", "--repeats", "1", "--verify-workers", "0", "--no-progress", "--device", "cpu"])
     return rc, seen, stops
 

@@ -33,12 +33,17 @@ class FakePolicy:
         self.fail_on_call = fail_on_call
         self.seed_to_repeat = {derive_seed(seed, r, c): r for r in texts_by_repeat for c in chunk_starts}
 
+    @property
+    def codec(self):   # a test double: its own codec
+        return self
+
     def encode_prompt(self, problem):
         if problem not in self.problems:
             self.problems.append(problem)
         return [self.problems.index(problem)]
 
-    def generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, progress=False, desc=None):
+    def generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds=None, progress=False,
+                 desc=None, stop_strings=None):
         self.calls += 1
         if self.fail_on_call is not None and self.calls == self.fail_on_call:
             raise KeyboardInterrupt("simulated kill")
@@ -189,10 +194,12 @@ def test_parse_data_args(tmp_path):
 
 
 def test_vllm_backend_explains_why_it_cannot_run(monkeypatch):
+    from graft.config import ModelConfig
+    from graft.evaluation.evaluate import engine_sampler
+
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(EvalError, match="not installed"):
-        evaluate(FakePolicy(TEXTS), {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", model_path="m",
-                 progress=False)
+    with pytest.raises(EvalError, match="backend vllm: .*not installed"):
+        engine_sampler("vllm", ModelConfig(name="m", path="/models/m"), None, "cpu")
 
 
 def test_vllm_backend_with_fake_vllm(monkeypatch):
@@ -227,10 +234,6 @@ def test_vllm_backend_with_fake_vllm(monkeypatch):
         cfg = ModelConfig(name="m", path="/models/x", template="plain", stop=["STOP"])
         stops, stop_ids = ("STOP",), {99}
 
-        @property
-        def codec(self):
-            return self
-
         def encode_prompt(self, problem):
             return [PROBLEMS.index(problem)]
 
@@ -247,8 +250,8 @@ def test_vllm_backend_with_fake_vllm(monkeypatch):
     fake.LLM, fake.SamplingParams = LLM, SamplingParams
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setattr(engines, "vllm_unavailable_reason", lambda: None)
-    res = evaluate(Codec(), {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", model_path="/models/x",
-                   max_new_tokens=32, progress=False)
+    sampler = engines.VllmEngine(None, folder="/models/x", codec=Codec())
+    res = evaluate(sampler, {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", max_new_tokens=32, progress=False)
     assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(0.4375)   # the \\boxed{0} after STOP is cut
     assert calls["init"]["model"] == "/models/x"
     params = calls["params"]  # one SamplingParams per sample, each with its own seed
@@ -263,9 +266,8 @@ def test_vllm_rejects_gguf(monkeypatch):
     from graft.policy import engines
 
     monkeypatch.setattr(engines, "vllm_unavailable_reason", lambda: None)
-    with pytest.raises(EvalError, match="Hugging Face model folder"):
-        evaluate(FakePolicy(TEXTS), {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm",
-                 model_path="embedded:gemma3-270m", progress=False)
+    with pytest.raises(engines.EngineUnavailable, match="Hugging Face model folder"):
+        engines.VllmEngine(None, folder="embedded:gemma3-270m", codec=FakePolicy(TEXTS))
 
 
 def test_real_grader_hand_computed_pass_at_1(tmp_path):
@@ -319,21 +321,11 @@ def test_per_prompt_seeds_do_not_depend_on_chunking():
 
 
 def test_vllm_for_in_memory_policy_needs_vllm(monkeypatch):
+    from graft.policy.engines import EngineUnavailable, make_engine
+
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    pol = FakePolicy(TEXTS)
-    pol.model = object()  # looks like a loaded Policy: served through graft.policy.engines
-    with pytest.raises(EvalError, match="not installed"):
-        evaluate(pol, {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", progress=False)
-
-
-def test_engine_samples_and_policy_encodes():
-    enc = FakePolicy(TEXTS)
-    eng = SeededPolicy()
-    eng.kind = "hf"
-    eng.problems = enc.problems  # the engine sees the ids the policy encoded
-    res = evaluate_during_training(enc, PROMPTS, ExactGrader(), EvalConfig(n=4), engine=eng, max_new_tokens=8)
-    assert res["val/pass@1"] == pytest.approx(0.4375)
-    assert enc.calls == 0 and eng.calls == 1
+    with pytest.raises(EngineUnavailable, match="not installed"):
+        make_engine("vllm", FakePolicy(TEXTS))
 
 
 def test_eval_samples_are_cut_at_stop_strings_like_rollouts(tiny_llama_dir, tmp_path):
@@ -347,8 +339,8 @@ def test_eval_samples_are_cut_at_stop_strings_like_rollouts(tiny_llama_dir, tmp_
     stops = ["e"]   # a letter a random model writes within a few tokens, so many samples are cut
     pol = Policy.load(ModelConfig(name="A", path=tiny_llama_dir, template="plain", stop=stops))
     prompts = [Prompt(f"q{i}", f"What is {i} + 1?", str(i + 1)) for i in range(3)]
-    res = evaluate(pol, {"toy": prompts}, ExactGrader(), tmp_path, n=4, max_new_tokens=12, repeats=1, batch_size=8,
-                   progress=False, seed=5)
+    res = evaluate(make_engine("hf", pol), {"toy": prompts}, ExactGrader(), tmp_path, n=4, max_new_tokens=12, repeats=1,
+                   batch_size=8, progress=False, seed=5)
     records = read_records(tmp_path / "toy" / "repeat_0.jsonl")
     responses = [t for r in records.values() for t in r.responses]
     assert res["datasets"]["toy"]["num_prompts"] == 3 and len(responses) == 12

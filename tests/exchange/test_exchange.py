@@ -69,7 +69,7 @@ def no_regrade(groups):
 def run(groups, settings=None, generator=None, **kw):
     ex = replace(settings or ExchangeConfig(), **{RENAMED.get(k, k): v for k, v in kw.items()})
     res = exchange_live(1, groups, RECEIVERS, N, ex, Scoring(), no_regrade, generator)
-    return res.train_groups, res.audit, res.metrics, res.peers
+    return res.train_groups, res.audit, res.metrics, {n: [g for g in gs if g.is_peer] for n, gs in res.train_groups.items()}
 
 
 def selected(audit, src):
@@ -273,7 +273,7 @@ def test_stored_balancing_counts_the_reverse_direction():
     # |C| = 2 (p0, p1), reverse = 1 (p2) -> m = 1 -> the top-1 by stored k: p1
     assert res.audit[0]["m"] == 1 and res.audit[0]["selected"] == ["p1"]
     assert res.metrics["exchange/S->A/m"] == 1 and res.metrics["exchange/S->A/kept_prompts"] == 1
-    assert [g.prompt_id for g in res.peers["A"]] == ["p1"]
+    assert [g.prompt_id for g in res.train_groups["A"] if g.is_peer] == ["p1"]
 
 
 def test_stored_latest_pick_does_not_reach_back_to_an_older_success():
@@ -294,6 +294,6 @@ def test_stored_latest_pick_does_not_reach_back_to_an_older_success():
     assert picked.step == 3 and picked.num_correct == 0
     res = exchange_stored(4, own, [picked], RECEIVERS["A"], N, ExchangeConfig(), Scoring(), no_regrade, cap=None,
                           balance=False, source_name="S")
-    assert res.audit[0]["candidates"] == [] and not res.peers["A"]
+    assert res.audit[0]["candidates"] == [] and not any(g.is_peer for g in res.train_groups["A"])
     (any_pick,) = stored_peer_groups(store, own, step=4, pick="any", include_all_correct=False)
     assert any_pick.step == 1    # "any" takes the group with most successes the candidate rule accepts

@@ -61,7 +61,7 @@ def test_selection_per_pair_and_balancing_per_unordered_pair():
 def test_conflict_goes_to_one_source_and_is_audited(rule, winner):
     res = run(conflict=rule)
     loser = {"A": "C", "C": "A"}[winner]
-    peers_b = [(g.prompt_id, g.source) for g in res.peers["B"]]
+    peers_b = [(g.prompt_id, g.source) for g in res.train_groups["B"] if g.is_peer]
     assert peers_b == [("p0", winner)]
     assert [(g.prompt_id, g.is_peer) for g in res.train_groups["B"]] == [
         ("p1", False), ("p2", False), ("p3", False), ("p4", False), ("p0", True)]
