@@ -58,7 +58,7 @@ from typing import Any
 
 import yaml
 
-from graft.config import ConfigError, load_config, save_config, to_dict
+from graft.config import ConfigError, EvalConfig, load_config, save_config, to_dict
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.evaluation import report as rep
 from graft.evaluation.analyze import compute_analysis
@@ -352,9 +352,9 @@ def eval_command(plan: Plan, model: str, config: Path, name: str, out: Path) -> 
     """``graft eval`` of one model on the plan's eval sets in ``config``'s prompt format (``model``: a
     checkpoint folder, or ``base`` for the config's starting weights)."""
     cmd = [sys.executable, "-m", "graft.cli", "eval", "--model", model, "--config", str(config), "--model-name", name,
-           "--out", str(out), "--no-progress", "--n", str(plan.eval.get("n", 8)),
-           "--repeats", str(plan.eval.get("repeats", 1)), "--temperature", str(plan.eval.get("temperature", 0.6)),
-           "--top-p", str(plan.eval.get("top_p", 0.95)), "--seed", str(plan.eval.get("seed", 0))]
+           "--out", str(out), "--no-progress", "--n", str(plan.eval.get("n", EvalConfig.n)),
+           "--repeats", str(plan.eval.get("repeats", EvalConfig.repeats)), "--temperature", str(plan.eval.get("temperature", EvalConfig.temperature)),
+           "--top-p", str(plan.eval.get("top_p", EvalConfig.top_p)), "--seed", str(plan.eval.get("seed", 0))]
     for dname, dpath in plan.eval["data"].items():
         cmd += ["--data", f"{dname}={dpath}"]
     return cmd
@@ -676,8 +676,8 @@ def _summary_skeleton(plan: Plan) -> dict[str, Any]:
               "expression_share_of_boxed", "stored_answer_form_number", "arms_strict_skill", "monitor", "families",
               "admitted_correct", "peer_row_share", "train_reward")
     ev = {"data": {k: Path(v).name for k, v in plan.eval["data"].items()},
-          "n": plan.eval.get("n", 8), "temperature": plan.eval.get("temperature", 0.6),
-          "top_p": plan.eval.get("top_p", 0.95), "repeats": plan.eval.get("repeats", 1),
+          "n": plan.eval.get("n", EvalConfig.n), "temperature": plan.eval.get("temperature", EvalConfig.temperature),
+          "top_p": plan.eval.get("top_p", EvalConfig.top_p), "repeats": plan.eval.get("repeats", EvalConfig.repeats),
           "metric": "pass@1, macro average over the eval data sets", "answer_form": plan.answer_form}
     return {"models": plan.models, "seeds": sorted({m.seed for m in plan.members}), "eval": ev,
             **{key: {} for key in tables}}

@@ -49,8 +49,24 @@ class Prompt:
     answer: str
 
 
+class GroupCounts:
+    """``size`` and ``num_correct`` of a group of responses with rewards (a rollout group, a stored group)."""
+
+    responses: list[str]
+    rewards: list[float]
+
+    @property
+    def size(self) -> int:
+        return len(self.responses)
+
+    @property
+    def num_correct(self) -> int:
+        """Responses with reward > 0.5 (k)."""
+        return int(sum(r > 0.5 for r in self.rewards))
+
+
 @dataclass
-class RolloutGroup:
+class RolloutGroup(GroupCounts):
     """G responses of ``source`` to one prompt, as trained on by ``holder``.
 
     Per-response lists all have length G. ``token_ids[g]``/``old_logprobs[g]`` have
@@ -110,14 +126,6 @@ class RolloutGroup:
     @property
     def is_peer(self) -> bool:
         return self.source != self.holder
-
-    @property
-    def size(self) -> int:
-        return len(self.responses)
-
-    @property
-    def num_correct(self) -> int:
-        return int(sum(r > 0.5 for r in self.rewards))
 
     def rewards_tensor(self) -> torch.Tensor:
         return torch.tensor(self.rewards, dtype=torch.float32)

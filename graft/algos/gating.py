@@ -13,17 +13,6 @@ LOG_S_CLAMP = 20.0
 HACPO_LOG_S_CLAMP = 10.0
 
 
-def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Per-row mean over valid tokens: Σ_t v·m / Σ_t m. [B,T] -> [B]; rows with no valid token give 0.
-
-    Invalid positions are ignored even when they hold NaN/inf.
-    """
-    assert values.dim() == 2 and mask.shape == values.shape, f"expected [B,T] twice, got {tuple(values.shape)}, {tuple(mask.shape)}"
-    mask = mask.bool()
-    total = torch.where(mask, values, torch.zeros_like(values)).sum(dim=1)
-    return total / mask.sum(dim=1).clamp(min=1).to(total.dtype)
-
-
 def compatibility_scores(mean_logp_receiver: Tensor, mean_logp_source: Tensor) -> Tensor:
     """s(o|q) = exp(ℓ̄_{π_θold^R}(o^R|q) − ℓ̄_{π_φ}(o^S|q)) (spec §3.4). [N], [N] -> [N].
 

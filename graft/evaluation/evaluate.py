@@ -57,7 +57,7 @@ from graft.policy.policy import Policy
 from graft.registry import ENGINES
 from graft.reward.grader import Grader
 from graft.reward.worker import VERIFY_FNS
-from graft.seeds import derive_seed  # noqa: F401 (re-exported)
+from graft.seeds import derive_seed
 from graft.storage.checkpoint import (
     CheckpointError,
     checkpoint_step,

@@ -60,11 +60,6 @@ def pass_at_k_from_rewards(rewards: Sequence[Sequence[float]], k: int) -> float:
     return sum(pass_at_k(len(r), num_correct(r), k) for r in rewards) / len(rewards)
 
 
-def pass_at_1_from_rewards(rewards: Sequence[Sequence[float]]) -> float:
-    """pass@1 = mean over prompts of the fraction of correct samples; ``rewards`` is [P][n]."""
-    return pass_at_k_from_rewards(rewards, 1)
-
-
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """(mean, sample std with ddof=1). One value: std 0.0; no values: (nan, nan).
 

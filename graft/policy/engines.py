@@ -51,7 +51,6 @@ import inspect
 import logging
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
@@ -107,7 +106,6 @@ class RolloutEngine:
         self.policy = policy
         self.codec: TextCodec = codec if codec is not None else policy.codec
         """Prompts in, text out, stop strings: the policy's codec (or, serving a folder, the model's own)."""
-        self.last_stats: dict[str, float] = {}
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds: Sequence[int] | None = None,
@@ -117,12 +115,9 @@ class RolloutEngine:
         ``ModelConfig.stop_strings()``). Rollouts, evaluation and probes all sample through here."""
         codec = self.codec
         stops = codec.stops if stop_strings is None else tuple(stop_strings)
-        t0 = time.perf_counter()
         out = self._sample(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                            batch_size=batch_size, seed=seed, seeds=seeds, progress=progress, desc=desc, stop_strings=stops)
-        out = [[codec.cut(s, stops) for s in group] for group in out]
-        self._stats(out, time.perf_counter() - t0)
-        return out
+        return [[codec.cut(s, stops) for s in group] for group in out]
 
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
                 stop_strings) -> list[list[Any]]:
@@ -136,10 +131,6 @@ class RolloutEngine:
 
     def close(self) -> None:
         """Free the engine's memory."""
-
-    def _stats(self, samples: list[list[Any]], seconds: float) -> None:
-        tokens = sum(len(s.token_ids) for g in samples for s in g)
-        self.last_stats = {"tokens": float(tokens), "seconds": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)}
 
 
 class HFEngine(RolloutEngine):

@@ -25,7 +25,6 @@ and update both run it that way so that the first minibatch has ratio exactly 1.
 from __future__ import annotations
 
 import inspect
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -149,7 +148,6 @@ class Policy:
         self.stop_ids: set[int] = {int(i) for i in stop if i is not None}
         """Token ids that end a sampled response (tokenizer EOS + generation_config EOS ids)."""
         self.codec.stop_ids = self.stop_ids
-        self.last_generate_stats: dict[str, float] = {}
         params = inspect.signature(self._decoder.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"  # transformers >= 5.x renamed it
 
@@ -244,7 +242,6 @@ class Policy:
         bar = None
         if progress:
             bar = tqdm(total=len(flat), desc=desc or f"{self.name} generate", unit="seq", leave=False)
-        t0, n_tok = time.time(), 0
         try:
             for start in range(0, len(flat), max(1, batch_size)):
                 chunk = flat[start:start + batch_size]
@@ -253,14 +250,11 @@ class Policy:
                                                renormalize_top_p, bar, tuple(stop_strings), model)
                 for (i, _), s in zip(chunk, samples):
                     out[i].append(s)
-                    n_tok += len(s.token_ids)
                 if bar is not None:
                     bar.update(len(chunk))
         finally:
             if bar is not None:
                 bar.close()
-        dt = time.time() - t0
-        self.last_generate_stats = {"tokens": float(n_tok), "seconds": dt, "tokens_per_s": n_tok / max(dt, 1e-9)}
         return out
 
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,

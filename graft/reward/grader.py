@@ -38,7 +38,6 @@ from multiprocessing.connection import wait as mp_wait
 from tqdm import tqdm
 
 from graft.reward import verifier, worker
-from graft.reward.verifier import extract_boxed, verify  # noqa: F401  (public re-exports)
 from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOUT
 
 __all__ = ["Grader", "GraderError", "extract_boxed", "verify"]

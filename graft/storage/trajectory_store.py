@@ -64,7 +64,7 @@ import pyarrow.parquet as pq
 from graft.errors import UserError
 from graft.files import dumps_json, fsync_path
 from graft.storage.lock import FolderLock
-from graft.types import RolloutGroup
+from graft.types import GroupCounts, RolloutGroup
 
 SCHEMA_VERSION = 1
 """Bump when a column is removed, renamed or changes meaning; readers refuse other versions."""
@@ -105,7 +105,7 @@ class StoreError(UserError, RuntimeError):
 
 
 @dataclass
-class StoredGroup:
+class StoredGroup(GroupCounts):
     """One stored group: the G responses ``model`` generated for ``prompt_id`` at ``step``."""
 
     model: str
@@ -126,14 +126,6 @@ class StoredGroup:
     rewards: list[float] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        return len(self.responses)
-
-    @property
-    def num_correct(self) -> int:
-        return int(sum(r > 0.5 for r in self.rewards))
 
 
 def select_stored_group(groups_for_prompt: list[StoredGroup], receiver_step: int,

@@ -39,7 +39,6 @@ def test_sharded_generation_with_prompt_seeds_equals_one_call(tiny_llama_policy)
     # the hf engine is Policy.generate
     eng = HFEngine(pol)
     assert [[s.token_ids for s in g] for g in eng.generate(ids, seeds=seeds, **kw)] == [[s.token_ids for s in g] for g in whole]
-    assert eng.last_stats["tokens"] == sum(len(s.token_ids) for g in whole for s in g)
 
 
 def test_vllm_engine_refuses_clearly_without_vllm_or_cuda(tiny_llama_policy):

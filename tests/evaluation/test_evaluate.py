@@ -8,8 +8,15 @@ from dataclasses import dataclass
 import pytest
 
 from graft.config import EvalConfig
-from graft.evaluation.evaluate import (EvalError, best_checkpoint, derive_seed, evaluate, evaluate_during_training,
-                                       parse_data_args, read_records)
+from graft.evaluation.evaluate import (
+    EvalError,
+    best_checkpoint,
+    evaluate,
+    evaluate_during_training,
+    parse_data_args,
+    read_records,
+)
+from graft.seeds import derive_seed
 from graft.types import Prompt
 
 

@@ -37,7 +37,6 @@ def test_shapes_and_determinism(pol):
     assert [[s.logprobs for s in g] for g in again] == [[s.logprobs for s in g] for g in out]
     other = pol.generate(prompts, n=3, max_new_tokens=6, seed=8, batch_size=4)
     assert _ids(other) != _ids(out)
-    assert pol.last_generate_stats["tokens"] == sum(len(s.token_ids) for g in other for s in g)
 
 
 def test_samples_in_group_differ(pol):

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from graft.reward.grader import Grader, GraderError, verify
+from graft.reward.grader import Grader, GraderError
+from graft.reward.verifier import verify
 
 from . import grader_hooks
 

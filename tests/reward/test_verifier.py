@@ -13,7 +13,7 @@ import pytest
 
 from graft import types
 from graft.reward import verifier
-from graft.reward.grader import extract_boxed, verify
+from graft.reward.verifier import extract_boxed, verify
 
 DATA = Path(os.environ.get("GRAFT_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 _ROWS: dict = {}
