@@ -110,7 +110,7 @@ def success_rates(run, learner, prompts: list[Prompt], samples: int, step: int) 
     if not prompts:
         return []
     rc = run.cfg.rollout
-    ids = [learner.encode_prompt(p.problem) for p in prompts]
+    ids = [learner.codec.encode_prompt(p.problem) for p in prompts]
     seeds = [step_seed(run.cfg.seed, step, f"onestep/{learner.name}/{p.id}") for p in prompts]
     out = learner.generate(ids, n=samples, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_p=rc.top_p,
                            batch_size=rc.batch_size, seeds=seeds)

@@ -152,16 +152,7 @@ class ReplayReceiver:
     predicted exchange is scored exactly as the full probe was."""
 
     def __init__(self, learner) -> None:
-        self.learner, self.name, self.cache = learner, learner.name, {}
-
-    def encode_prompt(self, problem: str) -> list[int]:
-        return self.learner.encode_prompt(problem)
-
-    def render_prompt(self, problem: str) -> str:
-        return self.learner.render_prompt(problem)
-
-    def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]:
-        return self.learner.encode_responses(texts, finished)
+        self.learner, self.name, self.codec, self.cache = learner, learner.name, learner.codec, {}
 
     def token_logprobs(self, prompt_ids, response_ids, chunk, micro_batch, temperature, progress=False):
         keys = [(tuple(p), tuple(r)) for p, r in zip(prompt_ids, response_ids)]

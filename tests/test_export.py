@@ -36,8 +36,7 @@ def graft_run(tmp_path_factory, tiny_llama_dir, tiny_gemma_dir):
     tmp = tmp_path_factory.mktemp("export_run")
     with pytest.MonkeyPatch.context() as mp:
         crafted_rewards(mp)
-        import graft.evaluation.evaluate as ev
-        mp.setattr(ev, "evaluate_during_training", _crafted_eval)
+        mp.setattr(loop, "evaluate_during_training", _crafted_eval)
         cfg = tiny_config(tmp, tiny_llama_dir, tiny_gemma_dir, "steps=4", f"data.val={_val(tmp)}", "eval.every=1",
                           "checkpoint.save_every=1", "checkpoint.keep_last=1", "checkpoint.keep_best=true",
                           "checkpoint.keep_optimizer=last")

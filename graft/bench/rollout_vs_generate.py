@@ -109,7 +109,7 @@ def _bench_model(run, cfg: Config, entry: ModelConfig, reps: int) -> dict:
     prompts, _ = run.sampler.next_batch()
     learner = run.learners[entry.name]
     policy = learner.policy
-    prompt_ids = [learner.encode_prompt(p.problem) for p in prompts]
+    prompt_ids = [learner.codec.encode_prompt(p.problem) for p in prompts]
     stops = entry.stop_strings()
     sides = [("graft", partial(_graft_rollout, learner, prompts, cfg, entry.name)),
              ("graft_bf16", partial(_bf16_rollout, learner, prompts, cfg, entry.name)),

@@ -60,9 +60,9 @@ class TrlBench:
                                  "the bench cannot match graft's settings with it (tested with trl 1.16)")
         tokenizer = load_tokenizer(entry)
         model = load_model(entry, device=str(device))
-        texts = [learner.render_prompt(p.problem) for p in prompts]
+        texts = [learner.codec.render_prompt(p.problem) for p in prompts]
         self.prompt_ids_match = [list(ids) for ids in tokenizer(text=texts)["input_ids"]] == \
-            [learner.encode_prompt(p.problem) for p in prompts]
+            [learner.codec.encode_prompt(p.problem) for p in prompts]
         self._grader = grader
         self._rewards: list[list[float]] = []
         self._tokens: list[int] = []

@@ -14,6 +14,7 @@ import torch
 from graft.algos import gating
 from graft.algos.advantages import all_correct_advantages, pooled_advantages
 from graft.config import Config, ExchangeConfig
+from graft.policy.codec import TextCodec
 from graft.types import RolloutGroup
 
 
@@ -21,10 +22,9 @@ class Receiver(Protocol):
     """What a receiver must offer to score peer text (a Learner, local or remote)."""
 
     name: str
+    codec: TextCodec
+    """How the receiver writes a prompt and tokenizes a response."""
 
-    def encode_prompt(self, problem: str) -> list[int]: ...
-    def render_prompt(self, problem: str) -> str: ...
-    def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]: ...
     def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int, micro_batch: int,
                        temperature: float, progress: bool = False) -> list[torch.Tensor]: ...
 
@@ -87,8 +87,8 @@ def hand_over(groups: list[RolloutGroup], receiver: Receiver, ex: ExchangeConfig
     """
     if not groups:
         return HandOver([], [], gating.gate(torch.zeros(0), ex.delta)[2], {}, {})
-    prompt_ids = [receiver.encode_prompt(g.problem) for g in groups]
-    resp_ids = [receiver.encode_responses(g.responses, g.finished) for g in groups]
+    prompt_ids = [receiver.codec.encode_prompt(g.problem) for g in groups]
+    resp_ids = [receiver.codec.encode_responses(g.responses, g.finished) for g in groups]
     flat_prompts = [p for p, resp in zip(prompt_ids, resp_ids) for _ in resp]
     flat_resp = [r for resp in resp_ids for r in resp]
     recv_lp = receiver.token_logprobs(flat_prompts, flat_resp, chunk=scoring.chunk,    # [N] of [T_n]
@@ -111,7 +111,7 @@ def hand_over(groups: list[RolloutGroup], receiver: Receiver, ex: ExchangeConfig
         if ex.pooled_rewards and own and g.prompt_id in own:
             mine, theirs = pooled_advantages(own[g.prompt_id].rewards_tensor(), g.rewards_tensor(), *adv_norm)
             own_adv[g.prompt_id], advantages = mine.tolist(), theirs.tolist()
-        peer = replace(g, holder=receiver.name, prompt_text=receiver.render_prompt(g.problem), prompt_token_ids=p_ids,
+        peer = replace(g, holder=receiver.name, prompt_text=receiver.codec.render_prompt(g.problem), prompt_token_ids=p_ids,
                        token_ids=r_ids, old_logprobs=[lp.tolist() for lp in recv_lp[sl]], advantages=advantages,
                        weights=weights[sl].tolist(), compat=s[sl].tolist())
         keep = [i for i in range(g.size) if bool(admitted[sl][i]) and (not ex.successes_only or g.rewards[i] > 0.5)]

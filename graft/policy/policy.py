@@ -171,15 +171,6 @@ class Policy:
         return cls(cfg, model, tokenizer, device)
 
     # ------------------------------------------------------------------ text <-> tokens (the codec's)
-    def render_prompt(self, problem: str) -> str:
-        return self.codec.render_prompt(problem)
-
-    def encode_prompt(self, problem: str) -> list[int]:
-        return self.codec.encode_prompt(problem)
-
-    def encode_response(self, text: str, finished: bool) -> list[int]:
-        return self.codec.encode_response(text, finished)
-
     def decode(self, ids: Sequence[int]) -> str:
         return self.codec.decode(ids)
 

@@ -53,16 +53,6 @@ class Learner:
         """What evaluation samples from: the in-process Policy, or this learner over its Ray workers."""
         return getattr(self.workers, "local_policy", None) or self
 
-    # --------------------------------------------------------------- text (the codec's)
-    def render_prompt(self, problem: str) -> str:
-        return self.codec.render_prompt(problem)
-
-    def encode_prompt(self, problem: str) -> list[int]:
-        return self.codec.encode_prompt(problem)
-
-    def encode_responses(self, texts: list[str], finished: list[bool]) -> list[list[int]]:
-        return self.codec.encode_responses(texts, finished)
-
     # --------------------------------------------------------------- primitives over the ranks
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds=None, progress: bool = False,
@@ -101,14 +91,14 @@ class Learner:
         """G samples per prompt from pi_theta_old (ended at the model's stop strings); rewards are
         filled by the scorer. Prompt i samples with its own seed, a function of (``seed``, i)."""
         t0 = time.perf_counter()
-        prompt_ids = [self.encode_prompt(p.problem) for p in prompts]
+        prompt_ids = [self.codec.encode_prompt(p.problem) for p in prompts]
         samples = self.generate(prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature,
                                 top_p=rc.top_p, batch_size=rc.batch_size, seeds=prompt_seeds(seed, 0, len(prompts)),
                                 progress=progress, desc=f"{self.name} rollout")
         groups = [
             RolloutGroup(
                 prompt_id=p.id, problem=p.problem, answer=p.answer, source=self.name, holder=self.name,
-                prompt_text=self.render_prompt(p.problem), prompt_token_ids=ids,
+                prompt_text=self.codec.render_prompt(p.problem), prompt_token_ids=ids,
                 responses=[s.text for s in ss], token_ids=[s.token_ids for s in ss],
                 old_logprobs=[s.logprobs for s in ss], gen_token_ids=[s.token_ids for s in ss],
                 gen_logprobs=[s.logprobs for s in ss], finished=[s.finished for s in ss],

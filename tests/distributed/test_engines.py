@@ -20,7 +20,7 @@ def test_prompt_seeds_depend_only_on_seed_and_global_index():
 
 
 def _ids(policy, k):
-    return [policy.encode_prompt(f"What is {i} + {3 * i}?") for i in range(k)]
+    return [policy.codec.encode_prompt(f"What is {i} + {3 * i}?") for i in range(k)]
 
 
 def test_sharded_generation_with_prompt_seeds_equals_one_call(tiny_llama_policy):

@@ -88,7 +88,7 @@ def _run_steps(cfg, monkeypatch, log):
         # what in-training evaluation uses: the learner's generate, over its rank(s)
         from graft.seeds import prompt_seeds
         pol = run.learners["B"]
-        ids = [pol.encode_prompt(f"What is {i} + 1?") for i in range(4)]
+        ids = [pol.codec.encode_prompt(f"What is {i} + 1?") for i in range(4)]
         params["eval_sample"] = [[s.token_ids for s in g] for g in
                                  pol.generate(ids, n=2, max_new_tokens=4, batch_size=4, seeds=prompt_seeds(9, 0, 4))]
     finally:

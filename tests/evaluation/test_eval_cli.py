@@ -85,7 +85,7 @@ def test_vllm_backend_prompt_encoding_matches_policy(tmp_path, tiny_llama_dir, c
     cfg = ModelConfig(name="A", path=tiny_llama_dir, template="plain")
     pol = Policy.load(cfg)
     enc = TextCodec.load(cfg)
-    assert enc.encode_prompt("What is 2 + 2?") == pol.encode_prompt("What is 2 + 2?")
+    assert enc.encode_prompt("What is 2 + 2?") == pol.codec.encode_prompt("What is 2 + 2?")
     data = _write_data(tmp_path / "toy.jsonl", ROWS)
     rc = eval_main(["--model", tiny_llama_dir, "--data", f"toy={data}", "--backend", "vllm", "--no-progress",
                     "--out", str(tmp_path / "ev")])

@@ -356,6 +356,6 @@ def test_eval_samples_are_cut_at_stop_strings_like_rollouts(tiny_llama_dir, tmp_
     assert cut >= 3   # ended by the stop string, not by max_new_tokens
     engine = make_engine("hf", pol)
     for p in prompts:
-        (group,) = engine.generate([pol.encode_prompt(p.problem)], n=4, max_new_tokens=12, temperature=0.6, top_p=0.95,
+        (group,) = engine.generate([pol.codec.encode_prompt(p.problem)], n=4, max_new_tokens=12, temperature=0.6, top_p=0.95,
                                    seeds=[derive_seed(5, 0, p.id)])
         assert [s.text for s in group] == records[p.id].responses

@@ -23,6 +23,10 @@ class FakeReceiver:
     def __init__(self, name: str, logp: float = -1.0):
         self.name, self.logp = name, logp
 
+    @property
+    def codec(self):   # a test double: its own codec
+        return self
+
     def render_prompt(self, problem):
         return f"[{self.name}] {problem}"
 

@@ -38,7 +38,7 @@ def _gaps(policy: Policy, prompts: list[list[int]], samples) -> torch.Tensor:
 @pytest.mark.parametrize("which", ["llama", "gemma"])
 def test_bf16_sampler_logprobs_are_within_tolerance_of_the_fp32_forward(which, request):
     policy = request.getfixturevalue(f"tiny_{which}_policy")
-    prompts = [policy.encode_prompt(p) for p in PROBLEMS]
+    prompts = [policy.codec.encode_prompt(p) for p in PROBLEMS]
     bf16 = make_engine("hf-bf16", policy).generate(prompts, n=4, max_new_tokens=12, seeds=[1, 2])
     fp32 = make_engine("hf", policy).generate(prompts, n=4, max_new_tokens=12, seeds=[1, 2])
     g16, g32 = _gaps(policy, prompts, bf16), _gaps(policy, prompts, fp32)
@@ -50,7 +50,7 @@ def test_bf16_sampler_logprobs_are_within_tolerance_of_the_fp32_forward(which, r
 
 def test_same_seeds_give_the_same_bf16_samples(tiny_llama_policy):
     eng = make_engine("hf-bf16", tiny_llama_policy)
-    prompts = [tiny_llama_policy.encode_prompt(p) for p in PROBLEMS]
+    prompts = [tiny_llama_policy.codec.encode_prompt(p) for p in PROBLEMS]
     a = eng.generate(prompts, n=3, max_new_tokens=10, seeds=[7, 8], batch_size=6)
     b = eng.generate(prompts, n=3, max_new_tokens=10, seeds=[7, 8], batch_size=2)
     assert [[s.token_ids for s in g] for g in a] == [[s.token_ids for s in g] for g in b]

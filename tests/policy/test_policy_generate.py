@@ -15,7 +15,7 @@ def pol(request, tiny_llama_policy, tiny_gemma_policy):
 
 
 def _prompts(pol):
-    return [pol.encode_prompt(p) for p in PROBLEMS]
+    return [pol.codec.encode_prompt(p) for p in PROBLEMS]
 
 
 def _ids(out):
@@ -61,7 +61,7 @@ def test_finished_at_stop_token(tiny_llama_dir):
     for s in unfin:
         assert len(s.token_ids) == 10 and all(t not in pol.stop_ids for t in s.token_ids)
     # the stop token's log-prob is recorded and agrees with a forward pass
-    P = [pol.encode_prompt(PROBLEMS[i]) for i, g in enumerate(out) for _ in g]
+    P = [pol.codec.encode_prompt(PROBLEMS[i]) for i, g in enumerate(out) for _ in g]
     logp, mask = pol.forward_logprobs(P, [s.token_ids for s in samples])
     for b, s in enumerate(samples):
         assert torch.allclose(logp[b, :len(s.token_ids)], torch.tensor(s.logprobs), atol=1e-4)

@@ -14,10 +14,10 @@ def pol(request, tiny_llama_policy, tiny_gemma_policy):
 
 
 def _batch(pol):
-    prompts = [pol.encode_prompt("What is 2 + 3?"), pol.encode_prompt("Compute 12 * 12 - 7, carefully and step by step.")]
+    prompts = [pol.codec.encode_prompt("What is 2 + 3?"), pol.codec.encode_prompt("Compute 12 * 12 - 7, carefully and step by step.")]
     texts = [" 2 + 3 = 5, so \\boxed{5}.", " It is 137.", " Let me think about this for a while: 144 - 7 = 137.", ""]
     P = [prompts[0], prompts[1], prompts[1], prompts[0]]
-    R = [pol.encode_response(t, finished=i % 2 == 0) for i, t in enumerate(texts)]
+    R = [pol.codec.encode_response(t, finished=i % 2 == 0) for i, t in enumerate(texts)]
     return P, R
 
 

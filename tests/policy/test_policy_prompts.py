@@ -77,7 +77,7 @@ def test_fewshot_too_many():
 
 def test_bos_gemma_exactly_once(tiny_gemma_policy):
     tok = tiny_gemma_policy.tokenizer
-    ids = tiny_gemma_policy.encode_prompt(PROBLEM)
+    ids = tiny_gemma_policy.codec.encode_prompt(PROBLEM)
     assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
     # a text that already carries the BOS string (as chat templates write it) gets no second one
     ids2 = encode_prompt(tok, tok.bos_token + "Problem: hi")
@@ -87,9 +87,9 @@ def test_bos_gemma_exactly_once(tiny_gemma_policy):
 
 def test_bos_smollm2_plain_has_none(tiny_llama_policy):
     tok = tiny_llama_policy.tokenizer
-    ids = tiny_llama_policy.encode_prompt(PROBLEM)
+    ids = tiny_llama_policy.codec.encode_prompt(PROBLEM)
     assert tok.bos_token_id not in ids  # SmolLM2 adds no BOS; its chat template writes <|im_start|> itself
-    assert tiny_llama_policy.decode(ids) == tiny_llama_policy.render_prompt(PROBLEM)
+    assert tiny_llama_policy.decode(ids) == tiny_llama_policy.codec.render_prompt(PROBLEM)
 
 
 @pytest.mark.parametrize("which", ["llama", "gemma"])
@@ -100,13 +100,13 @@ def test_encode_response_round_trip(which, tiny_llama_policy, tiny_gemma_policy,
     monkeypatch.setattr(pol, "codec", TextCodec(replace(pol.cfg, template=template, stop=[]), pol.tokenizer))
     text = "First, 17 + 25 = 42.\n\nSo the answer is \\boxed{42}."
     text = " " + text if template == "fewshot" else text
-    ids = pol.encode_response(text, finished=False)
+    ids = pol.codec.encode_response(text, finished=False)
     assert pol.decode(ids) == text
-    ids_f = pol.encode_response(text, finished=True)
+    ids_f = pol.codec.encode_response(text, finished=True)
     assert ids_f == ids + [pol.eos_token_id]   # no stop strings: EOS
     assert pol.decode(ids_f) == text  # EOS is special: stripped
-    assert pol.encode_response("", finished=True) == [pol.eos_token_id]
-    assert pol.encode_response(pol.decode(ids), finished=False) == ids
+    assert pol.codec.encode_response("", finished=True) == [pol.eos_token_id]
+    assert pol.codec.encode_response(pol.decode(ids), finished=False) == ids
 
 
 # (peer text, finished, template, stops) -> (framed text, append EOS)
@@ -136,9 +136,9 @@ def test_finished_response_ends_with_the_receivers_own_stop(which, tiny_llama_po
     pol = tiny_llama_policy if which == "llama" else tiny_gemma_policy
     text = " 17 + 25 = 42. The final answer is \\boxed{42}.\n"
     monkeypatch.setattr(pol, "codec", TextCodec(replace(pol.cfg, template="fewshot", stop=None), pol.tokenizer))
-    ids = pol.encode_response(text, finished=True)
+    ids = pol.codec.encode_response(text, finished=True)
     assert pol.decode(ids) == text + "\nProblem:" and pol.eos_token_id not in ids
-    assert pol.decode(pol.encode_response(text, finished=False)) == text.rstrip()
+    assert pol.decode(pol.codec.encode_response(text, finished=False)) == text.rstrip()
     monkeypatch.setattr(pol, "codec", TextCodec(replace(pol.cfg, template="chat", stop=None, fewshot=None), pol.tokenizer))
-    assert pol.encode_response(text, finished=True) == pol.encode_response(text, finished=False) + [pol.eos_token_id]
-    assert pol.decode(pol.encode_response(text, finished=True)) == text.strip()
+    assert pol.codec.encode_response(text, finished=True) == pol.codec.encode_response(text, finished=False) + [pol.eos_token_id]
+    assert pol.decode(pol.codec.encode_response(text, finished=True)) == text.strip()

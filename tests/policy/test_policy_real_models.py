@@ -18,7 +18,7 @@ def test_embedded_model_samples(path, template):
         if "wheel" in str(e):
             pytest.skip(str(e))
         raise
-    prompt = pol.encode_prompt("What is 3 + 4?")
+    prompt = pol.codec.encode_prompt("What is 3 + 4?")
     out = pol.generate([prompt], n=2, max_new_tokens=12, seed=0)
     assert len(out[0]) == 2
     for s in out[0]:

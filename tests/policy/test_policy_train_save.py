@@ -9,8 +9,8 @@ from graft.policy.policy import Policy
 
 
 def _data(pol):
-    P = [pol.encode_prompt("What is 2 + 3?"), pol.encode_prompt("What is 7 * 6?")]
-    R = [pol.encode_response(" 5, so \\boxed{5}.", True), pol.encode_response(" It is 42", False)]
+    P = [pol.codec.encode_prompt("What is 2 + 3?"), pol.codec.encode_prompt("What is 7 * 6?")]
+    R = [pol.codec.encode_response(" 5, so \\boxed{5}.", True), pol.codec.encode_response(" It is 42", False)]
     return P, R
 
 
@@ -112,7 +112,7 @@ def test_lora_generate_matches_forward(tiny_gemma_dir):
     cfg = ModelConfig(path=tiny_gemma_dir, template="plain", lr=1e-2, lora=LoraConfig(enabled=True, r=2, alpha=4))
     pol = Policy.load(cfg)
     _step(pol)  # a non-zero adapter
-    prompts = [pol.encode_prompt("What is 1 + 1?")]
+    prompts = [pol.codec.encode_prompt("What is 1 + 1?")]
     out = pol.generate(prompts, n=3, max_new_tokens=6, seed=0)
     with torch.no_grad():
         logp, _ = pol.forward_logprobs(prompts * 3, [s.token_ids for s in out[0]])

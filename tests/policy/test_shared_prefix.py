@@ -14,7 +14,7 @@ def _batch(pol, seed=1):
     1..9 tokens, including a one-token response."""
     g = torch.Generator().manual_seed(seed)
     V = len(pol.tokenizer)
-    p = [pol.encode_prompt(q) for q in ("What is 3 + 4?", "Compute 17 * 23 please, carefully.", "Hi")]
+    p = [pol.codec.encode_prompt(q) for q in ("What is 3 + 4?", "Compute 17 * 23 please, carefully.", "Hi")]
     prompts = [p[0], p[1], p[0], p[1], p[2], p[1], p[0], p[1]]
     resp = [torch.randint(0, V, (n,), generator=g).tolist() for n in (5, 9, 1, 7, 3, 2, 8, 6)]
     return prompts, resp

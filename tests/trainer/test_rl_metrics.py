@@ -103,7 +103,7 @@ def test_gpu_memory_peaks_with_the_cuda_query_stubbed(monkeypatch):
 def test_sampler_entropy_is_the_forward_distributions(tiny_llama_policy):
     """Per-token entropy recorded while sampling = entropy of softmax(logits / T) of a plain forward."""
     pol = tiny_llama_policy
-    prompt = pol.encode_prompt("What is 2 + 3?")
+    prompt = pol.codec.encode_prompt("What is 2 + 3?")
     for T in (1.0, 0.7):
         (s,), = pol.generate([prompt], n=1, max_new_tokens=6, temperature=T, seed=1)
         assert len(s.entropies) == len(s.token_ids) > 0
