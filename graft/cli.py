@@ -93,7 +93,7 @@ def sweep_commands(config: str, grid: list[str], overrides: list[str]) -> list[l
 
 COMMANDS = {
     "train": ("graft.cli", "train_main"),
-    "eval": ("graft.evaluation.evaluate", "eval_main"),
+    "eval": ("graft.eval_cli", "eval_main"),
     "probe": ("graft.probe", "probe_main"),
     "config": ("graft.cli", "config_main"),
     "export": ("graft.export", "export_main"),

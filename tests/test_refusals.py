@@ -437,7 +437,8 @@ def _fake_checkpoint(run_dir: Path, step: int, names=("A", "B")) -> None:
 def test_eval_model_run_dir_suggests_folders_that_exist(tmp_path):
     """issue 10: `graft eval --model RUN_DIR` suggested RUN_DIR/A, which does not exist; it names
     the latest checkpoint's model folders, or says there is no checkpoint."""
-    from graft.evaluation.evaluate import EvalError, _model_cfg_for
+    from graft.eval_cli import _model_cfg_for
+    from graft.evaluation.evaluate import EvalError
 
     run = tmp_path / "run"
     _fake_checkpoint(run, 2)

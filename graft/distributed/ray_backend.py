@@ -21,16 +21,14 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
-from graft.config import Config, ConfigError, ModelConfig, RayConfig, ResourceConfig
+from graft.config import ConfigError, ModelConfig, RayConfig, ResourceConfig
 from graft.errors import UserError
-from graft.seeds import init_seed
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 

@@ -11,7 +11,7 @@ plus its case in :func:`exchange_kind`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 import torch

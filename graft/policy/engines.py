@@ -224,7 +224,7 @@ class ContinuousBatchingEngine(RolloutEngine):
                 toks = list(o.generated_tokens)
                 fin = bool(toks) and toks[-1] in pol.stop_ids
                 group.append(Sample(token_ids=toks, logprobs=[float(x) for x in o.logprobs[:len(toks)]],
-                                    text=codec.decode(toks), finished=fin))
+                                    text=self.codec.decode(toks), finished=fin))
             samples.append(group)
         return samples
 

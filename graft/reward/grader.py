@@ -40,7 +40,7 @@ from tqdm import tqdm
 from graft.reward import verifier, worker
 from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOUT
 
-__all__ = ["Grader", "GraderError", "extract_boxed", "verify"]
+__all__ = ["Grader", "GraderError"]
 
 
 class _Tally:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from graft.cli import main
-from graft.evaluation.evaluate import best_checkpoint, compare_table, eval_history
+from graft.eval_cli import compare_table
+from graft.evaluation.evaluate import best_checkpoint, eval_history
 from graft.storage.checkpoint import list_checkpoints
 from graft.trainer import loop
 from tests.trainer.helpers import crafted_rewards, tiny_config

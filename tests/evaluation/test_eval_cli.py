@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from graft.evaluation.evaluate import eval_main
+from graft.eval_cli import eval_main
 
 
 def _write_data(path, rows):

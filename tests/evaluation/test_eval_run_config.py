@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import graft.evaluation.evaluate as ev
+import graft.eval_cli as ev
 from graft.cli import main
 from graft.config import ConfigError
 from graft.policy import prompts

@@ -1,0 +1,409 @@
+"""``graft eval``: which model, which data, which sampler -- then :func:`graft.evaluation.evaluate.evaluate`.
+
+The command line of evaluation: resolving ``--model`` / ``--config`` / ``--model-name`` (a hub id, a folder, a run's
+best, latest or base model), the datasets (``--data``, the shared benchmarks, the run's ``data.val``), the sampler
+(``--backend``: an in-memory Policy through a rollout engine, or vLLM serving a folder), and the tables it prints.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from transformers import AutoConfig
+
+from graft.config import ConfigError, EvalConfig, ModelConfig, load_config
+from graft.data.datasets import load_prompts
+from graft.evaluation.evaluate import DEFAULT_MAX_NEW_TOKENS, EvalError, check_name, evaluate, pct, select_checkpoint
+from graft.policy.codec import TextCodec
+from graft.policy.context import check_context, max_positions
+from graft.policy.engines import EngineUnavailable, Sampler, VllmEngine, make_engine
+from graft.policy.policy import Policy
+from graft.registry import ENGINES
+from graft.reward.grader import Grader
+from graft.reward.worker import VERIFY_FNS
+from graft.storage.checkpoint import (
+    CheckpointError,
+    checkpoint_step,
+    latest_checkpoint,
+    list_checkpoints,
+    verify_model_files,
+)
+from graft.storage.lock import FolderLock
+from graft.types import Prompt
+
+BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
+"""Short names accepted by ``--data``; resolved to ``DATA_DIR/NAME.jsonl``."""
+
+
+def vllm_model_path(cfg, weights_from: str | None) -> str:
+    """The folder (or hub id) vLLM should load for a model config / checkpoint, or an EvalError why none."""
+    if weights_from is not None:
+        if (Path(weights_from) / "adapter_config.json").is_file():
+            raise EvalError(f"backend vllm: {weights_from} holds a LoRA adapter, not a full model; "
+                            "use --backend hf (it merges the adapter)")
+        return str(weights_from)
+    return str(cfg.path)
+
+def engine_sampler(backend: str, cfg: ModelConfig, weights_from: str | None, device: str) -> tuple[Sampler, int | None]:
+    """The sampler ``graft eval --backend`` uses for model ``cfg`` (weights from ``weights_from`` when given), and the
+    model's ``max_position_embeddings``: an in-memory Policy through the ``backend`` rollout engine, or vLLM serving
+    the model folder (graft renders, tokenizes, decodes and cuts with the model's codec)."""
+    try:
+        if backend == "vllm":
+            folder = vllm_model_path(cfg, weights_from)
+            VllmEngine.check(folder)   # before the tokenizer loads
+            return VllmEngine(None, folder=folder, codec=TextCodec.load(cfg, weights_from)), _folder_max_positions(folder)
+        policy = Policy.load(cfg, device=device, weights_from=weights_from)
+        return make_engine(backend, policy), max_positions(policy.model.config)
+    except EngineUnavailable as e:
+        raise EvalError(f"backend {backend}: {e}") from None
+
+
+def _folder_max_positions(folder: str) -> int | None:
+    try:
+        return max_positions(AutoConfig.from_pretrained(folder))
+    except (OSError, ValueError):
+        return None
+
+def default_data_dir() -> Path | None:
+    """``../shared/data`` relative to the working directory, else next to the source checkout."""
+    for cand in (Path("../shared/data"), Path(__file__).resolve().parents[3] / "shared" / "data"):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def parse_data_args(specs: Sequence[str], data_dir: Path | None) -> dict[str, str]:
+    """``NAME=SPEC`` / benchmark short name / bare path -> {name: loader spec}."""
+    out: dict[str, str] = {}
+    for item in specs:
+        if "=" in item and not item.startswith("hub:"):
+            name, spec = item.split("=", 1)
+        elif item in BENCHMARKS:
+            if data_dir is None:
+                raise EvalError(f"--data {item}: no data folder found; pass --data-dir (the folder holding {item}.jsonl)")
+            name, spec = item, str(Path(data_dir) / f"{item}.jsonl")
+            if not Path(spec).exists():
+                raise EvalError(f"--data {item}: {spec} does not exist")
+        else:
+            spec = item
+            name = "arithmetic" if item == "arithmetic" else re.sub(r"[^A-Za-z0-9_.\-]", "_", Path(item.split(":")[-1]).stem)
+        check_name(name)
+        if name in out:
+            raise EvalError(f"--data: dataset name {name!r} given twice")
+        out[name] = spec
+    return out
+
+
+def _unescape(text: str) -> str:
+    """``\\n``, ``\\t`` and ``\\\\`` in a command-line stop string become a newline, a tab and a backslash."""
+    return re.sub(r"\\(n|t|\\)", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], text)
+
+
+def _run_config(config: str):
+
+    p = Path(config)
+    if p.is_dir():
+        p = p / "config.yaml"
+    if not p.is_file():
+        raise ConfigError(f"--config: {p} not found (pass RUN_DIR/config.yaml of a graft run)")
+    return load_config(p)
+
+
+RUN_MODELS = ("best", "latest", "base")
+"""``--model`` keywords with ``--config``: the model's best-evaluated (else latest) or latest checkpoint of the run,
+or the run's starting weights."""
+
+
+def run_folder(config: str, run_cfg) -> Path:
+    """The run a ``--config`` names: the folder holding that config.yaml when it holds checkpoints, else the
+    config's ``run_dir``."""
+    p = Path(config)
+    folder = p if p.is_dir() else p.parent
+    return folder if (folder / "checkpoints").is_dir() else Path(run_cfg.run_dir)
+
+
+def run_model(config: str, model_name: str | None, which: str | None) -> tuple[str, str]:
+    """``(--model value, label)`` for a ``--config`` run and a :data:`RUN_MODELS` keyword (None: ``best``):
+    the checkpoint folder ``RUN/checkpoints/step_N/NAME`` of the model's best-evaluated step (highest in-training
+    ``eval/NAME/val/pass@1``; the latest checkpoint when the run has no such value; :func:`select_checkpoint`)
+    or its latest step, or the run's starting weights (``models.i.path``) for ``base``."""
+
+    run_cfg = _run_config(config)
+    base = _pick_model(run_cfg, config, model_name)
+    run_dir = run_folder(config, run_cfg)
+    which = which or "best"
+    if which == "base":
+        return base.path, f"{run_dir.name}-{base.name}-base"
+    if not list_checkpoints(run_dir):
+        raise EvalError(f"--config {config}: the run {run_dir} has no complete checkpoint; pass --model base for the "
+                        "starting weights, or a model folder")
+    try:
+        step_dir = select_checkpoint(run_dir, which, base.name)
+    except CheckpointError:   # no in-training evaluation: the latest checkpoint is the best we know
+        step_dir = select_checkpoint(run_dir, "latest", base.name)
+    if not (step_dir / base.name).is_dir():
+        raise EvalError(f"{step_dir} holds no folder of model {base.name}")
+    return str(step_dir / base.name), f"{run_dir.name}-{base.name}-step{checkpoint_step(step_dir)}"
+
+
+def _pick_model(run_cfg, config: str, model_name: str | None):
+    """The ModelConfig ``--model-name`` names in the run config ``config`` (its only model when not given)."""
+
+    names = [m.name for m in run_cfg.models]
+    if model_name is None and len(names) != 1:
+        raise ConfigError(f"--config {config} has models {', '.join(names)}; choose one with --model-name")
+    name = model_name or names[0]
+    if name not in names:
+        raise ConfigError(f"--model-name {name!r} is not a model of {config} (models: {', '.join(names)})")
+    return run_cfg.models[names.index(name)]
+
+
+def _model_cfg_for(model: str, template: str | None = None, config: str | None = None, model_name: str | None = None,
+                   fewshot: int | None = None, stop: Sequence[str] | None = None, instruction: str | None = None):
+    """``(ModelConfig, weights folder or None, run Config or None)`` for ``graft eval --model``.
+
+    The prompt format (template, worked examples, instruction, stop strings), tokenizer and dtype
+    come from a run's model config: ``--config RUN/config.yaml --model-name NAME`` (then ``--model``
+    may be that model's base, any Hugging Face folder such as a ``graft export``, or a checkpoint
+    folder), else the checkpoint's own run when ``--model`` is ``RUN/checkpoints/step_N/NAME``, else
+    the ``ModelConfig`` defaults. ``--template/--fewshot/--stop/--instruction`` override it. A
+    checkpoint folder (or a LoRA adapter folder) supplies the weights on top of the run's base
+    ``path``; LoRA adapters are merged for evaluation. A checkpoint folder's files are verified
+    against its manifest (sha256) first.
+    """
+
+    p = Path(model)
+    if p.is_dir() and (p / "config.yaml").is_file() and not (p / "config.json").is_file():   # a run or step folder
+        raise EvalError(_which_model_folder(p, [m.name for m in load_config(p / "config.yaml").models]))
+    in_checkpoint = p.is_dir() and (p.parent / "manifest.json").is_file() and (p.parent / "config.yaml").is_file()
+    run_cfg, base = None, None
+    if config is not None:
+        run_cfg = _run_config(config)
+        base = _pick_model(run_cfg, config, model_name)
+    elif model_name is not None:
+        raise ConfigError("--model-name needs --config RUN_DIR/config.yaml (the run whose model it names)")
+    elif in_checkpoint:   # RUN/checkpoints/step_N/A: the checkpoint's own run config
+        run_cfg = load_config(p.parent / "config.yaml")
+        base = next((m for m in run_cfg.models if m.name == p.name), None)
+        if base is None:
+            run_cfg = None
+    if in_checkpoint:
+        verify_model_files(p)
+    changes: dict[str, Any] = {}
+    if base is not None:
+        cfg = dataclasses.replace(base, lora=dataclasses.replace(base.lora, enabled=False))   # merged for inference
+        if in_checkpoint or (p / "adapter_config.json").is_file():
+            weights_from = str(p)       # the run's base path gives the architecture (and the LoRA base)
+        else:
+            weights_from = None         # the base model itself, an exported folder or a hub id
+            if model != base.path:
+                changes.update(path=model, revision=None)
+    else:
+        cfg, weights_from = ModelConfig(name="eval", path=model), None
+    if template:
+        changes["template"] = template
+    if fewshot is not None:
+        changes["fewshot"] = fewshot
+    if instruction is not None:
+        changes["instruction"] = instruction
+    if stop is not None:
+        changes["stop"] = [_unescape(x) for x in stop if x != ""]   # --stop "" alone: no stop strings
+    cfg = dataclasses.replace(cfg, **changes)   # re-validated (e.g. --fewshot with template plain)
+    return cfg, weights_from, run_cfg
+
+
+def _which_model_folder(p: Path, names: list[str]) -> str:
+    """The message for ``--model`` naming a run folder or a checkpoint step folder: the model
+    folders that exist (of the latest checkpoint for a run folder), or that there is none."""
+
+    if (p / "manifest.json").exists() or p.parent.name == "checkpoints":
+        step, kind = p, "a checkpoint step folder"
+    else:
+        step, kind = latest_checkpoint(p), "a run folder"
+        if step is None:
+            return f"{p} is a run folder without a complete checkpoint (none in {p / 'checkpoints'}); pass a model folder"
+    found = [str(step / n) for n in names if (step / n).is_dir()]
+    if not found:
+        return f"{p} is {kind} but holds no model folder ({', '.join(names)})"
+    return f"{p} is {kind}; pass one model folder" + (" of its latest checkpoint" if step != p else "") + ": " + ", ".join(found)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="graft eval", description="pass@k of a model or checkpoint (spec §5 protocol).")
+    ap.add_argument("--model", default=None,
+                    help="hub id, local HF folder, .gguf, embedded:NAME, or RUN/checkpoints/step_N/MODEL; with --config "
+                         "also best (default: the best-evaluated checkpoint of the run, else its latest), latest, or "
+                         "base (the run's starting weights)")
+    ap.add_argument("--compare", default=None, metavar="MODEL",
+                    help="evaluate this model too (same forms as --model, e.g. base) and print both side by side")
+    ap.add_argument("--template", choices=["chat", "plain", "fewshot"], default=None,
+                    help="prompt format (default: the run's / checkpoint's, else chat)")
+    ap.add_argument("--config", default=None,
+                    help="RUN_DIR/config.yaml of a graft run: evaluate in that run's prompt format (template, worked "
+                         "examples, instruction, stop strings), tokenizer, dtype and max_new_tokens; --model may then "
+                         "be the base model, an exported folder or a checkpoint folder")
+    ap.add_argument("--model-name", default=None, help="which model of --config (default: its only one)")
+    ap.add_argument("--fewshot", type=int, default=None, help="worked examples before the problem (overrides the run's)")
+    ap.add_argument("--stop", action="append", default=None,
+                    help="stop string (repeatable; \\n and \\t are a newline and a tab; --stop '' for none)")
+    ap.add_argument("--instruction", default=None, help="sentence appended to every problem (overrides the run's)")
+    ap.add_argument("--data", action="append", default=None,
+                    help="NAME=PATH (jsonl/parquet/hub:NAME[:split]/arithmetic) or one of " + ", ".join(BENCHMARKS)
+                         + " (default with --config: the run's data.val, as 'val', limited to its data.val_limit)")
+    ap.add_argument("--data-dir", default=None, help="folder of the benchmark files (default ../shared/data)")
+    ap.add_argument("--n", type=int, default=EvalConfig.n, help="samples per prompt")
+    ap.add_argument("--repeats", type=int, default=5, help="independent repeats (mean ± std)")
+    ap.add_argument("--temperature", type=float, default=EvalConfig.temperature)
+    ap.add_argument("--top-p", type=float, default=EvalConfig.top_p)
+    ap.add_argument("--max-new-tokens", type=int, default=None,
+                    help=f"default: the run's eval/rollout limit (--config or checkpoint), else {DEFAULT_MAX_NEW_TOKENS}")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N prompts of each dataset")
+    ap.add_argument("--out", default=None, help="output folder (default runs/eval/MODEL; with --compare one "
+                                                  "subfolder per model, named as in the table)")
+    ap.add_argument("--backend", choices=list(ENGINES), default="hf",
+                    help="hf: graft's sampler; hf-bf16: the same over a bf16 copy (~2x faster on CPUs with bf16 "
+                         "matmuls); vllm: GPU")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=64, help="sequences per generate call (hf)")
+    ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    ap.add_argument("--verify-timeout", type=float, default=5.0, help="seconds per grading")
+    ap.add_argument("--verify-workers", type=int, default=2)
+    ap.add_argument("--answer-form", choices=["any", "number"], default=None,
+                    help="any: math_verify equivalence; number: the box must hold a number written out "
+                         "(default: the run's reward.answer_form with --config, else any)")
+    ap.add_argument("--on-bad-row", choices=["error", "skip"], default="error")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def eval_main(argv: Sequence[str] | None = None) -> int:
+    """``graft eval``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _eval_main(args)
+    except EvalError as e:
+        print(f"graft eval: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # data / store / config errors carry their own message
+        if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError", "LockError"):
+            print(f"graft eval: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _eval_main(args) -> int:
+    if args.config is None and (args.model is None or args.compare is not None or args.data is None):
+        raise EvalError("--model and --data are required without --config (--compare needs --config too); "
+                        "with --config RUN/config.yaml they default to the run's best checkpoint and data.val")
+    datasets = _datasets(args)
+    runs = ([_resolve(args, args.compare)] if args.compare is not None else []) + [_resolve(args, args.model)]
+    if len(runs) == 2 and runs[0][1] == runs[1][1]:
+        raise EvalError(f"--compare {args.compare}: that is the model already evaluated ({runs[0][1]})")
+    results = {}
+    for model, label in runs:
+        out = Path(args.out) / label if args.out and len(runs) > 1 else \
+            Path(args.out) if args.out else Path("runs/eval") / label
+        res, cfg = _evaluate_one(args, model, datasets, out)
+        print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
+        print(summary_table(res, cfg))
+        results[label] = res
+    if len(results) > 1:
+        print("\n" + compare_table(results))
+    return 0
+
+
+def _resolve(args, model: str | None) -> tuple[str, str]:
+    """``(--model value, label)``: a :data:`RUN_MODELS` keyword of the ``--config`` run, or the model as given."""
+    if args.config is not None and (model is None or model in RUN_MODELS):
+        return run_model(args.config, args.model_name, model)
+    return model, re.sub(r"[^A-Za-z0-9_.\-]", "_", model.strip("/"))
+
+
+def _datasets(args) -> dict[str, list[Prompt]]:
+    """``--data`` sets, else the ``--config`` run's ``data.val`` (as ``val``, limited to ``data.val_limit``)."""
+
+    if args.data is None:
+        run_cfg = _run_config(args.config)
+        if run_cfg.data.val is None:
+            raise EvalError(f"--config {args.config} has no data.val; name the set to evaluate on with --data "
+                            f"(NAME=PATH, arithmetic, or one of {', '.join(BENCHMARKS)})")
+        return {"val": load_prompts(run_cfg.data.val, on_bad_row=args.on_bad_row, arithmetic=run_cfg.data.arithmetic,
+                                    limit=args.limit or run_cfg.data.val_limit)[0]}
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    return {name: load_prompts(spec, on_bad_row=args.on_bad_row, limit=args.limit)[0]
+            for name, spec in parse_data_args(args.data, data_dir).items()}
+
+
+def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path) -> tuple[dict, Any]:
+    """Evaluate one model (``--model`` form) on ``datasets`` into ``out``; ``(results, its ModelConfig)``."""
+
+    cfg, weights_from, run_cfg = _model_cfg_for(model, args.template, args.config, args.model_name,
+                                                args.fewshot, args.stop, args.instruction)
+    if args.dtype:
+        cfg.dtype = args.dtype
+    run_max = (run_cfg.eval.max_new_tokens or run_cfg.rollout.max_new_tokens) if run_cfg is not None else None
+    max_new = args.max_new_tokens or run_max or DEFAULT_MAX_NEW_TOKENS
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    with FolderLock(out, "--out folder"):   # one evaluation per output folder, taken before the model loads
+        return _evaluate_into(args, model, out, datasets, cfg, weights_from, run_cfg, max_new, device)
+
+
+def _evaluate_into(args, model: str, out: Path, datasets: dict, cfg, weights_from, run_cfg, max_new: int,
+                   device: str) -> tuple[dict, Any]:
+
+    sampler, positions = engine_sampler(args.backend, cfg, weights_from, device)
+    check_context(cfg.name if args.config else model, sampler.codec, positions,
+                  [p.problem for ps in datasets.values() for p in ps], max_new, "--max-new-tokens")
+    answer_form = args.answer_form or (run_cfg.reward.answer_form if run_cfg is not None else "any")
+    with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers, verify_fn=VERIFY_FNS[answer_form]) as grader:
+        res = evaluate(sampler, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
+                       max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
+                       backend=args.backend, progress=not args.no_progress, model_label=model)
+    return res, cfg
+
+
+def compare_table(results: dict[str, dict]) -> str:
+    """Models side by side (``label -> evaluate() results``; the first, ``--compare``, is the reference): per dataset
+    pass@1 mean ± std of each, and every other model's difference from the first in points."""
+    labels = list(results)
+    ref = results[labels[0]]
+    head = "| dataset | prompts | " + " | ".join(f"{l} pass@1 (%)" for l in labels) + \
+        "".join(f" | {l} − {labels[0]} (points)" for l in labels[1:]) + " |"
+    lines = [head, "|---|---:|" + "---:|" * (2 * len(labels) - 1)]
+    rows = [(name, d["num_prompts"], lambda r, name=name: r["datasets"][name]["pass@1"]) for name, d in ref["datasets"].items()]
+    if len(ref["datasets"]) > 1:
+        rows.append(("macro average", f"{len(ref['datasets'])} sets", lambda r: r["macro"]["pass@1"]))
+    for name, n, get in rows:
+        cells = [pct(get(results[l])) for l in labels]
+        diffs = [f"{100 * (get(results[l])['mean'] - get(ref)['mean']):+.1f}" for l in labels[1:]]
+        lines.append(f"| {name} | {n} | " + " | ".join(cells + diffs) + " |")
+    return "\n".join(lines)
+
+
+def summary_table(results: dict, cfg=None) -> str:
+    """The one-screen table ``graft eval`` ends with: dataset, prompts, pass@1 mean ± std, n, repeats
+    (and the prompt format of ``cfg``, a ModelConfig, so a base model and its checkpoint can be
+    seen to share it)."""
+    proto = results["protocol"]
+    lines = [f"model: {proto.get('model')}"]
+    if cfg is not None:
+        stops = ", ".join(json.dumps(x) for x in cfg.stop_strings()) or "none"
+        lines.append(f"prompt: template {cfg.template}, {cfg.num_shots()} worked example(s), stop strings {stops}")
+    lines.append(f"temperature {proto['temperature']}, top-p {proto['top_p']}, max {proto['max_new_tokens']} new tokens")
+    lines += ["", "| dataset | prompts | pass@1 (%) | n | repeats |", "|---|---:|---:|---:|---:|"]
+    for name, d in results["datasets"].items():
+        lines.append(f"| {name} | {d['num_prompts']} | {pct(d['pass@1'])} | {proto['n']} | {d['repeats']} |")
+    if len(results["datasets"]) > 1:
+        lines.append(f"| macro average | {len(results['datasets'])} sets | {pct(results['macro']['pass@1'])} | "
+                     f"{proto['n']} | {proto['repeats']} |")
+    return "\n".join(lines)
