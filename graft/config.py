@@ -26,7 +26,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import yaml
 
@@ -1040,8 +1040,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     return _build(Config, tree, "")
 
 
-def save_config(cfg: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+def save_config(cfg: Config, path: str | Path, comments: Sequence[str] = ()) -> None:
+    """``cfg`` as YAML at ``path``, headed by ``comments`` (``# `` lines: what the run resolved from it)."""
+    head = "".join(f"# {line}\n" for line in comments)
+    Path(path).write_text(head + yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:

@@ -25,7 +25,7 @@ from graft.data.datasets import DataError, PromptSampler, check_batch_fits, load
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 from graft.exchange.handover import Scoring
-from graft.exchange.kinds import Exchange, make_exchange, open_peer_store
+from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, open_peer_store
 from graft.exchange.live import complementarity, counts
 from graft.files import dumps_json
 from graft.policy.context import check_learner_context
@@ -296,7 +296,7 @@ def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) ->
         close_learners(learners)
         raise
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    save_config(cfg, run_dir / "config.yaml", describe_exchange(cfg).lines())   # what the exchange does, stated
     run = Run(cfg=cfg, run_dir=run_dir, learners=learners,
               sampler=sampler, grader=Grader(cfg.reward.timeout_s, cfg.reward.workers,
                                                          verify_fn=VERIFY_FNS[cfg.reward.answer_form]),

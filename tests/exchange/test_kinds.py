@@ -96,6 +96,8 @@ def test_a_new_kind_is_one_class_and_its_registry_line(tmp_path, tiny_llama_dir,
     assert m["A/tokens/update"] == 0 and m["B/tokens/update"] == 0   # and the update trains on what it returned
     assert all(bool((before[k] == after[k]).all()) for k in before)
     assert run.exchange.describe().method == "toy"
+    # the run's recorded config states the exchange it resolved (the config's own kind: GRAFT, live)
+    assert (run.run_dir / "config.yaml").read_text().startswith("# exchange: GRAFT -- whole groups among A, B")
     assert "toy" not in EXCHANGES
 
 
