@@ -43,6 +43,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -53,8 +54,6 @@ from urllib.parse import urlparse
 
 import torch
 from huggingface_hub import hf_hub_download, try_to_load_from_cache
-from peft import LoraConfig as PeftLoraConfig
-from peft import PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 from transformers.utils import logging as hf_logging
 
@@ -390,9 +389,16 @@ def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> A
 
 # ----------------------------------------------------------------------------- model
 
+def _peft():
+    """The ``peft`` module: LoRA only (importing it takes seconds, which every process and Ray worker would pay)."""
+    import peft   # deferred: only LoRA models need it, and it is slow to import
+    return peft
+
+
 def unwrap(model: Any) -> Any:
     """The transformers CausalLM inside a PEFT wrapper (LoRA layers are injected in place)."""
-    return model.get_base_model() if isinstance(model, PeftModel) else model
+    peft = sys.modules.get("peft")   # a process that never imported peft holds no PEFT model
+    return model.get_base_model() if peft is not None and isinstance(model, peft.PeftModel) else model
 
 
 def _torch_dtype(name: str) -> torch.dtype:
@@ -453,7 +459,7 @@ def load_base_model(path: str, dtype: str | torch.dtype = "float32", revision: s
 
 
 def _peft_config(cfg: ModelConfig) -> Any:
-    return PeftLoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+    return _peft().LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                           target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
 
 
@@ -474,14 +480,14 @@ def load_model(cfg: ModelConfig, device: str | torch.device = "cpu", weights_fro
         base = load_base_model(cfg.path, cfg.dtype, cfg.revision)
         try:
             if has_adapter:
-                model = PeftModel.from_pretrained(base, weights_from, is_trainable=cfg.lora.enabled)
+                model = _peft().PeftModel.from_pretrained(base, weights_from, is_trainable=cfg.lora.enabled)
                 if not cfg.lora.enabled:
                     model = model.merge_and_unload()
                     model.requires_grad_(True)  # PEFT froze the base; it is a full model again
             else:
                 if weights_from is not None:
                     raise ModelLoadError(f"model {cfg.name}: lora.enabled but {weights_from} holds no adapter_config.json")
-                model = get_peft_model(base, _peft_config(cfg))
+                model = _peft().get_peft_model(base, _peft_config(cfg))
         except ModelLoadError:
             raise
         except Exception as e:  # noqa: BLE001
