@@ -37,6 +37,7 @@ import torch
 
 from graft.config import ConfigError, load_config
 from graft.data.arithmetic import FAMILIES, family_of
+from graft.exchange.handover import Scoring
 from graft.exchange.live import exchange_live
 from graft.seeds import step_seed
 from graft.trainer import loop
@@ -142,7 +143,7 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
     cfg, names = run.cfg, list(run.learners)
     adv = (cfg.update.adv_eps, cfg.update.adv_std == "unbiased")
     ex = {arm: exchange_live(step, copy.deepcopy(groups), run.learners, cfg.rollout.n,
-                             cfg.exchange if arm == "graft" else replace(cfg.exchange, admission="all"), run.scoring,
+                             cfg.exchange if arm == "graft" else replace(cfg.exchange, admission="all"), Scoring.of(cfg),
                              run.grade, torch.Generator().manual_seed(step_seed(cfg.seed, step, "exchange")), adv)
           for arm in ("graft", "all")}
     rng = random.Random(step_seed(cfg.seed, step, "onestep/unseen"))

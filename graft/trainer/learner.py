@@ -49,7 +49,7 @@ class Learner:
 
     @property
     def policy(self):
-        """What evaluation samples from: the in-process Policy, or this learner over its Ray workers."""
+        """The in-process Policy (``backend: local``), or this learner over its Ray workers."""
         return getattr(self.workers, "local_policy", None) or self
 
     # --------------------------------------------------------------- primitives over the ranks

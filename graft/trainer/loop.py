@@ -24,7 +24,6 @@ from graft.data.arithmetic import family_of
 from graft.data.datasets import DataError, PromptSampler, check_batch_fits, load_prompts, prompts_fingerprint
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
-from graft.exchange.handover import Scoring
 from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, open_peer_store
 from graft.exchange.live import complementarity, counts
 from graft.files import dumps_json
@@ -107,10 +106,6 @@ class Run:
     @property
     def bars(self) -> bool:
         return progress_bars(self.cfg)
-
-    @property
-    def scoring(self) -> Scoring:
-        return Scoring.of(self.cfg)
 
     def grade(self, groups: list[RolloutGroup]) -> None:
         grade(self, groups)
