@@ -30,6 +30,7 @@ overrides, optionally its own seeds), the evaluation data and what the report co
       graft_minus_grpo_n8: {arm: graft_n8, baseline: grpo_n8}
     labels: {grpo_n8: GRPO n=8, graft_n8: GRAFT n=8}   # an arm's name in the report's sentences (default: ARM)
     clip_frac_peer: {peer_last: graft_n8, peer_first: peer_first}   # NAME: ARM whose peer-token clip rate it reports
+    onestep: ../../results/study/onestep/summary.json   # a `graft onestep` summary: summary.json one_step_effect
 
 A comparison whose baseline is the arm the stored peers' groups come from (``stored.from``) also sets the
 stored runs' gain over that baseline beside the compared arm's (summary.json ``stored_vs_online``).
@@ -72,7 +73,7 @@ from graft.trainer.stop import PREEMPTED_EXIT, Preempted, StopSignal
 SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json")
 
 PLAN_KEYS = ("name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval", "order",
-             "keep_checkpoints", "base", "title", "comparisons", "labels", "clip_frac_peer")
+             "keep_checkpoints", "base", "title", "comparisons", "labels", "clip_frac_peer", "onestep")
 
 STORED_PREFIX = "stored_"
 """Arm name prefix of the stored-peer runs (``stored_MODEL``): the plan's own arms may not use it."""
@@ -144,6 +145,8 @@ class Plan:
     """An arm's name in the report's sentences (an arm without one: its own name)."""
     clip_frac_peer: dict[str, str] = field(default_factory=dict)
     """summary.json ``clip_frac_peer`` name -> the arm whose lowest seed's peer-token clip rate it reports."""
+    onestep: Path | None = None
+    """A ``graft onestep`` summary.json whose paired effects summary.json reports (``one_step_effect``)."""
 
     def arms(self) -> dict[str, list[Member]]:
         out: dict[str, list[Member]] = {}
@@ -264,7 +267,7 @@ def _sort_members(path: Path, members: list[Member], order: list[str]) -> None:
 
 
 def _report_declarations(path: Path, raw: dict, arms: list[str]) -> dict:
-    """The plan's ``title``, ``comparisons``, ``labels`` and ``clip_frac_peer``, every arm name checked."""
+    """The plan's ``title``, ``comparisons``, ``labels``, ``clip_frac_peer`` and ``onestep``, every arm name checked."""
     title = raw.get("title")
     if title is not None and not isinstance(title, str):
         raise ConfigError(f"{path}: title: expected a string, got {title!r}")
@@ -277,7 +280,11 @@ def _report_declarations(path: Path, raw: dict, arms: list[str]) -> dict:
             for k, v in _mapping(path, "clip_frac_peer", raw.get("clip_frac_peer")).items()}
     comparisons = [_comparison(path, str(k), v, arms)
                    for k, v in _mapping(path, "comparisons", raw.get("comparisons")).items()]
-    return {"title": title, "comparisons": comparisons, "labels": labels, "clip_frac_peer": clip}
+    onestep = raw.get("onestep")
+    if onestep is not None and not isinstance(onestep, str):
+        raise ConfigError(f"{path}: onestep: expected the path of a `graft onestep` summary.json, got {onestep!r}")
+    return {"title": title, "comparisons": comparisons, "labels": labels, "clip_frac_peer": clip,
+            "onestep": None if onestep is None else (path.parent / onestep).resolve()}
 
 
 def _comparison(path: Path, name: str, spec: Any, arms: list[str]) -> Comparison:
@@ -662,11 +669,25 @@ def summarize(plan: Plan) -> dict:
         bm = base_member(plan)
         out["base"] = {a: _pass1(bm, a) for a in plan.models}
         out["base_strict"] = {a: (regraded_pass1(bm, a, problems) or {}).get("pass@1") for a in plan.models}
+    if plan.onestep is not None and plan.onestep.is_file():
+        out.update(one_step_effect(json.loads(plan.onestep.read_text())))
     for c in plan.comparisons:
         if c.arm in arms and c.baseline in arms:
             out[f"paired_diff_{c.name}"] = _paired_diff(arms, c, out["arms"], plan.models)
             out[f"paired_diff_{c.name}_number"] = _paired_diff(arms, c, out["arms_answer_form_number"], plan.models)
     return out
+
+
+def one_step_effect(onestep: dict) -> dict:
+    """A ``graft onestep`` summary in the plan summary's terms: ``one_step_effect`` (GRAFT's update minus
+    GRPO's, per direction and prompt kind: mean difference in success rate, 95 % interval, prompts),
+    ``one_step_effect_gate_off`` (the same with ``exchange.admission=all``) and ``one_step_treatment``
+    (states, selected prompts, admitted and admitted-correct peer responses per direction)."""
+    def cut(table: dict) -> dict:
+        return {d: {kind: {k: s[k] for k in ("mean", "ci95", "prompts", "states")} for kind, s in kinds.items()}
+                for d, kinds in table.items()}
+    return {"one_step_effect": cut(onestep["graft_minus_grpo"]), "one_step_effect_gate_off": cut(onestep["all_minus_grpo"]),
+            "one_step_treatment": onestep["treatment"], "one_step_command": onestep.get("command")}
 
 
 def _summary_skeleton(plan: Plan) -> dict[str, Any]:
@@ -784,7 +805,7 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
     the plots and the commands."""
     md = _pass1_section(plan, summary) + strict_section(plan, summary) + _stored_vs_online_lines(plan, summary)
     md += _paired_lines(plan, summary, "", "") + _dataset_table(summary) + _exchange_section(summary)
-    md += _plot_sections(plots) + _commands(plan)
+    md += _one_step_section(summary) + _plot_sections(plots) + _commands(plan)
     return "\n".join(md) + "\n"
 
 
@@ -886,6 +907,31 @@ def _exchange_section(summary: dict) -> list[str]:
 PLOTS = (("Training reward", "rewards"), ("Complementarity (independent GRPO runs)", "complementarity"),
          ("Compatibility s", "s_hist"), ("Exchange sizes", "exchange"), ("Clip rates", "clip_rates"))
 """The report's plots in order: title, key of :func:`_plots`."""
+
+
+def _one_step_section(summary: dict) -> list[str]:
+    """The one-update paired test (``graft onestep``), when the plan names its summary."""
+    if "one_step_effect" not in summary:
+        return []
+    md = ["", "## One update with vs without the peer groups (`graft onestep`)", "",
+          "Difference in the receiver's success rate after one update, GRAFT's admitted peer groups minus its own "
+          "groups only (gate off: `exchange.admission=all`), points, mean over prompts with a 95 % bootstrap interval "
+          "over training states and prompts.", "",
+          "| direction | prompts measured | GRAFT − GRPO | gate off − GRPO | prompts (states) | admitted (correct) |",
+          "|---|---|---:|---:|---:|---:|"]
+    for d, kinds in summary["one_step_effect"].items():
+        t = summary["one_step_treatment"].get(d, {})
+        for kind, s in kinds.items():
+            off = summary["one_step_effect_gate_off"].get(d, {}).get(kind, {})
+            md.append(f"| {d} | {kind} | {_ci(s)} | {_ci(off)} | {s['prompts']} ({s['states']}) | "
+                      f"{t.get('admitted/graft', '–')} ({t.get('admitted_correct/graft', '–')}) |")
+    return md
+
+
+def _ci(s: dict) -> str:
+    if not s or s.get("mean") is None:
+        return "–"
+    return f"{100 * s['mean']:+.1f} [{100 * s['ci95'][0]:+.1f}, {100 * s['ci95'][1]:+.1f}]"
 
 
 def _plot_sections(plots: dict[str, str]) -> list[str]:

@@ -10,7 +10,6 @@ import yaml
 from graft.config import ConfigError
 from graft.experiment import load_plan, run_plan, summarize, write_summary
 
-
 COMPARED = {"title": "GRAFT vs GRPO",
             "comparisons": {"graft_minus_grpo_n8": {"arm": "graft_n8", "baseline": "grpo_n8"}},
             "labels": {"grpo_n8": "GRPO n=8", "graft_n8": "GRAFT n=8"}, "clip_frac_peer": {"peer_last": "graft_n8"}}
@@ -347,6 +346,7 @@ def test_a_plan_without_comparisons_reports_none(tmp_path, tiny_llama_dir, tiny_
     ({"clip_frac_peer": {"peer_last": "graft_n9"}}, "clip_frac_peer.peer_last"),
     ({"stored": {"from": "grpo_n9"}}, "stored.from"),
     ({"arms": {"stored_A": []}}, "arms.stored_A"),
+    ({"onestep": ["a.json"]}, "onestep"),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_a_bad_declaration_is_refused_in_one_line(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys, change, key):
     from graft.cli import main
@@ -356,3 +356,28 @@ def test_a_bad_declaration_is_refused_in_one_line(tmp_path, tiny_llama_dir, tiny
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}: {key}: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "results").exists()
+
+
+def test_a_named_onestep_summary_becomes_one_step_effect(tmp_path, tiny_llama_dir, tiny_gemma_dir):
+    """The plan's ``onestep`` summary (rows hand-made: A->B replaced prompts +0.25 and +0.0 in two states,
+    mean +12.5 points; gate off +0.0) is carried into summary.json in the issue's shape and into REPORT.md."""
+    from graft.experiment import report_markdown
+    from graft.onestep import summarize_rows
+    row = lambda step, kind, g, a: {"seed": 1, "step": step, "direction": "A->B", "kind": kind,  # noqa: E731
+                                    "success": {"grpo": 0.5, "graft": 0.5 + g, "all": 0.5 + a},
+                                    "admitted": {"graft": 3, "all": 8}, "admitted_correct": {"graft": 2, "all": 2}}
+    rows = [row(1, "replaced", 0.25, 0.0), row(7, "replaced", 0.0, 0.0), row(1, "unseen", 0.0, -0.25)]
+    (tmp_path / "onestep.json").write_text(json.dumps({"command": ["graft", "onestep"], **summarize_rows(rows)}))
+    path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared={"onestep": "onestep.json"})
+    plan = load_plan(path)
+    s = summarize(plan)
+    eff = s["one_step_effect"]["A->B"]
+    assert set(eff) == {"replaced", "unseen"} and set(eff["replaced"]) == {"mean", "ci95", "prompts", "states"}
+    assert eff["replaced"]["mean"] == pytest.approx(0.125) and eff["replaced"]["prompts"] == 2
+    assert s["one_step_effect_gate_off"]["A->B"]["unseen"]["mean"] == pytest.approx(-0.25)
+    assert s["one_step_treatment"]["A->B"]["admitted_correct/graft"] == 4      # two replaced rows x 2
+    md = report_markdown(plan, s, {})
+    line = next(x for x in md.splitlines() if x.startswith("| A->B | replaced |"))
+    assert "+12.5 [" in line and "| 2 (2) | 6 (4) |" in line
+    missing = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared={"onestep": "none.json"})
+    assert "one_step_effect" not in summarize(load_plan(missing))   # not measured yet: nothing claimed
