@@ -695,7 +695,7 @@ def _summary_skeleton(plan: Plan) -> dict[str, Any]:
     tables = ("arms", "by_dataset", "exchanged", "transferred", "exchange_steps", "clip_frac_peer",
               "clip_frac_peer_by_model", "stored", "arms_answer_form_number", "expression_share_of_correct",
               "expression_share_of_boxed", "stored_answer_form_number", "arms_strict_skill", "monitor", "families",
-              "admitted_correct", "peer_row_share", "train_reward")
+              "admitted_correct", "peer_row_share", "train_reward", "last_quarter")
     ev = {"data": {k: Path(v).name for k, v in plan.eval["data"].items()},
           "n": plan.eval.get("n", EvalConfig.n), "temperature": plan.eval.get("temperature", EvalConfig.temperature),
           "top_p": plan.eval.get("top_p", EvalConfig.top_p), "repeats": plan.eval.get("repeats", EvalConfig.repeats),
@@ -719,6 +719,7 @@ def _add_arm(out: dict, plan: Plan, arm: str, members: list[Member], problems: d
         out[table][arm] = {a: [r and r[key] for r in rs] for a, rs in regraded.items()}
     out["by_dataset"][arm] = {a: {d: [_pass1(m, a, d) for m in members] for d in plan.eval["data"]} for a in A}
     out["train_reward"][arm] = {a: [_last_reward(m, a) for m in members] for a in A}
+    out["last_quarter"][arm] = {a: [last_quarter(_metrics(m), a) for m in members] for a in A}
     dirs = [f"{s}->{r}" for s in A for r in A if s != r]
     if any(m.exchanges for m in members) or any(_exchange_total(m, d) for m in members for d in dirs):
         out["exchanged"][arm] = {d: [_exchange_total(m, d) for m in members] for d in dirs}
@@ -777,6 +778,25 @@ def _last_reward(m: Member, model: str, k: int = 4) -> float | None:
     return _mean(rows[-k:]) if rows else None
 
 
+def last_quarter(rows: list[dict], model: str) -> dict | None:
+    """What STUDY.md's selection rule reads, over the last quarter of a run's steps (the last ceil(S/4) of S
+    logged steps; steps 19-24 of 24): mean strict training reward, mean ``distinct_frac`` and the share of
+    rewarded responses the monitor flags ``echo`` or ``example_copy``. Hand-worked: rewards 0.1 0.2 0.3 0.5 over
+    4 steps -> the last 1 step, 0.5."""
+    rows = [r for r in rows if r.get(f"{model}/reward/mean") is not None]
+    if not rows:
+        return None
+    tail = rows[len(rows) - math.ceil(len(rows) / 4):]
+    n = sum(r.get(f"{model}/rewarded/n") or 0 for r in tail)
+    flagged = sum(((r.get(f"{model}/rewarded/echo") or 0) + (r.get(f"{model}/rewarded/example_copy") or 0))
+                  * (r.get(f"{model}/rewarded/n") or 0) for r in tail)
+    distinct = [r[f"{model}/distinct_frac"] for r in tail if r.get(f"{model}/distinct_frac") is not None]
+    return {"steps": [tail[0].get("step"), tail[-1].get("step")],
+            "reward": _mean([r[f"{model}/reward/mean"] for r in tail]),
+            "distinct_frac": _mean(distinct) if distinct else None,
+            "echo_or_copy_share": flagged / n if n else None, "rewarded": n}
+
+
 def _num2(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
@@ -805,7 +825,7 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
     the plots and the commands."""
     md = _pass1_section(plan, summary) + strict_section(plan, summary) + _stored_vs_online_lines(plan, summary)
     md += _paired_lines(plan, summary, "", "") + _dataset_table(summary) + _exchange_section(summary)
-    md += _one_step_section(summary) + _plot_sections(plots) + _commands(plan)
+    md += _last_quarter_table(summary) + _one_step_section(summary) + _plot_sections(plots) + _commands(plan)
     return "\n".join(md) + "\n"
 
 
@@ -907,6 +927,23 @@ def _exchange_section(summary: dict) -> list[str]:
 PLOTS = (("Training reward", "rewards"), ("Complementarity (independent GRPO runs)", "complementarity"),
          ("Compatibility s", "s_hist"), ("Exchange sizes", "exchange"), ("Clip rates", "clip_rates"))
 """The report's plots in order: title, key of :func:`_plots`."""
+
+
+def _last_quarter_table(summary: dict) -> list[str]:
+    """Per arm and model, the training statistics STUDY.md's selection rule reads (first seed's run shown per
+    cell; every seed is in summary.json ``last_quarter``)."""
+    cells = [(arm, a, q) for arm, per in summary.get("last_quarter", {}).items() for a, qs in per.items()
+             for q in qs[:1] if q]
+    if not cells:
+        return []
+    md = ["", "## Last quarter of training", "",
+          "| arm | model | steps | mean strict reward | mean distinct_frac | rewarded echo / example copy |",
+          "|---|---|---|---:|---:|---:|"]
+    for arm, a, q in cells:
+        share = "–" if q["echo_or_copy_share"] is None else f"{100 * q['echo_or_copy_share']:.0f} % of {q['rewarded']}"
+        md.append(f"| {arm} | {a} | {q['steps'][0]}–{q['steps'][1]} | {q['reward']:.3f} | {_num2(q['distinct_frac'])} "
+                  f"| {share} |")
+    return md
 
 
 def _one_step_section(summary: dict) -> list[str]:

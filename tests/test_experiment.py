@@ -381,3 +381,19 @@ def test_a_named_onestep_summary_becomes_one_step_effect(tmp_path, tiny_llama_di
     assert "+12.5 [" in line and "| 2 (2) | 6 (4) |" in line
     missing = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared={"onestep": "none.json"})
     assert "one_step_effect" not in summarize(load_plan(missing))   # not measured yet: nothing claimed
+
+
+def test_last_quarter_is_what_the_selection_rule_reads():
+    """8 logged steps -> the last ceil(8/4) = 2 (steps 7-8): reward (0.5 + 0.3) / 2 = 0.4, distinct_frac
+    (0.6 + 0.4) / 2 = 0.5; rewarded 4 + 6 = 10 responses, flagged 0.25 * 4 + 0.5 * 6 = 4 of them: 40 %."""
+    from graft.experiment import last_quarter
+    rows = [{"step": s, "A/reward/mean": 0.1, "A/distinct_frac": 0.9, "A/rewarded/n": 2, "A/rewarded/echo": 1.0}
+            for s in range(1, 7)]
+    rows += [{"step": 7, "A/reward/mean": 0.5, "A/distinct_frac": 0.6, "A/rewarded/n": 4, "A/rewarded/echo": 0.25},
+             {"step": 8, "A/reward/mean": 0.3, "A/distinct_frac": 0.4, "A/rewarded/n": 6, "A/rewarded/example_copy": 0.5},
+             {"final": True}]
+    q = last_quarter(rows, "A")
+    assert q["steps"] == [7, 8] and q["rewarded"] == 10
+    assert q["reward"] == pytest.approx(0.4) and q["distinct_frac"] == pytest.approx(0.5)
+    assert q["echo_or_copy_share"] == pytest.approx(0.4)
+    assert last_quarter(rows, "B") is None
