@@ -22,7 +22,8 @@ overrides, optionally its own seeds), the evaluation data and what the report co
     stored: {from: grpo_n8, seeds: [1]}  # each model trained alone on the other's stored groups of that arm
     eval: {data: {test: ../../results/mini-repro/data/test.jsonl}, n: 8, temperature: 0.6, top_p: 0.95}
     order: [grpo_n8/1, graft_n8/1, stored_A/1, ...]   # optional run order; unlisted runs follow, arm by arm
-    keep_checkpoints: false            # delete a run's checkpoints once its final one is evaluated
+    keep_checkpoints: false            # delete a run's checkpoints once its final one is evaluated (true: keep
+                                       # all; [ARM or ARM/SEED, ...]: keep those, e.g. for `graft onestep --from`)
     base: true                         # also evaluate the starting weights once (summary.json "base")
     # what summarize compares (each optional; a plan without comparisons reports none)
     title: GRAFT vs GRPO               # REPORT.md's heading: "# NAME: TITLE on MODELS"
@@ -129,7 +130,9 @@ class Plan:
     members: list[Member]
     eval: dict
     models: list[str]
-    keep_checkpoints: bool = True
+    keep_checkpoints: bool | frozenset[str] = True
+    """Keep every run's checkpoints (True), none once evaluated (False), or those of the named arms and
+    ``ARM/SEED`` runs."""
     answer_form: str = "any"
     """The runs' ``reward.answer_form`` (stored-peer runs share it), or ``mixed`` when arms differ."""
     common: list[str] = field(default_factory=list)
@@ -153,6 +156,10 @@ class Plan:
         for m in self.members:
             out.setdefault(m.arm, []).append(m)
         return out
+
+    def keeps_checkpoints(self, m: Member) -> bool:
+        k = self.keep_checkpoints
+        return k if isinstance(k, bool) else m.arm in k or f"{m.arm}/{m.seed}" in k
 
     def label(self, arm: str) -> str:
         return self.labels.get(arm, arm)
@@ -185,9 +192,22 @@ def load_plan(path: str | Path) -> Plan:
     for m in members:
         m.evaluated = bool(ev["data"])
     return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models,
-                keep_checkpoints=bool(raw.get("keep_checkpoints", True)),
+                keep_checkpoints=_keep_checkpoints(path, raw.get("keep_checkpoints", True), members),
                 answer_form=forms.pop() if len(forms) == 1 else "mixed", common=common,
                 base=bool(raw.get("base", False)), stored_from=stored and stored["from"], **declared)
+
+
+def _keep_checkpoints(path: Path, spec: Any, members: list[Member]) -> bool | frozenset[str]:
+    if isinstance(spec, bool):
+        return spec
+    if not isinstance(spec, list):
+        raise ConfigError(f"{path}: keep_checkpoints: expected true, false or a list of ARM or ARM/SEED, got {spec!r}")
+    known = {m.arm for m in members} | {f"{m.arm}/{m.seed}" for m in members}
+    unknown = [str(x) for x in spec if str(x) not in known]
+    if unknown:
+        raise ConfigError(f"{path}: keep_checkpoints: the plan has no arm or run {unknown[0]!r} "
+                          f"(its arms: {sorted({m.arm for m in members})}; a run is ARM/SEED)")
+    return frozenset(map(str, spec))
 
 
 def _read_plan(path: Path) -> dict:
@@ -353,6 +373,8 @@ def run_member(plan: Plan, m: Member, log) -> None:
         log(f"$ {shlex.join(cmd)}")
         _run(cmd)
     copy_small_files(m)
+    if not plan.keeps_checkpoints(m):
+        shutil.rmtree(m.run_dir / "checkpoints", ignore_errors=True)
 
 
 def eval_command(plan: Plan, model: str, config: Path, name: str, out: Path) -> list[str]:
@@ -388,8 +410,6 @@ def evaluate_base(plan: Plan, log) -> None:
             log(f"$ {shlex.join(cmd)}")
             _run(cmd)
     copy_small_files(m)
-    if not plan.keep_checkpoints:
-        shutil.rmtree(m.run_dir / "checkpoints", ignore_errors=True)
 
 
 def _run(cmd: list[str]) -> None:

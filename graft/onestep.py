@@ -16,16 +16,23 @@ the arms' success rates differ only where their weights do. The outcome is the p
 success rate, ``graft - grpo`` and ``all - grpo``, per prompt; its 95 % interval is a bootstrap over
 training states (seed, step) and prompts within them.
 
+With ``--from RUN_DIR ...`` the states are those of finished GRPO runs instead (e.g. a study's GRPO arm):
+step s starts from the run's checkpoint of step s - 1 (s = 1: the base weights), resumed exactly as
+``resume=true`` would, so its batch and samples are the run's own step s and no trajectory is trained
+again. The run must have saved and kept those checkpoints with their optimizer state
+(``checkpoint.save_every``, ``keep_last``); its config and seed are read from its ``config.yaml``.
+
 Outputs under ``--out``: ``rows.jsonl`` (one line per state, direction and prompt: success per arm,
 kind, family, admitted and admitted-correct peer responses), ``seedS/metrics.jsonl`` (the GRPO
-trajectory's rewards) and ``summary.json``. A seed whose trajectory finished is skipped when the
-command is run again (resumable per seed). Local backend only.
+trajectory's rewards; not with ``--from``) and ``summary.json``. A seed (or ``--from`` run) whose states
+were all measured is skipped when the command is run again (resumable per seed). Local backend only.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import json
+import os
 import random
 import shutil
 import sys
@@ -38,8 +45,10 @@ import torch
 from graft.config import ConfigError, load_config
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.exchange.handover import Scoring
+from graft.exchange.kinds import exchange_kind
 from graft.exchange.live import exchange_live
 from graft.seeds import step_seed
+from graft.storage.checkpoint import checkpoint_step, list_checkpoints
 from graft.trainer import loop
 from graft.trainer.backends import close_learners
 from graft.types import Prompt, RolloutGroup
@@ -202,17 +211,90 @@ def run_seed(cfg, out: Path, at: list[int], samples: int, unseen: int, log) -> l
             run.metrics.write(metrics)
         return rows
     finally:
-        run.grader.close()
-        close_learners(run.learners)
-        run.store.close()
-        run.lock.release()
+        _close(run)
 
 
-def onestep_main(argv: list[str]) -> int:
+def _close(run) -> None:
+    run.grader.close()
+    close_learners(run.learners)
+    run.store.close()
+    run.lock.release()
+
+
+def checkpoint_states(run_dir: Path, at: list[int]) -> dict[int, Path | None]:
+    """The checkpoint each measured step starts from: step s needs the run's checkpoint of step s - 1
+    (s = 1 starts from the base weights: None)."""
+    have = {checkpoint_step(p): p for p in list_checkpoints(run_dir)}
+    missing = [s for s in at if s > 1 and s - 1 not in have]
+    if missing:
+        raise ConfigError(f"--from {run_dir}: measuring step(s) {missing} needs its checkpoint(s) of step(s) "
+                          f"{[s - 1 for s in missing]}; it has {sorted(have) or 'none'} (a run keeps them with "
+                          "checkpoint.save_every and checkpoint.keep_last)")
+    return {s: have.get(s - 1) for s in at}
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """``dst`` mirrors ``src`` with hard links (a copy where the file system has none): no disk spent."""
+    for root, _, files in os.walk(src):
+        target = dst / Path(root).relative_to(src)
+        target.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            try:
+                os.link(Path(root) / f, target / f)
+            except OSError:
+                shutil.copy2(Path(root) / f, target / f)
+
+
+def from_run_config(run_dir: Path, overrides: list[str]):
+    """A finished GRPO run's config (its ``config.yaml`` plus ``overrides``); refused when the run exchanged."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"--from {run_dir}: no config.yaml (not a graft run folder)")
+    cfg = load_config(path, overrides)
+    if exchange_kind(cfg) != "none":
+        raise ConfigError(f"--from {run_dir}: the run exchanged ({exchange_kind(cfg)}); onestep measures along a GRPO "
+                          "trajectory (exchange.mode=grpo)")
+    return cfg
+
+
+def measure_from_run(run_dir: Path, overrides: list[str], out: Path, at: list[int], samples: int, unseen: int,
+                     log) -> list[dict]:
+    """The rows of ``at``'s states of a finished GRPO run, each resumed from its checkpoint of the step before
+    in a scratch folder of hard links (removed afterwards)."""
+    cfg0 = from_run_config(run_dir, overrides)
+    rows = []
+    for step, ckpt in checkpoint_states(run_dir, at).items():
+        t0 = time.perf_counter()
+        scratch = out / f"seed{cfg0.seed}" / f"from-step{step}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        if ckpt is not None:
+            _link_tree(ckpt, scratch / "checkpoints" / ckpt.name)
+        cfg = load_config(run_dir / "config.yaml", [*overrides, f"run_dir={scratch}", f"resume={ckpt is not None}".lower(),
+                                                     "checkpoint.save_every=0", "checkpoint.save_final=false"])
+        run = loop.setup(cfg)
+        try:
+            assert run.start_step == step, (run.start_step, step)
+            prompts, _ = run.sampler.next_batch()
+            groups, _ = loop.rollout_phase(run, prompts, step)
+            loop.score_phase(run, groups)
+            new = [{"seed": cfg.seed, **x} for x in measure_state(run, groups, step, unseen_pool(cfg, run.sampler.prompts),
+                                                                  samples, unseen)]
+        finally:
+            _close(run)
+        shutil.rmtree(scratch, ignore_errors=True)
+        rows += new
+        log(f"{run_dir} step {step}: measured {len(new)} prompts ({sum(x['kind'] == 'replaced' for x in new)} replaced) "
+            f"in {time.perf_counter() - t0:.0f} s")
+    return rows
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="graft onestep", description=__doc__.split("\n")[0])
-    ap.add_argument("config")
+    ap.add_argument("config", nargs="?", help="the config whose GRPO trajectories are trained (not with --from)")
     ap.add_argument("overrides", nargs="*", help="key=value config overrides (the study's regime)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
+    ap.add_argument("--from", dest="from_runs", nargs="+", default=None, metavar="RUN_DIR",
+                    help="measure along these finished GRPO runs (their checkpoints) instead of training trajectories")
     ap.add_argument("--at", type=int, nargs="+", required=True, help="training steps at which to measure (1 = base weights)")
     ap.add_argument("--samples", type=int, default=16, help="samples per prompt and arm (>= 16)")
     ap.add_argument("--unseen", type=int, default=4, help="unseen prompts of the same family per replaced prompt")
@@ -220,27 +302,70 @@ def onestep_main(argv: list[str]) -> int:
     args = ap.parse_intermixed_args(argv)
     if min(args.at) < 1 or args.samples < 1 or args.unseen < 0:
         raise ConfigError("--at steps must be >= 1, --samples >= 1, --unseen >= 0")
+    if args.from_runs is not None:   # the run's own config.yaml: every positional argument is an override
+        args.overrides = [x for x in [args.config, *args.overrides] if x is not None]
+        args.config = None
+        bad = [x for x in args.overrides if "=" not in x]
+        if bad:
+            raise ConfigError(f"with --from the config is each run's config.yaml; {bad[0]!r} is not a key=value override")
+    elif args.config is None:
+        raise ConfigError("graft onestep needs a config (whose GRPO trajectories it trains) or --from RUN_DIR ...")
+    return args
+
+
+def _check_pair_task(cfg) -> None:
+    if cfg.data.train != "arithmetic" or not cfg.data.arithmetic.families:
+        raise ConfigError("graft onestep needs the procedural task with data.arithmetic.families "
+                          "(unseen prompts are drawn per family)")
+    if len(cfg.models) != 2:
+        raise ConfigError(f"graft onestep measures a pair; the config has {len(cfg.models)} models")
+
+
+def _units(args, out: Path) -> list[tuple[int, object]]:
+    """(seed, how to measure it) per trajectory: a config to train along, or a finished run's folder."""
+    at = sorted(set(args.at))
+    if args.from_runs is not None:
+        units = []
+        for run_dir in map(Path, args.from_runs):
+            cfg = from_run_config(run_dir, args.overrides)
+            _check_pair_task(cfg)
+            checkpoint_states(run_dir, at)   # every needed checkpoint is there before anything runs
+            units.append((cfg.seed, run_dir))
+        seeds = [s for s, _ in units]
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError(f"--from: two runs share a seed ({seeds}); rows are keyed by seed")
+        return units
+    units = []
+    for seed in args.seeds:
+        cfg = load_config(args.config, [*args.overrides, f"seed={seed}", f"run_dir={out / f'seed{seed}'}",
+                                        "resume=false", "checkpoint.save_every=0", "checkpoint.save_final=false"])
+        _check_pair_task(cfg)
+        units.append((seed, cfg))
+    return units
+
+
+def onestep_main(argv: list[str]) -> int:
+    args = _parse(argv)
     out = Path(args.out)
+    at = sorted(set(args.at))
+    units = _units(args, out)
     out.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(f"[onestep] {s}", file=sys.stderr, flush=True)  # noqa: E731
     rows_path = out / "rows.jsonl"
-    for seed in args.seeds:
+    for seed, how in units:
         done = out / f"seed{seed}" / "done"
         if done.exists():
             log(f"seed {seed}: done, skipped")
             continue
-        cfg = load_config(args.config, [*args.overrides, f"seed={seed}", f"run_dir={out / f'seed{seed}'}",
-                                        "resume=false", "checkpoint.save_every=0", "checkpoint.save_final=false"])
-        if cfg.data.train != "arithmetic" or not cfg.data.arithmetic.families:
-            raise ConfigError("graft onestep needs the procedural task with data.arithmetic.families "
-                              "(unseen prompts are drawn per family)")
-        if len(cfg.models) != 2:
-            raise ConfigError(f"graft onestep measures a pair; the config has {len(cfg.models)} models")
         shutil.rmtree(out / f"seed{seed}", ignore_errors=True)
-        rows = run_seed(cfg, out, sorted(set(args.at)), args.samples, args.unseen, log)
+        if isinstance(how, Path):
+            rows = measure_from_run(how, args.overrides, out, at, args.samples, args.unseen, log)
+        else:
+            rows = run_seed(how, out, at, args.samples, args.unseen, log)
         kept = [json.loads(x) for x in rows_path.read_text().splitlines() if x.strip()] if rows_path.exists() else []
         kept = [r for r in kept if r["seed"] != seed] + rows
         rows_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        done.parent.mkdir(parents=True, exist_ok=True)
         done.write_text("")
     rows = [json.loads(x) for x in rows_path.read_text().splitlines() if x.strip()] if rows_path.exists() else []
     summary = {"command": ["graft", "onestep", *argv], **summarize_rows(rows)}

@@ -66,9 +66,11 @@ def test_plan_members_and_stored_arms(tmp_path, tiny_llama_dir, tiny_gemma_dir):
 def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
     path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     raw = yaml.safe_load(path.read_text())
-    path.write_text(yaml.safe_dump({**raw, "base": True}, sort_keys=False))
+    path.write_text(yaml.safe_dump({**raw, "base": True, "keep_checkpoints": ["grpo_n8/1"]}, sort_keys=False))
     plan = load_plan(path)
     assert run_plan(plan) == []
+    for m in plan.members:   # evaluated: only the arm the plan keeps them for still has checkpoints
+        assert (m.run_dir / "checkpoints").exists() == (m.arm == "grpo_n8"), m.arm
     for name in ("A", "B"):   # the starting weights, evaluated once in the plan's prompt format
         assert (plan.results / "base" / "eval" / name / "results.json").is_file()
     for m in plan.members:
@@ -347,6 +349,9 @@ def test_a_plan_without_comparisons_reports_none(tmp_path, tiny_llama_dir, tiny_
     ({"stored": {"from": "grpo_n9"}}, "stored.from"),
     ({"arms": {"stored_A": []}}, "arms.stored_A"),
     ({"onestep": ["a.json"]}, "onestep"),
+    ({"keep_checkpoints": ["grpo_n9"]}, "keep_checkpoints"),
+    ({"keep_checkpoints": ["grpo_n8/7"]}, "keep_checkpoints"),
+    ({"keep_checkpoints": "grpo_n8"}, "keep_checkpoints"),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_a_bad_declaration_is_refused_in_one_line(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys, change, key):
     from graft.cli import main

@@ -61,3 +61,40 @@ def test_onestep_end_to_end_on_tiny_models(tmp_path, tiny_llama_dir, tiny_gemma_
     # run again: the finished seed is skipped, the rows stay
     assert onestep_main(["configs/default.yaml", *args]) == 0
     assert len((tmp_path / "o" / "rows.jsonl").read_text().splitlines()) == len(rows)
+
+
+def test_from_a_finished_grpo_run_equals_training_the_trajectory(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
+    """Invariant: measuring along a finished GRPO run's checkpoints (``--from``) gives exactly the rows of
+    training the same trajectory inside onestep (resume equals uninterrupted); a missing checkpoint, an
+    exchanging run and a positional config with --from are refused in one line."""
+    from graft.cli import main
+    from graft.config import ConfigError
+    from graft.onestep import onestep_main
+    from tests.trainer.helpers import crafted_rewards
+
+    crafted_rewards(monkeypatch)
+    model_yaml = (f"[{{name: A, path: '{tiny_llama_dir}', template: plain, lr: 1.0e-3}}, "
+                  f"{{name: B, path: '{tiny_gemma_dir}', template: plain, lr: 1.0e-3}}]")
+    regime = [f"models={model_yaml}", "batch_prompts=4", "progress=false", "data.arithmetic.num_prompts=16",
+              "data.arithmetic.families=[add,mul]", "rollout.n=4", "rollout.max_new_tokens=6", "rollout.batch_size=16",
+              "reward.workers=0", "data.shuffle=false", "update.num_minibatches=2", "update.micro_batch_size=8",
+              "exchange.delta=0.0"]
+    measure = ["--at", "1", "3", "--samples", "2", "--unseen", "1"]
+    assert onestep_main(["configs/default.yaml", *regime, *measure, "--seeds", "3", "--out", str(tmp_path / "replay")]) == 0
+    run = tmp_path / "grpo"
+    assert main(["train", "configs/default.yaml", *regime, "exchange.mode=grpo", "seed=3", "steps=3", f"run_dir={run}",
+                 "checkpoint.save_every=1", "checkpoint.keep_last=5"]) == 0
+    assert onestep_main(["--from", str(run), *measure, "--out", str(tmp_path / "from")]) == 0
+    read = lambda d: [json.loads(x) for x in (tmp_path / d / "rows.jsonl").read_text().splitlines()]  # noqa: E731
+    assert read("from") == read("replay") and read("from")
+    assert not (tmp_path / "from" / "seed3" / "from-step3").exists()          # the scratch folder went
+    assert (run / "checkpoints" / "step_000002").is_dir()                    # the run's own checkpoint stayed
+    with pytest.raises(ConfigError, match=r"step\(s\) \[5\] needs its checkpoint\(s\) of step\(s\) \[4\]"):
+        onestep_main(["--from", str(run), "--at", "5", "--out", str(tmp_path / "x")])
+    graft_run = tmp_path / "graft"
+    (graft_run).mkdir()
+    (graft_run / "config.yaml").write_text((run / "config.yaml").read_text().replace("mode: grpo", "mode: graft"))
+    with pytest.raises(ConfigError, match="the run exchanged"):
+        onestep_main(["--from", str(graft_run), "--at", "1", "--out", str(tmp_path / "x")])
+    with pytest.raises(ConfigError, match="is not a key=value override"):
+        onestep_main(["configs/default.yaml", "--from", str(run), "--at", "1", "--out", str(tmp_path / "x")])
