@@ -1,6 +1,7 @@
 """``graft probe``: will GRAFT help this pair? A step-0 probe of a config's models on its training task.
 
-    graft probe CONFIG.yaml [--prompts 64] [--compat] [--checkpoint STEP_DIR] [--out FILE] [key=value ...]
+    graft probe CONFIG.yaml [--prompts 64] [--compat] [--checkpoint STEP_DIR] [--batch-prompts 8 16]
+                [--out FILE] [key=value ...]
 
 Samples ``rollout.n`` responses per prompt from every model of the config on the first ``--prompts``
 training prompts (the same engine, seeds, templates, stop strings and grader as training, no update)
@@ -19,7 +20,9 @@ and reports:
   direction the mean candidates, balanced m, kept prompts, transferred and admitted responses (and
   admitted correct ones), and the share of steps that exchange anything; plus a one-line verdict when
   the pair would exchange (almost) nothing. It models the GRAFT exchange of ``update.rule`` graft/luffy/sgt
-  (HACPO shares groups by its own rule, which is not predicted).
+  (HACPO shares groups by its own rule, which is not predicted). ``--batch-prompts 8 16 ...`` predicts it at
+  each of those batch sizes from the same samples (``predicted_exchange_by_batch``), with the admitted correct
+  responses per 100 training prompts so that sizes compare at an equal prompt budget.
 
 ``--checkpoint RUN/checkpoints/step_N`` loads each model's weights of that checkpoint (to measure ``s``
 along a run). Prints JSON, then short tables; ``--out`` writes the JSON to a file.
@@ -69,10 +72,12 @@ def probe_main(argv: Sequence[str] | None = None) -> int:
                    help="load every model's weights from this checkpoint (RUN/checkpoints/step_N)")
     p.add_argument("--resamples", type=int, default=8,
                    help="seeded shuffles of the probed prompts, each cut into batches of batch_prompts")
+    p.add_argument("--batch-prompts", type=int, nargs="+", default=None, metavar="N",
+                   help="also predict the exchange at these prompts per step (default: the config's batch_prompts)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_intermixed_args(argv)
     results = probe(args.config, list(args.overrides), prompts=args.prompts, seed=args.seed, compat=args.compat,
-                    checkpoint=args.checkpoint, resamples=args.resamples)
+                    checkpoint=args.checkpoint, resamples=args.resamples, batch_sizes=args.batch_prompts)
     print(json.dumps(results, indent=2))
     print(tables(results))
     if args.out:
@@ -81,12 +86,14 @@ def probe_main(argv: Sequence[str] | None = None) -> int:
 
 
 def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, compat: bool = False,
-          checkpoint: str | None = None, resamples: int = 8) -> dict:
+          checkpoint: str | None = None, resamples: int = 8, batch_sizes: list[int] | None = None) -> dict:
     """The probe's results as a JSON-ready dict (module docstring)."""
 
     cfg = load_config(config, overrides)
     if prompts < 1 or resamples < 1:
         raise ConfigError(f"--prompts and --resamples must be >= 1, got {prompts} and {resamples}")
+    if batch_sizes is not None and min(batch_sizes) < 1:
+        raise ConfigError(f"--batch-prompts must be >= 1, got {batch_sizes}")
     weights = _checkpoint_dirs(checkpoint, [m.name for m in cfg.models])
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -130,6 +137,10 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
     if cfg.data.arithmetic.families and cfg.data.train == "arithmetic":
         results["families"] = _by_family(groups)
     results["predicted_exchange"] = predict_exchange(groups, cfg, learners or None, resamples, seed)
+    if batch_sizes:
+        results["predicted_exchange_by_batch"] = {
+            str(b): predict_exchange(groups, cfg, learners or None, resamples, seed, batch_prompts=b)
+            for b in dict.fromkeys(batch_sizes)}
     return results
 
 
@@ -192,15 +203,17 @@ def batches(P: int, size: int, resamples: int, seed: int) -> list[list[int]]:
 
 
 def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int,
-                     seed: int) -> dict:
-    """Predicted exchange per training step at ``cfg.batch_prompts`` (module docstring): per direction ``S->R``
-    the mean over the replayed batches of candidates, m, kept prompts and, with ``receivers`` (``--compat``),
-    transferred, admitted and admitted-correct responses, and the share of steps with any exchange; and a
-    ``verdict`` (None unless the pair would exchange almost nothing)."""
+                     seed: int, batch_prompts: int | None = None) -> dict:
+    """Predicted exchange per training step at ``batch_prompts`` (default ``cfg.batch_prompts``; module
+    docstring): per direction ``S->R`` the mean over the replayed batches of candidates, m, kept prompts and,
+    with ``receivers`` (``--compat``), transferred, admitted and admitted-correct responses (and the latter per
+    100 training prompts), and the share of steps with any exchange; and a ``verdict`` (None unless the pair
+    would exchange almost nothing)."""
 
     names = list(groups)
     P = len(groups[names[0]])
-    plan = batches(P, cfg.batch_prompts, resamples, seed)
+    size = min(P, batch_prompts or cfg.batch_prompts)
+    plan = batches(P, size, resamples, seed)
     gen = torch.Generator().manual_seed(seed)
     rows: dict[str, list[dict]] = {f"{s}->{r}": [] for s in names for r in names if s != r}
     for idx in plan:
@@ -224,8 +237,11 @@ def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict
     key = "admitted" if receivers is not None else "kept_prompts"
     directions = {d: {**{k: sum(x[k] for x in xs) / len(xs) for k in xs[0]},
                       "steps_exchanging": sum(x[key] > 0 for x in xs) / len(xs)} for d, xs in rows.items()}
-    return {"batch_prompts": min(P, cfg.batch_prompts), "batches": len(plan), "counted": key,
-            "directions": directions, "verdict": verdict(directions, key, cfg.batch_prompts)}
+    for v in directions.values():
+        if "admitted_correct" in v:
+            v["admitted_correct_per_100_prompts"] = 100 * v["admitted_correct"] / size
+    return {"batch_prompts": size, "batches": len(plan), "counted": key,
+            "directions": directions, "verdict": verdict(directions, key, size)}
 
 
 def verdict(directions: dict[str, dict], key: str, batch_prompts: int) -> str | None:
@@ -287,18 +303,28 @@ def tables(results: dict) -> str:
         for fam, r in results["families"].items():
             lines.append(f"| {fam} | {r['prompts']} | {_pct(r[a]['reward_mean'])} | {_pct(r[b]['reward_mean'])} | "
                          f"{_pct(r['complementarity'][f'{a}->{b}'])} | {_pct(r['complementarity'][f'{b}->{a}'])} |")
-    pe = results["predicted_exchange"]
-    cols = ["candidates", "m", "kept_prompts", "transferred", "admitted", "admitted_correct"]
+    predictions = [results["predicted_exchange"]]
+    predictions += [pe for pe in results.get("predicted_exchange_by_batch", {}).values()
+                    if pe["batch_prompts"] != predictions[0]["batch_prompts"]]
+    for pe in predictions:
+        lines += _prediction_table(pe)
+    return "\n".join(lines)
+
+
+def _prediction_table(pe: dict) -> list[str]:
+    cols = ["candidates", "m", "kept_prompts", "transferred", "admitted", "admitted_correct",
+            "admitted_correct_per_100_prompts"]
     cols = [c for c in cols if c in next(iter(pe["directions"].values()), {})]
-    lines += ["", f"predicted exchange per step at batch_prompts={pe['batch_prompts']} (mean over {pe['batches']} "
-                  f"replayed batches of the probed prompts)", "",
-              "| direction | " + " | ".join(cols) + " | steps exchanging |", "|---|" + "---:|" * (len(cols) + 1)]
+    lines = ["", f"predicted exchange per step at batch_prompts={pe['batch_prompts']} (mean over {pe['batches']} "
+                 f"replayed batches of the probed prompts)", "",
+             "| direction | " + " | ".join(cols) + " | steps exchanging |", "|---|" + "---:|" * (len(cols) + 1)]
     for d, v in pe["directions"].items():
         lines.append(f"| {d} | " + " | ".join(f"{v[c]:.2f}" for c in cols) + f" | {v['steps_exchanging']:.0%} |")
     if "admitted" not in cols:
         lines.append("(admitted responses need --compat)")
     if pe["verdict"]:
         lines += ["", f"verdict: {pe['verdict']}"]
+    return lines
     return "\n".join(lines)
 
 

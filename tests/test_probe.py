@@ -9,7 +9,7 @@ import torch
 
 from graft.cli import main
 from graft.config import load_config
-from graft.probe import batches, predict_exchange
+from graft.probe import batches, predict_exchange, tables
 from graft.types import RolloutGroup
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ def test_prediction_hand_worked():
               "B": [_group("B", "p0", [0, 0, 0, 0]), _group("B", "p1", [1, 0, 0, 0])]}
     pe = predict_exchange(groups, _cfg(), {"A": _Receiver("A"), "B": _Receiver("B")}, resamples=3, seed=0)
     want = {"candidates": 1, "m": 1, "kept_prompts": 1, "transferred": 4, "admitted": 2, "admitted_correct": 1,
-            "steps_exchanging": 1.0}
+            "admitted_correct_per_100_prompts": 50.0, "steps_exchanging": 1.0}     # 1 per step of 2 prompts
     assert pe["batches"] == 3 and pe["directions"] == {"A->B": want, "B->A": want} and pe["verdict"] is None
     # without --compat: the selection only
     pe = predict_exchange(groups, _cfg(), None, resamples=1, seed=0)
@@ -135,6 +135,27 @@ def test_verdict_when_one_direction_has_no_candidates():
     # exchange.balance=none lets A->B through: 2 admitted per step, no verdict
     pe = predict_exchange(groups, _cfg("exchange.balance=none"), {"A": _Receiver("A"), "B": _Receiver("B")}, 1, 0)
     assert pe["directions"]["A->B"]["admitted"] == 2 and pe["verdict"] is None
+
+
+def test_prediction_at_other_batch_sizes_from_the_same_samples():
+    # A solves p0, p1 and fails p2, p3; B the other way round (n = 4, response 0 correct, even ones admitted).
+    # One batch of 4: C_{A->B} = {p0, p1}, C_{B->A} = {p2, p3}, m = 2 each way: 2 admitted correct per step,
+    # 2 * 100 / 4 = 50 per 100 prompts. Batches of 2 pair prompts at random: a batch of one kind has m = 0,
+    # so at most as many per 100 prompts (balancing loses what falls in one-sided batches).
+    groups = {"A": [_group("A", "p0", [1, 0, 0, 0]), _group("A", "p1", [1, 0, 0, 0]),
+                    _group("A", "p2", [0, 0, 0, 0]), _group("A", "p3", [0, 0, 0, 0])],
+              "B": [_group("B", "p0", [0, 0, 0, 0]), _group("B", "p1", [0, 0, 0, 0]),
+                    _group("B", "p2", [1, 0, 0, 0]), _group("B", "p3", [1, 0, 0, 0])]}
+    recv = {"A": _Receiver("A"), "B": _Receiver("B")}
+    four = predict_exchange(groups, _cfg(), recv, resamples=4, seed=0, batch_prompts=4)
+    assert four["batch_prompts"] == 4 and four["directions"]["A->B"]["m"] == 2
+    assert four["directions"]["A->B"]["admitted_correct"] == 2
+    assert four["directions"]["A->B"]["admitted_correct_per_100_prompts"] == 50.0
+    two = predict_exchange(groups, _cfg(), recv, resamples=4, seed=0)
+    assert two["batch_prompts"] == 2 and two["directions"]["A->B"]["admitted_correct_per_100_prompts"] <= 50.0
+    text = tables({"models": {}, "complementarity": {}, "predicted_exchange": two,
+                   "predicted_exchange_by_batch": {"2": two, "4": four}})
+    assert text.count("predicted exchange per step at batch_prompts=") == 2 and "batch_prompts=4" in text
 
 
 def test_batches_partition_the_probed_prompts():
