@@ -445,6 +445,9 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
         "last_step": rows[-1]["step"] if rows else None,
         "complementarity": comp,
         "exchange": {d: exchange_stats(rows, audit, d) for d in dirs if _has_exchange(rows, audit, d)},
+        "treatment": {d: treatment(rows, audit, d) for d in dirs if any(r.get("source") == d.split("->")[0]
+                                                                        and r.get("receiver") == d.split("->")[1]
+                                                                        for r in audit)},
         "s": {d: s_distribution(s_values(audit, d), delta) for d in dirs if s_values(audit, d)},
         "s_metrics": {d: _s_metric_series(rows, d) for d in dirs if any(f"exchange/{d}/s_p50" in r for r in rows)},
         "clip": {m: clip_stats(rows, m) for m in models},
@@ -457,6 +460,69 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
     if all_s:
         analysis["s"]["all"] = s_distribution(all_s, delta)
     return analysis
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return quantile(sorted(xs), 0.5) if xs else None
+
+
+def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
+    """Did the exchange happen, and what limited it (issue 20 §3), from the audit log and metrics of one direction.
+
+    Balancing: steps where this direction had candidates but the balanced m was 0 (the other direction had
+    none). Gate: transferred vs admitted responses, correct (graded by the source) and not. Drift: the median
+    ``s`` and the mean log-probs of transferred responses under receiver and source in the first and last third
+    of the steps with transfers. Dose: the mean share of peer rows in the receiver's update rows (steps with
+    peer rows and all steps). Hand-worked case in tests/evaluation/test_treatment.py.
+    """
+    src, recv = direction.split("->")
+    recs = sorted((r for r in audit if r.get("source") == src and r.get("receiver") == recv), key=lambda r: r["step"])
+    resp = [(r["step"], x) for r in recs for x in r.get("responses") or []]
+    correct = [x for _, x in resp if (x.get("reward_source") or 0) > 0.5]
+    wrong = [x for _, x in resp if (x.get("reward_source") or 0) <= 0.5]
+    steps_t = sorted({st for st, _ in resp})
+    thirds = step_ranges(steps_t) if steps_t else []
+
+    def drift(lo: int, hi: int) -> dict:
+        xs = [x for st, x in resp if lo <= st <= hi]
+        return {"steps": [lo, hi], "s_median": _median([x["s"] for x in xs if x.get("s") is not None]),
+                "mean_logp_receiver": _mean([x.get("mean_logp_receiver") for x in xs]),
+                "mean_logp_source": _mean([x.get("mean_logp_source") for x in xs])}
+    first, last = (drift(*thirds[0]), drift(*thirds[-1])) if thirds else (None, None)
+    share = [r.get(f"{recv}/peer_row_share") for r in rows if r.get(f"{recv}/peer_row_share") is not None]
+    return {
+        "steps": len(recs),
+        "steps_with_candidates": sum(1 for r in recs if r.get("candidates")),
+        "steps_balanced_to_zero": sum(1 for r in recs if r.get("candidates") and not r.get("m")),
+        "steps_with_transfer": len(steps_t),
+        "transferred_correct": len(correct), "admitted_correct": sum(1 for x in correct if x.get("admitted")),
+        "transferred_incorrect": len(wrong), "admitted_incorrect": sum(1 for x in wrong if x.get("admitted")),
+        "first_third": first, "last_third": last,
+        "s_median_ratio": (last["s_median"] / first["s_median"]
+                           if first and first["s_median"] and last["s_median"] is not None else None),
+        "peer_row_share_mean": _mean(share),
+        "peer_row_share_mean_when_exchanging": _mean([x for x in share if x > 0]),
+    }
+
+
+def treatment_lines(tr: dict[str, dict]) -> list[str]:
+    """The treatment section of ``graft analyze``."""
+    lines = ["\ntreatment (did the exchange happen? issue 20 §3):"]
+    for d, t in tr.items():
+        gate = (f"{t['admitted_correct']}/{t['transferred_correct']}" if t["transferred_correct"] else "0/0")
+        lines.append(f"  {d}: admitted {t['admitted_correct']} correct + {t['admitted_incorrect']} incorrect "
+                     f"(gate passed {gate} correct, {t['admitted_incorrect']}/{t['transferred_incorrect']} incorrect); "
+                     f"transfers in {t['steps_with_transfer']} of {t['steps']} steps, {t['steps_balanced_to_zero']} steps "
+                     f"with candidates balanced to m = 0; peer rows {_f(t['peer_row_share_mean'], '.2f', True)} of the "
+                     f"receiver's update rows ({_f(t['peer_row_share_mean_when_exchanging'], '.1f', True)} in steps with any)")
+        if t["first_third"]:
+            f, la = t["first_third"], t["last_third"]
+            lines.append(f"    median s {_f(f['s_median'], '.2f')} (steps {f['steps'][0]}-{f['steps'][1]}) -> "
+                         f"{_f(la['s_median'], '.2f')} (steps {la['steps'][0]}-{la['steps'][1]}), ratio "
+                         f"{_f(t['s_median_ratio'], '.2f')}; mean log-p receiver {_f(f['mean_logp_receiver'], '.2f')} -> "
+                         f"{_f(la['mean_logp_receiver'], '.2f')}, source {_f(f['mean_logp_source'], '.2f')} -> "
+                         f"{_f(la['mean_logp_source'], '.2f')}")
+    return lines
 
 
 def _exchange_description(run_dir: Path) -> list[str] | None:
@@ -584,6 +650,8 @@ def summary_text(a: dict) -> str:
             t = e["totals"]
             lines.append(f"  {d}: candidates {_f(t['mean_candidates'], '.1f')} -> kept {_f(t['mean_kept'], '.1f')} per step; "
                          f"transferred {t['transferred']}, admitted {t['admitted']} ({_f(t['admitted_frac'], '.1f', True)})")
+    if a.get("treatment"):
+        lines += treatment_lines(a["treatment"])
     if a["s"]:
         lines.append(f"\ncompatibility s (gate delta = {a['delta']}):")
         for d, s in a["s"].items():
