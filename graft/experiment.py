@@ -810,10 +810,9 @@ def last_quarter(rows: list[dict], model: str) -> dict | None:
     n = sum(r.get(f"{model}/rewarded/n") or 0 for r in tail)
     flagged = sum(((r.get(f"{model}/rewarded/echo") or 0) + (r.get(f"{model}/rewarded/example_copy") or 0))
                   * (r.get(f"{model}/rewarded/n") or 0) for r in tail)
-    distinct = [r[f"{model}/distinct_frac"] for r in tail if r.get(f"{model}/distinct_frac") is not None]
     return {"steps": [tail[0].get("step"), tail[-1].get("step")],
             "reward": _mean([r[f"{model}/reward/mean"] for r in tail]),
-            "distinct_frac": _mean(distinct) if distinct else None,
+            "distinct_frac": _mean([r.get(f"{model}/distinct_frac") for r in tail]),
             "echo_or_copy_share": flagged / n if n else None, "rewarded": n}
 
 

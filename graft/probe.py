@@ -136,11 +136,11 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
                     results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], cfg)
     if cfg.data.arithmetic.families and cfg.data.train == "arithmetic":
         results["families"] = _by_family(groups)
-    results["predicted_exchange"] = predict_exchange(groups, cfg, learners or None, resamples, seed)
+    sizes = dict.fromkeys([cfg.batch_prompts, *(batch_sizes or [])])
+    by_size = {b: predict_exchange(groups, cfg, learners or None, resamples, seed, batch_prompts=b) for b in sizes}
+    results["predicted_exchange"] = by_size[cfg.batch_prompts]
     if batch_sizes:
-        results["predicted_exchange_by_batch"] = {
-            str(b): predict_exchange(groups, cfg, learners or None, resamples, seed, batch_prompts=b)
-            for b in dict.fromkeys(batch_sizes)}
+        results["predicted_exchange_by_batch"] = {str(b): by_size[b] for b in dict.fromkeys(batch_sizes)}
     return results
 
 

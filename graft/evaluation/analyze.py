@@ -445,7 +445,7 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
         "last_step": rows[-1]["step"] if rows else None,
         "complementarity": comp,
         "exchange": {d: exchange_stats(rows, audit, d) for d in dirs if _has_exchange(rows, audit, d)},
-        "treatment": {d: treatment(rows, audit, d) for d in dirs if d in _audited(audit)},
+        "treatment": _treatments(rows, audit, dirs),
         "s": {d: s_distribution(s_values(audit, d), delta) for d in dirs if s_values(audit, d)},
         "s_metrics": {d: _s_metric_series(rows, d) for d in dirs if any(f"exchange/{d}/s_p50" in r for r in rows)},
         "clip": {m: clip_stats(rows, m) for m in models},
@@ -460,9 +460,10 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
     return analysis
 
 
-def _audited(audit: list[dict]) -> set[str]:
-    """The directions ``S->R`` the audit log has records of."""
-    return {f"{r.get('source')}->{r.get('receiver')}" for r in audit}
+def _treatments(rows: list[dict], audit: list[dict], dirs: list[str]) -> dict[str, dict]:
+    """:func:`treatment` of every direction the audit log has records of."""
+    audited = {f"{r.get('source')}->{r.get('receiver')}" for r in audit}
+    return {d: treatment(rows, audit, d) for d in dirs if d in audited}
 
 
 def _median(xs: Sequence[float]) -> float | None:
