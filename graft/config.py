@@ -388,9 +388,14 @@ class CheckpointConfig:
     keep_best: bool = True
     """Pruning by ``keep_last`` never deletes the best-evaluated step of any model (highest in-training
     ``eval/M/val/pass@1``, ties to the earlier step; see ``graft export --step best``)."""
+    keep_period: int = 0
+    """Pruning by ``keep_last`` never deletes a checkpoint whose step is a multiple of this (0: none; Orbax's
+    ``keep_period``): ``save_every=3 keep_last=1 keep_period=6`` resumes from at most 3 steps back and keeps
+    steps 6, 12, 18, ... for later measurement (``graft onestep --from``, ``graft eval``, ``graft export``)."""
 
     def __post_init__(self) -> None:
         _check(self.save_every >= 0, "save_every", f"must be >= 0 (0: only at the end), got {self.save_every}")
+        _check(self.keep_period >= 0, "keep_period", f"must be >= 0 (0: keep no period), got {self.keep_period}")
 
 
 @dataclass

@@ -32,14 +32,15 @@ def _val(tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def graft_run(tmp_path_factory, tiny_llama_dir, tiny_gemma_dir):
-    """4 steps, a checkpoint every step, keep_last=1 + the best step of each model, optimizer only in the newest."""
+    """4 steps, a checkpoint every step, keep_last=1 + the best step of each model + multiples of keep_period=3,
+    optimizer only in the newest."""
     tmp = tmp_path_factory.mktemp("export_run")
     with pytest.MonkeyPatch.context() as mp:
         crafted_rewards(mp)
         mp.setattr(loop, "evaluate_during_training", _crafted_eval)
         cfg = tiny_config(tmp, tiny_llama_dir, tiny_gemma_dir, "steps=4", f"data.val={_val(tmp)}", "eval.every=1",
                           "checkpoint.save_every=1", "checkpoint.keep_last=1", "checkpoint.keep_best=true",
-                          "checkpoint.keep_optimizer=last")
+                          "checkpoint.keep_optimizer=last", "checkpoint.keep_period=3")
         loop.train(cfg)
     return Path(cfg.run_dir), cfg
 
@@ -68,9 +69,9 @@ def _seqs(folder) -> list[list[int]]:
 
 # ----------------------------------------------------------------------------- checkpoint policies in a run
 
-def test_run_keeps_the_best_steps_and_optimizer_only_in_the_newest(graft_run):
+def test_run_keeps_the_best_steps_the_period_and_optimizer_only_in_the_newest(graft_run):
     run_dir, _ = graft_run
-    assert _steps(run_dir) == [1, 2, 4]          # keep_last=1 keeps 4; 2 (best of A) and 1 (best of B) survive
+    assert _steps(run_dir) == [1, 2, 3, 4]       # keep_last=1 keeps 4; 2 (best of A), 1 (best of B), 3 (period) survive
     with_opt = [load_checkpoint(p).step for p in list_checkpoints(run_dir) if (p / "A" / "optimizer.pt").exists()]
     assert with_opt == [4]
     for p in list_checkpoints(run_dir):
@@ -149,7 +150,7 @@ def test_export_errors_are_one_line(graft_run, tmp_path, capsys):
         assert main(["export", *argv]) == 2
         return capsys.readouterr().err.strip().splitlines()[-1]
 
-    assert "no checkpoint at step 3; saved steps: [1, 2, 4]" in err(str(run_dir), "--step", "3", "--model", "A",
+    assert "no checkpoint at step 5; saved steps: [1, 2, 3, 4]" in err(str(run_dir), "--step", "5", "--model", "A",
                                                                        str(tmp_path / "x"))
     assert "has no model 'C'; it holds: A, B" in err(str(run_dir), "--model", "C", str(tmp_path / "x"))
     assert "choose the model to export with --model" in err(str(run_dir), str(tmp_path / "x"))

@@ -115,6 +115,10 @@ def test_reward_workers_must_not_be_negative():
     assert _refused("reward.workers=-1").startswith("reward.workers: must be >= 0")
 
 
+def test_checkpoint_keep_period_must_not_be_negative():
+    assert _refused("checkpoint.keep_period=-6").startswith("checkpoint.keep_period: must be >= 0")
+
+
 def test_rollout_batch_size_must_be_positive():
     """issue 10: rollout.batch_size=0 was accepted (and crashed in generation)."""
     assert _refused("rollout.batch_size=0").startswith("rollout.batch_size: must be >= 1")

@@ -456,14 +456,14 @@ def save(run: Run, step: int) -> Path:
              "rule": run.rule.state_dict(), "exchange": run.exchange.state_dict(), "data_fingerprint": prompts_fingerprint(run.sampler.prompts),
              "nonfinite_streak": run.nonfinite_streak}
     ck = run.cfg.checkpoint
-    best = set()
+    saved = {checkpoint_step(p) for p in list_checkpoints(run.run_dir)} | {step}
+    keep = {s for s in saved if ck.keep_period and s % ck.keep_period == 0}
     if ck.keep_best and run.eval_history:   # the best-evaluated checkpoint of each model survives pruning
-        saved = {checkpoint_step(p) for p in list_checkpoints(run.run_dir)} | {step}
-        best = {b for n in run.learners if (b := best_checkpoint(run.eval_history, f"eval/{n}/val/pass@1", saved)) is not None}
+        keep |= {b for n in run.learners if (b := best_checkpoint(run.eval_history, f"eval/{n}/val/pass@1", saved)) is not None}
     try:
         return save_checkpoint(run.run_dir, step, {n: l.save for n, l in run.learners.items()},
                                {n: l.optimizer for n, l in run.learners.items()}, state, to_dict(run.cfg),
-                               ck.keep_last, keep_optimizer=ck.keep_optimizer, keep_steps=best)
+                               ck.keep_last, keep_optimizer=ck.keep_optimizer, keep_steps=keep)
     except (OSError, RuntimeError) as e:   # disk full, permissions: one line, not a traceback
         err = output_error(e, run.run_dir / "checkpoints")   # also a CheckpointError wrapping ENOSPC
         if err is None:
