@@ -42,7 +42,9 @@ from another machine), a run with a checkpoint is resumed, the others start; eac
 checkpoint is evaluated per model (``graft eval`` with the run's own prompt format) and its small
 files are copied to ``results/ARM/seedS/``. ``--max-minutes`` stops starting new runs after that
 long, so the whole plan runs as resumable pieces. Every run is the command printed before it
-starts; rerunning it alone gives the same training metrics (same seed, same samples).
+starts; rerunning it alone gives the same training metrics (same seed, same samples). Several
+``run`` processes on one plan share the work (one per core with ``threads=1``, or one per machine on a
+shared folder): each claims the run it works on and skips the runs the others hold.
 """
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
 from graft.storage.checkpoint import checkpoint_step, latest_checkpoint
-from graft.storage.lock import FolderLock
+from graft.storage.lock import FolderLock, LockError, holder
 from graft.trainer.stop import PREEMPTED_EXIT, Preempted, StopSignal
 
 SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json")
@@ -441,10 +443,27 @@ def copy_small_files(m: Member) -> None:
 
 def run_plan(plan: Plan, max_minutes: float | None = None, only: list[str] | None = None) -> list[Member]:
     """Run every unfinished member (of ``only`` arms), in plan order; returns the members still unfinished.
-    Holds the plan's runs folder (a second ``experiment run`` of the plan stops at once); a SIGTERM/SIGINT
-    stops it after the current run (which itself checkpoints and stops when it got the signal too)."""
-    with FolderLock(plan.runs, "runs folder"), StopSignal("the current run") as stop:
+
+    Each run (and the base evaluation) is claimed while it is worked on (a lock under ``RUNS/.claims``), so
+    ``experiment run`` started several times on the same plan -- once per core with ``threads=1``, or on
+    machines sharing the folder -- works through it together: each takes the next unclaimed run and skips
+    the ones another holds. A SIGTERM/SIGINT stops it after the current run (which itself checkpoints and
+    stops when it got the signal too)."""
+    with StopSignal("the current run") as stop:
         return _run_plan(plan, stop, max_minutes, only)
+
+
+def _claim_folder(plan: Plan, name: str) -> Path:
+    return plan.runs / ".claims" / name.replace("/", "-")
+
+
+def claim(plan: Plan, name: str) -> FolderLock | None:
+    """The lock that says this process works on run ``name`` (``ARM/seedS`` or ``base``) of the plan, or
+    None (and nothing written) when another process holds it."""
+    try:
+        return FolderLock(_claim_folder(plan, name), f"run {name} of plan {plan.name}").acquire()
+    except LockError:
+        return None
 
 
 def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: list[str] | None) -> list[Member]:
@@ -452,7 +471,11 @@ def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: lis
     log = lambda s: print(f"[experiment {plan.name}] {s}", file=sys.stderr, flush=True)  # noqa: E731
     todo = [m for m in plan.members if only is None or m.arm in only]
     if plan.base and (only is None or "base" in only):
-        evaluate_base(plan, log)
+        if (held := claim(plan, "base")) is None:
+            log("skip the base evaluation: another `experiment run` of this plan holds it")
+        else:
+            with held:
+                evaluate_base(plan, log)
     for m in todo:
         if stop.requested:
             raise Preempted(f"{stop.requested}: stopped after the current run; continue with `graft experiment run` "
@@ -470,8 +493,12 @@ def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: lis
         if max_minutes is not None and (time.monotonic() - t0) / 60 > max_minutes:
             log(f"stopping after {max_minutes:g} minutes; rerun the same command to continue")
             break
-        log(f"{m.arm} seed {m.seed}: {m.run_dir}")
-        run_member(plan, m, log)
+        if (held := claim(plan, f"{m.arm}/seed{m.seed}")) is None:
+            log(f"skip {m.arm}/seed{m.seed}: another `experiment run` of this plan holds it")
+            continue
+        with held:
+            log(f"{m.arm} seed {m.seed}: {m.run_dir}")
+            run_member(plan, m, log)
     return [m for m in todo if not (_done(m) or _recorded(m))]
 
 
@@ -493,11 +520,15 @@ def member_state(m: Member, steps: int) -> str:
 
 
 def plan_status(plan: Plan) -> list[dict]:
-    """One row per run, in run order: arm, seed, state (:func:`member_state`)."""
+    """One row per run, in run order: arm, seed, state (:func:`member_state`, and which ``experiment run``
+    process works on it now, if one does)."""
     rows = []
     for m in plan.members:
         steps = load_config(plan.config, m.overrides + [f"seed={m.seed}"]).steps
-        rows.append({"arm": m.arm, "seed": m.seed, "state": member_state(m, steps), "run_dir": str(m.run_dir)})
+        state = member_state(m, steps)
+        if (who := holder(_claim_folder(plan, f"{m.arm}/seed{m.seed}"))) is not None:
+            state += f", running ({who})"
+        rows.append({"arm": m.arm, "seed": m.seed, "state": state, "run_dir": str(m.run_dir)})
     return rows
 
 

@@ -3,7 +3,7 @@
 The holder writes its pid and host into the file. The lock lives as long as the open file, so it is
 released on any exit -- a normal end, an exception, SIGKILL, a crash -- and a folder left by a dead
 process is never stale. Used by ``graft train`` (the run folder), ``graft eval --out``, the
-trajectory store's writer and ``graft experiment run`` (the plan's runs folder).
+trajectory store's writer and ``graft experiment run`` (each run of the plan it works on).
 """
 from __future__ import annotations
 
@@ -76,3 +76,22 @@ class FolderLock:
     def __del__(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
+
+
+def holder(folder: str | os.PathLike) -> str | None:
+    """Who holds ``folder``'s lock (``pid N on HOST (since ...)``), or None when nobody does; takes nothing
+    and creates nothing."""
+    path = Path(folder) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -105,14 +105,31 @@ def test_trajectory_store_has_one_writer(tmp_path):
     assert b.steps() == [0, 1]
 
 
-def test_experiment_run_holds_its_runs_folder(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys):
+def test_experiment_runs_share_a_plan_by_claiming_runs(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
+    """Two `experiment run` processes on one plan: a run (and the base evaluation) another process holds is
+    skipped, not started a second time, and reported unfinished; the next unclaimed run is taken."""
+    from graft import experiment
     from tests.test_experiment import _plan
 
-    plan = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
-    with FolderLock(tmp_path / "runs", "runs folder"):
-        assert main(["experiment", "run", str(plan)]) == 2
-        assert [p.name for p in (tmp_path / "runs").iterdir()] == [LOCK_NAME]   # no member started
-    assert "runs folder" in _last_line(capsys.readouterr().err)
+    plan = experiment.load_plan(_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
+    plan.base = True
+    ran = []
+    monkeypatch.setattr(experiment, "run_member", lambda plan, m, log: ran.append(f"{m.arm}/seed{m.seed}"))
+    monkeypatch.setattr(experiment, "evaluate_base", lambda plan, log: ran.append("base"))
+    first = plan.members[0]
+    held = experiment.claim(plan, f"{first.arm}/seed{first.seed}")
+    assert held is not None and experiment.claim(plan, f"{first.arm}/seed{first.seed}") is None
+    with held, FolderLock(plan.runs / ".claims" / "base"):
+        status = experiment.plan_status(plan)
+        assert f"running (pid {os.getpid()} on " in status[0]["state"] and "running" not in status[1]["state"]
+        left = experiment.run_plan(plan)
+    trained = [f"{m.arm}/seed{m.seed}" for m in plan.members if m.store is None]   # stored arms wait for grpo_n8
+    assert len(trained) >= 2 and ran == trained[1:]
+    assert first in left
+    assert not list((plan.runs / ".claims").iterdir())   # released claims leave nothing behind
+    ran.clear()
+    experiment.run_plan(plan)
+    assert ran == ["base"] + trained
 
 
 # ----------------------------------------------------------------------------- 2. a diverging update
