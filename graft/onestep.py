@@ -24,8 +24,10 @@ again. The run must have saved and kept those checkpoints with their optimizer s
 
 Outputs under ``--out``: ``rows.jsonl`` (one line per state, direction and prompt: success per arm,
 kind, family, admitted and admitted-correct peer responses), ``seedS/metrics.jsonl`` (the GRPO
-trajectory's rewards; not with ``--from``) and ``summary.json``. A seed (or ``--from`` run) whose states
-were all measured is skipped when the command is run again (resumable per seed). Local backend only.
+trajectory's rewards; not with ``--from``), ``summary.json`` and ``measured.json`` (the states
+measured). A state already measured is skipped when the command is run again, so a stopped measurement
+resumes state by state, and states of one trajectory may be measured by several commands into the same
+``--out`` (e.g. step 1 before the run exists, later steps from its checkpoints). Local backend only.
 """
 from __future__ import annotations
 
@@ -187,14 +189,13 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
     return rows
 
 
-def run_seed(cfg, out: Path, at: list[int], samples: int, unseen: int, log) -> list[dict]:
-    """One GRPO trajectory up to the last measured step; returns the rows of its measured states."""
+def run_seed(cfg, at: list[int], samples: int, unseen: int, record, log) -> None:
+    """One GRPO trajectory up to the last measured step; ``record(step, rows)`` as each state is measured."""
     run = loop.setup(cfg)
     try:
         if any(lr.workers.size != 1 for lr in run.learners.values()):
             raise ConfigError("graft onestep runs with backend: local (one rank per model)")
         pool = unseen_pool(cfg, run.sampler.prompts)
-        rows = []
         for step in range(1, max(at) + 1):
             t0 = time.perf_counter()
             prompts, _ = run.sampler.next_batch()
@@ -202,14 +203,13 @@ def run_seed(cfg, out: Path, at: list[int], samples: int, unseen: int, log) -> l
             metrics = {"step": step} | loop.score_phase(run, groups)
             if step in at:
                 new = [{"seed": cfg.seed, **x} for x in measure_state(run, groups, step, pool, samples, unseen)]
-                rows += new
+                record(step, new)
                 log(f"seed {cfg.seed} step {step}: measured {len(new)} prompts "
                     f"({sum(x['kind'] == 'replaced' for x in new)} replaced) in {time.perf_counter() - t0:.0f} s")
             else:
                 loop.update_phase(run, groups, step)
                 log(f"seed {cfg.seed} step {step}: GRPO step in {time.perf_counter() - t0:.0f} s")
             run.metrics.write(metrics)
-        return rows
     finally:
         _close(run)
 
@@ -258,11 +258,10 @@ def from_run_config(run_dir: Path, overrides: list[str]):
 
 
 def measure_from_run(run_dir: Path, overrides: list[str], out: Path, at: list[int], samples: int, unseen: int,
-                     log) -> list[dict]:
-    """The rows of ``at``'s states of a finished GRPO run, each resumed from its checkpoint of the step before
-    in a scratch folder of hard links (removed afterwards)."""
+                     record, log) -> None:
+    """``at``'s states of a finished GRPO run, each resumed from its checkpoint of the step before in a
+    scratch folder of hard links (removed afterwards); ``record(step, rows)`` as each state is measured."""
     cfg0 = from_run_config(run_dir, overrides)
-    rows = []
     for step, ckpt in checkpoint_states(run_dir, at).items():
         t0 = time.perf_counter()
         scratch = out / f"seed{cfg0.seed}" / f"from-step{step}"
@@ -282,10 +281,37 @@ def measure_from_run(run_dir: Path, overrides: list[str], out: Path, at: list[in
         finally:
             _close(run)
         shutil.rmtree(scratch, ignore_errors=True)
-        rows += new
+        record(step, new)
         log(f"{run_dir} step {step}: measured {len(new)} prompts ({sum(x['kind'] == 'replaced' for x in new)} replaced) "
             f"in {time.perf_counter() - t0:.0f} s")
-    return rows
+
+
+def _read_rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def measured_states(out: Path) -> dict[int, set[int]]:
+    """The (seed -> steps) already measured into ``out`` (``measured.json``): each is skipped when run again."""
+    path = out / "measured.json"
+    return {int(k): set(v) for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+
+
+def record_state(out: Path, seed: int, step: int, new: list[dict]) -> None:
+    """Store one measured state: its rows replace any earlier rows of (seed, step) in ``rows.jsonl`` (kept in
+    (seed, step) order), then ``measured.json`` lists it -- a state whose rows were written but not listed
+    (killed in between) is measured again and its rows replaced."""
+    rows = [r for r in _read_rows(out / "rows.jsonl") if (r["seed"], r["step"]) != (seed, step)] + new
+    rows.sort(key=lambda r: (r["seed"], r["step"]))
+    _write_atomic(out / "rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    done = measured_states(out)
+    done.setdefault(seed, set()).add(step)
+    _write_atomic(out / "measured.json", json.dumps({str(k): sorted(v) for k, v in sorted(done.items())}) + "\n")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -351,24 +377,21 @@ def onestep_main(argv: list[str]) -> int:
     units = _units(args, out)
     out.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(f"[onestep] {s}", file=sys.stderr, flush=True)  # noqa: E731
-    rows_path = out / "rows.jsonl"
     for seed, how in units:
-        done = out / f"seed{seed}" / "done"
-        if done.exists():
-            log(f"seed {seed}: done, skipped")
+        todo = [s for s in at if s not in measured_states(out).get(seed, set())]
+        if not todo:
+            log(f"seed {seed}: steps {at} measured, skipped")
             continue
-        shutil.rmtree(out / f"seed{seed}", ignore_errors=True)
+        record = lambda step, new, seed=seed: record_state(out, seed, step, new)  # noqa: E731
         if isinstance(how, Path):
-            rows = measure_from_run(how, args.overrides, out, at, args.samples, args.unseen, log)
+            measure_from_run(how, args.overrides, out, todo, args.samples, args.unseen, record, log)
         else:
-            rows = run_seed(how, out, at, args.samples, args.unseen, log)
-        kept = [json.loads(x) for x in rows_path.read_text().splitlines() if x.strip()] if rows_path.exists() else []
-        kept = [r for r in kept if r["seed"] != seed] + rows
-        rows_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        done.parent.mkdir(parents=True, exist_ok=True)
-        done.write_text("")
-    rows = [json.loads(x) for x in rows_path.read_text().splitlines() if x.strip()] if rows_path.exists() else []
-    summary = {"command": ["graft", "onestep", *argv], **summarize_rows(rows)}
+            shutil.rmtree(out / f"seed{seed}", ignore_errors=True)
+            run_seed(how, todo, args.samples, args.unseen, record, log)
+    rows = _read_rows(out / "rows.jsonl")
+    command = ["graft", "onestep", *argv]
+    earlier = json.loads((out / "summary.json").read_text()).get("commands", []) if (out / "summary.json").exists() else []
+    summary = {"command": command, "commands": earlier + [command] * (command not in earlier), **summarize_rows(rows)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for d, kinds in summary["graft_minus_grpo"].items():
         for kind, s in kinds.items():

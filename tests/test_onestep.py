@@ -55,7 +55,7 @@ def test_onestep_end_to_end_on_tiny_models(tmp_path, tiny_llama_dir, tiny_gemma_
     assert unseen and all(r["prompt_id"].startswith("unseen-") for r in unseen)
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert set(summary["graft_minus_grpo"]) == {"A->B", "B->A"}
-    assert (tmp_path / "o" / "seed3" / "done").exists()
+    assert json.loads((tmp_path / "o" / "measured.json").read_text()) == {"3": [1, 2]}
     metrics = [json.loads(x) for x in (tmp_path / "o" / "seed3" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     # run again: the finished seed is skipped, the rows stay
@@ -84,9 +84,15 @@ def test_from_a_finished_grpo_run_equals_training_the_trajectory(tmp_path, tiny_
     run = tmp_path / "grpo"
     assert main(["train", "configs/default.yaml", *regime, "exchange.mode=grpo", "seed=3", "steps=3", f"run_dir={run}",
                  "checkpoint.save_every=1", "checkpoint.keep_last=5"]) == 0
+    # measured in two commands, the later step first (resumable state by state): the same rows
+    assert onestep_main(["--from", str(run), "--at", "3", *measure[3:], "--out", str(tmp_path / "from")]) == 0
+    assert json.loads((tmp_path / "from" / "measured.json").read_text()) == {"3": [3]}
     assert onestep_main(["--from", str(run), *measure, "--out", str(tmp_path / "from")]) == 0
     read = lambda d: [json.loads(x) for x in (tmp_path / d / "rows.jsonl").read_text().splitlines()]  # noqa: E731
     assert read("from") == read("replay") and read("from")
+    assert json.loads((tmp_path / "from" / "measured.json").read_text()) == {"3": [1, 3]}
+    commands = json.loads((tmp_path / "from" / "summary.json").read_text())["commands"]
+    assert [c[4:6] for c in commands] == [["--at", "3"], ["--at", "1"]]      # both measuring commands recorded
     assert not (tmp_path / "from" / "seed3" / "from-step3").exists()          # the scratch folder went
     assert (run / "checkpoints" / "step_000002").is_dir()                    # the run's own checkpoint stayed
     with pytest.raises(ConfigError, match=r"step\(s\) \[5\] needs its checkpoint\(s\) of step\(s\) \[4\]"):
