@@ -26,6 +26,15 @@ def test_parse_only_keeps_canonical_order_and_rejects_unknown_parts():
             cli.parse_only(bad)
 
 
+def test_cpu_features_name_the_matmul_instruction_sets():
+    """Two hosts both called "AMD EPYC" ran this bench 2.5x apart (one without AVX-512 and bf16): the table says which."""
+    zen4 = "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nflags\t\t: fpu avx2 avx512f avx512_bf16 sse\n\nprocessor\t: 1\n"
+    zen1 = "processor\t: 0\ncpu family\t: 23\nmodel\t\t: 1\nflags\t\t: fpu avx avx2 sse4_2\n"
+    assert common.cpu_features(zen4) == "family 25 model 17: avx2 avx512f avx512_bf16"
+    assert common.cpu_features(zen1) == "family 23 model 1: avx2"
+    assert common.cpu_features("processor\t: 0\nflags\t\t: fpu sse\n") == "family ? model ?: no AVX2"
+
+
 def test_alternate_runs_sides_in_turn_and_records_memory():
     calls = []
     sides = [(name, lambda i, name=name: calls.append((name, i)) or {"v": i}) for name in ("A", "B")]
@@ -114,7 +123,8 @@ def test_bench_runs_graft_sides_end_to_end(tmp_path, tiny_llama_dir, tiny_gemma_
     assert capsys.readouterr().out.strip() == md.strip()
 
     assert res["settings"]["parts"] == ["a", "b", "c"] and res["settings"]["reps"] == 1
-    assert {"torch", "transformers", "trl", "cpu_model", "torch_threads"} <= set(res["environment"])
+    assert {"torch", "transformers", "trl", "cpu_model", "cpu_features", "torch_threads"} <= set(res["environment"])
+    assert res["environment"]["cpu_features"] in md and f"temperature {res['settings']['temperature']}" in md
     assert res["environment"]["torch_threads"] == 1
 
     a = res["a"]

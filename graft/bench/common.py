@@ -90,12 +90,34 @@ def package_version(name: str) -> str | None:
         return None
 
 
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx_vnni", "amx_bf16")
+
+
+def cpu_features(cpuinfo: str | None = None) -> str:
+    """``family F model M: FLAGS`` of the first CPU -- the matmul instruction sets (AVX-512, bf16, AMX) that set
+    how fast fp32 and bf16 run, so that tables made on two hosts with the same model name can be told apart."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "unknown"
+    first = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        first[key.strip()] = value.strip()
+    flags = set(first.get("flags", "").split())
+    return (f"family {first.get('cpu family', '?')} model {first.get('model', '?')}: "
+            + (" ".join(f for f in SIMD_FLAGS if f in flags) or "no AVX2"))
+
+
 def environment() -> dict:
     """Versions, CPU, threads and GPU of this machine and process."""
     env = {
         "python": platform.python_version(), "platform": platform.platform(),
         "torch": torch.__version__, "transformers": package_version("transformers"), "trl": package_version("trl"),
-        "graft": package_version("graft"), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+        "graft": package_version("graft"), "cpu_model": cpu_model(), "cpu_features": cpu_features(), "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "cuda": torch.cuda.is_available(),
     }

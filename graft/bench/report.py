@@ -26,9 +26,11 @@ def _header(result: dict) -> list[str]:
     """Title and the machine and settings line."""
     env, s = result["environment"], result["settings"]
     return ["# graft bench", "",
-            f"{env['cpu_model']} ({env['cpu_count']} CPUs), torch {env['torch']} ({env['torch_threads']} threads), "
+            f"{env['cpu_model']}{' (' + env['cpu_features'] + ')' if 'cpu_features' in env else ''} "
+            f"({env['cpu_count']} CPUs), torch {env['torch']} ({env['torch_threads']} threads), "
             f"transformers {env['transformers']}, TRL {env['trl'] or 'not installed'}; {s['reps']} repetitions, "
-            f"alternating; {s['prompts']} prompts x {s['n']} samples, {s['max_new_tokens']} new tokens. "
+            f"alternating; {s['prompts']} prompts x {s['n']} samples, {s['max_new_tokens']} new tokens"
+            + (f", temperature {s['temperature']}" if "temperature" in s else "") + ". "
             "Medians; every raw value is in bench.json.", ""]
 
 
