@@ -48,9 +48,9 @@ class FolderLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+            who = _holder_text(fd)
             os.close(fd)
-            raise LockError(f"{self.what} {self.folder} is in use by {holder}; wait for it to end, stop it, or "
+            raise LockError(f"{self.what} {self.folder} is in use by {who}; wait for it to end, stop it, or "
                             f"choose another {self.what}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
@@ -78,6 +78,11 @@ class FolderLock:
             os.close(self._fd)
 
 
+def _holder_text(fd: int) -> str:
+    """What the holder of the lock on ``fd`` wrote into it (``pid N on HOST (since ...)``)."""
+    return os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+
+
 def holder(folder: str | os.PathLike) -> str | None:
     """Who holds ``folder``'s lock (``pid N on HOST (since ...)``), or None when nobody does; takes nothing
     and creates nothing."""
@@ -89,7 +94,7 @@ def holder(folder: str | os.PathLike) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+        return _holder_text(fd)
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
