@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
+import os
 import shlex
 import subprocess
 import sys
@@ -123,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     try:
-        return _dispatch(argv[0], argv[1:])
+        rc = _dispatch(argv[0], argv[1:])
+        sys.stdout.flush()   # a reader gone early (`| head`) surfaces here, in the handler below, not at exit
+        return rc
     except Preempted as e:   # a SIGTERM/SIGINT: the finished steps are checkpointed
         print(e, file=sys.stderr)
         return PREEMPTED_EXIT
@@ -133,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:   # `graft ... | head` closed the pipe: stop quietly, as `cat` would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the exit-time flush must not fail again
+        return 128 + 13   # SIGPIPE's exit status
     except OSError as e:   # disk full, permissions, a file where a folder should be: one line, no traceback
         err = output_error(e, e.filename or "?")
         if err is None:

@@ -53,3 +53,14 @@ def test_unknown_model_path_exits_with_a_clear_message_and_writes_nothing(tmp_pa
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error:") and "nope" in proc.stderr
     assert "Traceback" not in proc.stderr and not run_dir.exists()
+
+
+def test_a_reader_that_closes_early_ends_the_command_quietly():
+    """`graft config show ... | head -1`: the pipe closes before the output is written; the command exits with
+    SIGPIPE's status (141) and no traceback, on stdout's explicit flush or a print that fills the buffer."""
+    p = subprocess.Popen([sys.executable, "-m", "graft.cli", "config", "show", "configs/default.yaml"], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()   # before the child has imported anything: every write it makes meets a closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
