@@ -21,6 +21,7 @@ import argparse
 import importlib
 import itertools
 import os
+import select
 import shlex
 import subprocess
 import sys
@@ -118,6 +119,16 @@ def _dispatch(cmd: str, argv: list[str]) -> int:
     return getattr(importlib.import_module(module), func)(argv)
 
 
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports POLLERR on its write end)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):   # no real file behind stdout (captured, closed)
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -137,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:   # `graft ... | head` closed the pipe: stop quietly, as `cat` would
+        if not _stdout_reader_gone():   # another pipe broke (a worker's): not the reader's doing
+            raise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the exit-time flush must not fail again
         return 128 + 13   # SIGPIPE's exit status
     except OSError as e:   # disk full, permissions, a file where a folder should be: one line, no traceback

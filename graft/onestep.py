@@ -52,7 +52,6 @@ from graft.exchange.live import exchange_live
 from graft.seeds import step_seed
 from graft.storage.checkpoint import checkpoint_step, list_checkpoints
 from graft.trainer import loop
-from graft.trainer.backends import close_learners
 from graft.types import Prompt, RolloutGroup
 
 ARMS = ("grpo", "graft", "all")
@@ -211,14 +210,7 @@ def run_seed(cfg, at: list[int], samples: int, unseen: int, record, log) -> None
                 log(f"seed {cfg.seed} step {step}: GRPO step in {time.perf_counter() - t0:.0f} s")
             run.metrics.write(metrics)
     finally:
-        _close(run)
-
-
-def _close(run) -> None:
-    run.grader.close()
-    close_learners(run.learners)
-    run.store.close()
-    run.lock.release()
+        loop.close_run(run)
 
 
 def checkpoint_states(run_dir: Path, at: list[int]) -> dict[int, Path | None]:
@@ -279,7 +271,7 @@ def measure_from_run(run_dir: Path, overrides: list[str], out: Path, at: list[in
             new = [{"seed": cfg.seed, **x} for x in measure_state(run, groups, step, unseen_pool(cfg, run.sampler.prompts),
                                                                   samples, unseen)]
         finally:
-            _close(run)
+            loop.close_run(run)
         shutil.rmtree(scratch, ignore_errors=True)
         record(step, new)
         log(f"{run_dir} step {step}: measured {len(new)} prompts ({sum(x['kind'] == 'replaced' for x in new)} replaced) "

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from graft import cli
 from graft.cli import main, sweep_commands
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +57,32 @@ def test_unknown_model_path_exits_with_a_clear_message_and_writes_nothing(tmp_pa
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error:") and "nope" in proc.stderr
     assert "Traceback" not in proc.stderr and not run_dir.exists()
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_not_taken_for_a_closed_reader(monkeypatch, tmp_path):
+    """A BrokenPipeError from another pipe (a dead worker's) while stdout is a healthy file is a real error: it
+    propagates instead of ending the command with SIGPIPE's quiet 141."""
+    def dispatch(cmd, argv):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "_dispatch", dispatch)
+    with open(tmp_path / "out.txt", "w") as out:
+        monkeypatch.setattr(sys, "stdout", out)
+        with pytest.raises(BrokenPipeError):
+            cli.main(["config", "show"])
+
+
+def test_stdout_reader_gone_sees_a_closed_pipe_and_only_that():
+    r, w = os.pipe()
+    with os.fdopen(w, "w") as wf:
+        saved = sys.stdout
+        try:
+            sys.stdout = wf
+            assert not cli._stdout_reader_gone()   # reader still open
+            os.close(r)
+            assert cli._stdout_reader_gone()       # reader closed: POLLERR on the write end
+        finally:
+            sys.stdout = saved
 
 
 def test_a_reader_that_closes_early_ends_the_command_quietly():

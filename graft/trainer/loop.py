@@ -489,6 +489,15 @@ def evaluate_phase(run: Run, step: int) -> dict:
     return out
 
 
+def close_run(run: Run) -> None:
+    """Release all that :func:`setup` opened: the grader's workers, the learners (Ray actors, rollout engines),
+    the trajectory store and the run folder's lock. :func:`train` does the same in two halves (the learners
+    before its summary, the store and lock last)."""
+    run.grader.close()
+    close_learners(run.learners)
+    run.store.close()
+    run.lock.release()
+
 def train(cfg: Config) -> dict:
     """Run (or resume) a whole training job; returns the end-of-run summary. Raises :class:`Preempted`
     after a SIGTERM/SIGINT (the finished steps checkpointed) and :class:`Diverged` when updates stay
