@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from graft.storage.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint, verify_model_files
 from tests.storage.test_checkpoint_keep import _opt

@@ -3,7 +3,6 @@ tokenizers: two processes on one folder, a diverging update, a preemption signal
 model cannot hold."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from graft.cli import main
 from graft.config import ConfigError, ModelConfig, save_config, to_dict
