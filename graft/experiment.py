@@ -65,7 +65,7 @@ import yaml
 from graft.config import ConfigError, EvalConfig, load_config, save_config, to_dict
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.evaluation import report as rep
-from graft.evaluation.analyze import compute_analysis
+from graft.evaluation.analyze import compute_analysis, treatment
 from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
@@ -644,32 +644,36 @@ def _exchange_total(m: Member, direction: str, key: str = "admitted") -> int | N
     return int(sum(r.get(f"exchange/{direction}/{key}") or 0 for r in rows)) if rows else None
 
 
-def _exchange_steps(m: Member, direction: str) -> dict | None:
-    """Per finished run and direction: steps with a balanced target m > 0, steps with an admitted
-    response, and the median s of the transferred responses in the first and last third of the steps."""
-    rows = _metrics(m)
+def _treatment(m: Member, direction: str) -> dict | None:
+    """:func:`graft.evaluation.analyze.treatment` of a finished run's direction (metrics and audit log), the one
+    definition of its counts and drift; None for a run not finished yet."""
+    rows, path = _metrics(m), m.results_dir / "audit.jsonl"
     if not rows:
         return None
-    pre = f"exchange/{direction}"
-    third = max(1, len(rows) // 3)
+    audit = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    return treatment(rows, audit, direction)
 
-    def s50(part: list[dict]) -> float | None:
-        return _mean([r.get(f"{pre}/s_p50") for r in part if (r.get(f"{pre}/transferred") or 0) > 0])
+
+def _exchange_steps(m: Member, direction: str) -> dict | None:
+    """Per finished run and direction: steps with a balanced target m > 0, steps with an admitted response,
+    and the median s of the responses transferred in the first and in the last third of training."""
+    rows, t = _metrics(m), _treatment(m, direction)
+    if t is None:
+        return None
+    pre = f"exchange/{direction}"
+
+    def s_median(third: dict | None) -> float | None:
+        return third["s_median"] if third else None
 
     return {"steps": len(rows), "with_target": sum((r.get(f"{pre}/m") or 0) > 0 for r in rows),
             "with_admitted": sum((r.get(f"{pre}/admitted") or 0) > 0 for r in rows),
-            "s_p50_first_third": s50(rows[:third]), "s_p50_last_third": s50(rows[-third:])}
+            "s_median_first_third": s_median(t["first_third"]), "s_median_last_third": s_median(t["last_third"])}
 
 
 def _admitted_correct(m: Member, direction: str) -> int | None:
     """Peer responses admitted in ``direction`` over the run that the source graded correct (from the audit log)."""
-    path = m.results_dir / "audit.jsonl"
-    if not path.is_file():
-        return None
-    src, recv = direction.split("->")
-    recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    return sum(r["admitted"] and r["reward_source"] > 0.5 for a in recs if a["source"] == src and a["receiver"] == recv
-               for r in a["responses"])
+    t = _treatment(m, direction) if (m.results_dir / "audit.jsonl").is_file() else None
+    return None if t is None else t["admitted_correct"]
 
 
 def _peer_row_share(m: Member, model: str) -> float | None:
@@ -965,8 +969,8 @@ def _exchange_section(summary: dict) -> list[str]:
             if done:
                 md.append(f"  - {d}: steps with a balanced target m > 0: {[x['with_target'] for x in done]}, with an "
                           f"admitted response: {[x['with_admitted'] for x in done]} (of {done[0]['steps']}); median s of "
-                          "transferred responses, first → last third of the steps: " + ", ".join(
-                              f"{_num2(x['s_p50_first_third'])} → {_num2(x['s_p50_last_third'])}" for x in done))
+                          "the responses transferred in the first → last third of training: " + ", ".join(
+                              f"{_num2(x['s_median_first_third'])} → {_num2(x['s_median_last_third'])}" for x in done))
     if summary["clip_frac_peer_by_model"]:
         md.append("- peer-token clip rate (low + high, mean over steps with peer data): " + "; ".join(
             f"{k}: " + ", ".join(f"{a} {'–' if v is None else f'{100 * v:.2f}%'}" for a, v in d.items())

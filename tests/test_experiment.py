@@ -107,24 +107,31 @@ def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_di
     assert "GRAFT vs GRPO" in report and "Stored vs online, A (seed 1)" in report
 
 
-def test_exchange_totals_and_steps_from_metrics(tmp_path):
+def test_exchange_totals_and_steps_from_metrics_and_audit(tmp_path):
     """Hand-worked: 6 steps; A->B transferred 8, 8, 0, 16, 0, 8 responses and admitted 3, 0, 0, 2, 0, 0;
     m > 0 in steps 1, 2, 4, 6 -> totals 5 admitted of 40 transferred, 4 steps with a target, 2 with an
-    admitted response; median s in the first third (steps 1-2) mean(0.9, 0.7) = 0.8, last third
-    (steps 5-6: only step 6 transferred) 0.3. A run without metrics (not finished) gives None."""
-    from graft.experiment import Member, _exchange_steps, _exchange_total
-    tr, ad, m, s = [8, 8, 0, 16, 0, 8], [3, 0, 0, 2, 0, 0], [1, 1, 0, 2, 0, 1], [0.9, 0.7, None, 0.5, None, 0.3]
+    admitted response. The audit log's s of the transferred responses: steps 1-2 (first third) 0.9, 0.7, 0.6
+    -> median 0.7; step 6 (last third; step 5 transferred nothing) 0.3, 0.5 -> median 0.4; the one correct
+    admitted response (step 1) is admitted_correct. A run without metrics (not finished) gives None."""
+    from graft.experiment import Member, _admitted_correct, _exchange_steps, _exchange_total
+    tr, ad, m = [8, 8, 0, 16, 0, 8], [3, 0, 0, 2, 0, 0], [1, 1, 0, 2, 0, 1]
     rows = [{"step": i + 1, "exchange/A->B/transferred": tr[i], "exchange/A->B/admitted": ad[i],
-             "exchange/A->B/m": m[i], "exchange/A->B/s_p50": s[i]} for i in range(6)]
+             "exchange/A->B/m": m[i]} for i in range(6)]
+    s = {1: [(0.9, 1.0, True), (0.7, 0.0, True)], 2: [(0.6, 0.0, False)], 6: [(0.3, 0.0, False), (0.5, 1.0, False)]}
+    audit = [{"step": st, "source": "A", "receiver": "B", "m": 1, "candidates": [{"prompt_id": "p"}],
+              "responses": [{"s": v, "reward_source": r, "admitted": a} for v, r, a in xs]} for st, xs in s.items()]
     done = Member("graft_n8", 1, [], tmp_path / "run", tmp_path / "res", ["A", "B"])
     done.results_dir.mkdir()
     (done.results_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (done.results_dir / "audit.jsonl").write_text("".join(json.dumps(r) + "\n" for r in audit))
     assert _exchange_total(done, "A->B") == 5 and _exchange_total(done, "A->B", "transferred") == 40
     steps = _exchange_steps(done, "A->B")
     assert steps["steps"] == 6 and steps["with_target"] == 4 and steps["with_admitted"] == 2
-    assert steps["s_p50_first_third"] == pytest.approx(0.8) and steps["s_p50_last_third"] == pytest.approx(0.3)
+    assert steps["s_median_first_third"] == pytest.approx(0.7) and steps["s_median_last_third"] == pytest.approx(0.4)
+    assert _admitted_correct(done, "A->B") == 1
     pending = Member("graft_n8", 2, [], tmp_path / "run2", tmp_path / "res2", ["A", "B"])
     assert _exchange_total(pending, "A->B") is None and _exchange_steps(pending, "A->B") is None
+    assert _admitted_correct(pending, "A->B") is None
 
 
 def test_peer_clip_rate_pools_the_steps_with_peer_data(tmp_path):

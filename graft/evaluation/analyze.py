@@ -475,8 +475,8 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
 
     Balancing: steps where this direction had candidates but the balanced m was 0 (the other direction had
     none). Gate: transferred vs admitted responses, correct (graded by the source) and not. Drift: the median
-    ``s`` and the mean log-probs of transferred responses under receiver and source in the first and last third
-    of the steps with transfers. Dose: the mean share of peer rows in the receiver's update rows (steps with
+    ``s`` and the mean log-probs of the responses transferred in the first and in the last third of training
+    (thirds of the logged steps; a third without transfers has none). Dose: the mean share of peer rows in the receiver's update rows (steps with
     peer rows and all steps). Hand-worked case in tests/evaluation/test_treatment.py.
     """
     src, recv = direction.split("->")
@@ -485,14 +485,14 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
     correct = [x for _, x in resp if (x.get("reward_source") or 0) > 0.5]
     wrong = [x for _, x in resp if (x.get("reward_source") or 0) <= 0.5]
     steps_t = sorted({st for st, _ in resp})
-    thirds = step_ranges(steps_t) if steps_t else []
+    thirds = step_ranges({r["step"] for r in rows} | {r["step"] for r in recs})
 
     def drift(lo: int, hi: int) -> dict:
         xs = [x for st, x in resp if lo <= st <= hi]
         return {"steps": [lo, hi], "s_median": _median([x["s"] for x in xs if x.get("s") is not None]),
                 "mean_logp_receiver": _mean([x.get("mean_logp_receiver") for x in xs]),
                 "mean_logp_source": _mean([x.get("mean_logp_source") for x in xs])}
-    first, last = (drift(*thirds[0]), drift(*thirds[-1])) if thirds else (None, None)
+    first, last = (drift(*thirds[0]), drift(*thirds[-1])) if steps_t else (None, None)
     share = [r.get(f"{recv}/peer_row_share") for r in rows if r.get(f"{recv}/peer_row_share") is not None]
     return {
         "steps": len(recs),
