@@ -65,7 +65,7 @@ import yaml
 from graft.config import ConfigError, EvalConfig, load_config, save_config, to_dict
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.evaluation import report as rep
-from graft.evaluation.analyze import compute_analysis, treatment
+from graft.evaluation.analyze import compute_analysis, read_jsonl, treatment
 from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
@@ -647,11 +647,8 @@ def _exchange_total(m: Member, direction: str, key: str = "admitted") -> int | N
 def _treatment(m: Member, direction: str) -> dict | None:
     """:func:`graft.evaluation.analyze.treatment` of a finished run's direction (metrics and audit log), the one
     definition of its counts and drift; None for a run not finished yet."""
-    rows, path = _metrics(m), m.results_dir / "audit.jsonl"
-    if not rows:
-        return None
-    audit = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
-    return treatment(rows, audit, direction)
+    rows = _metrics(m)
+    return treatment(rows, read_jsonl(m.results_dir / "audit.jsonl"), direction) if rows else None
 
 
 def _exchange_steps(m: Member, direction: str) -> dict | None:
@@ -660,14 +657,10 @@ def _exchange_steps(m: Member, direction: str) -> dict | None:
     rows, t = _metrics(m), _treatment(m, direction)
     if t is None:
         return None
-    pre = f"exchange/{direction}"
-
-    def s_median(third: dict | None) -> float | None:
-        return third["s_median"] if third else None
-
+    pre, first, last = f"exchange/{direction}", t["first_third"], t["last_third"]
     return {"steps": len(rows), "with_target": sum((r.get(f"{pre}/m") or 0) > 0 for r in rows),
             "with_admitted": sum((r.get(f"{pre}/admitted") or 0) > 0 for r in rows),
-            "s_median_first_third": s_median(t["first_third"]), "s_median_last_third": s_median(t["last_third"])}
+            "s_median_first_third": first and first["s_median"], "s_median_last_third": last and last["s_median"]}
 
 
 def _admitted_correct(m: Member, direction: str) -> int | None:

@@ -476,8 +476,8 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
     Balancing: steps where this direction had candidates but the balanced m was 0 (the other direction had
     none). Gate: transferred vs admitted responses, correct (graded by the source) and not. Drift: the median
     ``s`` and the mean log-probs of the responses transferred in the first and in the last third of training
-    (thirds of the logged steps; a third without transfers has none). Dose: the mean share of peer rows in the receiver's update rows (steps with
-    peer rows and all steps). Hand-worked case in tests/evaluation/test_treatment.py.
+    (thirds of the logged steps; a third without transfers has none). Dose: the mean share of peer rows in the
+    receiver's update rows (steps with peer rows and all steps). Hand-worked case in tests/evaluation/test_treatment.py.
     """
     src, recv = direction.split("->")
     recs = sorted((r for r in audit if r.get("source") == src and r.get("receiver") == recv), key=lambda r: r["step"])
