@@ -66,6 +66,7 @@ from graft.config import ConfigError, EvalConfig, load_config, save_config, to_d
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.evaluation import report as rep
 from graft.evaluation.analyze import compute_analysis, read_jsonl, treatment
+from graft.evaluation.metrics import paired_interval
 from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
@@ -118,7 +119,8 @@ class Comparison:
     """A paired difference the report makes, seed by seed: ``arm`` minus ``baseline``."""
 
     name: str
-    """Its summary.json keys: ``paired_diff_NAME`` and, strict re-grade, ``paired_diff_NAME_number``."""
+    """Its summary.json keys: ``paired_diff_NAME`` (per seed) and ``paired_ci_NAME`` (their mean and Student-t
+    95 % interval) and, strict re-grade, the same with ``_number``."""
     arm: str
     baseline: str
 
@@ -723,6 +725,9 @@ def summarize(plan: Plan) -> dict:
         if c.arm in arms and c.baseline in arms:
             out[f"paired_diff_{c.name}"] = _paired_diff(arms, c, out["arms"], plan.models)
             out[f"paired_diff_{c.name}_number"] = _paired_diff(arms, c, out["arms_answer_form_number"], plan.models)
+            for suffix in ("", "_number"):
+                out[f"paired_ci_{c.name}{suffix}"] = {a: paired_interval(ds)
+                                                      for a, ds in out[f"paired_diff_{c.name}{suffix}"].items()}
     return out
 
 
@@ -920,15 +925,28 @@ def _ratio(row: dict) -> str:
 
 
 def _paired_lines(plan: Plan, summary: dict, suffix: str, grading: str) -> list[str]:
-    """Each declared comparison's per-seed differences (summary.json ``paired_diff_NAME`` + ``suffix``)."""
-    md = []
+    """Each declared comparison's per-seed differences and their mean with a paired Student-t 95 % interval
+    over seeds (summary.json ``paired_diff_NAME`` / ``paired_ci_NAME`` + ``suffix``)."""
+    rows = []
     for c in plan.comparisons:
-        diff = summary.get(f"paired_diff_{c.name}{suffix}")
-        if diff:
-            md += ["", f"Per-seed paired difference {plan.label(c.arm)} − {plan.label(c.baseline)}{grading} "
-                   "(points): " + "; ".join(f"{a}: " + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
-                                            for a, ds in diff.items())]
-    return md
+        diff, ci = summary.get(f"paired_diff_{c.name}{suffix}"), summary.get(f"paired_ci_{c.name}{suffix}") or {}
+        for a, ds in (diff or {}).items():
+            rows.append(f"| {plan.label(c.arm)} − {plan.label(c.baseline)} | {a} | "
+                        + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
+                        + f" | {_paired_ci(ci.get(a))} |")
+    if not rows:
+        return []
+    return ["", f"Paired difference, same seed{grading} (points): per seed, and their mean with a Student-t 95 % "
+                "interval over the pairs run so far (none from one pair).", "",
+            "| comparison | model | per seed | mean [95 % CI] (pairs) |", "|---|---|---|---:|", *rows]
+
+
+def _paired_ci(s: dict | None) -> str:
+    if not s or s.get("mean") is None:
+        return "–"
+    if s["ci95"][0] is None:
+        return f"{100 * s['mean']:+.1f} ({s['n']})"
+    return f"{100 * s['mean']:+.1f} [{100 * s['ci95'][0]:+.1f}, {100 * s['ci95'][1]:+.1f}] ({s['n']})"
 
 
 def _dataset_table(summary: dict) -> list[str]:
