@@ -105,11 +105,16 @@ def summarize_rows(rows: list[dict]) -> dict:
 # ----------------------------------------------------------------------------- the measurement
 
 def _snapshot(learner) -> dict:
-    return {"weights": {k: v.detach().clone() for k, v in learner.policy.model.state_dict().items()},
-            "optimizer": copy.deepcopy(learner.optimizer.state_dict())}
+    """The receiver's weights and optimizer state, copied once: tensors shared by several state-dict keys
+    (tied embeddings: Gemma-3's 262k x 640 table) are cloned once and stay shared."""
+    clones: dict[int, torch.Tensor] = {}
+    weights = {k: clones.setdefault(id(v), v.detach().clone())
+               for k, v in learner.policy.model.state_dict(keep_vars=True).items()}
+    return {"weights": weights, "optimizer": copy.deepcopy(learner.optimizer.state_dict())}
 
 
 def _restore(learner, snap: dict) -> None:
+    """Back to ``snap`` (weights copied in place; the workers drop the updated moments before loading)."""
     learner.policy.model.load_state_dict(snap["weights"])
     learner.optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
     learner.workers.call("weights_changed", [()], "weights_changed")
@@ -182,6 +187,7 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
             _restore(run.learners[r], snap)
             loop.update_model(run, r, groups[r] if arm == "grpo" else ex[arm].train_groups[r], step)
             success[arm] = success_rates(run, run.learners[r], [t[0] for t in targets], samples, step)
+        del snap   # before the next receiver's snapshot is taken
         for i, (p, kind, base) in enumerate(targets):
             rows.append({"step": step, "prompt_id": p.id, "family": family_of(p.id.removeprefix("unseen-")),
                          "kind": kind, **base, "success": {arm: success[arm][i] for arm in ARMS}})

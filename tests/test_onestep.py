@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from graft.onestep import paired_summary, summarize_rows
 
@@ -104,3 +105,41 @@ def test_from_a_finished_grpo_run_equals_training_the_trajectory(tmp_path, tiny_
         onestep_main(["--from", str(graft_run), "--at", "1", "--out", str(tmp_path / "x")])
     with pytest.raises(ConfigError, match="is not a key=value override"):
         onestep_main(["configs/default.yaml", "--from", str(run), "--at", "1", "--out", str(tmp_path / "x")])
+
+
+def test_snapshot_restore_round_trip_keeps_tied_weights_shared(tiny_gemma_dir):
+    """After an optimizer step and a restore, weights and AdamW moments equal the snapshot's exactly; the
+    tied embedding is cloned once (one tensor under both keys) and stays tied in the model."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM
+
+    from graft.onestep import _restore, _snapshot
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_gemma_dir)
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids = torch.tensor([[1, 2, 3, 4]])
+
+    def step():
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    step()   # moments exist
+    calls = []
+    learner = SimpleNamespace(policy=SimpleNamespace(model=model), optimizer=opt,
+                              workers=SimpleNamespace(call=lambda *a: calls.append(a)))
+    snap = _snapshot(learner)
+    tied = [k for k, v in snap["weights"].items() if v is snap["weights"]["model.embed_tokens.weight"]]
+    assert len(tied) == 2, tied                                   # embed_tokens and lm_head: one clone
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    moments = {i: {k: v.clone() for k, v in st.items()} for i, st in opt.state_dict()["state"].items()}
+    step()
+    assert not torch.equal(model.state_dict()["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
+    _restore(learner, snap)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert all(torch.equal(v, moments[i][k]) for i, st in opt.state_dict()["state"].items() for k, v in st.items())
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert calls   # the workers are told the weights changed
+    step()         # the restored optimizer still steps

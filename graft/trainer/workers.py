@@ -172,7 +172,8 @@ class PolicyWorker:
     def load_optimizer_state(self, state: dict) -> None:
         if self.world > 1:
             fsdp.load_optimizer_state(self.optimizer, state)
-        else:
+        else:   # the old moments go first: a model's AdamW state is 2x its weights, never held twice
+            self.optimizer.state.clear()
             self.optimizer.load_state_dict(state)
 
     def state_dict(self) -> dict | None:
