@@ -735,12 +735,14 @@ def one_step_effect(onestep: dict) -> dict:
     """A ``graft onestep`` summary in the plan summary's terms: ``one_step_effect`` (GRAFT's update minus
     GRPO's, per direction and prompt kind: mean difference in success rate, 95 % interval, prompts),
     ``one_step_effect_gate_off`` (the same with ``exchange.admission=all``) and ``one_step_treatment``
-    (states, selected prompts, admitted and admitted-correct peer responses per direction)."""
+    (states, selected prompts, admitted and admitted-correct peer responses per direction), ``one_step_states``
+    (training states measured, and those with a prompt to exchange: elsewhere GRAFT's update is GRPO's)."""
     def cut(table: dict) -> dict:
         return {d: {kind: {k: s[k] for k in ("mean", "ci95", "prompts", "states")} for kind, s in kinds.items()}
                 for d, kinds in table.items()}
     return {"one_step_effect": cut(onestep["graft_minus_grpo"]), "one_step_effect_gate_off": cut(onestep["all_minus_grpo"]),
-            "one_step_treatment": onestep["treatment"], "one_step_command": onestep.get("command")}
+            "one_step_treatment": onestep["treatment"], "one_step_states": onestep.get("states"),
+            "one_step_command": onestep.get("command")}
 
 
 def _summary_skeleton(plan: Plan) -> dict[str, Any]:
@@ -1027,6 +1029,10 @@ def _one_step_section(summary: dict) -> list[str]:
             off = summary["one_step_effect_gate_off"].get(d, {}).get(kind, {})
             md.append(f"| {d} | {kind} | {_ci(s)} | {_ci(off)} | {s['prompts']} ({s['states']}) | "
                       f"{t.get('admitted/graft', '–')} ({t.get('admitted_correct/graft', '–')}) |")
+    st = summary.get("one_step_states")
+    if st:
+        md += ["", f"Training states measured: {st['measured']}; {st['with_exchange']} had a prompt to exchange (in the "
+                   "others balancing gave m = 0 both ways and GRAFT's update is GRPO's)."]
     return md
 
 

@@ -389,7 +389,9 @@ def onestep_main(argv: list[str]) -> int:
     rows = _read_rows(out / "rows.jsonl")
     command = ["graft", "onestep", *argv]
     earlier = json.loads((out / "summary.json").read_text()).get("commands", []) if (out / "summary.json").exists() else []
-    summary = {"command": command, "commands": earlier + [command] * (command not in earlier), **summarize_rows(rows)}
+    summary = {"command": command, "commands": earlier + [command] * (command not in earlier), **summarize_rows(rows),
+               "states": {"measured": sum(len(v) for v in measured_states(out).values()),
+                          "with_exchange": len({(r["seed"], r["step"]) for r in rows})}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for d, kinds in summary["graft_minus_grpo"].items():
         for kind, s in kinds.items():

@@ -383,7 +383,8 @@ def test_a_named_onestep_summary_becomes_one_step_effect(tmp_path, tiny_llama_di
                                     "success": {"grpo": 0.5, "graft": 0.5 + g, "all": 0.5 + a},
                                     "admitted": {"graft": 3, "all": 8}, "admitted_correct": {"graft": 2, "all": 2}}
     rows = [row(1, "replaced", 0.25, 0.0), row(7, "replaced", 0.0, 0.0), row(1, "unseen", 0.0, -0.25)]
-    (tmp_path / "onestep.json").write_text(json.dumps({"command": ["graft", "onestep"], **summarize_rows(rows)}))
+    (tmp_path / "onestep.json").write_text(json.dumps({"command": ["graft", "onestep"], **summarize_rows(rows),
+                                                       "states": {"measured": 3, "with_exchange": 2}}))
     path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared={"onestep": "onestep.json"})
     plan = load_plan(path)
     s = summarize(plan)
@@ -395,6 +396,8 @@ def test_a_named_onestep_summary_becomes_one_step_effect(tmp_path, tiny_llama_di
     md = report_markdown(plan, s, {})
     line = next(x for x in md.splitlines() if x.startswith("| A->B | replaced |"))
     assert "+12.5 [" in line and "| 2 (2) | 6 (4) |" in line
+    assert s["one_step_states"] == {"measured": 3, "with_exchange": 2}
+    assert "Training states measured: 3; 2 had a prompt to exchange" in md
     missing = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared={"onestep": "none.json"})
     assert "one_step_effect" not in summarize(load_plan(missing))   # not measured yet: nothing claimed
 

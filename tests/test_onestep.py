@@ -57,6 +57,7 @@ def test_onestep_end_to_end_on_tiny_models(tmp_path, tiny_llama_dir, tiny_gemma_
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert set(summary["graft_minus_grpo"]) == {"A->B", "B->A"}
     assert json.loads((tmp_path / "o" / "measured.json").read_text()) == {"3": [1, 2]}
+    assert summary["states"] == {"measured": 2, "with_exchange": len({r["step"] for r in rows})}
     metrics = [json.loads(x) for x in (tmp_path / "o" / "seed3" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     # run again: the finished seed is skipped, the rows stay
