@@ -1032,7 +1032,7 @@ def _one_step_section(summary: dict) -> list[str]:
     st = summary.get("one_step_states")
     if st:
         md += ["", f"Training states measured: {st['measured']}; {st['with_exchange']} had a prompt to exchange (in the "
-                   "others balancing gave m = 0 both ways and GRAFT's update is GRPO's)."]
+                   "others no prompt was selected in either direction: GRAFT's update is GRPO's there)."]
     return md
 
 
