@@ -53,6 +53,7 @@ import json
 import math
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -63,6 +64,7 @@ from typing import Any
 import yaml
 
 from graft.config import ConfigError, EvalConfig, load_config, save_config, to_dict
+from graft.errors import UserError
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.evaluation import report as rep
 from graft.evaluation.analyze import compute_analysis, read_jsonl, treatment
@@ -416,14 +418,23 @@ def evaluate_base(plan: Plan, log) -> None:
     copy_small_files(m)
 
 
+class RunFailed(UserError):
+    """A command of the plan failed; it printed its own error above. One ``error:`` line, no traceback."""
+
+
 def _run(cmd: list[str]) -> None:
-    """Run one command of the plan; it stopping on a signal (its exit status ``PREEMPTED_EXIT``) stops the plan."""
+    """Run one command of the plan; it stopping on a signal (its exit status ``PREEMPTED_EXIT``, or killed by one
+    before its handler was in place) stops the plan, resumably; any other failure stops it with one line."""
     rc = subprocess.run(cmd).returncode
     if rc == PREEMPTED_EXIT:
         raise Preempted(f"graft {cmd[3]} stopped on a signal after checkpointing; continue with `graft experiment run` "
                         "on the same plan")
+    if rc < 0:
+        raise Preempted(f"graft {cmd[3]} was killed by {signal.Signals(-rc).name} before it could checkpoint; continue "
+                        "with `graft experiment run` on the same plan (the run resumes from its last checkpoint)")
     if rc:
-        raise subprocess.CalledProcessError(rc, cmd)
+        raise RunFailed(f"`{shlex.join(cmd[2:5])} …` failed with exit status {rc} (its error is above); fix it and "
+                        "run `graft experiment run` on the same plan again: finished runs are kept")
 
 
 def copy_small_files(m: Member) -> None:

@@ -416,3 +416,23 @@ def test_last_quarter_is_what_the_selection_rule_reads():
     assert q["reward"] == pytest.approx(0.4) and q["distinct_frac"] == pytest.approx(0.5)
     assert q["echo_or_copy_share"] == pytest.approx(0.4)
     assert last_quarter(rows, "B") is None
+
+
+def test_a_command_killed_or_failing_stops_the_plan_in_one_line(monkeypatch):
+    """A child killed by a signal before its handler is in place (exit status -15) stops the plan resumably
+    (Preempted, exit 75 from the CLI); a failing child (exit 1) stops it with one `error:` line, no traceback."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from graft.experiment import RunFailed, _run
+    from graft.trainer.stop import Preempted
+
+    cmd = ["python", "-m", "graft.cli", "train", "cfg.yaml", "steps=18"]
+    monkeypatch.setattr(subprocess, "run", lambda c: SimpleNamespace(returncode=-15))
+    with pytest.raises(Preempted, match="killed by SIGTERM before it could checkpoint"):
+        _run(cmd)
+    monkeypatch.setattr(subprocess, "run", lambda c: SimpleNamespace(returncode=1))
+    with pytest.raises(RunFailed, match=r"`graft.cli train cfg.yaml …` failed with exit status 1"):
+        _run(cmd)
+    monkeypatch.setattr(subprocess, "run", lambda c: SimpleNamespace(returncode=0))
+    _run(cmd)
