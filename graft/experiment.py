@@ -64,8 +64,8 @@ from typing import Any
 import yaml
 
 from graft.config import ConfigError, EvalConfig, load_config, save_config, to_dict
-from graft.errors import UserError
 from graft.data.arithmetic import FAMILIES, family_of
+from graft.errors import UserError
 from graft.evaluation import report as rep
 from graft.evaluation.analyze import compute_analysis, read_jsonl, treatment
 from graft.evaluation.metrics import paired_interval
@@ -957,9 +957,7 @@ def _paired_lines(plan: Plan, summary: dict, suffix: str, grading: str) -> list[
 def _paired_ci(s: dict | None) -> str:
     if not s or s.get("mean") is None:
         return "–"
-    if s["ci95"][0] is None:
-        return f"{100 * s['mean']:+.1f} ({s['n']})"
-    return f"{100 * s['mean']:+.1f} [{100 * s['ci95'][0]:+.1f}, {100 * s['ci95'][1]:+.1f}] ({s['n']})"
+    return f"{_ci(s) if s['ci95'][0] is not None else format(100 * s['mean'], '+.1f')} ({s['n']})"
 
 
 def _dataset_table(summary: dict) -> list[str]:
