@@ -367,7 +367,7 @@ def run_member(plan: Plan, m: Member, log) -> None:
             shutil.rmtree(m.run_dir)    # killed before its first checkpoint: nothing to keep
         cmd = m.command(plan.config) + resume
         log(f"$ {shlex.join(cmd)}")
-        _run(cmd)
+        _run(cmd, f"{m.arm}/seed{m.seed}")
     final = latest_checkpoint(m.run_dir)
     for name in m.eval_models:
         if final is None:
@@ -377,7 +377,7 @@ def run_member(plan: Plan, m: Member, log) -> None:
             continue
         cmd = eval_command(plan, str(final / name), m.run_dir / "config.yaml", name, out)
         log(f"$ {shlex.join(cmd)}")
-        _run(cmd)
+        _run(cmd, f"{name} of {m.arm}/seed{m.seed}")
     copy_small_files(m)
     if not plan.keeps_checkpoints(m):
         shutil.rmtree(m.run_dir / "checkpoints", ignore_errors=True)
@@ -414,7 +414,7 @@ def evaluate_base(plan: Plan, log) -> None:
         if not (out / "results.json").is_file():
             cmd = eval_command(plan, "base", m.run_dir / "config.yaml", name, out)
             log(f"$ {shlex.join(cmd)}")
-            _run(cmd)
+            _run(cmd, f"{name}'s starting weights")
     copy_small_files(m)
 
 
@@ -422,9 +422,10 @@ class RunFailed(UserError):
     """A command of the plan failed; it printed its own error above. One ``error:`` line, no traceback."""
 
 
-def _run(cmd: list[str]) -> None:
-    """Run one command of the plan; it stopping on a signal (its exit status ``PREEMPTED_EXIT``, or killed by one
-    before its handler was in place) stops the plan, resumably; any other failure stops it with one line."""
+def _run(cmd: list[str], what: str) -> None:
+    """Run one command of the plan (``what``: the run or model it works on, for its error line); it stopping on a
+    signal (its exit status ``PREEMPTED_EXIT``, or killed by one before its handler was in place) stops the plan,
+    resumably; any other failure stops it with one line."""
     rc = subprocess.run(cmd).returncode
     if rc == PREEMPTED_EXIT:
         raise Preempted(f"graft {cmd[3]} stopped on a signal after checkpointing; continue with `graft experiment run` "
@@ -433,7 +434,7 @@ def _run(cmd: list[str]) -> None:
         raise Preempted(f"graft {cmd[3]} was killed by {signal.Signals(-rc).name} before it could checkpoint; continue "
                         "with `graft experiment run` on the same plan (the run resumes from its last checkpoint)")
     if rc:
-        raise RunFailed(f"`{shlex.join(cmd[2:5])} …` failed with exit status {rc} (its error is above); fix it and "
+        raise RunFailed(f"`graft {cmd[3]}` of {what} failed with exit status {rc} (its error is above); fix it and "
                         "run `graft experiment run` on the same plan again: finished runs are kept")
 
 
@@ -664,22 +665,22 @@ def _treatment(m: Member, direction: str) -> dict | None:
     return treatment(rows, read_jsonl(m.results_dir / "audit.jsonl"), direction) if rows else None
 
 
-def _exchange_steps(m: Member, direction: str) -> dict | None:
-    """Per finished run and direction: steps with a balanced target m > 0, steps with an admitted response,
-    and the median s of the responses transferred in the first and in the last third of training."""
-    rows, t = _metrics(m), _treatment(m, direction)
+def _exchange_steps(m: Member, direction: str, t: dict | None) -> dict | None:
+    """Per finished run and direction (``t``: its :func:`_treatment`): steps with a balanced target m > 0, steps
+    with an admitted response, and the median s of the responses transferred in the first and in the last third
+    of training."""
     if t is None:
         return None
-    pre, first, last = f"exchange/{direction}", t["first_third"], t["last_third"]
+    rows, pre, first, last = _metrics(m), f"exchange/{direction}", t["first_third"], t["last_third"]
     return {"steps": len(rows), "with_target": sum((r.get(f"{pre}/m") or 0) > 0 for r in rows),
             "with_admitted": sum((r.get(f"{pre}/admitted") or 0) > 0 for r in rows),
             "s_median_first_third": first and first["s_median"], "s_median_last_third": last and last["s_median"]}
 
 
-def _admitted_correct(m: Member, direction: str) -> int | None:
-    """Peer responses admitted in ``direction`` over the run that the source graded correct (from the audit log)."""
-    t = _treatment(m, direction) if (m.results_dir / "audit.jsonl").is_file() else None
-    return None if t is None else t["admitted_correct"]
+def _admitted_correct(m: Member, t: dict | None) -> int | None:
+    """Peer responses admitted over the run that the source graded correct (``t``: the direction's
+    :func:`_treatment`); None without an audit log."""
+    return t["admitted_correct"] if t is not None and (m.results_dir / "audit.jsonl").is_file() else None
 
 
 def _peer_row_share(m: Member, model: str) -> float | None:
@@ -790,8 +791,9 @@ def _add_arm(out: dict, plan: Plan, arm: str, members: list[Member], problems: d
     if any(m.exchanges for m in members) or any(_exchange_total(m, d) for m in members for d in dirs):
         out["exchanged"][arm] = {d: [_exchange_total(m, d) for m in members] for d in dirs}
         out["transferred"][arm] = {d: [_exchange_total(m, d, "transferred") for m in members] for d in dirs}
-        out["exchange_steps"][arm] = {d: [_exchange_steps(m, d) for m in members] for d in dirs}
-        out["admitted_correct"][arm] = {d: [_admitted_correct(m, d) for m in members] for d in dirs}
+        treated = {d: [(m, _treatment(m, d)) for m in members] for d in dirs}
+        out["exchange_steps"][arm] = {d: [_exchange_steps(m, d, t) for m, t in mt] for d, mt in treated.items()}
+        out["admitted_correct"][arm] = {d: [_admitted_correct(m, t) for m, t in mt] for d, mt in treated.items()}
         out["peer_row_share"][arm] = {a: [_peer_row_share(m, a) for m in members] for a in A}
 
 

@@ -113,7 +113,7 @@ def test_exchange_totals_and_steps_from_metrics_and_audit(tmp_path):
     admitted response. The audit log's s of the transferred responses: steps 1-2 (first third) 0.9, 0.7, 0.6
     -> median 0.7; step 6 (last third; step 5 transferred nothing) 0.3, 0.5 -> median 0.4; the one correct
     admitted response (step 1) is admitted_correct. A run without metrics (not finished) gives None."""
-    from graft.experiment import Member, _admitted_correct, _exchange_steps, _exchange_total
+    from graft.experiment import Member, _admitted_correct, _exchange_steps, _exchange_total, _treatment
     tr, ad, m = [8, 8, 0, 16, 0, 8], [3, 0, 0, 2, 0, 0], [1, 1, 0, 2, 0, 1]
     rows = [{"step": i + 1, "exchange/A->B/transferred": tr[i], "exchange/A->B/admitted": ad[i],
              "exchange/A->B/m": m[i]} for i in range(6)]
@@ -125,13 +125,14 @@ def test_exchange_totals_and_steps_from_metrics_and_audit(tmp_path):
     (done.results_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (done.results_dir / "audit.jsonl").write_text("".join(json.dumps(r) + "\n" for r in audit))
     assert _exchange_total(done, "A->B") == 5 and _exchange_total(done, "A->B", "transferred") == 40
-    steps = _exchange_steps(done, "A->B")
+    steps = _exchange_steps(done, "A->B", t := _treatment(done, "A->B"))
     assert steps["steps"] == 6 and steps["with_target"] == 4 and steps["with_admitted"] == 2
     assert steps["s_median_first_third"] == pytest.approx(0.7) and steps["s_median_last_third"] == pytest.approx(0.4)
-    assert _admitted_correct(done, "A->B") == 1
+    assert _admitted_correct(done, t) == 1
     pending = Member("graft_n8", 2, [], tmp_path / "run2", tmp_path / "res2", ["A", "B"])
-    assert _exchange_total(pending, "A->B") is None and _exchange_steps(pending, "A->B") is None
-    assert _admitted_correct(pending, "A->B") is None
+    t = _treatment(pending, "A->B")
+    assert _exchange_total(pending, "A->B") is None and _exchange_steps(pending, "A->B", t) is None
+    assert _admitted_correct(pending, t) is None
 
 
 def test_peer_clip_rate_pools_the_steps_with_peer_data(tmp_path):
@@ -430,9 +431,9 @@ def test_a_command_killed_or_failing_stops_the_plan_in_one_line(monkeypatch):
     cmd = ["python", "-m", "graft.cli", "train", "cfg.yaml", "steps=18"]
     monkeypatch.setattr(subprocess, "run", lambda c: SimpleNamespace(returncode=-15))
     with pytest.raises(Preempted, match="killed by SIGTERM before it could checkpoint"):
-        _run(cmd)
+        _run(cmd, "grpo_n8/seed1")
     monkeypatch.setattr(subprocess, "run", lambda c: SimpleNamespace(returncode=1))
-    with pytest.raises(RunFailed, match=r"`graft.cli train cfg.yaml …` failed with exit status 1"):
-        _run(cmd)
+    with pytest.raises(RunFailed, match=r"`graft train` of grpo_n8/seed1 failed with exit status 1"):
+        _run(cmd, "grpo_n8/seed1")
     monkeypatch.setattr(subprocess, "run", lambda c: SimpleNamespace(returncode=0))
-    _run(cmd)
+    _run(cmd, "grpo_n8/seed1")
