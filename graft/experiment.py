@@ -948,18 +948,24 @@ def _paired_lines(plan: Plan, summary: dict, suffix: str, grading: str) -> list[
         for a, ds in (diff or {}).items():
             rows.append(f"| {plan.label(c.arm)} − {plan.label(c.baseline)} | {a} | "
                         + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
-                        + f" | {_paired_ci(ci.get(a))} |")
+                        + f" | {_paired_ci(ci.get(a))} | {_detectable(ci.get(a))} |")
     if not rows:
         return []
     return ["", f"Paired difference, same seed{grading} (points): per seed, and their mean with a Student-t 95 % "
-                "interval over the pairs run so far (none from one pair).", "",
-            "| comparison | model | per seed | mean [95 % CI] (pairs) |", "|---|---|---|---:|", *rows]
+                "interval over the pairs run so far (none from one pair). *Detectable*: the smallest true difference "
+                "a paired t-test (α = 0.05, two-sided) finds with 80 % power at these pairs' number and spread.", "",
+            "| comparison | model | per seed | mean [95 % CI] (pairs) | detectable |", "|---|---|---|---:|---:|",
+            *rows]
 
 
 def _paired_ci(s: dict | None) -> str:
     if not s or s.get("mean") is None:
         return "–"
     return f"{_ci(s) if s['ci95'][0] is not None else format(100 * s['mean'], '+.1f')} ({s['n']})"
+
+
+def _detectable(s: dict | None) -> str:
+    return "–" if not s or s.get("detectable") is None else f"{100 * s['detectable']:.1f}"
 
 
 def _dataset_table(summary: dict) -> list[str]:

@@ -304,7 +304,8 @@ def _seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared: dict | None
 def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys):
     """Hand-worked, seed by seed (GRAFT − GRPO): A 0.45 − 0.30 = +15.0 points, 0.50 − 0.40 = +10.0, seed 3
     has no GRPO run: –; B 0.45 − 0.50 = −5.0, 0.60 − 0.60 = +0.0, –. Paired interval over the two pairs: A mean
-    +12.5, sd 3.536, se 2.5, t(0.975, 1) = 12.706 -> +12.5 ± 31.77 = [−19.27, +44.27]; B −2.5 ± 31.77. Stored peers of GRPO seed 1: A 0.42,
+    +12.5, sd 3.536, se 2.5, t(0.975, 1) = 12.706 -> +12.5 ± 31.77 = [−19.27, +44.27]; B −2.5 ± 31.77; detectable at 80 % power (12.706 + t(0.8, 1) = 1.3764) · 2.5 =
+    35.2 for both. Stored peers of GRPO seed 1: A 0.42,
     stored gain 0.42 − 0.30 = +12.0 beside the online gain +15.0, ratio 80 %; B 0.55, stored gain +5.0 beside
     an online gain of −5.0: no ratio."""
     from graft.cli import main
@@ -319,7 +320,9 @@ def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_d
     assert s["paired_diff_graft_minus_grpo_n8_number"] == {"A": [None] * 3, "B": [None] * 3}   # no responses kept
     ci = s["paired_ci_graft_minus_grpo_n8"]["A"]
     assert ci["n"] == 2 and ci["mean"] == pytest.approx(0.125) and ci["ci95"] == pytest.approx([-0.192655, 0.442655], abs=1e-5)
-    assert s["paired_ci_graft_minus_grpo_n8_number"]["A"] == {"mean": None, "ci95": [None, None], "sd": None, "n": 0}
+    assert ci["detectable"] == pytest.approx(0.352, abs=1e-4)
+    assert s["paired_ci_graft_minus_grpo_n8_number"]["A"] == {"mean": None, "ci95": [None, None], "sd": None,
+                                                                "detectable": None, "n": 0}
     (row_a,) = s["stored_vs_online"]["A"]
     assert list(row_a) == ["seed", "stored", "grpo_n8", "graft_n8", "stored_gain", "online_gain", "ratio"]
     assert row_a["stored_gain"] == pytest.approx(0.12) and row_a["ratio"] == pytest.approx(0.8)
@@ -327,8 +330,8 @@ def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_d
     assert set(s["clip_frac_peer"]) == {"peer_last"}
     md = (plan.results / "REPORT.md").read_text()
     assert md.startswith("# tiny: GRAFT vs GRPO on A and B\n")
-    assert "| GRAFT n=8 − GRPO n=8 | A | +15.0, +10.0, – | +12.5 [-19.3, +44.3] (2) |" in md
-    assert "| GRAFT n=8 − GRPO n=8 | B | -5.0, +0.0, – | -2.5 [-34.3, +29.3] (2) |" in md
+    assert "| GRAFT n=8 − GRPO n=8 | A | +15.0, +10.0, – | +12.5 [-19.3, +44.3] (2) | 35.2 |" in md
+    assert "| GRAFT n=8 − GRPO n=8 | B | -5.0, +0.0, – | -2.5 [-34.3, +29.3] (2) | 35.2 |" in md
     assert ("Stored vs online, A (seed 1): stored peer 42.0, GRPO n=8 30.0, GRAFT n=8 45.0: stored gain +12.0 "
             "points, online gain +15.0 points, ratio 80 % (paper: 84 %).") in md
     assert "Stored vs online, B (seed 1): stored peer 55.0, GRPO n=8 50.0, GRAFT n=8 45.0" in md

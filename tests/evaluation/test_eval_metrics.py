@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from graft.evaluation.metrics import (paired_interval, t975, complementarity, complementarity_counts, mean_std,
+from graft.evaluation.metrics import (paired_interval, t80, t975, complementarity, complementarity_counts, mean_std,
                                       pass_at_k, pass_at_k_from_rewards)
 
 
@@ -78,15 +78,26 @@ def test_complementarity_nan_without_all_fail():
 
 def test_paired_interval_hand_worked():
     """[0.02, -0.01, 0.05]: mean 0.02, sd sqrt((0 + 0.0009 + 0.0009) / 2) = 0.03, se 0.03 / sqrt(3) = 0.017321,
-    half-width t(0.975, 2) = 4.3027 times it = 0.074525."""
+    half-width t(0.975, 2) = 4.3027 times it = 0.074525; detectable at 80 % power (4.3027 + t(0.8, 2) = 1.0607)
+    times it = 0.092897."""
     s = paired_interval([0.02, None, -0.01, 0.05])   # None: a pair not run yet
     assert s["n"] == 3 and s["mean"] == pytest.approx(0.02) and s["sd"] == pytest.approx(0.03)
     assert s["ci95"] == pytest.approx([0.02 - 0.074525, 0.02 + 0.074525], abs=1e-6)
-    assert paired_interval([0.1]) == {"mean": 0.1, "ci95": [None, None], "sd": None, "n": 1}
+    assert s["detectable"] == pytest.approx(0.092897, abs=1e-6)
+    assert paired_interval([0.1]) == {"mean": 0.1, "ci95": [None, None], "sd": None, "detectable": None, "n": 1}
     assert paired_interval([None, None])["mean"] is None
 
 
-def test_t975_against_scipy():
+def test_t_quantiles_against_scipy():
     stats = pytest.importorskip("scipy.stats")
     for df in (1, 2, 4, 9, 30, 31, 60, 200):
         assert t975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=1e-4), df
+        assert t80(df) == pytest.approx(stats.t.ppf(0.8, df), abs=1e-4), df
+
+
+def test_detectable_effect_matches_the_study_plans_power_statement():
+    """STUDY.md §4: 5 pairs detect (t(0.975, 4) + t(0.8, 4)) · sd / sqrt(5) = (2.7764 + 0.9410) / 2.2361 · sd
+    = 1.6625 · sd. Any five differences with sd 1 give that factor."""
+    xs = [-1.0, -0.5, 0.0, 0.5, 1.0]
+    sd = math.sqrt(sum(x * x for x in xs) / 4)
+    assert paired_interval([x / sd for x in xs])["detectable"] == pytest.approx(1.6625, abs=1e-4)
