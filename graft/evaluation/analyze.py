@@ -631,9 +631,9 @@ def summary_text(a: dict) -> str:
     lines = [f"run {a['run_dir']}: mode {a['mode']}, models {', '.join(a['models']) or '-'}, "
              f"{a['steps']} steps logged (last {a['last_step']})"]
     lines += a.get("exchange_description") or []
-    lines.append("\nrewards (first -> last, mean of last 5 steps):")
+    lines.append(f"\nrewards (step 1 -> last step, and the mean of the last {FINAL_WINDOW} steps):")
     for m, r in a["rewards"].items():
-        lines.append(f"  {m}: {_f(r['first'])} -> {_f(r['last'])}  (final {_f(r['final'])})")
+        lines.append(f"  {m}: {_f(r['first'])} -> {_f(r['last'])}  (last {FINAL_WINDOW}: {_f(r['final'])})")
     lines += monitor_lines(a.get("reward_monitor") or {})
     if a["eval"]:
         lines.append("\nevaluation (best step by the best-checkpoint rule):")
