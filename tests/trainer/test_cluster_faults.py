@@ -262,7 +262,7 @@ def test_experiment_run_stops_after_its_current_run(tmp_path, tiny_llama_dir, ti
     assert signal.getsignal(signal.SIGTERM) is before   # the handler is gone again
     # a run of the plan that got the signal itself (exit 75) stops the plan too
     with pytest.raises(Preempted, match="graft train stopped on a signal"):
-        experiment._run([sys.executable, "-c", f"import sys; sys.exit({PREEMPTED_EXIT})", "train"])
+        experiment._run([sys.executable, "-c", f"import sys; sys.exit({PREEMPTED_EXIT})", "train"], "grpo_n8/seed1")
 
 
 def test_stop_signal_reclaims_a_handler_replaced_while_entered():
