@@ -114,9 +114,9 @@ def _snapshot(learner) -> dict:
 
 
 def _restore(learner, snap: dict) -> None:
-    """Back to ``snap`` (weights copied in place; the workers drop the updated moments before loading)."""
+    """Back to ``snap``: weights and optimizer moments copied in place."""
     learner.policy.model.load_state_dict(snap["weights"])
-    learner.optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
+    learner.optimizer.restore(snap["optimizer"])
     learner.workers.call("weights_changed", [()], "weights_changed")
 
 

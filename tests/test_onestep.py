@@ -116,6 +116,7 @@ def test_snapshot_restore_round_trip_keeps_tied_weights_shared(tiny_gemma_dir):
     from transformers import AutoModelForCausalLM
 
     from graft.onestep import _restore, _snapshot
+    from graft.trainer.workers import copy_optimizer_state
 
     model = AutoModelForCausalLM.from_pretrained(tiny_gemma_dir)
     assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
@@ -129,18 +130,90 @@ def test_snapshot_restore_round_trip_keeps_tied_weights_shared(tiny_gemma_dir):
 
     step()   # moments exist
     calls = []
-    learner = SimpleNamespace(policy=SimpleNamespace(model=model), optimizer=opt,
-                              workers=SimpleNamespace(call=lambda *a: calls.append(a)))
+    learner = SimpleNamespace(policy=SimpleNamespace(model=model), workers=SimpleNamespace(call=lambda *a: calls.append(a)),
+                              optimizer=SimpleNamespace(state_dict=opt.state_dict,
+                                                        restore=lambda st: copy_optimizer_state(opt, st)))
     snap = _snapshot(learner)
     tied = [k for k, v in snap["weights"].items() if v is snap["weights"]["model.embed_tokens.weight"]]
     assert len(tied) == 2, tied                                   # embed_tokens and lm_head: one clone
     before = {k: v.clone() for k, v in model.state_dict().items()}
     moments = {i: {k: v.clone() for k, v in st.items()} for i, st in opt.state_dict()["state"].items()}
     step()
-    assert not torch.equal(model.state_dict()["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
+    after = {k: v.clone() for k, v in model.state_dict().items()}
+    assert not torch.equal(after["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
+    live = {i: dict(st) for i, st in opt.state_dict()["state"].items()}
     _restore(learner, snap)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert all(torch.equal(v, moments[i][k]) for i, st in opt.state_dict()["state"].items() for k, v in st.items())
+    assert all(v is live[i][k] for i, st in opt.state_dict()["state"].items() for k, v in st.items())   # in place
     assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
     assert calls   # the workers are told the weights changed
-    step()         # the restored optimizer still steps
+    step()         # the same step again gives the same weights, bit for bit
+    assert all(torch.equal(v, after[k]) for k, v in model.state_dict().items())
+
+
+def test_restore_to_before_the_first_update_drops_the_moments(tiny_gemma_dir):
+    """A snapshot of a fresh AdamW (step 1 of a run: no moments yet) restored after an update leaves no
+    moments, and the next update equals the first one exactly."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM
+
+    from graft.onestep import _restore, _snapshot
+    from graft.trainer.workers import copy_optimizer_state
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_gemma_dir)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids = torch.tensor([[1, 2, 3, 4]])
+
+    def step():
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    learner = SimpleNamespace(policy=SimpleNamespace(model=model), workers=SimpleNamespace(call=lambda *a: None),
+                              optimizer=SimpleNamespace(state_dict=opt.state_dict,
+                                                        restore=lambda st: copy_optimizer_state(opt, st)))
+    snap = _snapshot(learner)
+    step()
+    first = {k: v.clone() for k, v in model.state_dict().items()}
+    _restore(learner, snap)
+    assert not opt.state_dict()["state"]
+    step()
+    assert all(torch.equal(v, first[k]) for k, v in model.state_dict().items())
+
+
+def test_restore_through_the_learners_workers_is_exact(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
+    """The path `graft onestep` takes (learner -> workers -> optimizer): after an update from a snapshot,
+    `_restore` gives back the snapshot's weights and moments, and the same update again gives the same
+    weights bit for bit."""
+    import copy
+
+    from graft.onestep import _restore, _snapshot
+    from graft.trainer import loop
+    from tests.trainer.helpers import crafted_rewards, tiny_config
+
+    crafted_rewards(monkeypatch)
+    run = loop.setup(tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=2"))
+    try:
+        for step in (1, 2):
+            prompts, _ = run.sampler.next_batch()
+            groups, _ = loop.rollout_phase(run, prompts, step)
+            loop.score_phase(run, groups)
+            if step == 1:
+                loop.update_phase(run, groups, step)     # moments exist
+        learner = run.learners["B"]
+        snap = _snapshot(learner)
+        moments = copy.deepcopy(learner.optimizer.state_dict())
+        loop.update_model(run, "B", groups["B"], 2)
+        after = {k: v.clone() for k, v in learner.policy.model.state_dict().items()}
+        assert not all(torch.equal(v, snap["weights"][k]) for k, v in after.items())
+        _restore(learner, snap)
+        assert all(torch.equal(v, snap["weights"][k]) for k, v in learner.policy.model.state_dict().items())
+        now = learner.optimizer.state_dict()["state"]
+        assert all(torch.equal(v, moments["state"][i][k]) for i, st in now.items() for k, v in st.items()
+                   if torch.is_tensor(v))
+        loop.update_model(run, "B", groups["B"], 2)
+        assert all(torch.equal(v, after[k]) for k, v in learner.policy.model.state_dict().items())
+    finally:
+        loop.close_run(run)

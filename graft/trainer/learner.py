@@ -212,3 +212,8 @@ class _Optimizer:
     def load_state_dict(self, state: dict) -> None:
         W = self._learner.workers.size
         self._learner.workers.call("load_optimizer_state", [(state,)] * W, "optimizer.load_state_dict")
+
+    def restore(self, state: dict) -> None:
+        """Back to ``state`` (an earlier :meth:`state_dict`), the moments copied in place on each worker."""
+        W = self._learner.workers.size
+        self._learner.workers.call("restore_optimizer_state", [(state,)] * W, "optimizer.restore")

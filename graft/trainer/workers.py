@@ -13,6 +13,7 @@ what the single process computes for those rows.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import os
@@ -176,6 +177,14 @@ class PolicyWorker:
             self.optimizer.state.clear()
             self.optimizer.load_state_dict(state)
 
+    def restore_optimizer_state(self, state: dict) -> None:
+        """Back to ``state``, an ``optimizer_state()`` this worker returned earlier: on one rank the moments are
+        copied into the live tensors (:func:`copy_optimizer_state`), never held a third time."""
+        if self.world > 1:
+            fsdp.load_optimizer_state(self.optimizer, state)
+        else:
+            copy_optimizer_state(self.optimizer, state)
+
     def state_dict(self) -> dict | None:
         if self.world > 1:
             return fsdp.full_state_dict(self.policy.model, self.rank)
@@ -208,6 +217,24 @@ class PolicyWorker:
         with contextlib.suppress(Exception):
             self._engine.close()
         fsdp.destroy_process_group()
+
+
+def copy_optimizer_state(opt: torch.optim.Optimizer, saved: dict) -> None:
+    """``opt`` back to ``saved`` (an earlier ``state_dict()``, deep-copied or on the host) by copying each moment
+    tensor into the live one (``opt.state_dict()`` hands out the live tensors), so the state exists twice, not
+    three times (Gemma-3's AdamW moments are 2 GB). Where the layout or the hyper-parameters differ -- ``saved``
+    taken before the first update, with no moments yet -- the live state is dropped and a copy of ``saved``
+    loaded (``load_state_dict`` would otherwise alias ``saved``'s tensors)."""
+    live = opt.state_dict()
+    if live["param_groups"] != saved["param_groups"] or live["state"].keys() != saved["state"].keys() or any(
+            live["state"][i].keys() != st.keys() or not all(torch.is_tensor(v) for v in st.values())
+            for i, st in saved["state"].items()):
+        opt.state.clear()
+        opt.load_state_dict(copy.deepcopy(saved))
+        return
+    for i, st in saved["state"].items():
+        for k, v in st.items():
+            live["state"][i][k].copy_(v)
 
 
 def _to_cpu(x: Any) -> Any:
