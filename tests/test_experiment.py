@@ -338,6 +338,24 @@ def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_d
     assert "ratio not defined (online gain ≤ 0)" in md
 
 
+def test_strict_paired_table_only_where_it_differs(tmp_path, tiny_llama_dir, tiny_gemma_dir):
+    """A plan that already grades with the strict rule gets one paired table, not the same one twice; where the
+    strict re-grade changes any seed's difference (A seed 1: +15.0 -> +5.0) both tables are printed."""
+    from graft.experiment import strict_section
+    plan = load_plan(_seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
+    _record(plan, PASS1)
+    s = summarize(plan)
+    s["arms_answer_form_number"] = {arm: {a: [0.3] for a in ("A", "B")} for arm in ("grpo_n8", "graft_n8")}
+    for key in [k for k in s if k.startswith(("paired_diff_", "paired_ci_")) and not k.endswith("_number")]:
+        s[key + "_number"] = json.loads(json.dumps(s[key]))
+    md = "\n".join(strict_section(plan, s))
+    assert "the same as with the plan's own grading" in md and "Paired difference, same seed, strict" not in md
+    s["paired_diff_graft_minus_grpo_n8_number"]["A"][0] = 0.05
+    md = "\n".join(strict_section(plan, s))
+    assert "the same as with the plan's own grading" not in md
+    assert "| GRAFT n=8 − GRPO n=8 | A | +5.0, +10.0, – |" in md
+
+
 def test_a_plan_without_comparisons_reports_none(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     """The same runs, nothing declared: the arms' pass@1 are there, no difference, no stored-vs-online gain,
     no clip-rate comparison, and the heading claims no comparison."""
