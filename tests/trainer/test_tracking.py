@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 import textwrap
 from pathlib import Path
 
@@ -157,6 +158,20 @@ def _wandb_records(path: Path):
             buf += chunk
 
 
+def _settled_wandb_records(path: Path, timeout_s: float = 60.0) -> list:
+    """The file's records once W&B's service has written them all: ``run.finish()`` can return before its
+    writer flushes the last history records (seen under load with wandb 0.31), so wait for the file to stop
+    growing with an ``exit`` record in it."""
+    deadline, size = time.monotonic() + timeout_s, -1
+    while True:
+        records = list(_wandb_records(path))
+        settled = path.stat().st_size == size and any(r.WhichOneof("record_type") == "exit" for r in records)
+        if settled or time.monotonic() > deadline:
+            return records
+        size = path.stat().st_size
+        time.sleep(0.5)
+
+
 def test_wandb_offline_without_a_key_holds_the_scalars_and_the_config(tmp_path, tiny_llama_dir, tiny_gemma_dir,
                                                                        monkeypatch, capsys):
     crafted_rewards(monkeypatch)
@@ -174,7 +189,7 @@ def test_wandb_offline_without_a_key_holds_the_scalars_and_the_config(tmp_path, 
     assert files[0].name == f"run-{run_id}.wandb"
 
     history, config = {}, None
-    for rec in _wandb_records(files[0]):
+    for rec in _settled_wandb_records(files[0]):
         kind = rec.WhichOneof("record_type")
         if kind == "history":
             # W&B stores "a/b/c" keys split into nested_key
