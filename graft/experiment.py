@@ -942,13 +942,7 @@ def _ratio(row: dict) -> str:
 def _paired_lines(plan: Plan, summary: dict, suffix: str, grading: str) -> list[str]:
     """Each declared comparison's per-seed differences and their mean with a paired Student-t 95 % interval
     over seeds (summary.json ``paired_diff_NAME`` / ``paired_ci_NAME`` + ``suffix``)."""
-    rows = []
-    for c in plan.comparisons:
-        diff, ci = summary.get(f"paired_diff_{c.name}{suffix}"), summary.get(f"paired_ci_{c.name}{suffix}") or {}
-        for a, ds in (diff or {}).items():
-            rows.append(f"| {plan.label(c.arm)} − {plan.label(c.baseline)} | {a} | "
-                        + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
-                        + f" | {_paired_ci(ci.get(a))} | {_detectable(ci.get(a))} |")
+    rows = _paired_rows(plan, summary, suffix)
     if not rows:
         return []
     return ["", f"Paired difference, same seed{grading} (points): per seed, and their mean with a Student-t 95 % "
@@ -956,6 +950,18 @@ def _paired_lines(plan: Plan, summary: dict, suffix: str, grading: str) -> list[
                 "a paired t-test (α = 0.05, two-sided) finds with 80 % power at these pairs' number and spread.", "",
             "| comparison | model | per seed | mean [95 % CI] (pairs) | detectable |", "|---|---|---|---:|---:|",
             *rows]
+
+
+def _paired_rows(plan: Plan, summary: dict, suffix: str) -> list[str]:
+    """The paired table's rows as printed, one per comparison and model (equal rows: the same table)."""
+    rows = []
+    for c in plan.comparisons:
+        diff, ci = summary.get(f"paired_diff_{c.name}{suffix}"), summary.get(f"paired_ci_{c.name}{suffix}") or {}
+        for a, ds in (diff or {}).items():
+            rows.append(f"| {plan.label(c.arm)} − {plan.label(c.baseline)} | {a} | "
+                        + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
+                        + f" | {_paired_ci(ci.get(a))} | {_detectable(ci.get(a))} |")
+    return rows
 
 
 def _paired_ci(s: dict | None) -> str:
@@ -1099,25 +1105,11 @@ def strict_section(plan: Plan, summary: dict) -> list[str]:
         if xs:
             md.append(f"| stored peer ({a} receives) | " + " | ".join(f"{_fmt(_mean(xs))} | " if b == a else " | "
                                                                      for b in A) + " |")
+    strict_rows = _paired_rows(plan, summary, "_number")
     paired = (["", "Paired differences with the strict rule: the same as with the plan's own grading (below)."]
-              if _strict_is_as_run(plan, summary) else _paired_lines(plan, summary, "_number", ", strict"))
+              if strict_rows and strict_rows == _paired_rows(plan, summary, "")
+              else _paired_lines(plan, summary, "_number", ", strict"))
     return md + paired + _monitor_table(summary) + _family_table(summary)
-
-
-def _strict_is_as_run(plan: Plan, summary: dict) -> bool:
-    """Whether every comparison's strict per-seed differences equal the plan's own (a plan that already grades
-    with the strict rule): then one paired table says it all."""
-    if not plan.comparisons:
-        return False
-
-    def same(x, y):
-        return (x is None) == (y is None) and (x is None or abs(x - y) < 1e-9)
-    for c in plan.comparisons:
-        strict, as_run = summary.get(f"paired_diff_{c.name}_number") or {}, summary.get(f"paired_diff_{c.name}") or {}
-        if strict.keys() != as_run.keys() or not all(
-                len(strict[a]) == len(as_run[a]) and all(map(same, strict[a], as_run[a])) for a in strict):
-            return False
-    return True
 
 
 def _monitor_table(summary: dict) -> list[str]:
