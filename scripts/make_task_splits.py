@@ -4,7 +4,9 @@
 
 Writes ``test.jsonl`` (the training task's families and operand range, another seed, no problem text
 shared with the ``data.arithmetic.num_prompts`` training prompts) and ``test_hard.jsonl`` (the same
-families with operands up to ``--hard-scale`` times larger, also disjoint from training). Rows are
+families with operands up to ``--hard-scale`` times larger, also disjoint from training). ``--exclude``
+names earlier splits (JSONL) whose problems must not recur either, so that a confirmation can be graded on
+prompts no earlier result was read on. Rows are
 ``{id, problem, answer, source}`` like ../shared/data, so ``graft eval --data NAME=PATH`` reads them.
 """
 from __future__ import annotations
@@ -25,24 +27,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hard", type=int, default=64, help="prompts in test_hard.jsonl")
     ap.add_argument("--hard-scale", type=int, default=3, help="operand range multiplier of the hard split")
     ap.add_argument("--seed", type=int, default=777, help="seed of the test splits (the training task's is data.arithmetic.seed)")
+    ap.add_argument("--exclude", action="append", default=[], metavar="JSONL",
+                    help="an earlier split whose problems the new ones must not repeat (besides the training "
+                         "prompts); repeat the option for several")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_intermixed_args(argv)
 
     from graft.config import load_config
     from graft.data.arithmetic import make_families
     from graft.data.datasets import load_prompts
+    from graft.errors import UserError
 
-    cfg = load_config(args.config, args.overrides)
-    ar = cfg.data.arithmetic
-    if cfg.data.train != "arithmetic" or not ar.families:
-        print("error: the config's data.train must be the procedural task with data.arithmetic.families", file=sys.stderr)
+    try:
+        cfg = load_config(args.config, args.overrides)
+        ar = cfg.data.arithmetic
+        if cfg.data.train != "arithmetic" or not ar.families:
+            raise UserError("the config's data.train must be the procedural task with data.arithmetic.families")
+        train = {p.problem for p in load_prompts("arithmetic", "error", ar)[0]}
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    train = {p.problem for p in load_prompts("arithmetic", "error", ar)[0]}
+    for path in args.exclude:
+        try:
+            train |= {json.loads(line)["problem"] for line in Path(path).read_text().splitlines() if line.strip()}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"error: --exclude {path}: not a readable JSONL split with a 'problem' per row ({e})", file=sys.stderr)
+            return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    splits = {"test": make_families(args.test, ar.families, ar.max_operand, args.seed, exclude=train),
-              "test_hard": make_families(args.hard, ar.families, ar.max_operand * args.hard_scale, args.seed + 1,
-                                         exclude=train)}
+    try:
+        splits = {"test": make_families(args.test, ar.families, ar.max_operand, args.seed, exclude=train),
+                  "test_hard": make_families(args.hard, ar.families, ar.max_operand * args.hard_scale,
+                                             args.seed + 1, exclude=train)}
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for name, prompts in splits.items():
         with open(out / f"{name}.jsonl", "w") as f:
             for p in prompts:

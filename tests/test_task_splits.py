@@ -33,3 +33,27 @@ def test_splits_are_disjoint_from_training_and_take_overrides_after_options(tmp_
     # "What is 6 + 4?"-style problems with operands up to 6: every number in an `add` problem is <= 6
     adds = [r["problem"] for r in _rows(small, "test") if r["id"].startswith("test-add-")]
     assert adds and all(int(t.strip("?.")) <= 6 for p in adds for t in p.split() if t.strip("?.").isdigit())
+
+
+def test_exclude_keeps_a_new_split_off_earlier_ones_and_refuses_a_bad_file(tmp_path, capsys):
+    cfg = REPO / "configs" / "default.yaml"
+    task = ["data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]
+    first, second, same_seed = tmp_path / "first", tmp_path / "second", tmp_path / "same"
+    sizes = ["--test", "12", "--hard", "12"]
+    assert splits.main([str(cfg), "--out", str(first), *sizes, *task]) == 0
+    assert splits.main([str(cfg), "--out", str(same_seed), *sizes, *task]) == 0
+    earlier = ["--exclude", str(first / "test.jsonl"), "--exclude", str(first / "test_hard.jsonl")]
+    assert splits.main([str(cfg), "--out", str(second), *sizes, *earlier, *task]) == 0
+    old = {r["problem"] for name in ("test", "test_hard") for r in _rows(first, name)}
+    for name in ("test", "test_hard"):
+        assert _rows(same_seed, name) == _rows(first, name)                    # same seed, no exclude: same rows
+        new = [r["problem"] for r in _rows(second, name)]
+        assert len(set(new)) == 12 and not set(new) & old                     # same seed, excluded: none repeated
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\n')
+    assert splits.main([str(cfg), "--out", str(tmp_path / "x"), "--exclude", str(bad), *task]) == 2
+    assert "--exclude" in capsys.readouterr().err
+    # operands up to 6 leave too few distinct problems of some family for 200 test prompts besides the 40
+    # training ones -> one line, no traceback
+    assert splits.main([str(cfg), "--out", str(tmp_path / "y"), "--test", "200", *task]) == 2
+    assert "too few distinct problems" in capsys.readouterr().err
