@@ -43,22 +43,22 @@ def main(argv: list[str] | None = None) -> int:
         ar = cfg.data.arithmetic
         if cfg.data.train != "arithmetic" or not ar.families:
             raise UserError("the config's data.train must be the procedural task with data.arithmetic.families")
-        train = {p.problem for p in load_prompts("arithmetic", "error", ar)[0]}
+        taken = {p.problem for p in load_prompts("arithmetic", "error", ar)[0]}
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for path in args.exclude:
         try:
-            train |= {json.loads(line)["problem"] for line in Path(path).read_text().splitlines() if line.strip()}
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            print(f"error: --exclude {path}: not a readable JSONL split with a 'problem' per row ({e})", file=sys.stderr)
+            taken |= {p.problem for p in load_prompts(path)[0]}
+        except UserError as e:
+            print(f"error: --exclude {path}: {e}", file=sys.stderr)
             return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        splits = {"test": make_families(args.test, ar.families, ar.max_operand, args.seed, exclude=train),
+        splits = {"test": make_families(args.test, ar.families, ar.max_operand, args.seed, exclude=taken),
                   "test_hard": make_families(args.hard, ar.families, ar.max_operand * args.hard_scale,
-                                             args.seed + 1, exclude=train)}
+                                             args.seed + 1, exclude=taken)}
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
