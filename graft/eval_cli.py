@@ -327,6 +327,9 @@ def _resolve(args, model: str | None) -> tuple[str, str]:
     return model, re.sub(r"[^A-Za-z0-9_.\-]", "_", model.strip("/"))
 
 
+_SKIP_HINT = "pass --on-bad-row skip to skip bad rows"
+
+
 def _datasets(args) -> dict[str, list[Prompt]]:
     """``--data`` sets, else the ``--config`` run's ``data.val`` (as ``val``, limited to ``data.val_limit``)."""
 
@@ -336,9 +339,9 @@ def _datasets(args) -> dict[str, list[Prompt]]:
             raise EvalError(f"--config {args.config} has no data.val; name the set to evaluate on with --data "
                             f"(NAME=PATH, arithmetic, or one of {', '.join(BENCHMARKS)})")
         return {"val": load_prompts(run_cfg.data.val, on_bad_row=args.on_bad_row, arithmetic=run_cfg.data.arithmetic,
-                                    limit=args.limit or run_cfg.data.val_limit)[0]}
+                                    limit=args.limit or run_cfg.data.val_limit, skip_hint=_SKIP_HINT)[0]}
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-    return {name: load_prompts(spec, on_bad_row=args.on_bad_row, limit=args.limit)[0]
+    return {name: load_prompts(spec, on_bad_row=args.on_bad_row, limit=args.limit, skip_hint=_SKIP_HINT)[0]
             for name, spec in parse_data_args(args.data, data_dir).items()}
 
 

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in args.exclude:
         try:
-            taken |= {p.problem for p in load_prompts(path)[0]}
+            taken |= {p.problem for p in load_prompts(path, skip_hint="")[0]}
         except UserError as e:
             print(f"error: --exclude {path}: {e}", file=sys.stderr)
             return 2

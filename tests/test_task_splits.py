@@ -52,7 +52,8 @@ def test_exclude_keeps_a_new_split_off_earlier_ones_and_refuses_a_bad_file(tmp_p
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1}\n')
     assert splits.main([str(cfg), "--out", str(tmp_path / "x"), "--exclude", str(bad), *task]) == 2
-    assert "--exclude" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--exclude" in err and "line 1" in err and "on_bad_row" not in err    # no switch to name here
     # operands up to 6 leave too few distinct problems of some family for 200 test prompts besides the 40
     # training ones -> one line, no traceback
     assert splits.main([str(cfg), "--out", str(tmp_path / "y"), "--test", "200", *task]) == 2

@@ -47,15 +47,16 @@ class _BadRow(Exception):
 
 # ----------------------------------------------------------------------------- loading
 
-def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None,
-                 limit: int | None = None) -> tuple[list[Prompt], dict]:
+def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None, limit: int | None = None,
+                 skip_hint: str = "set data.on_bad_row=skip to skip bad rows") -> tuple[list[Prompt], dict]:
     """Prompts of ``spec`` and load statistics.
 
     Returns ``(prompts, stats)`` with ``stats = {"source", "rows", "prompts", "skipped",
     "skipped_reasons": {reason: count}}``; ``rows`` counts the rows read (up to ``limit``
     usable ones: reading stops there). Reasons: ``invalid_json``, ``not_an_object``,
     ``missing_field``, ``bad_id``, ``bad_problem``, ``bad_answer``, ``empty_answer``,
-    ``duplicate_id``.
+    ``duplicate_id``. A bad row under ``on_bad_row="error"`` raises a :class:`DataError` naming the file and line,
+    followed by ``skip_hint`` in parentheses (the caller's own switch; empty: no hint).
     """
     if on_bad_row not in ("error", "skip"):
         raise DataError(f"on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")
@@ -91,7 +92,8 @@ def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None,
                 raise _BadRow("duplicate_id", f"duplicate id {p.id!r} (first at {seen[p.id]})")
         except _BadRow as e:
             if on_bad_row == "error":
-                raise DataError(f"{where}, {loc}: {e.detail} (set data.on_bad_row=skip to skip bad rows)") from None
+                hint = f" ({skip_hint})" if skip_hint else ""
+                raise DataError(f"{where}, {loc}: {e.detail}{hint}") from None
             stats["skipped"] += 1
             stats["skipped_reasons"][e.reason] = stats["skipped_reasons"].get(e.reason, 0) + 1
             continue

@@ -50,6 +50,12 @@ def test_bad_row_names_file_and_line(tmp_path, bad, reason):
     with pytest.raises(DataError) as e:
         load_prompts(path)
     assert "d.jsonl" in str(e.value) and "line 3" in str(e.value)
+    with pytest.raises(DataError) as bare:
+        load_prompts(path, skip_hint="")                                           # a caller without the switch
+    with pytest.raises(DataError) as own:
+        load_prompts(path, skip_hint="pass --skip")
+    assert str(e.value) == str(bare.value) + " (set data.on_bad_row=skip to skip bad rows)"
+    assert str(own.value) == str(bare.value) + " (pass --skip)"
     prompts, stats = load_prompts(path, on_bad_row="skip")
     assert [p.id for p in prompts] == ["a", "b", "7"]
     assert stats["skipped"] == 1 and stats["skipped_reasons"] == {reason: 1} and stats["rows"] == 4

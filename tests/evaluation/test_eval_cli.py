@@ -44,6 +44,10 @@ def test_eval_cli_errors_are_one_line(tmp_path, capsys):
     assert eval_main(["--model", "x", "--data", "aime24", "--data-dir", str(tmp_path)]) == 2
     assert "aime24" in capsys.readouterr().err
     assert eval_main(["--model", "x", "--data", "bad name=foo.jsonl"]) == 2
+    bad = _write_data(tmp_path / "bad.jsonl", [ROWS[0], {"id": "q9"}])
+    assert eval_main(["--model", "x", "--data", f"toy={bad}"]) == 2
+    err = capsys.readouterr().err
+    assert "line 2" in err and "--on-bad-row skip" in err and "data.on_bad_row" not in err   # eval's own switch
 
 
 @pytest.mark.slow
