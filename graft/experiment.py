@@ -1020,19 +1020,24 @@ PLOTS = (("Training reward", "rewards"), ("Complementarity (independent GRPO run
 
 
 def _last_quarter_table(summary: dict) -> list[str]:
-    """Per arm and model, the training statistics STUDY.md's selection rule reads (first seed's run shown per
-    cell; every seed is in summary.json ``last_quarter``)."""
-    cells = [(arm, a, q) for arm, per in summary.get("last_quarter", {}).items() for a, qs in per.items()
-             for q in qs[:1] if q]
+    """Per arm and model, the training statistics STUDY.md's selection rule reads: the mean over the finished seeds
+    (their count in brackets; each seed's numbers are in summary.json ``last_quarter``)."""
+    cells = [(arm, a, [q for q in qs if q]) for arm, per in summary.get("last_quarter", {}).items()
+             for a, qs in per.items()]
+    cells = [c for c in cells if c[2]]
     if not cells:
         return []
     md = ["", "## Last quarter of training", "",
-          "| arm | model | steps | mean strict reward | mean distinct_frac | rewarded echo / example copy |",
+          "| arm | model | steps | mean strict reward [seeds] | mean distinct_frac | rewarded echo / example copy |",
           "|---|---|---|---:|---:|---:|"]
-    for arm, a, q in cells:
-        share = "–" if q["echo_or_copy_share"] is None else f"{100 * q['echo_or_copy_share']:.0f} % of {q['rewarded']}"
-        md.append(f"| {arm} | {a} | {q['steps'][0]}–{q['steps'][1]} | {q['reward']:.3f} | {_num2(q['distinct_frac'])} "
-                  f"| {share} |")
+    for arm, a, qs in cells:
+        rewarded = sum(q["rewarded"] for q in qs)
+        shares = [q["echo_or_copy_share"] for q in qs]
+        share = "–" if None in shares else f"{100 * sum(x * q['rewarded'] for x, q in zip(shares, qs)) / max(rewarded, 1):.0f} % of {rewarded}"
+        distinct = [q["distinct_frac"] for q in qs]
+        md.append(f"| {arm} | {a} | {qs[0]['steps'][0]}–{qs[0]['steps'][1]} | "
+                  f"{sum(q['reward'] for q in qs) / len(qs):.3f} [{len(qs)}] | "
+                  f"{_num2(None if None in distinct else sum(distinct) / len(distinct))} | {share} |")
     return md
 
 

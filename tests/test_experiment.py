@@ -440,6 +440,17 @@ def test_last_quarter_is_what_the_selection_rule_reads():
     assert last_quarter(rows, "B") is None
 
 
+def test_last_quarter_table_averages_the_finished_seeds():
+    """Seeds with reward 0.6 and 0.4 (one unfinished): mean 0.500 over [2]; distinct (0.3 + 0.5) / 2 = 0.40;
+    flagged 0.1 * 100 + 0.4 * 50 = 30 of 150 rewarded: 20 %."""
+    from graft.experiment import _last_quarter_table
+    q = lambda r, d, e, n: {"steps": [14, 18], "reward": r, "distinct_frac": d, "echo_or_copy_share": e, "rewarded": n}
+    md = _last_quarter_table({"last_quarter": {"arm": {"A": [q(0.6, 0.3, 0.1, 100), None, q(0.4, 0.5, 0.4, 50)],
+                                                       "B": [None, None]}}})
+    assert md[-1] == "| arm | A | 14–18 | 0.500 [2] | 0.40 | 20 % of 150 |"
+    assert not any("| B |" in line for line in md)                          # no finished seed, no row
+
+
 def test_a_command_killed_or_failing_stops_the_plan_in_one_line(monkeypatch):
     """A child killed by a signal before its handler is in place (exit status -15) stops the plan resumably
     (Preempted, exit 75 from the CLI); a failing child (exit 1) stops it with one `error:` line, no traceback."""
