@@ -29,6 +29,9 @@ overrides, optionally its own seeds), the evaluation data and what the report co
     title: GRAFT vs GRPO               # REPORT.md's heading: "# NAME: TITLE on MODELS"
     comparisons:                       # NAME: ARM minus BASELINE, seed by seed (summary.json paired_diff_NAME)
       graft_minus_grpo_n8: {arm: graft_n8, baseline: grpo_n8}
+      # a pre-registered test: a verdict on MODEL's difference once PAIRS seeds are paired (summary.json
+      # decision_NAME; "confirmed" iff the Student-t 95 % interval lies above 0, no verdict before)
+      confirm_gain: {arm: graft_n8, baseline: grpo_n8, decision: {model: gemma3, pairs: 8}}
     labels: {grpo_n8: GRPO n=8, graft_n8: GRAFT n=8}   # an arm's name in the report's sentences (default: ARM)
     clip_frac_peer: {peer_last: graft_n8, peer_first: peer_first}   # NAME: ARM whose peer-token clip rate it reports
     onestep: ../../results/study/onestep/summary.json   # a `graft onestep` summary: summary.json one_step_effect
@@ -68,7 +71,7 @@ from graft.data.arithmetic import FAMILIES, family_of
 from graft.errors import UserError
 from graft.evaluation import report as rep
 from graft.evaluation.analyze import compute_analysis, read_jsonl, treatment
-from graft.evaluation.metrics import paired_interval
+from graft.evaluation.metrics import paired_interval, paired_verdict
 from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
@@ -125,6 +128,9 @@ class Comparison:
     95 % interval) and, strict re-grade, the same with ``_number``."""
     arm: str
     baseline: str
+    decision: tuple[str, int] | None = None
+    """A pre-registered verdict: (model, pairs) -- :func:`paired_verdict` on that model's differences (summary.json
+    ``decision_NAME``)."""
 
 
 @dataclass
@@ -181,7 +187,7 @@ def load_plan(path: str | Path) -> Plan:
     cfg = load_config(base, common)
     models = [m.name for m in cfg.models]
     arm_names = _arm_names(path, raw.get("arms") or {})
-    declared = _report_declarations(path, raw, arm_names)
+    declared = _report_declarations(path, raw, arm_names, models)
     stored = _stored_spec(path, raw.get("stored"), arm_names)
     members = _arm_members(path, raw.get("arms") or {}, common, seeds, runs, results, models)
     if stored:
@@ -292,7 +298,7 @@ def _sort_members(path: Path, members: list[Member], order: list[str]) -> None:
     members.sort(key=lambda m: order.index(f"{m.arm}/{m.seed}") if f"{m.arm}/{m.seed}" in order else len(order))
 
 
-def _report_declarations(path: Path, raw: dict, arms: list[str]) -> dict:
+def _report_declarations(path: Path, raw: dict, arms: list[str], models: list[str]) -> dict:
     """The plan's ``title``, ``comparisons``, ``labels``, ``clip_frac_peer`` and ``onestep``, every arm name checked."""
     title = raw.get("title")
     if title is not None and not isinstance(title, str):
@@ -304,7 +310,7 @@ def _report_declarations(path: Path, raw: dict, arms: list[str]) -> dict:
             raise ConfigError(f"{path}: labels.{arm}: expected a string, got {text!r}")
     clip = {str(k): _arm_name(path, f"clip_frac_peer.{k}", v, arms)
             for k, v in _mapping(path, "clip_frac_peer", raw.get("clip_frac_peer")).items()}
-    comparisons = [_comparison(path, str(k), v, arms)
+    comparisons = [_comparison(path, str(k), v, arms, models)
                    for k, v in _mapping(path, "comparisons", raw.get("comparisons")).items()]
     onestep = raw.get("onestep")
     if onestep is not None and not isinstance(onestep, str):
@@ -313,15 +319,30 @@ def _report_declarations(path: Path, raw: dict, arms: list[str]) -> dict:
             "onestep": None if onestep is None else (path.parent / onestep).resolve()}
 
 
-def _comparison(path: Path, name: str, spec: Any, arms: list[str]) -> Comparison:
+def _comparison(path: Path, name: str, spec: Any, arms: list[str], models: list[str]) -> Comparison:
     key = f"comparisons.{name}"
-    if not isinstance(spec, dict) or set(spec) != {"arm", "baseline"}:
-        raise ConfigError(f"{path}: {key}: expected {{arm: ARM, baseline: ARM}}, got {spec!r}")
+    if not isinstance(spec, dict) or not {"arm", "baseline"} <= set(spec) <= {"arm", "baseline", "decision"}:
+        raise ConfigError(f"{path}: {key}: expected {{arm: ARM, baseline: ARM}} (and optionally decision: "
+                          f"{{model: MODEL, pairs: N}}), got {spec!r}")
     c = Comparison(name, _arm_name(path, f"{key}.arm", spec["arm"], arms),
-                   _arm_name(path, f"{key}.baseline", spec["baseline"], arms))
+                   _arm_name(path, f"{key}.baseline", spec["baseline"], arms),
+                   _decision(path, f"{key}.decision", spec.get("decision"), models))
     if c.arm == c.baseline:
         raise ConfigError(f"{path}: {key}: compares arm {c.arm!r} with itself")
     return c
+
+
+def _decision(path: Path, key: str, spec: Any, models: list[str]) -> tuple[str, int] | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or set(spec) != {"model", "pairs"}:
+        raise ConfigError(f"{path}: {key}: expected {{model: MODEL, pairs: N}}, got {spec!r}")
+    if spec["model"] not in models:
+        raise ConfigError(f"{path}: {key}.model: the plan's runs have no model {spec['model']!r} (models: {models})")
+    if isinstance(spec["pairs"], bool) or not isinstance(spec["pairs"], int) or spec["pairs"] < 2:
+        raise ConfigError(f"{path}: {key}.pairs: expected an integer >= 2 (an interval needs two pairs), "
+                          f"got {spec['pairs']!r}")
+    return spec["model"], spec["pairs"]
 
 
 def _mapping(path: Path, key: str, spec: Any) -> dict:
@@ -740,6 +761,10 @@ def summarize(plan: Plan) -> dict:
             for suffix in ("", "_number"):
                 out[f"paired_ci_{c.name}{suffix}"] = {a: paired_interval(ds)
                                                       for a, ds in out[f"paired_diff_{c.name}{suffix}"].items()}
+        if c.decision is not None:
+            model, pairs = c.decision
+            diffs = out.get(f"paired_diff_{c.name}", {}).get(model, [])
+            out[f"decision_{c.name}"] = {"model": model, **paired_verdict(diffs, pairs)}
     return out
 
 
@@ -891,7 +916,8 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
     """REPORT.md: pass@1 per arm, the strict re-grade, the declared comparisons, per data set, the exchange,
     the plots and the commands."""
     md = _pass1_section(plan, summary) + strict_section(plan, summary) + _stored_vs_online_lines(plan, summary)
-    md += _paired_lines(plan, summary, "", "") + _dataset_table(summary) + _exchange_section(summary)
+    md += _paired_lines(plan, summary, "", "") + _decision_lines(plan, summary)
+    md += _dataset_table(summary) + _exchange_section(summary)
     md += _last_quarter_table(summary) + _one_step_section(summary) + _plot_sections(plots) + _commands(plan)
     return "\n".join(md) + "\n"
 
@@ -962,6 +988,22 @@ def _paired_rows(plan: Plan, summary: dict, suffix: str) -> list[str]:
                         + ", ".join("–" if d is None else f"{100 * d:+.1f}" for d in ds)
                         + f" | {_paired_ci(ci.get(a))} | {_detectable(ci.get(a))} |")
     return rows
+
+
+def _decision_lines(plan: Plan, summary: dict) -> list[str]:
+    """Each pre-registered decision's verdict, or how many pairs it still waits for."""
+    md = []
+    for c in plan.comparisons:
+        d = summary.get(f"decision_{c.name}")
+        if d is None:
+            continue
+        what = (f"Pre-registered decision ({c.name}): {plan.label(c.arm)} − {plan.label(c.baseline)} on {d['model']}, "
+                f"confirmed iff the Student-t 95 % interval over {d['pairs_required']} paired seeds lies above 0: ")
+        if d["verdict"] == "waits":
+            md += ["", what + f"**verdict waits** ({d['n']} of {d['pairs_required']} pairs in; a partial set is not read)."]
+        else:
+            md += ["", what + f"**{d['verdict']}**: {_paired_ci(d)} points."]
+    return md
 
 
 def _paired_ci(s: dict | None) -> str:

@@ -338,6 +338,34 @@ def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_d
     assert "ratio not defined (online gain ≤ 0)" in md
 
 
+def test_a_pre_registered_decision_waits_for_its_pairs_then_gives_a_verdict(tmp_path, tiny_llama_dir, tiny_gemma_dir):
+    """The same recorded runs (A's GRAFT − GRPO: +15.0, +10.0, – ; B's −5.0, +0.0, –). Declared with 3 pairs the
+    verdict waits (2 in); with 2 pairs A's interval [−19.3, +44.3] reaches below 0: not confirmed; with GRPO's
+    seed-2 value lowered so that A's pairs are +15.0 and +14.0, mean +14.5, sd 0.707, half-width 12.706 * 0.5 =
+    6.35 -> [+8.1, +20.9]: confirmed."""
+    from graft.experiment import report_markdown
+    def decided(pairs: int) -> tuple[dict, str]:
+        compared = {**COMPARED, "comparisons": {"confirm": {"arm": "graft_n8", "baseline": "grpo_n8",
+                                                            "decision": {"model": "A", "pairs": pairs}}}}
+        plan = load_plan(_seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared=compared))
+        s = summarize(plan)
+        return s["decision_confirm"], report_markdown(plan, s, {})
+    plan = load_plan(_seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
+    _record(plan, PASS1)
+    d, md = decided(3)
+    assert d["verdict"] == "waits" and d["n"] == 2 and d["model"] == "A"
+    assert "**verdict waits** (2 of 3 pairs in; a partial set is not read)" in md
+    d, md = decided(2)
+    assert d["verdict"] == "not confirmed" and d["ci95"][0] < 0
+    assert "**not confirmed**: +12.5 [-19.3, +44.3] (2) points" in md
+    (m,) = [m for m in plan.members if (m.arm, m.seed) == ("grpo_n8", 2)]
+    (m.results_dir / "eval" / "A" / "results.json").write_text(json.dumps({"macro": {"pass@1": {"mean": 0.36}},
+                                                                              "datasets": {"test": {"pass@1": {"mean": 0.36}}}}))
+    d, md = decided(2)
+    assert d["verdict"] == "confirmed" and d["ci95"] == pytest.approx([0.08147, 0.20853], abs=1e-4)
+    assert "**confirmed**: +14.5 [+8.1, +20.9] (2) points" in md
+
+
 def test_strict_paired_table_only_where_it_differs(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     """A plan that already grades with the strict rule gets one paired table, not the same one twice; where the
     strict re-grade changes any seed's difference (A seed 1: +15.0 -> +5.0) both tables are printed."""
@@ -377,6 +405,12 @@ def test_a_plan_without_comparisons_reports_none(tmp_path, tiny_llama_dir, tiny_
     ({"comparisons": {"g": {"arm": "graft_n8", "baseline": "grpo_n8", "label": "x"}}}, "comparisons.g"),
     ({"comparisons": {"g": {"arm": "graft_n8", "baseline": "graft_n8"}}}, "comparisons.g"),
     ({"comparisons": [{"arm": "graft_n8", "baseline": "grpo_n8"}]}, "comparisons"),
+    ({"comparisons": {"g": {"arm": "graft_n8", "baseline": "grpo_n8", "decision": {"model": "C", "pairs": 8}}}},
+     "comparisons.g.decision.model"),
+    ({"comparisons": {"g": {"arm": "graft_n8", "baseline": "grpo_n8", "decision": {"model": "A", "pairs": 1}}}},
+     "comparisons.g.decision.pairs"),
+    ({"comparisons": {"g": {"arm": "graft_n8", "baseline": "grpo_n8", "decision": {"model": "A"}}}},
+     "comparisons.g.decision"),
     ({"labels": {"grpo_n9": "GRPO"}}, "labels.grpo_n9"),
     ({"clip_frac_peer": {"peer_last": "graft_n9"}}, "clip_frac_peer.peer_last"),
     ({"stored": {"from": "grpo_n9"}}, "stored.from"),

@@ -129,6 +129,21 @@ def paired_interval(diffs: Sequence[float | None]) -> dict:
             "detectable": (t975(len(xs) - 1) + t80(len(xs) - 1)) * se, "n": len(xs)}
 
 
+def paired_verdict(diffs: Sequence[float | None], pairs: int) -> dict:
+    """The verdict of a pre-registered paired test of a gain: ``paired_interval(diffs)`` plus ``verdict`` --
+    ``waits`` until ``pairs`` pairs are in (a partial set is not read), then ``confirmed`` when the Student-t 95 %
+    interval lies above 0, ``not confirmed`` otherwise, whatever the mean -- and ``pairs_required``.
+
+    Hand-worked (pairs 3): ``[0.02, -0.01, 0.05]`` -> ci95 [-0.0545, 0.0945] (see :func:`paired_interval`): not
+    confirmed; ``[0.06, 0.07, 0.08]`` -> mean 0.07, sd 0.01, half-width 4.3027 * 0.01 / sqrt(3) = 0.0248 -> [0.0452,
+    0.0948]: confirmed; ``[0.06, None, 0.08]`` -> 2 of 3 pairs: waits.
+    """
+    assert pairs >= 2, pairs
+    s = paired_interval(diffs)
+    verdict = "waits" if s["n"] < pairs else "confirmed" if s["ci95"][0] > 0 else "not confirmed"
+    return {**s, "verdict": verdict, "pairs_required": pairs}
+
+
 def complementarity_counts(k_receiver: Sequence[int], k_source: Sequence[int]) -> tuple[int, int]:
     """(receiver all-fail prompts on which the source had >= 1 success, receiver all-fail prompts).
 

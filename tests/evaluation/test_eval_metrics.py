@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from graft.evaluation.metrics import (paired_interval, t80, t975, complementarity, complementarity_counts, mean_std,
+from graft.evaluation.metrics import (paired_interval, paired_verdict, t80, t975, complementarity, complementarity_counts, mean_std,
                                       pass_at_k, pass_at_k_from_rewards)
 
 
@@ -86,6 +86,19 @@ def test_paired_interval_hand_worked():
     assert s["detectable"] == pytest.approx(0.092897, abs=1e-6)
     assert paired_interval([0.1]) == {"mean": 0.1, "ci95": [None, None], "sd": None, "detectable": None, "n": 1}
     assert paired_interval([None, None])["mean"] is None
+
+
+def test_paired_verdict_waits_for_every_pair_then_reads_the_interval():
+    """pairs 3: [0.02, -0.01, 0.05] -> [-0.0545, +0.0945] (above): not confirmed, though the mean is +0.02;
+    [0.06, 0.07, 0.08] -> mean 0.07, sd 0.01, half-width 4.3027 * 0.01 / sqrt(3) = 0.024842 -> [0.045158,
+    0.094842]: confirmed; [0.06, None, 0.08]: 2 of 3 pairs, waits (even with a positive two-pair interval-free mean)."""
+    assert paired_verdict([0.02, -0.01, 0.05], 3)["verdict"] == "not confirmed"
+    v = paired_verdict([0.06, 0.07, 0.08], 3)
+    assert v["verdict"] == "confirmed" and v["pairs_required"] == 3 and v["n"] == 3
+    assert v["ci95"] == pytest.approx([0.045158, 0.094842], abs=1e-6)
+    assert paired_verdict([0.06, None, 0.08], 3)["verdict"] == "waits"
+    assert paired_verdict([], 8)["verdict"] == "waits"
+    assert paired_verdict([-0.06, -0.07, -0.08], 3)["verdict"] == "not confirmed"    # a loss is not a gain
 
 
 def test_t_quantiles_against_scipy():
