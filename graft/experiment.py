@@ -1075,11 +1075,11 @@ def _last_quarter_table(summary: dict) -> list[str]:
     for arm, a, qs in cells:
         rewarded = sum(q["rewarded"] for q in qs)
         shares = [q["echo_or_copy_share"] for q in qs]
-        share = "–" if None in shares else f"{100 * sum(x * q['rewarded'] for x, q in zip(shares, qs)) / max(rewarded, 1):.0f} % of {rewarded}"
+        flagged = None if None in shares else sum(x * q["rewarded"] for x, q in zip(shares, qs))
+        share = "–" if flagged is None else f"{100 * flagged / max(rewarded, 1):.0f} % of {rewarded}"
         distinct = [q["distinct_frac"] for q in qs]
-        md.append(f"| {arm} | {a} | {qs[0]['steps'][0]}–{qs[0]['steps'][1]} | "
-                  f"{sum(q['reward'] for q in qs) / len(qs):.3f} [{len(qs)}] | "
-                  f"{_num2(None if None in distinct else sum(distinct) / len(distinct))} | {share} |")
+        md.append(f"| {arm} | {a} | {qs[0]['steps'][0]}–{qs[0]['steps'][1]} | {_mean([q['reward'] for q in qs]):.3f} "
+                  f"[{len(qs)}] | {_num2(None if None in distinct else _mean(distinct))} | {share} |")
     return md
 
 
