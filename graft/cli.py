@@ -1,5 +1,5 @@
-"""The ``graft`` command: train, eval, probe, config, export, analyze, report, store, sweep, experiment, onestep,
-bench.
+"""The ``graft`` command: train, eval, probe, config, export, analyze, samples, report, store, sweep, experiment,
+onestep, bench.
 
     graft train CONFIG.yaml [key=value ...]
     graft eval --config RUN/config.yaml --model-name NAME [--model best|latest|base|PATH] [--compare base] [--data SET]
@@ -8,6 +8,7 @@ bench.
     graft config show CONFIG.yaml [key=value ...]
     graft export RUN_DIR [--step N|latest|best] [--model NAME] OUT [--dtype bfloat16]
     graft analyze RUN_DIR
+    graft samples RUN_DIR [--from train|peer|eval] [--model M] [--reward 1|0|any] [--steps 13-18] [-n 12]
     graft report RUN_DIR [RUN_DIR ...] [--out DIR]
     graft store info|export PATH ...
     graft sweep CONFIG.yaml --grid key=v1,v2 [--grid ...] [--print] [key=value ...]
@@ -100,6 +101,7 @@ COMMANDS = {
     "config": ("graft.cli", "config_main"),
     "export": ("graft.export", "export_main"),
     "analyze": ("graft.evaluation.analyze", "analyze_main"),
+    "samples": ("graft.evaluation.samples", "samples_main"),
     "report": ("graft.evaluation.report", "report_main"),
     "store": ("graft.storage.trajectory_store", "store_main"),
     "sweep": ("graft.cli", "sweep_main"),

@@ -1,0 +1,229 @@
+"""``graft samples RUN``: read what a model wrote -- a reproducible random pick of a run's responses.
+
+This project's first lesson (README Results): twice a reward rose because a policy found a shortcut
+the grader scored, and both times the figures looked like learning. The reward monitor
+(:mod:`graft.reward.shortcuts`) counts the known shortcuts; reading answers finds the next one. This
+command prints ``n`` responses drawn uniformly at random (seeded, so two readers see the same ones)
+from one of three sources:
+
+- ``train``: the run's own rollouts (its trajectory store), written by ``--model``;
+- ``peer``: rollouts another model *admitted* into ``--model``'s update (the exchange's treatment);
+- ``eval``: held-out responses of a final evaluation (``RUN/eval_final/MODEL``, ``RUN/eval/MODEL`` of
+  a recorded run, or a ``graft eval`` output folder given as RUN).
+
+``--reward 1`` (the default) keeps rewarded responses, ``0`` unrewarded ones, ``any`` both. Each
+sample is printed with its step, writer, prompt id, reference answer, reward and the monitor's flags.
+Eval files hold no question text: ``--data FILE`` (the eval JSONL, repeatable) joins it by id.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+from graft.data.datasets import load_prompts
+from graft.errors import UserError
+from graft.reward.shortcuts import answer_flags
+from graft.storage.trajectory_store import TrajectoryStore
+
+Source = Literal["train", "peer", "eval"]
+SOURCES: tuple[Source, ...] = ("train", "peer", "eval")
+REWARDS = ("1", "0", "any")
+
+
+class SamplesError(UserError):
+    """Nothing to read where asked, or a bad switch; the message says what was looked for and where."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One response as a reader sees it."""
+
+    source: str
+    """``train``, ``peer`` or ``eval``."""
+    writer: str
+    """The model that generated the response."""
+    receiver: str | None
+    """``peer``: the model that admitted it into its update; otherwise None."""
+    step: int | None
+    """Training step (None for eval)."""
+    dataset: str | None
+    """Eval set name (None for training rows)."""
+    prompt_id: str
+    problem: str | None
+    answer: str
+    response: str
+    reward: float
+
+    @property
+    def flags(self) -> list[str]:
+        """The reward monitor's flags set on this response (empty without the question's text)."""
+        if self.problem is None:
+            return []
+        return [k for k, v in answer_flags(self.response, self.problem).items() if v]
+
+
+def keep_reward(reward: float, wanted: str) -> bool:
+    """``wanted`` ``1``: rewarded (> 0.5); ``0``: not; ``any``: both."""
+    return wanted == "any" or (reward > 0.5) == (wanted == "1")
+
+
+def pick(samples: Sequence[Sample], n: int, seed: int) -> list[Sample]:
+    """``n`` of ``samples`` uniformly at random without replacement (all when fewer), in their given order."""
+    assert n >= 0, n
+    chosen = sorted(random.Random(seed).sample(range(len(samples)), min(n, len(samples))))
+    return [samples[i] for i in chosen]
+
+
+def parse_steps(text: str | None) -> tuple[int, int] | None:
+    """``"13-18"`` -> (13, 18); ``"7"`` -> (7, 7); None -> None (every step)."""
+    if text is None:
+        return None
+    lo, _, hi = text.partition("-")
+    try:
+        a, b = int(lo), int(hi or lo)
+    except ValueError:
+        raise SamplesError(f"--steps {text!r}: expected a step or a range, e.g. 7 or 13-18") from None
+    if a < 1 or b < a:
+        raise SamplesError(f"--steps {text!r}: expected 1 <= first <= last")
+    return a, b
+
+
+def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int, int] | None,
+                  reward: str) -> list[Sample]:
+    """Training rows of the run's trajectory store: ``train`` -- written by ``model`` (None: any);
+    ``peer`` -- admitted by ``model`` (None: by any model), one sample per (response, receiver)."""
+    store = TrajectoryStore(run)
+    if not store.steps():
+        raise SamplesError(f"no trajectory store under {run} (step_NNNNNN.parquet files in {run}/trajectories): "
+                           "a recorded run keeps its small files only; read it with --from eval")
+    wanted = None if steps is None else [s for s in store.steps() if steps[0] <= s <= steps[1]]
+    if wanted == []:
+        raise SamplesError(f"no stored step of {run} lies in --steps {steps[0]}-{steps[1]} "
+                           f"(stored: {store.steps()[0]}-{store.steps()[-1]})")
+    cols = ["model", "step", "prompt_id", "problem", "answer", "response", "reward", "admitted_by"]
+    t = store.read(models=[model] if source == "train" and model else None, steps=wanted, columns=cols)
+    c = {k: t[k].to_pylist() for k in cols}
+    out = []
+    for r in range(t.num_rows):
+        if not keep_reward(c["reward"][r], reward):
+            continue
+        receivers = [None] if source == "train" else [x for x in c["admitted_by"][r] if model in (None, x)]
+        for receiver in receivers:
+            out.append(Sample(source, c["model"][r], receiver, c["step"][r], None, c["prompt_id"][r],
+                              c["problem"][r], c["answer"][r], c["response"][r], float(c["reward"][r])))
+    return out
+
+
+def eval_folders(run: Path, model: str | None) -> dict[str, Path]:
+    """Model -> its eval output folder (holding ``results.json``): RUN itself (a ``graft eval`` output,
+    named ``model`` or ``eval``), else ``RUN/eval_final/M`` and ``RUN/eval/M``."""
+    if (run / "results.json").is_file():
+        return {model or run.name: run}
+    found: dict[str, Path] = {}
+    for parent in (run / "eval_final", run / "eval"):
+        for d in sorted(parent.glob("*/results.json")) if parent.is_dir() else []:
+            if model in (None, d.parent.name):
+                found.setdefault(d.parent.name, d.parent)
+    return found
+
+
+def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, str]) -> list[Sample]:
+    """Every eval response of ``model`` (None: every model) under RUN (:func:`eval_folders`); the question
+    text from ``problems`` (id -> problem) where given."""
+    folders = eval_folders(run, model)
+    if not folders:
+        who = f"model {model!r}" if model else "any model"
+        raise SamplesError(f"no evaluation of {who} under {run} (looked for {run}/results.json, "
+                           f"{run}/eval_final/MODEL/results.json and {run}/eval/MODEL/results.json)")
+    out = []
+    for name, folder in folders.items():
+        for path in sorted(folder.glob("*/repeat_*.jsonl")):
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    pid, answer, pairs = row["id"], str(row["answer"]), list(zip(row["responses"], row["rewards"]))
+                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    raise SamplesError(f"{path}:{i}: not an eval response row (id, answer, responses, rewards): "
+                                       f"{type(e).__name__}: {e}") from None
+                out.extend(Sample("eval", name, None, None, path.parent.name, pid, problems.get(pid), answer,
+                                  response, float(x)) for response, x in pairs if keep_reward(x, reward))
+    return out
+
+
+def _one_line(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[:width - 1] + "…"
+
+
+def format_sample(s: Sample, width: int = 400) -> str:
+    """Three lines: a header (where the response comes from, its reference answer, reward and flags),
+    the question and the response, each whitespace-collapsed and cut at ``width`` characters."""
+    where = f"step {s.step}" if s.step is not None else s.dataset
+    who = f"{s.writer} -> {s.receiver}" if s.receiver else s.writer
+    head = f"-- {where} · {who} · {s.prompt_id} · answer {s.answer} · reward {s.reward:g}"
+    if s.flags:
+        head += " · flags: " + ", ".join(s.flags)
+    question = _one_line(s.problem, width) if s.problem is not None else "(question text not stored; --data FILE)"
+    return f"{head}\nQ: {question}\nA: {_one_line(s.response, width)}"
+
+
+def _problems(files: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for f in files:
+        prompts, _ = load_prompts(f, on_bad_row="skip")
+        out.update({p.id: p.problem for p in prompts})
+    return out
+
+
+def collect(run: Path, source: Source, model: str | None, steps: tuple[int, int] | None, reward: str,
+            data: Sequence[str] = ()) -> list[Sample]:
+    """Every matching response of the run, in file order (:func:`pick` draws from them)."""
+    if not run.exists():
+        raise SamplesError(f"{run}: no such run folder")
+    if source == "eval":
+        if steps is not None:
+            raise SamplesError("--steps applies to training rows (--from train or peer), not to --from eval")
+        return eval_samples(run, model, reward, _problems(data))
+    return store_samples(run, source, model, steps, reward)
+
+
+def samples_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="graft samples", description="Print a seeded random pick of a run's responses "
+                                "(rewarded training rollouts by default): read what the model writes.")
+    p.add_argument("run", help="a run folder (or a `graft eval` output folder with --from eval)")
+    p.add_argument("--from", dest="source", choices=SOURCES, default="train",
+                   help="train: own rollouts; peer: rollouts admitted from another model; eval: held-out responses")
+    p.add_argument("--model", help="train/eval: the writer; peer: the receiver (default: every model)")
+    p.add_argument("--reward", choices=REWARDS, default="1", help="1: rewarded (default), 0: not rewarded, any")
+    p.add_argument("--steps", help="training steps, e.g. 13-18 (default: all)")
+    p.add_argument("-n", type=int, default=12, help="how many to print (default 12)")
+    p.add_argument("--seed", type=int, default=0, help="the draw's seed (default 0)")
+    p.add_argument("--width", type=int, default=400, help="cut each question and response at this many characters")
+    p.add_argument("--data", action="append", default=[], help="eval JSONL joined by id for the question text "
+                   "(repeatable; --from eval)")
+    p.add_argument("--json", action="store_true", help="print the picked samples as JSON lines")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if args.n < 0 or args.width < 2:
+        raise SamplesError(f"-n must be >= 0 and --width >= 2 (got -n {args.n}, --width {args.width})")
+    everything = collect(Path(args.run), args.source, args.model, parse_steps(args.steps), args.reward, args.data)
+    chosen = pick(everything, args.n, args.seed)
+    if args.json:
+        for s in chosen:
+            print(json.dumps(asdict(s) | {"flags": s.flags}))
+        return 0
+    what = {"1": "rewarded ", "0": "unrewarded ", "any": ""}[args.reward]
+    noun = {"train": "training rollouts", "peer": "admitted peer responses", "eval": "held-out responses"}[args.source]
+    print(f"{len(chosen)} of {len(everything)} {what}{noun}" + (f" {'into' if args.source == 'peer' else 'of'} {args.model}" if args.model else "")
+          + (f", steps {args.steps}" if args.steps else "") + f" (seed {args.seed})")
+    for s in chosen:
+        print(format_sample(s, args.width))
+    return 0

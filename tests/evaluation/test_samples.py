@@ -1,0 +1,125 @@
+"""``graft samples``: which responses it finds, how it draws them, and its one-line refusals."""
+import json
+
+import pytest
+
+from graft.cli import main
+from graft.evaluation.samples import (Sample, SamplesError, collect, format_sample, parse_steps, pick)
+from graft.storage.trajectory_store import TrajectoryStore
+from tests.evaluation.conftest import _group, make_run
+
+
+def _s(i, reward=1.0, problem="What is 2 + 3?", response="2 + 3 = 5. \\boxed{5}"):
+    return Sample("train", "A", None, i, None, f"p{i}", problem, "5", response, reward)
+
+
+def test_pick_is_seeded_order_keeping_and_takes_all_when_short():
+    xs = [_s(i) for i in range(50)]
+    a, b = pick(xs, 5, seed=3), pick(xs, 5, seed=3)
+    assert a == b and len(a) == 5
+    assert [s.step for s in a] == sorted(s.step for s in a)          # given order kept
+    assert pick(xs, 5, seed=4) != a                                  # another seed, another draw
+    assert pick(xs[:3], 10, seed=0) == xs[:3] and pick(xs, 0, seed=0) == []
+
+
+@pytest.mark.parametrize("text,want", [(None, None), ("7", (7, 7)), ("13-18", (13, 18))])
+def test_parse_steps(text, want):
+    assert parse_steps(text) == want
+
+
+@pytest.mark.parametrize("text", ["x", "3-1", "0", "2-y"])
+def test_parse_steps_refuses(text):
+    with pytest.raises(SamplesError, match="--steps"):
+        parse_steps(text)
+
+
+def test_train_rows_by_writer_reward_and_steps(tmp_path):
+    run = make_run(tmp_path / "run")
+    # conftest STORE (G = 2): A rewarded at step 1 on p2 [1, 0] and p4 [1, 1], at step 2 on p3 [1, 0] -> 3 + 1 = 4;
+    # B rewarded at step 1 on p1 [1, 0], at step 2 on p2 [1, 0] -> 2; 6 rewarded of 2 * (8 + 6) = 28 rows
+    assert len(collect(run, "train", "A", None, "1")) == 4
+    assert [(s.step, s.prompt_id) for s in collect(run, "train", "A", (2, 2), "1")] == [(2, "p3")]
+    assert len(collect(run, "train", None, None, "1")) == 6
+    assert len(collect(run, "train", None, None, "0")) == 22 and len(collect(run, "train", None, None, "any")) == 28
+    assert all(s.source == "train" and s.receiver is None for s in collect(run, "train", "B", None, "1"))
+
+
+def test_peer_rows_are_the_admitted_ones_per_receiver(tmp_path):
+    st = TrajectoryStore(tmp_path / "run" / "trajectories", run_id="t")
+    g = _group("A", "p1", [1, 0, 1], step=1)
+    # A's responses 0 and 2 were offered to B: 0 admitted, 2 gated out; response 1 was offered to C and admitted
+    use = {("A", "p1", 0): [("B", True, 0.9)], ("A", "p1", 2): [("B", False, 0.0)], ("A", "p1", 1): [("C", True, 1.0)]}
+    st.write_step(1, 0, [g], {"A": "tokA"}, use)
+    into_b = collect(tmp_path / "run", "peer", "B", None, "any")
+    assert [(s.writer, s.receiver, s.response, s.reward) for s in into_b] == [("A", "B", "r0", 1.0)]
+    assert [(s.receiver, s.reward) for s in collect(tmp_path / "run", "peer", None, None, "any")] == \
+        [("B", 1.0), ("C", 0.0)]
+    assert collect(tmp_path / "run", "peer", "C", None, "1") == []
+
+
+def _eval_run(root):
+    out = root / "eval_final" / "gemma3"
+    (out / "test").mkdir(parents=True)
+    (out / "results.json").write_text("{}")
+    rows = [{"id": "t-max-1", "answer": "228", "rewards": [1.0, 0.0],
+             "responses": ["\\boxed{117} or \\boxed{228}", "\\boxed{117}"]},
+            {"id": "t-add-2", "answer": "5", "rewards": [1.0, 1.0], "responses": ["2 + 3 = 5 \\boxed{5}"] * 2}]
+    (out / "test" / "repeat_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = root / "test.jsonl"
+    data.write_text(json.dumps({"id": "t-max-1", "problem": "Which number is larger: 117 or 228?", "answer": "228"})
+                    + "\n")
+    return root, data
+
+
+def test_eval_rows_join_question_text_and_carry_monitor_flags(tmp_path):
+    run, data = _eval_run(tmp_path / "run")
+    got = collect(run, "eval", None, None, "1", [str(data)])
+    assert [(s.prompt_id, s.dataset) for s in got] == [("t-max-1", "test"), ("t-add-2", "test"), ("t-add-2", "test")]
+    hedge = got[0]
+    # two boxes; the last holds 228, a number of the question -> multi_box and operand
+    assert hedge.flags == ["operand", "multi_box"]
+    assert got[1].problem is None and got[1].flags == []     # not in --data: no question, no flags
+    text = format_sample(hedge, width=20)     # cut to 19 characters + "…"
+    assert text.splitlines() == ["-- test · gemma3 · t-max-1 · answer 228 · reward 1 · flags: operand, multi_box",
+                                 "Q: Which number is lar…", "A: \\boxed{117} or \\box…"]
+    # a `graft eval` output folder given directly
+    assert len(collect(run / "eval_final" / "gemma3", "eval", None, None, "0")) == 1
+
+
+def test_cli_prints_a_header_and_the_picked_samples(tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    assert main(["samples", str(run), "--model", "A", "-n", "2", "--steps", "1-2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "2 of 4 rewarded training rollouts of A, steps 1-2 (seed 0)"
+    assert sum(line.startswith("-- step ") for line in out) == 2 and len(out) == 7
+    assert main(["samples", str(run), "-n", "1", "--json", "--reward", "0"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["reward"] == 0.0 and row["source"] == "train" and "flags" in row
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--from", "eval"], "no evaluation of any model under"),
+    (["--steps", "5-9"], "no stored step of"),
+    (["--steps", "1-x"], "--steps '1-x'"),
+    (["--from", "eval", "--steps", "1"], None),
+    (["-n", "-1"], "-n must be >= 0"),
+])
+def test_cli_refuses_in_one_line(tmp_path, capsys, args, msg):
+    run = make_run(tmp_path / "run")
+    if msg is None:
+        _eval_run(run)
+        msg = "--steps applies to training rows"
+    assert main(["samples", str(run), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and msg in err and err.count("\n") == 1
+
+
+def test_cli_refuses_a_recorded_run_without_store_and_a_torn_eval_row(tmp_path, capsys):
+    run, _ = _eval_run(tmp_path / "run")
+    assert main(["samples", str(run)]) == 2
+    assert "no trajectory store under" in capsys.readouterr().err
+    with open(run / "eval_final" / "gemma3" / "test" / "repeat_0.jsonl", "a") as f:
+        f.write('{"id": "t-x", "answer": "1"}\n')
+    assert main(["samples", str(run), "--from", "eval"]) == 2
+    err = capsys.readouterr().err
+    assert "repeat_0.jsonl:3: not an eval response row" in err and err.count("\n") == 1
