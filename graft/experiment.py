@@ -42,8 +42,9 @@ stored runs' gain over that baseline beside the compared arm's (summary.json ``s
 ``run`` goes through the plan in order, arm by arm and seed by seed: a run whose ``summary.json``
 exists is skipped, and so is one whose results are already recorded under ``results/`` (committed
 from another machine), a run with a checkpoint is resumed, the others start; each finished run's final
-checkpoint is evaluated per model (``graft eval`` with the run's own prompt format) and its small
-files are copied to ``results/ARM/seedS/``. ``--max-minutes`` stops starting new runs after that
+checkpoint is evaluated per model (``graft eval`` with the run's own prompt format), analysed
+(``graft analyze``: ``analysis.json``, ``analyze.txt``) and its small files are copied to
+``results/ARM/seedS/``. ``--max-minutes`` stops starting new runs after that
 long, so the whole plan runs as resumable pieces. Every run is the command printed before it
 starts; rerunning it alone gives the same training metrics (same seed, same samples). Several
 ``run`` processes on one plan share the work (one per core with ``threads=1``, or one per machine on a
@@ -70,7 +71,7 @@ from graft.config import ConfigError, EvalConfig, load_config, save_config, to_d
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.errors import UserError
 from graft.evaluation import report as rep
-from graft.evaluation.analyze import compute_analysis, read_jsonl, treatment
+from graft.evaluation.analyze import analyze, compute_analysis, read_jsonl, summary_text, treatment
 from graft.evaluation.metrics import paired_interval, paired_verdict
 from graft.policy.prompts import WORKED_EQUATIONS
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
@@ -79,7 +80,7 @@ from graft.storage.checkpoint import checkpoint_step, latest_checkpoint
 from graft.storage.lock import FolderLock, LockError, holder
 from graft.trainer.stop import PREEMPTED_EXIT, Preempted, StopSignal
 
-SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json")
+SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json", "analysis.json", "analyze.txt")
 
 PLAN_KEYS = ("name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval", "order",
              "keep_checkpoints", "base", "title", "comparisons", "labels", "clip_frac_peer", "onestep")
@@ -399,6 +400,7 @@ def run_member(plan: Plan, m: Member, log) -> None:
         cmd = eval_command(plan, str(final / name), m.run_dir / "config.yaml", name, out)
         log(f"$ {shlex.join(cmd)}")
         _run(cmd, f"{name} of {m.arm}/seed{m.seed}")
+    write_analysis(m)
     copy_small_files(m)
     if not plan.keeps_checkpoints(m):
         shutil.rmtree(m.run_dir / "checkpoints", ignore_errors=True)
@@ -459,6 +461,14 @@ def _run(cmd: list[str], what: str) -> None:
                         "run `graft experiment run` on the same plan again: finished runs are kept")
 
 
+def write_analysis(m: Member) -> None:
+    """``graft analyze``'s record of a trained run, once: ``analysis.json`` and the printed summary
+    ``analyze.txt`` (treatment, reward monitor, s, clip rates), read from its store before the store is
+    left behind."""
+    if not ((m.run_dir / "analysis.json").is_file() and (m.run_dir / "analyze.txt").is_file()):
+        (m.run_dir / "analyze.txt").write_text(summary_text(analyze(m.run_dir)) + "\n")
+
+
 def copy_small_files(m: Member) -> None:
     """The run's config, metrics, audit log, summary and evaluation results (never checkpoints or stores)."""
     m.results_dir.mkdir(parents=True, exist_ok=True)
@@ -516,6 +526,7 @@ def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: lis
             raise Preempted(f"{stop.requested}: stopped after the current run; continue with `graft experiment run` "
                             "on the same plan")
         if _done(m):
+            write_analysis(m)
             copy_small_files(m)
             continue
         if _recorded(m):

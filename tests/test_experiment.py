@@ -75,6 +75,10 @@ def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_di
         assert (plan.results / "base" / "eval" / name / "results.json").is_file()
     for m in plan.members:
         assert (m.results_dir / "metrics.jsonl").is_file() and (m.results_dir / "config.yaml").is_file()
+        # graft analyze's record, read from the store the results folder does not keep
+        a = json.loads((m.results_dir / "analysis.json").read_text())
+        assert a["run_dir"] == str(m.run_dir) and a["rewards"] and set(a["rewards"]) <= {"A", "B"}
+        assert (m.results_dir / "analyze.txt").read_text().startswith(f"run {m.run_dir}: mode ")
         for name in m.models:
             assert (m.results_dir / "eval" / name / "results.json").is_file()
         assert not list(m.results_dir.rglob("*.safetensors")) and not (m.results_dir / "trajectories").exists()
