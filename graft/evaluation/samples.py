@@ -26,6 +26,7 @@ from typing import Literal, Sequence
 
 from graft.data.datasets import load_prompts
 from graft.errors import UserError
+from graft.evaluation.evaluate import PromptRecord
 from graft.reward.shortcuts import answer_flags
 from graft.storage.trajectory_store import TrajectoryStore
 
@@ -97,13 +98,13 @@ def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int
     """Training rows of the run's trajectory store: ``train`` -- written by ``model`` (None: any);
     ``peer`` -- admitted by ``model`` (None: by any model), one sample per (response, receiver)."""
     store = TrajectoryStore(run)
-    if not store.steps():
+    if not (stored := store.steps()):
         raise SamplesError(f"no trajectory store under {run} (step_NNNNNN.parquet files in {run}/trajectories): "
                            "a recorded run keeps its small files only; read it with --from eval")
-    wanted = None if steps is None else [s for s in store.steps() if steps[0] <= s <= steps[1]]
+    wanted = None if steps is None else [s for s in stored if steps[0] <= s <= steps[1]]
     if wanted == []:
         raise SamplesError(f"no stored step of {run} lies in --steps {steps[0]}-{steps[1]} "
-                           f"(stored: {store.steps()[0]}-{store.steps()[-1]})")
+                           f"(stored: {stored[0]}-{stored[-1]})")
     cols = ["model", "step", "prompt_id", "problem", "answer", "response", "reward", "admitted_by"]
     t = store.read(models=[model] if source == "train" and model else None, steps=wanted, columns=cols)
     c = {k: t[k].to_pylist() for k in cols}
@@ -146,13 +147,12 @@ def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, 
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
-                    pid, answer, pairs = row["id"], str(row["answer"]), list(zip(row["responses"], row["rewards"]))
-                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    rec = PromptRecord.from_dict(json.loads(line))
+                except (ValueError, KeyError, TypeError) as e:
                     raise SamplesError(f"{path}:{i}: not an eval response row (id, answer, responses, rewards): "
                                        f"{type(e).__name__}: {e}") from None
-                out.extend(Sample("eval", name, None, None, path.parent.name, pid, problems.get(pid), answer,
-                                  response, float(x)) for response, x in pairs if keep_reward(x, reward))
+                out.extend(Sample("eval", name, None, None, path.parent.name, rec.id, problems.get(rec.id), rec.answer,
+                                  response, x) for response, x in zip(rec.responses, rec.rewards) if keep_reward(x, reward))
     return out
 
 

@@ -61,9 +61,10 @@ def _eval_run(root):
     out = root / "eval_final" / "gemma3"
     (out / "test").mkdir(parents=True)
     (out / "results.json").write_text("{}")
+    kept = {"statuses": ["ok"] * 2, "finished": [True] * 2, "num_tokens": [9] * 2}   # graft eval's other fields
     rows = [{"id": "t-max-1", "answer": "228", "rewards": [1.0, 0.0],
-             "responses": ["\\boxed{117} or \\boxed{228}", "\\boxed{117}"]},
-            {"id": "t-add-2", "answer": "5", "rewards": [1.0, 1.0], "responses": ["2 + 3 = 5 \\boxed{5}"] * 2}]
+             "responses": ["\\boxed{117} or \\boxed{228}", "\\boxed{117}"], **kept},
+            {"id": "t-add-2", "answer": "5", "rewards": [1.0, 1.0], "responses": ["2 + 3 = 5 \\boxed{5}"] * 2, **kept}]
     (out / "test" / "repeat_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     data = root / "test.jsonl"
     data.write_text(json.dumps({"id": "t-max-1", "problem": "Which number is larger: 117 or 228?", "answer": "228"})
