@@ -22,6 +22,7 @@ import inspect
 import json
 import math
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from typing import Any, Literal, Sequence
 import yaml
 
 from graft.errors import UserError
-from graft.registry import ENGINES, FAMILIES, RULES, STYLES
+from graft.registry import DOMAINS, ENGINES, FAMILIES, RULES, STYLES
 
 
 class ConfigError(UserError, ValueError):
@@ -87,8 +88,9 @@ class ModelConfig:
     fewshot: int | None = None
     """Number of worked examples shown before the problem: as plain text in the ``fewshot`` template,
     as earlier user/assistant turns in the ``chat`` template. ``None``: 2 for ``fewshot``, 0 otherwise."""
-    instruction: str = "Put your final answer within \\boxed{}."
-    """Sentence appended to every problem asking for the final answer in ``\\boxed{}``."""
+    instruction: str | None = None
+    """Sentence appended to every problem; ``None``: the domain's (``reward.domain``; math: "Put your final answer
+    within \\boxed{}."); an empty text drops the line."""
     stop: list[str] | None = None
     """Stop strings that end a response (text before them is kept). ``None``: ``["\nProblem:"]`` for the
     ``plain``/``fewshot`` templates (a base model otherwise writes the next problem), none for ``chat``."""
@@ -122,6 +124,13 @@ class ModelConfig:
         _check(self.fewshot is None or self.fewshot >= 0, "fewshot", f"must be >= 0, got {self.fewshot} (model {self.name})")
         _check(self.template != "plain" or not self.fewshot, "fewshot",
                f"model {self.name}: fewshot examples need template fewshot or chat, not plain")
+
+    domain_name = "math"
+    """The task domain whose instruction and worked examples the templates use: ``reward.domain``, bound by
+    :class:`Config` (not a key of its own: a model config built alone gets ``math``)."""
+
+    def bind_domain(self, name: str) -> None:
+        self.domain_name = name
 
     def num_shots(self) -> int:
         if self.fewshot is not None:
@@ -170,8 +179,10 @@ class ArithmeticConfig:
 @dataclass
 class DataConfig:
     train: str = "arithmetic"
-    """Training prompts: ``arithmetic`` (the procedural task), a ``.jsonl``/``.parquet`` path of
-    ``{id, problem, answer}`` rows, or ``hub:NAME[:split]`` for a Hugging Face dataset."""
+    """Training prompts: ``arithmetic`` (the procedural task), ``code_task`` (the procedural code task), a
+    ``.jsonl``/``.parquet``/``.csv``/``.tsv``/``.json`` file, a folder saved by ``datasets`` (``folder[:split]``), or
+    ``hub:NAME[:split]`` for a Hugging Face dataset; rows ``{id, problem, answer}`` (or ``tests`` for code), other
+    column names mapped by ``fields``."""
     val: str | None = None
     """Validation set for in-training evaluation (same forms as ``train``); ``None`` disables it."""
     val_limit: int | None = None
@@ -182,9 +193,14 @@ class DataConfig:
     """Settings of the procedural arithmetic task."""
     shuffle: bool = True
     """Reshuffle the prompts every epoch (seeded by ``seed`` and the epoch number)."""
+    fields: dict[str, str] = field(default_factory=dict)
+    """graft's column names -> your file's (``{problem: question, answer: solution, tests: test_list}``); graft's
+    names are id, problem, answer, tests, entry_point. Every other column is kept and reaches the reward."""
 
     def __post_init__(self) -> None:
-        _check(bool(str(self.train).strip()), "train", "is required (arithmetic, a .jsonl/.parquet file or hub:NAME)")
+        _check(bool(str(self.train).strip()), "train", "is required (arithmetic, a data file or folder, or hub:NAME)")
+        bad = [k for k in self.fields if k not in ("id", "problem", "answer", "tests", "entry_point")]
+        _check(not bad, "fields", f"{bad[:1]} is not a graft field name; map id, problem, answer, tests, entry_point")
         _check(self.val_limit is None or self.val_limit > 0, "val_limit", f"must be positive, got {self.val_limit}")
 
 
@@ -215,19 +231,58 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
+    domain: str = "math"
+    """The task domain (graft/domains/): how a data row becomes a prompt, how a response is graded and what the
+    reward monitor flags. ``math``: the last ``\\boxed{}`` is equivalent to the reference by ``math_verify``
+    (MATH-style answers: fractions, radicals, intervals); ``number``: the box must also hold a number written out,
+    so restating an arithmetic question in the box (``\\boxed{27*18}``) scores 0; ``code``: the response's last
+    fenced Python block passes the row's ``tests`` in a sandbox. Also a registered name (``graft.registry.DOMAINS``)
+    or ``"module:ATTR"`` / ``"path/to/file.py:ATTR"`` naming a ``graft.domains.Domain`` of your own. (Replaces
+    ``answer_form``: ``any`` is ``math``, ``number`` is ``number``.)"""
+    function: list[str] = field(default_factory=list)
+    """Your own reward functions instead of the domain's grading, TRL-style: ``"package.module:callable"`` or
+    ``"path/to/file.py:callable"``, called as ``f(prompts=[...], completions=[...], **columns)`` with the batch's
+    problems, responses and every other column of their rows as lists (``id``, ``answer``, ``tests``, and the
+    file's own extra columns); returns one float (or ``None``: not gradable) per completion. Several are summed
+    with ``weights``. Runs in a worker process under ``function_timeout_s``."""
+    weights: list[float] | None = None
+    """Weight of each of ``function`` (``None``: 1 each); the reward is the weighted sum of the functions that
+    returned a value."""
+    function_timeout_s: float = 120.0
+    """Wall-clock limit of one call of a reward function on a batch."""
+    on_error: Literal["stop", "zero"] = "stop"
+    """A reward function that raises, hangs, returns the wrong number of values or a non-finite value: ``stop``
+    the run with one line naming the function (exit 2, the last checkpoint kept), or score that batch ``zero``
+    (counted as ``error``/``timeout`` statuses and said on stderr)."""
+    partial_credit: bool = False
+    """``code``: reward = the share of tests passed instead of 1 only when every test passes."""
+    test_timeout_s: float = 3.0
+    """``code``: wall-clock limit of one test of a program (the whole program gets ``timeout_s``)."""
+    sandbox_memory_mb: int = 512
+    """``code``: address-space limit of the sandboxed program."""
     timeout_s: float = 5.0
-    """Hard wall-clock limit per verification; a timeout scores 0 and is counted."""
+    """Hard wall-clock limit per verification (for ``code``: per program, all its tests); a timeout scores 0 and
+    is counted."""
     workers: int = 2
     """Grader worker processes (0 grades in-process, without the hard timeout)."""
     max_timeout_frac: float = 0.5
     """Stop the run with an error when more than this fraction of a step's verifications time out
     (a hanging grader), instead of training on a batch of zeros."""
-    answer_form: Literal["any", "number"] = "any"
-    """``any``: the last box scores 1 when ``math_verify`` finds it equivalent to the reference (MATH-style
-    answers: fractions, radicals, intervals); ``number``: the box must also hold a number written out, so
-    restating an arithmetic question in the box (``\\boxed{27*18}``) scores 0 (graft/reward/verifier.py)."""
 
     def __post_init__(self) -> None:
+        _check(self.domain in DOMAINS or ":" in self.domain, "domain",
+               f"unknown domain {self.domain!r}; valid: {DOMAINS.choices()} (or 'module:ATTR' / 'file.py:ATTR')")
+        if isinstance(self.function, str):
+            self.function = [self.function]
+        for i, f in enumerate(self.function):
+            _check(":" in f and bool(f.rpartition(":")[2]), f"function.{i}",
+                   f"{f!r} must look like 'package.module:callable' or 'path/to/file.py:callable'")
+        _check(self.weights is None or len(self.weights) == len(self.function), "weights",
+               f"gives {len(self.weights or [])} weights for {len(self.function)} reward function(s)")
+        _check(self.weights is None or all(math.isfinite(w) for w in self.weights), "weights", "must be finite")
+        _check(self.function_timeout_s > 0, "function_timeout_s", f"must be > 0, got {self.function_timeout_s}")
+        _check(self.test_timeout_s > 0, "test_timeout_s", f"must be > 0, got {self.test_timeout_s}")
+        _check(self.sandbox_memory_mb >= 64, "sandbox_memory_mb", f"must be >= 64, got {self.sandbox_memory_mb}")
         _check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
         _check(self.workers >= 0, "workers", f"must be >= 0 (0 grades in-process), got {self.workers}")
         _check(0 < self.max_timeout_frac <= 1, "max_timeout_frac", f"must be in (0, 1], got {self.max_timeout_frac}")
@@ -534,6 +589,8 @@ class Config:
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.models]
+        for m in self.models:
+            m.bind_domain(self.reward.domain)
         _check(len(set(names)) == len(names), "models", f"model names must be unique, got {names}")
         if self.peer.source == "store":
             _check(len(self.models) == 1, "models", f"peer.source=store trains one receiver: give exactly one model, got {len(self.models)}")
@@ -974,6 +1031,8 @@ def _parse_value(text: str, key: str = "") -> Any:
         raise ConfigError(f"{key or 'override'}: {text!r} is not a valid value: {str(e).splitlines()[0]}") from None
     if hint is str and not isinstance(value, str):
         return text
+    if hint == str | None and value is not None and not isinstance(value, (str, list)):
+        return text   # an optional text (models.0.instruction=Say: x) keeps what YAML would read as a mapping
     return value
 
 
@@ -1027,22 +1086,69 @@ def read_yaml_tree(path: str | Path, _seen: tuple = ()) -> dict:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{p}: top level must be a mapping")
+    for notice in upgrade_tree(tree):
+        print(f"{notice} ({p})", file=sys.stderr)
     include = tree.pop("include", None)
     if include:
         tree = _merge(read_yaml_tree(p.parent / include, (*_seen, p.resolve())), tree)
     return tree
 
 
+LEGACY_KEYS: dict[str, tuple[str, dict[Any, Any]]] = {
+    "reward.answer_form": ("reward.domain", {"any": "math", "number": "number"}),
+}
+"""Keys of earlier versions that still load: ``old key -> (new key, old value -> new value)``."""
+
+MATH_INSTRUCTION = "Put your final answer within \\boxed{}."
+"""The instruction every model had before ``reward.domain``: in a config of that time it means ``null``."""
+
+
+def upgrade_tree(tree: dict) -> list[str]:
+    """Translate the keys of earlier versions (:data:`LEGACY_KEYS`) in a config tree, in place; returns one notice
+    per key translated. A tree of that time (it had ``reward.answer_form``) also had the math instruction written
+    out, which now means ``null`` (the domain's)."""
+    notices = []
+    for old, (new, values) in LEGACY_KEYS.items():
+        *path, leaf = old.split(".")
+        node = tree
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        if value not in values:
+            raise ConfigError(f"{old}: {value!r} is not one of {', '.join(map(str, values))} (now {new})")
+        node.setdefault(new.rsplit(".", 1)[1], values[value])
+        notices.append(f"notice: {old}={value} is now {new}={values[value]}")
+        for m in tree.get("models") or []:
+            if isinstance(m, dict) and m.get("instruction") == MATH_INSTRUCTION:
+                m["instruction"] = None
+    return notices
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config and apply ``key=value`` overrides (values parsed as YAML)."""
+    """Read a YAML config and apply ``key=value`` overrides (values parsed as YAML); keys of earlier versions are
+    translated where they are written (each file, each override, so the later still wins) with a one-line notice
+    on stderr (:func:`upgrade_tree`)."""
     tree: dict = read_yaml_tree(path) if path is not None else {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
         key, value = item.split("=", 1)
         key = key.strip()
+        if key in LEGACY_KEYS:
+            upgraded: dict = {}
+            apply_override(upgraded, key, _parse_value(value, key))
+            print(upgrade_tree(upgraded)[0], file=sys.stderr)
+            key, value = LEGACY_KEYS[key][0], yaml.safe_dump(_lookup(upgraded, LEGACY_KEYS[key][0]))
         apply_override(tree, key, _parse_value(value, key))
     return _build(Config, tree, "")
+
+
+def _lookup(tree: dict, key: str) -> Any:
+    for part in key.split("."):
+        tree = tree[part]
+    return tree
 
 
 def save_config(cfg: Config, path: str | Path, comments: Sequence[str] = ()) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import re
 import sys
@@ -17,16 +18,15 @@ from typing import Any, Sequence
 import torch
 from transformers import AutoConfig
 
-from graft.config import ConfigError, EvalConfig, ModelConfig, load_config
+from graft.config import ConfigError, EvalConfig, ModelConfig, RewardConfig, load_config
 from graft.data.datasets import load_prompts
+from graft.domains.grading import make_grader, reference_of
 from graft.evaluation.evaluate import DEFAULT_MAX_NEW_TOKENS, EvalError, check_name, evaluate, pct, select_checkpoint
 from graft.policy.codec import TextCodec
 from graft.policy.context import check_context, max_positions
 from graft.policy.engines import EngineUnavailable, Sampler, VllmEngine, make_engine
 from graft.policy.policy import Policy
-from graft.registry import ENGINES
-from graft.reward.grader import Grader
-from graft.reward.worker import VERIFY_FNS
+from graft.registry import DOMAINS, ENGINES
 from graft.storage.checkpoint import (
     CheckpointError,
     checkpoint_step,
@@ -276,9 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     ap.add_argument("--verify-timeout", type=float, default=5.0, help="seconds per grading")
     ap.add_argument("--verify-workers", type=int, default=2)
+    ap.add_argument("--domain", choices=list(DOMAINS), default=None,
+                    help="how responses are graded (reward.domain): math (math_verify equivalence), number (the box "
+                         "must hold a number written out), code (unit tests in a sandbox); default: the run's with "
+                         "--config, else math")
     ap.add_argument("--answer-form", choices=["any", "number"], default=None,
-                    help="any: math_verify equivalence; number: the box must hold a number written out "
-                         "(default: the run's reward.answer_form with --config, else any)")
+                    help="earlier name of --domain: any is math, number is number")
     ap.add_argument("--on-bad-row", choices=["error", "skip"], default="error")
     ap.add_argument("--no-progress", action="store_true")
     return ap
@@ -293,7 +296,8 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         print(f"graft eval: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # data / store / config errors carry their own message
-        if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError", "LockError"):
+        if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError", "LockError",
+                                  "DomainError", "RewardFunctionError"):
             print(f"graft eval: {e}", file=sys.stderr)
             return 2
         raise
@@ -303,7 +307,8 @@ def _eval_main(args) -> int:
     if args.config is None and (args.model is None or args.compare is not None or args.data is None):
         raise EvalError("--model and --data are required without --config (--compare needs --config too); "
                         "with --config RUN/config.yaml they default to the run's best checkpoint and data.val")
-    datasets = _datasets(args)
+    reward = _eval_reward(args)
+    datasets = _datasets(args, reward)
     runs = ([_resolve(args, args.compare)] if args.compare is not None else []) + [_resolve(args, args.model)]
     if len(runs) == 2 and runs[0][1] == runs[1][1]:
         raise EvalError(f"--compare {args.compare}: that is the model already evaluated ({runs[0][1]})")
@@ -311,7 +316,7 @@ def _eval_main(args) -> int:
     for model, label in runs:
         out = Path(args.out) / label if args.out and len(runs) > 1 else \
             Path(args.out) if args.out else Path("runs/eval") / label
-        res, cfg = _evaluate_one(args, model, datasets, out)
+        res, cfg = _evaluate_one(args, model, datasets, out, reward)
         print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
         print(summary_table(res, cfg))
         results[label] = res
@@ -330,26 +335,40 @@ def _resolve(args, model: str | None) -> tuple[str, str]:
 _SKIP_HINT = "pass --on-bad-row skip to skip bad rows"
 
 
-def _datasets(args) -> dict[str, list[Prompt]]:
-    """``--data`` sets, else the ``--config`` run's ``data.val`` (as ``val``, limited to ``data.val_limit``)."""
+def _eval_reward(args) -> RewardConfig:
+    """How responses are graded: the ``--config`` run's ``reward`` (its domain or its own reward functions), else
+    ``math``; ``--domain`` (or the earlier ``--answer-form``) replaces the domain, ``--verify-*`` the limits."""
+    run_cfg = _run_config(args.config) if args.config else None
+    reward = dataclasses.replace(run_cfg.reward) if run_cfg is not None else RewardConfig()
+    domain = args.domain or {"any": "math", "number": "number", None: None}[args.answer_form]
+    return dataclasses.replace(reward, domain=domain or reward.domain, timeout_s=args.verify_timeout,
+                               workers=args.verify_workers)
 
+
+def _datasets(args, reward: RewardConfig) -> dict[str, list[Prompt]]:
+    """``--data`` sets, else the ``--config`` run's ``data.val`` (as ``val``, limited to ``data.val_limit``), read as
+    the run reads them (its ``data.fields``, its domain's references)."""
+    run_cfg = _run_config(args.config) if args.config else None
+    fields = run_cfg.data.fields if run_cfg is not None else {}
+    read = functools.partial(load_prompts, on_bad_row=args.on_bad_row, skip_hint=_SKIP_HINT, fields=fields,
+                             reference=reference_of(reward))
     if args.data is None:
-        run_cfg = _run_config(args.config)
         if run_cfg.data.val is None:
             raise EvalError(f"--config {args.config} has no data.val; name the set to evaluate on with --data "
                             f"(NAME=PATH, arithmetic, or one of {', '.join(BENCHMARKS)})")
-        return {"val": load_prompts(run_cfg.data.val, on_bad_row=args.on_bad_row, arithmetic=run_cfg.data.arithmetic,
-                                    limit=args.limit or run_cfg.data.val_limit, skip_hint=_SKIP_HINT)[0]}
+        return {"val": read(run_cfg.data.val, arithmetic=run_cfg.data.arithmetic,
+                            limit=args.limit or run_cfg.data.val_limit)[0]}
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-    return {name: load_prompts(spec, on_bad_row=args.on_bad_row, limit=args.limit, skip_hint=_SKIP_HINT)[0]
-            for name, spec in parse_data_args(args.data, data_dir).items()}
+    return {name: read(spec, limit=args.limit)[0] for name, spec in parse_data_args(args.data, data_dir).items()}
 
 
-def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path) -> tuple[dict, Any]:
+def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path,
+                  reward: RewardConfig) -> tuple[dict, Any]:
     """Evaluate one model (``--model`` form) on ``datasets`` into ``out``; ``(results, its ModelConfig)``."""
 
     cfg, weights_from, run_cfg = _model_cfg_for(model, args.template, args.config, args.model_name,
                                                 args.fewshot, args.stop, args.instruction)
+    cfg.bind_domain(reward.domain)
     if args.dtype:
         cfg.dtype = args.dtype
     run_max = (run_cfg.eval.max_new_tokens or run_cfg.rollout.max_new_tokens) if run_cfg is not None else None
@@ -358,17 +377,16 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     with FolderLock(out, "--out folder"):   # one evaluation per output folder, taken before the model loads
-        return _evaluate_into(args, model, out, datasets, cfg, weights_from, run_cfg, max_new, device)
+        return _evaluate_into(args, model, out, datasets, cfg, weights_from, reward, max_new, device)
 
 
-def _evaluate_into(args, model: str, out: Path, datasets: dict, cfg, weights_from, run_cfg, max_new: int,
+def _evaluate_into(args, model: str, out: Path, datasets: dict, cfg, weights_from, reward: RewardConfig, max_new: int,
                    device: str) -> tuple[dict, Any]:
 
     sampler, positions = engine_sampler(args.backend, cfg, weights_from, device)
     check_context(cfg.name if args.config else model, sampler.codec, positions,
                   [p.problem for ps in datasets.values() for p in ps], max_new, "--max-new-tokens")
-    answer_form = args.answer_form or (run_cfg.reward.answer_form if run_cfg is not None else "any")
-    with Grader(timeout_s=args.verify_timeout, workers=args.verify_workers, verify_fn=VERIFY_FNS[answer_form]) as grader:
+    with make_grader(reward) as grader:
         res = evaluate(sampler, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
                        max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
                        backend=args.backend, progress=not args.no_progress, model_label=model)

@@ -73,7 +73,7 @@ from graft.errors import UserError
 from graft.evaluation import report as rep
 from graft.evaluation.analyze import analyze, compute_analysis, read_jsonl, summary_text, treatment
 from graft.evaluation.metrics import paired_interval, paired_verdict
-from graft.policy.prompts import WORKED_EQUATIONS
+from graft.domains.math import WORKED_EQUATIONS
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
 from graft.storage.checkpoint import checkpoint_step, latest_checkpoint
@@ -87,6 +87,10 @@ PLAN_KEYS = ("name", "config", "runs", "results", "overrides", "seeds", "arms", 
 
 STORED_PREFIX = "stored_"
 """Arm name prefix of the stored-peer runs (``stored_MODEL``): the plan's own arms may not use it."""
+
+
+ANSWER_FORMS = {"math": "any"}
+"""``reward.domain`` -> the summary's ``answer_form`` (its name before domains; ``number`` kept as is)."""
 
 
 @dataclass
@@ -147,7 +151,8 @@ class Plan:
     """Keep every run's checkpoints (True), none once evaluated (False), or those of the named arms and
     ``ARM/SEED`` runs."""
     answer_form: str = "any"
-    """The runs' ``reward.answer_form`` (stored-peer runs share it), or ``mixed`` when arms differ."""
+    """The runs' ``reward.domain`` under its earlier name (``math`` is ``any``; stored-peer runs share it), or
+    ``mixed`` when arms differ."""
     common: list[str] = field(default_factory=list)
     """The plan's overrides common to every run."""
     base: bool = False
@@ -198,7 +203,7 @@ def load_plan(path: str | Path) -> Plan:
     for m in members:
         if m.store is None:
             run_cfg = load_config(base, m.overrides + [f"seed={m.seed}"])
-            forms.add(run_cfg.reward.answer_form)
+            forms.add(ANSWER_FORMS.get(run_cfg.reward.domain, run_cfg.reward.domain))
             m.exchanges = run_cfg.exchange.mode == "graft"
     ev = dict(raw.get("eval") or {})
     ev["data"] = {k: str((path.parent / v).resolve()) for k, v in (ev.get("data") or {}).items()}

@@ -159,7 +159,8 @@ def _card_prompt_format(mcfg: ModelConfig, example_prompt: str | None) -> list[s
     lines = ["", "## Prompt format", "",
              "Use the prompt the model trained with (`graft eval --config RUN/config.yaml --model-name "
              f"{mcfg.name}` does):", "",
-             f"- template `{mcfg.template}`, {mcfg.num_shots()} worked example(s), instruction {json.dumps(mcfg.instruction)}",
+             f"- task domain `{mcfg.domain_name}`, template `{mcfg.template}`, {mcfg.num_shots()} worked example(s) "
+             f"of that domain, instruction {json.dumps(prompts.instruction_of(mcfg))}",
              f"- stop strings: {', '.join(json.dumps(s) for s in stops) if stops else 'none (the model ends with EOS)'}"]
     if example_prompt is not None:
         lines += ["", "Example (problem `What is 2 + 3?`):", "", "```text", example_prompt, "```"]

@@ -42,12 +42,11 @@ import torch
 from graft.algos.gating import gate_metrics
 from graft.config import ConfigError, load_config
 from graft.data.arithmetic import family_of
-from graft.data.datasets import PromptSampler, load_prompts
+from graft.data.datasets import PromptSampler
+from graft.domains.grading import load_data, make_grader
 from graft.exchange.handover import Scoring, hand_over
 from graft.exchange.live import complementarity, counts, exchange_live, select
 from graft.policy.context import check_learner_context
-from graft.reward.grader import Grader
-from graft.reward.worker import VERIFY_FNS
 from graft.seeds import step_seed
 from graft.storage.checkpoint import CheckpointError, load_checkpoint
 from graft.trainer.learner import Learner
@@ -97,13 +96,13 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
     weights = _checkpoint_dirs(checkpoint, [m.name for m in cfg.models])
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    train, _ = load_prompts(cfg.data.train, cfg.data.on_bad_row, cfg.data.arithmetic)
+    train, _ = load_data(cfg.data.train, cfg)
     batch, _ = PromptSampler(train, min(prompts, len(train)), seed, True).next_batch()
     results: dict = {"config": config, "overrides": list(overrides), "checkpoint": checkpoint, "prompts": len(batch),
                      "n": cfg.rollout.n, "max_new_tokens": cfg.rollout.max_new_tokens, "models": {},
                      "complementarity": {}}
     groups, learners = {}, {}
-    with Grader(cfg.reward.timeout_s, cfg.reward.workers, verify_fn=VERIFY_FNS[cfg.reward.answer_form]) as grader:
+    with make_grader(cfg.reward) as grader:
         for m in cfg.models:
             t0 = time.perf_counter()
             learner = Learner.local(m, weights_from=weights.get(m.name))

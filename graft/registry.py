@@ -84,6 +84,14 @@ EXCHANGES = Registry("exchange kind", {
 })
 """Exchange kind (:func:`graft.exchange.kinds.exchange_kind`) -> :class:`graft.exchange.kinds.Exchange` subclass."""
 
+DOMAINS = Registry("domain", {
+    "math": "graft.domains.math:MATH",
+    "number": "graft.domains.math:NUMBER",
+    "code": "graft.domains.code:CODE",
+})
+"""``reward.domain`` -> :class:`graft.domains.Domain`: rows, prompt instruction and worked examples, grading and
+reward monitor of one kind of task (graft/domains/)."""
+
 _FAMILY_NAMES = ("add", "sub", "mul", "words", "latex", "chain", "story_add", "story_sub", "story_mul", "spelled",
                  "big_add", "div", "mod", "square", "next", "double", "max")
 FAMILIES = Registry("problem family", {f: f"graft.data.arithmetic:_fam_{f}" for f in _FAMILY_NAMES})

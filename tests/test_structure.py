@@ -15,6 +15,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graft.types", "graft.seeds", "graft.registry", "graft.files"),
     ("graft.config",),
     ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),
+    ("graft.domains",),
     ("graft.policy",),
     ("graft.storage",),
     ("graft.exchange",),

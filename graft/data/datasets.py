@@ -2,20 +2,26 @@
 
 Sources (``DataConfig.train`` / ``val``):
 
-* ``path.jsonl`` — one JSON object per line with ``id``, ``problem``, ``answer`` (other keys
-  ignored). Blank lines are ignored and not counted.
-* ``path.parquet`` — the same three columns.
-* ``hub:NAME[:split]`` — a Hugging Face dataset (needs the ``datasets`` package; split
-  defaults to ``train``). Hub datasets rarely have an ``id`` column: ``unique_id`` is used
-  when present, else ``NAME:split:ROW`` (0-based row).
+* ``path.jsonl`` — one JSON object per line. Blank lines are ignored and not counted.
+* ``path.parquet`` — one row per prompt.
+* ``path.csv`` / ``path.tsv`` / ``path.json`` (a JSON array or JSON lines), or a folder written by
+  ``datasets.Dataset.save_to_disk`` (``path/to/folder``; a ``DatasetDict`` folder takes ``path/to/folder:split``,
+  default ``train``) — read with the Hugging Face ``datasets`` library.
+* ``hub:NAME[:split]`` — a Hugging Face dataset (split defaults to ``train``). Hub datasets rarely have an ``id``
+  column: ``unique_id`` is used when present, else ``NAME:split:ROW`` (0-based row).
 * ``arithmetic`` — the procedural task (:mod:`graft.data.arithmetic`) from an
   :class:`~graft.config.ArithmeticConfig` (its optional ``style`` field picks the phrasing).
 
+Columns: graft's names are ``id``, ``problem``, ``answer``, ``tests``, ``entry_point``; ``fields``
+(``data.fields``) maps them onto a file's own columns (``{"problem": "question"}``). Every other column is kept:
+the domain's ``reference`` (:class:`graft.domains.Domain`) reads what it grades against from the row (math: the
+answer; code: the tests; a user's reward functions: every column).
+
 Row rules: ``id`` is a non-empty string (integers are converted); ``problem`` a non-empty
-string; ``answer`` a non-empty string, or an int/float converted to text (``27.0`` ->
-``"27"``, ``0.5`` -> ``"0.5"``); ``None``, booleans, lists and dicts are rejected. Ids must be
-unique. A bad row raises :class:`DataError` naming the file and 1-based line (row for
-Parquet/hub), or with ``on_bad_row="skip"`` is skipped and counted by reason. No usable
+string; the reference as the domain requires (by default ``answer``: a non-empty string, or an int/float
+converted to text, ``27.0`` -> ``"27"``, ``0.5`` -> ``"0.5"``; ``None``, booleans, lists and dicts are rejected).
+Ids must be unique. A bad row raises :class:`DataError` naming the file, the 1-based line (row for
+Parquet/CSV/datasets) and the column, or with ``on_bad_row="skip"`` is skipped and counted by reason. No usable
 row at all is a :class:`DataError` too, raised before any model is loaded.
 """
 from __future__ import annotations
@@ -24,7 +30,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -39,24 +45,33 @@ class DataError(UserError, ValueError):
     """Unusable training or evaluation data; the message names the file and line."""
 
 
-class _BadRow(Exception):
+class RowError(ValueError):
+    """A row that cannot be used; ``reason`` is the short key counted under ``on_bad_row="skip"``."""
+
     def __init__(self, reason: str, detail: str):
         super().__init__(detail)
         self.reason, self.detail = reason, detail
 
 
+GRAFT_FIELDS = ("id", "problem", "answer", "tests", "entry_point")
+"""The column names graft reads (``data.fields`` maps them onto a file's own)."""
+
+
 # ----------------------------------------------------------------------------- loading
 
 def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None, limit: int | None = None,
-                 skip_hint: str = "set data.on_bad_row=skip to skip bad rows") -> tuple[list[Prompt], dict]:
+                 skip_hint: str = "set data.on_bad_row=skip to skip bad rows", fields: Mapping[str, str] | None = None,
+                 reference: Callable[[Mapping[str, Any]], str] | None = None) -> tuple[list[Prompt], dict]:
     """Prompts of ``spec`` and load statistics.
 
     Returns ``(prompts, stats)`` with ``stats = {"source", "rows", "prompts", "skipped",
     "skipped_reasons": {reason: count}}``; ``rows`` counts the rows read (up to ``limit``
     usable ones: reading stops there). Reasons: ``invalid_json``, ``not_an_object``,
     ``missing_field``, ``bad_id``, ``bad_problem``, ``bad_answer``, ``empty_answer``,
-    ``duplicate_id``. A bad row under ``on_bad_row="error"`` raises a :class:`DataError` naming the file and line,
-    followed by ``skip_hint`` in parentheses (the caller's own switch; empty: no hint).
+    ``duplicate_id`` (and the reference's own). A bad row under ``on_bad_row="error"`` raises a :class:`DataError`
+    naming the file and line, followed by ``skip_hint`` in parentheses (the caller's own switch; empty: no hint).
+    ``fields``: graft name -> the file's column (:data:`GRAFT_FIELDS`); ``reference``: ``row -> text`` the grader
+    compares against (raises :class:`RowError`; default: :func:`answer_text` of the row's ``answer``).
     """
     if on_bad_row not in ("error", "skip"):
         raise DataError(f"on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")
@@ -64,33 +79,30 @@ def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None, l
         raise DataError(f"limit must be positive, got {limit}")
     spec = str(spec).strip()
     stats: dict = {"source": spec, "rows": 0, "prompts": 0, "skipped": 0, "skipped_reasons": {}}
+    fields = dict(fields or {})
+    bad = [k for k in fields if k not in GRAFT_FIELDS]
+    if bad:
+        raise DataError(f"data.fields: {bad[0]!r} is not a graft field; map {', '.join(GRAFT_FIELDS)}")
     if spec == "arithmetic":
-        prompts = _arithmetic(arithmetic)[:limit]
-        stats.update(rows=len(prompts), prompts=len(prompts))
-        return prompts, stats
-    if spec.startswith("hub:"):
+        where: str = "arithmetic"
+        rows: Iterable[tuple[str, Any]] = ((p.id, vars(p)) for p in _arithmetic(arithmetic))
+        fields = {}
+    elif spec.startswith("hub:"):
         where, rows = _hub_rows(spec)
     else:
-        path = Path(spec).expanduser()
-        suffix = path.suffix.lower()
-        if suffix not in (".jsonl", ".parquet"):
-            raise DataError(f"data source {spec!r}: expected a .jsonl or .parquet file, 'hub:NAME[:split]' or 'arithmetic'")
-        if not path.is_file():
-            raise DataError(f"data file not found: {path}")
-        where = str(path)
-        rows = _jsonl_rows(path) if suffix == ".jsonl" else _parquet_rows(path)
+        where, rows = _file_rows(spec)
 
     prompts: list[Prompt] = []
     seen: dict[str, str] = {}
     for loc, row in rows:
         stats["rows"] += 1
         try:
-            if isinstance(row, _BadRow):
+            if isinstance(row, RowError):
                 raise row
-            p = _to_prompt(row)
+            p = _to_prompt(row, fields, reference)
             if p.id in seen:
-                raise _BadRow("duplicate_id", f"duplicate id {p.id!r} (first at {seen[p.id]})")
-        except _BadRow as e:
+                raise RowError("duplicate_id", f"duplicate id {p.id!r} (first at {seen[p.id]})")
+        except RowError as e:
             if on_bad_row == "error":
                 hint = f" ({skip_hint})" if skip_hint else ""
                 raise DataError(f"{where}, {loc}: {e.detail}{hint}") from None
@@ -118,20 +130,79 @@ def _arithmetic(cfg: ArithmeticConfig | None) -> list[Prompt]:
         raise DataError(f"data.arithmetic: {e}") from None
 
 
+DATASETS_SUFFIXES = {".csv": "csv", ".tsv": "csv", ".json": "json"}
+"""File types read through the Hugging Face ``datasets`` library (its builder name)."""
+
+
+def _file_rows(spec: str) -> tuple[str, Iterable[tuple[str, Any]]]:
+    """``(where, rows)`` of a local file or ``datasets`` folder (see the module doc)."""
+    path = Path(spec).expanduser()
+    folder, _, split = spec.rpartition(":") if ":" in spec and not path.exists() else (spec, "", "")
+    if Path(folder).expanduser().is_dir():
+        return str(Path(folder).expanduser()), _saved_dataset_rows(Path(folder).expanduser(), split or None)
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".parquet", *DATASETS_SUFFIXES):
+        raise DataError(f"data source {spec!r}: expected a .jsonl, .parquet, .csv, .tsv or .json file, a folder saved "
+                        "by datasets, 'hub:NAME[:split]' or 'arithmetic'")
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}")
+    if suffix == ".jsonl":
+        return str(path), _jsonl_rows(path)
+    if suffix == ".parquet":
+        return str(path), _parquet_rows(path)
+    return str(path), _library_rows(path, suffix)
+
+
+def _datasets_module(what: str) -> Any:
+    try:
+        import datasets  # deferred: slow to import, needed only for these sources
+    except ImportError:
+        raise DataError(f"{what} needs the Hugging Face 'datasets' package: pip install datasets") from None
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    return datasets
+
+
+def _library_rows(path: Path, suffix: str) -> Iterator[tuple[str, Any]]:
+    datasets = _datasets_module(str(path))
+    kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
+    try:
+        ds = datasets.load_dataset(DATASETS_SUFFIXES[suffix], data_files=str(path), split="train", **kwargs)
+    except Exception as e:  # noqa: BLE001 - the library raises many types for an unreadable file
+        raise DataError(f"{path}: not a readable {suffix[1:]} file: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    return ((f"row {i + 1}", rec) for i, rec in enumerate(ds))
+
+
+def _saved_dataset_rows(folder: Path, split: str | None) -> Iterator[tuple[str, Any]]:
+    datasets = _datasets_module(str(folder))
+    try:
+        ds = datasets.load_from_disk(str(folder))
+    except Exception as e:  # noqa: BLE001
+        raise DataError(f"{folder}: not a folder saved by datasets (save_to_disk): {type(e).__name__}: {e}") from None
+    if isinstance(ds, datasets.DatasetDict):
+        split = split or "train"
+        if split not in ds:
+            raise DataError(f"{folder}: no split {split!r}; it has {', '.join(ds)} (name one as {folder}:SPLIT)")
+        ds = ds[split]
+    elif split:
+        raise DataError(f"{folder}: a single dataset without splits; drop ':{split}'")
+    return ((f"row {i + 1}", rec) for i, rec in enumerate(ds))
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                yield f"line {lineno}", _BadRow("invalid_json", f"not UTF-8 ({e.reason} at byte {e.start})")
+                yield f"line {lineno}", RowError("invalid_json", f"not UTF-8 ({e.reason} at byte {e.start})")
                 continue
             if not line.strip():
                 continue
             try:
                 yield f"line {lineno}", json.loads(line)
             except json.JSONDecodeError as e:
-                yield f"line {lineno}", _BadRow("invalid_json", f"invalid JSON ({e.msg} at column {e.colno})")
+                yield f"line {lineno}", RowError("invalid_json", f"invalid JSON ({e.msg} at column {e.colno})")
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
@@ -152,10 +223,7 @@ def _hub_rows(spec: str) -> tuple[str, Iterable[tuple[str, Any]]]:
     split = split or "train"
     if not name:
         raise DataError(f"data source {spec!r}: expected hub:NAME[:split]")
-    try:
-        import datasets  # deferred: optional (hub:NAME data only), and slow to import
-    except ImportError:
-        raise DataError(f"data source {spec!r} needs the Hugging Face 'datasets' package: pip install datasets") from None
+    datasets = _datasets_module(f"data source {spec!r}")
     try:
         ds = datasets.load_dataset(name, split=split)
     except Exception as e:  # noqa: BLE001 - network, missing dataset or split
@@ -170,34 +238,56 @@ def _hub_rows(spec: str) -> tuple[str, Iterable[tuple[str, Any]]]:
     return f"hub:{name}:{split}", rows()
 
 
-def _to_prompt(row: Any) -> Prompt:
+def _to_prompt(row: Any, fields: Mapping[str, str], reference: Callable[[Mapping[str, Any]], str] | None) -> Prompt:
+    """One row as a :class:`Prompt`: its columns renamed by ``fields`` to graft's names, the rest kept."""
     if not isinstance(row, dict):
-        raise _BadRow("not_an_object", f"expected a JSON object with id, problem, answer; got {type(row).__name__}")
-    missing = [k for k in ("id", "problem", "answer") if k not in row]
+        raise RowError("not_an_object", f"expected a JSON object with id, problem, answer; got {type(row).__name__}")
+    named = {g: fields.get(g, g) for g in GRAFT_FIELDS}
+    missing = [named[k] for k in ("id", "problem") if named[k] not in row]
     if missing:
-        raise _BadRow("missing_field", f"missing field(s) {missing}")
-    pid, problem, answer = row["id"], row["problem"], row["answer"]
+        raise RowError("missing_field", f"missing {_columns(missing, fields)}")
+    taken = {c for g, c in named.items() if c in row}
+    mapped = {k: v for k, v in row.items() if k not in taken} | {g: row[c] for g, c in named.items() if c in row}
+    pid, problem = mapped["id"], mapped["problem"]
     if isinstance(pid, bool) or not isinstance(pid, (str, int)) or not str(pid).strip():
-        raise _BadRow("bad_id", f"id must be a non-empty string, got {pid!r}")
+        raise RowError("bad_id", f"{_columns([named['id']], fields, 'column')} must be a non-empty string, got {pid!r}")
     if not isinstance(problem, str) or not problem.strip():
-        raise _BadRow("bad_problem", f"problem must be a non-empty string, got {_short(problem)}")
-    return Prompt(id=str(pid).strip(), problem=problem, answer=_answer_text(answer))
+        raise RowError("bad_problem", f"{_columns([named['problem']], fields, 'column')} must be a non-empty string, "
+                                      f"got {short(problem)}")
+    if reference is None:
+        if "answer" not in mapped:
+            raise RowError("missing_field", f"missing {_columns([named['answer']], fields)}")
+        answer = answer_text(mapped["answer"])
+    else:
+        answer = reference(mapped)
+    return Prompt(id=str(pid).strip(), problem=problem, answer=answer)
 
 
-def _answer_text(answer: Any) -> str:
+def _columns(names: list[str], fields: Mapping[str, str], word: str = "field") -> str:
+    """``field(s) ['id']`` as the row has always said it; with ``data.fields`` the file's column and the mapping
+    (``column 'question' (data.fields.problem)``)."""
+    if not fields:
+        return f"{word}(s) {names}" if word == "field" else names[0]
+    inverse = {c: g for g, c in fields.items()}
+    return ", ".join(f"column {n!r}" + (f" (data.fields.{inverse[n]})" if n in inverse else "") for n in names)
+
+
+def answer_text(answer: Any) -> str:
+    """A row's ``answer`` as text (see the module doc); raises :class:`RowError`."""
     if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-        raise _BadRow("bad_answer", f"answer must be text (or a number), got {type(answer).__name__} {_short(answer)}")
+        raise RowError("bad_answer", f"answer must be text (or a number), got {type(answer).__name__} {short(answer)}")
     if isinstance(answer, float):
         if not math.isfinite(answer):
-            raise _BadRow("bad_answer", f"answer must be a finite number, got {answer!r}")
+            raise RowError("bad_answer", f"answer must be a finite number, got {answer!r}")
         answer = str(int(answer)) if answer.is_integer() else repr(answer)
     text = str(answer).strip()
     if not text:
-        raise _BadRow("empty_answer", "answer is empty")
+        raise RowError("empty_answer", "answer is empty")
     return text
 
 
-def _short(x: Any) -> str:
+def short(x: Any) -> str:
+    """``repr(x)`` cut to 60 characters (for messages)."""
     s = repr(x)
     return s if len(s) <= 60 else s[:57] + "..."
 

@@ -24,10 +24,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
+import yaml
+
+from graft.config import upgrade_tree
 from graft.data.datasets import load_prompts
+from graft.domains import Domain, load_domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import PromptRecord
-from graft.reward.shortcuts import answer_flags
 from graft.storage.trajectory_store import TrajectoryStore
 
 Source = Literal["train", "peer", "eval"]
@@ -59,12 +62,21 @@ class Sample:
     response: str
     reward: float
 
-    @property
-    def flags(self) -> list[str]:
-        """The reward monitor's flags set on this response (empty without the question's text)."""
+    def flags(self, domain: Domain) -> list[str]:
+        """The domain's reward-monitor flags set on this response (empty without the question's text)."""
         if self.problem is None:
             return []
-        return [k for k, v in answer_flags(self.response, self.problem).items() if v]
+        return [k for k, v in domain.response_flags(self.response, self.problem, self.answer).items() if v]
+
+
+def run_domain(run: Path) -> Domain:
+    """The task domain of a run folder (its ``config.yaml``'s ``reward.domain``; ``math`` without one)."""
+    try:
+        tree = yaml.safe_load((run / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        tree = {}
+    upgrade_tree(tree)
+    return load_domain(str((tree.get("reward") or {}).get("domain", "math")))
 
 
 def keep_reward(reward: float, wanted: str) -> bool:
@@ -161,14 +173,14 @@ def _one_line(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[:width - 1] + "…"
 
 
-def format_sample(s: Sample, width: int = 400) -> str:
+def format_sample(s: Sample, domain: Domain, width: int = 400) -> str:
     """Three lines: a header (where the response comes from, its reference answer, reward and flags),
     the question and the response, each whitespace-collapsed and cut at ``width`` characters."""
     where = f"step {s.step}" if s.step is not None else s.dataset
     who = f"{s.writer} -> {s.receiver}" if s.receiver else s.writer
     head = f"-- {where} · {who} · {s.prompt_id} · answer {s.answer} · reward {s.reward:g}"
-    if s.flags:
-        head += " · flags: " + ", ".join(s.flags)
+    if flags := s.flags(domain):
+        head += " · flags: " + ", ".join(flags)
     question = _one_line(s.problem, width) if s.problem is not None else "(question text not stored; --data FILE)"
     return f"{head}\nQ: {question}\nA: {_one_line(s.response, width)}"
 
@@ -216,14 +228,15 @@ def samples_main(argv: list[str]) -> int:
         raise SamplesError(f"-n must be >= 0 and --width >= 2 (got -n {args.n}, --width {args.width})")
     everything = collect(Path(args.run), args.source, args.model, parse_steps(args.steps), args.reward, args.data)
     chosen = pick(everything, args.n, args.seed)
+    domain = run_domain(Path(args.run))
     if args.json:
         for s in chosen:
-            print(json.dumps(asdict(s) | {"flags": s.flags}))
+            print(json.dumps(asdict(s) | {"flags": s.flags(domain)}))
         return 0
     what = {"1": "rewarded ", "0": "unrewarded ", "any": ""}[args.reward]
     noun = {"train": "training rollouts", "peer": "admitted peer responses", "eval": "held-out responses"}[args.source]
     print(f"{len(chosen)} of {len(everything)} {what}{noun}" + (f" {'into' if args.source == 'peer' else 'of'} {args.model}" if args.model else "")
           + (f", steps {args.steps}" if args.steps else "") + f" (seed {args.seed})")
     for s in chosen:
-        print(format_sample(s, args.width))
+        print(format_sample(s, domain, args.width))
     return 0

@@ -5,12 +5,12 @@
   worked examples as earlier user/assistant turns (none by default). Needs a tokenizer with a
   chat template (instruct models); base models use ``plain`` / ``fewshot``.
 - ``plain``: ``"Problem: {problem}\\n{instruction}\\nSolution:"``.
-- ``fewshot``: ``cfg.fewshot`` worked examples in the plain format (each ending with a
-  ``\\boxed{}`` answer, separated by a blank line), then the plain prompt. The examples are
-  fixed generic arithmetic/algebra problems (:data:`FEWSHOT_EXAMPLES`), so a run's prompts
-  never depend on its training data.
+- ``fewshot``: ``cfg.fewshot`` worked examples in the plain format (separated by a blank line), then the
+  plain prompt. The examples and the default instruction are the task domain's (``reward.domain``,
+  :class:`graft.domains.Domain`: for math, fixed generic arithmetic/algebra problems answered in
+  ``\\boxed{}``), so a run's prompts never depend on its training data.
 
-An empty ``cfg.instruction`` drops the instruction line.
+An empty ``cfg.instruction`` drops the instruction line; ``None`` takes the domain's.
 
 Peer responses are framed the way the receiver's own samples are (:func:`frame_response`):
 whitespace at the two ends of a response belongs to the template, not to its content.
@@ -25,36 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from graft.config import ConfigError, ModelConfig
-from graft.reward.shortcuts import worked_equations
-
-FEWSHOT_EXAMPLES: tuple[tuple[str, str], ...] = (
-    ("What is 57 - 38?",
-     "57 - 38 = 19. The final answer is \\boxed{19}."),
-    ("What is 41 * 3?",
-     "41 * 3 = 123. The final answer is \\boxed{123}."),
-    ("What is 45 - 18 + 9?",
-     "From left to right: 45 - 18 = 27, then 27 + 9 = 36. The final answer is \\boxed{36}."),
-    ("What is 12 + 7 * 3?",
-     "Multiplication comes first: 7 * 3 = 21. Then 12 + 21 = 33. The final answer is \\boxed{33}."),
-    ("A box holds 6 rows of 8 eggs. If 5 eggs are broken, how many eggs are not broken?",
-     "The box holds 6 * 8 = 48 eggs. Without the broken ones, 48 - 5 = 43 remain. The final answer is \\boxed{43}."),
-    ("Solve for x: 3x - 4 = 11.",
-     "Add 4 to both sides: 3x = 15. Divide by 3: x = 5. The final answer is \\boxed{5}."),
-    ("What is 15% of 80?",
-     "15% of 80 is 0.15 * 80 = 12. The final answer is \\boxed{12}."),
-    ("Compute 1/4 + 1/3.",
-     "With the common denominator 12: 3/12 + 4/12 = 7/12. The final answer is \\boxed{\\frac{7}{12}}."),
-    ("What is (9 - 4) * (2 + 6)?",
-     "The brackets give 9 - 4 = 5 and 2 + 6 = 8, so the product is 5 * 8 = 40. The final answer is \\boxed{40}."),
-    ("The sum of two consecutive integers is 27. What is the larger one?",
-     "Call them n and n + 1. Then 2n + 1 = 27, so n = 13 and the larger is 14. The final answer is \\boxed{14}."),
-)
-"""(problem, worked solution) pairs of the ``fewshot`` template, used in this order."""
-
-WORKED_EQUATIONS = worked_equations([a for _, a in FEWSHOT_EXAMPLES])
-"""The equations of the worked examples (``57 - 38 = 19``): a response repeating one copied an example
-(the reward monitor's ``example_copy``)."""
-
+from graft.domains import Domain, load_domain
 
 def _question(problem: str, instruction: str) -> str:
     problem = problem.strip()
@@ -65,23 +36,29 @@ def plain_prompt(problem: str, instruction: str) -> str:
     return f"Problem: {_question(problem, instruction)}\nSolution:"
 
 
-def _shots(k: int) -> tuple[tuple[str, str], ...]:
-    if not 0 <= k <= len(FEWSHOT_EXAMPLES):
-        raise ConfigError(f"fewshot must be in [0, {len(FEWSHOT_EXAMPLES)}], got {k}")
-    return FEWSHOT_EXAMPLES[:k]
+def _shots(k: int, domain: Domain) -> tuple[tuple[str, str], ...]:
+    if not 0 <= k <= len(domain.fewshot):
+        raise ConfigError(f"fewshot must be in [0, {len(domain.fewshot)}] (the worked examples of domain "
+                          f"{domain.name}), got {k}")
+    return domain.fewshot[:k]
 
 
-def fewshot_prompt(problem: str, instruction: str, k: int) -> str:
-    shots = [f"{plain_prompt(q, instruction)} {a}" for q, a in _shots(k)]
+def instruction_of(cfg: ModelConfig) -> str:
+    """The instruction line of ``cfg``'s prompts: its own, else its domain's."""
+    return cfg.instruction if cfg.instruction is not None else load_domain(cfg.domain_name).instruction
+
+
+def fewshot_prompt(problem: str, instruction: str, k: int, domain: str = "math") -> str:
+    shots = [f"{plain_prompt(q, instruction)} {a}" for q, a in _shots(k, load_domain(domain))]
     return "\n\n".join(shots + [plain_prompt(problem, instruction)])
 
 
-def chat_prompt(tokenizer: Any, problem: str, instruction: str, k: int = 0) -> str:
+def chat_prompt(tokenizer: Any, problem: str, instruction: str, k: int = 0, domain: str = "math") -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(f"template 'chat' needs a tokenizer with a chat template, and {tokenizer.name_or_path!r} has "
                           "none (a base model?); use template: plain or fewshot")
     messages = []
-    for q, a in _shots(k):
+    for q, a in _shots(k, load_domain(domain)):
         messages += [{"role": "user", "content": _question(q, instruction)}, {"role": "assistant", "content": a}]
     messages.append({"role": "user", "content": _question(problem, instruction)})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -89,12 +66,13 @@ def chat_prompt(tokenizer: Any, problem: str, instruction: str, k: int = 0) -> s
 
 def render_prompt(cfg: ModelConfig, tokenizer: Any, problem: str) -> str:
     """The prompt text of ``problem`` in ``cfg.template`` (chat / plain / fewshot)."""
+    instruction = instruction_of(cfg)
     if cfg.template == "chat":
-        return chat_prompt(tokenizer, problem, cfg.instruction, cfg.num_shots())
+        return chat_prompt(tokenizer, problem, instruction, cfg.num_shots(), cfg.domain_name)
     if cfg.template == "plain":
-        return plain_prompt(problem, cfg.instruction)
+        return plain_prompt(problem, instruction)
     if cfg.template == "fewshot":
-        return fewshot_prompt(problem, cfg.instruction, cfg.num_shots())
+        return fewshot_prompt(problem, instruction, cfg.num_shots(), cfg.domain_name)
     raise ConfigError(f"model {cfg.name}: unknown template {cfg.template!r}; use chat, plain or fewshot")
 
 

@@ -15,8 +15,8 @@ deadlock the child. The forkserver preloads ``__main__`` and :mod:`graft.reward.
 preload is process-global in :mod:`multiprocessing`; it has effect only if graft starts
 the forkserver first and it only adds a module to the default preload.
 
-Cheap items are decided in the calling process without a round trip (no ``\\boxed{}``;
-identical answers; two integers; see :func:`graft.reward.verifier.quick_verify`), the
+Cheap items can be decided in the calling process without a round trip (``quick``: the domain's check,
+e.g. :func:`graft.reward.verifier.quick_verify` for no ``\\boxed{}``, identical answers, two integers), the
 rest is sent in batches of up to ``chunk_size`` items per message.
 
 ``workers=0`` grades in the calling process: no timeout guarantee (a hanging item hangs
@@ -33,11 +33,12 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import wait as mp_wait
 
 from tqdm import tqdm
 
-from graft.reward import verifier, worker
+from graft.reward import worker
 from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOUT
 
 __all__ = ["Grader", "GraderError"]
@@ -68,7 +69,8 @@ class GraderError(RuntimeError):
 _PRELOAD_SET = False
 
 
-def _context(start_method: str | None):
+def mp_context(start_method: str | None):
+    """The multiprocessing context of graft's worker processes: forkserver (preloading math_verify) or spawn; never fork."""
     global _PRELOAD_SET
     methods = mp.get_all_start_methods()
     method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
@@ -84,9 +86,9 @@ def _context(start_method: str | None):
 class _Worker:
     """One worker process and the items it holds."""
 
-    def __init__(self, ctx, verify_fn: str, startup_timeout_s: float):
+    def __init__(self, ctx, verify_fn: str, startup_timeout_s: float, verify_kwargs: dict):
         parent_conn, child_conn = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=worker.main, args=(child_conn, verify_fn, list(sys.path)),
+        self.proc = ctx.Process(target=worker.main, args=(child_conn, verify_fn, list(sys.path), verify_kwargs),
                                 daemon=True, name="graft-grader")
         self.proc.start()
         child_conn.close()
@@ -130,8 +132,10 @@ class Grader:
         timeout_s: hard wall-clock limit per item (workers > 0 only).
         workers: worker processes; 0 grades in-process without a timeout.
         verify_fn: ``"package.module:function"`` with :func:`verify`'s signature, imported by
-            the workers (a test hook; the default is graft's verifier). With a custom function
-            the in-process shortcuts are skipped so every item reaches it.
+            the workers (the domain's, :class:`graft.domains.Domain`; default: graft's math verifier).
+        quick: ``(response, reference) -> (reward, status) | None``, tried in the calling process first
+            (``None``: send the item to a worker); ``None`` sends every item.
+        verify_kwargs: keyword arguments of every ``verify_fn`` call (a domain's settings).
         start_method: ``forkserver`` (default where available) or ``spawn``.
         chunk_size: most items per message to a worker.
         startup_timeout_s: a worker not ready within this time is an error.
@@ -141,7 +145,9 @@ class Grader:
     """
 
     def __init__(self, timeout_s: float = 5.0, workers: int = 2, verify_fn: str | None = None,
-                 start_method: str | None = None, chunk_size: int = 32, startup_timeout_s: float = 120.0):
+                 start_method: str | None = None, chunk_size: int = 32, startup_timeout_s: float = 120.0,
+                 quick: Callable[[str, str], tuple[float, str] | None] | None = None,
+                 verify_kwargs: dict | None = None):
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         if workers < 0:
@@ -149,6 +155,8 @@ class Grader:
         self.timeout_s = float(timeout_s)
         self.num_workers = int(workers)
         self.verify_fn = verify_fn or worker.DEFAULT_VERIFY_FN
+        self.quick = quick
+        self.verify_kwargs = dict(verify_kwargs or {})
         self.chunk_size = max(1, int(chunk_size))
         self.startup_timeout_s = float(startup_timeout_s)
         self.stats: dict[str, int] = {VERIFY_OK: 0, VERIFY_NO_ANSWER: 0, VERIFY_TIMEOUT: 0, VERIFY_ERROR: 0}
@@ -156,8 +164,8 @@ class Grader:
         self._lock = threading.Lock()
         self._closed = False
         self._workers: list[_Worker] = []
-        self._ctx = _context(start_method) if workers > 0 else None
-        self._local_fn = worker.resolve(self.verify_fn) if workers == 0 else None
+        self._ctx = mp_context(start_method) if workers > 0 else None
+        self._local_fn = worker.resolve(self.verify_fn, self.verify_kwargs) if workers == 0 else None
         try:
             for _ in range(self.num_workers):  # start now: they warm up while the models load
                 self._workers.append(self._start())
@@ -180,8 +188,7 @@ class Grader:
             bar = tqdm(total=n, desc="verify", disable=not progress, leave=False, file=sys.stderr)
             pending: deque[int] = deque()
             for i in range(n):
-                quick = (verifier.quick_verify(responses[i], answers[i], self.verify_fn == worker.NUMBER_VERIFY_FN)
-                         if self.verify_fn in worker.VERIFY_FNS.values() else None)
+                quick = self.quick(responses[i], answers[i]) if self.quick is not None else None
                 if quick is None:
                     pending.append(i)
                 else:
@@ -238,7 +245,7 @@ class Grader:
 
     def _start(self) -> _Worker:
         try:
-            return _Worker(self._ctx, self.verify_fn, self.startup_timeout_s)
+            return _Worker(self._ctx, self.verify_fn, self.startup_timeout_s, self.verify_kwargs)
         except Exception as e:  # noqa: BLE001
             raise GraderError(f"cannot start a grader worker process: {type(e).__name__}: {e}") from e
 

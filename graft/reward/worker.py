@@ -11,6 +11,7 @@ Only light imports here (no torch): this module is the forkserver preload.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import signal
 import sys
@@ -20,27 +21,28 @@ from graft.reward import verifier
 
 DEFAULT_VERIFY_FN = "graft.reward.verifier:verify"
 NUMBER_VERIFY_FN = "graft.reward.verifier:verify_number"
-VERIFY_FNS = {"any": DEFAULT_VERIFY_FN, "number": NUMBER_VERIFY_FN}
-"""``reward.answer_form`` -> the verify function graft ships for it."""
+VERIFY_FNS = (DEFAULT_VERIFY_FN, NUMBER_VERIFY_FN)
+"""The verify functions of graft's math domains (their workers warm math_verify up first)."""
 
 
-def resolve(path: str) -> Callable[[str, str], tuple[float, str]]:
-    """Import ``"package.module:function"``."""
+def resolve(path: str, kwargs: dict | None = None) -> Callable[[str, str], tuple[float, str]]:
+    """Import ``"package.module:function"``, bound to ``kwargs`` (a domain's settings) when given."""
     module, sep, name = path.partition(":")
     if not sep or not module or not name:
         raise ValueError(f"verify_fn must look like 'package.module:function', got {path!r}")
-    return getattr(importlib.import_module(module), name)
+    fn = getattr(importlib.import_module(module), name)
+    return functools.partial(fn, **kwargs) if kwargs else fn
 
 
-def main(conn, verify_fn: str, sys_path: list[str]) -> None:
+def main(conn, verify_fn: str, sys_path: list[str], verify_kwargs: dict | None = None) -> None:
     """Worker entry point (the target of the grader's worker processes)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
     for p in reversed(sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)
     try:
-        fn = resolve(verify_fn)
-        if verify_fn in VERIFY_FNS.values():
+        fn = resolve(verify_fn, verify_kwargs)
+        if verify_fn in VERIFY_FNS:
             verifier.warm_up()
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises
         conn.send(("fatal", f"cannot load verify_fn {verify_fn!r}: {type(e).__name__}: {e}"))

@@ -7,6 +7,7 @@ switches to a forward pass right after sampling; required by the bf16 sampler ``
 """
 from __future__ import annotations
 
+import json
 import resource
 import shutil
 import sys
@@ -19,9 +20,9 @@ from tqdm.auto import tqdm
 
 from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
-from graft.config import Config, ConfigError, config_diff, save_config, to_dict
+from graft.config import Config, ConfigError, config_diff, save_config, to_dict, upgrade_tree
 from graft.data.arithmetic import family_of
-from graft.data.datasets import DataError, PromptSampler, check_batch_fits, load_prompts, prompts_fingerprint
+from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, open_peer_store
@@ -29,10 +30,9 @@ from graft.exchange.live import complementarity, counts
 from graft.files import dumps_json
 from graft.policy.context import check_learner_context
 from graft.policy.loading import ModelLoadError, check_model_source, quiet_loading
-from graft.policy.prompts import WORKED_EQUATIONS
+from graft.domains import Domain
+from graft.domains.grading import load_data, make_grader, task_domain
 from graft.reward.grader import Grader
-from graft.reward.shortcuts import shortcut_shares
-from graft.reward.worker import VERIFY_FNS
 from graft.seeds import step_seed
 from graft.storage.checkpoint import (
     checkpoint_step,
@@ -84,6 +84,7 @@ class Run:
     learners: dict[str, Learner]
     sampler: PromptSampler
     grader: Grader
+    """Grades responses (:func:`graft.domains.grading.make_grader`: the domain's verifier or the user's functions)."""
     metrics: JsonlWriter
     audit: JsonlWriter
     store: TrajectoryStore
@@ -102,6 +103,8 @@ class Run:
     """Per model: consecutive steps with an update skipped for a non-finite loss or gradient norm."""
     completions: dict = field(default_factory=dict)
     """The last step's sample of completions for the trackers (model -> :func:`completion_rows` rows)."""
+    domain: Domain | None = None
+    """The task domain (``reward.domain``): its reward monitor runs on every step's rewarded responses."""
 
     @property
     def bars(self) -> bool:
@@ -156,7 +159,7 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
         adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), up.adv_eps, up.adv_std == "unbiased")
         for g, a in zip(gs, adv):
             g.advantages = a.tolist()
-        metrics |= prefixed(name, group_stats(gs) | reward_monitor(gs, run.by_family))
+        metrics |= prefixed(name, group_stats(gs) | reward_monitor(run.domain, gs, run.by_family))
     k = {n: counts(gs) for n, gs in groups.items()}
     for s in k:
         for r in k:
@@ -165,15 +168,16 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
     return metrics
 
 
-def reward_monitor(groups: list[RolloutGroup], by_family: bool) -> dict:
-    """What the rewarded answers look like (:mod:`graft.reward.shortcuts`): ``rewarded/FLAG`` shares;
+def reward_monitor(domain: Domain, groups: list[RolloutGroup], by_family: bool) -> dict:
+    """What the rewarded answers look like (the domain's monitor, :meth:`Domain.monitor`): ``rewarded/FLAG`` shares;
     ``distinct_frac``, the mean share of distinct response texts in a group (1 = all G differ, 1/G = one
     answer repeated: a policy collapsing onto one text); with ``by_family`` the mean reward of each
     problem family in the batch (``reward/family/F``)."""
     texts = [r for g in groups for r in g.responses]
     problems = [g.problem for g in groups for _ in g.responses]
+    references = [g.answer for g in groups for _ in g.responses]
     rewards = [x for g in groups for x in g.rewards]
-    out = prefixed("rewarded", shortcut_shares(texts, problems, rewards, WORKED_EQUATIONS))
+    out = prefixed("rewarded", domain.monitor(texts, problems, references, rewards))
     out["distinct_frac"] = sum(len(set(g.responses)) / g.size for g in groups) / max(len(groups), 1)
     if by_family:
         fams: dict[str, list[float]] = {}
@@ -293,8 +297,7 @@ def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) ->
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml", describe_exchange(cfg).lines())   # what the exchange does, stated
     run = Run(cfg=cfg, run_dir=run_dir, learners=learners,
-              sampler=sampler, grader=Grader(cfg.reward.timeout_s, cfg.reward.workers,
-                                                         verify_fn=VERIFY_FNS[cfg.reward.answer_form]),
+              sampler=sampler, grader=make_grader(cfg.reward), domain=task_domain(cfg.reward),
               metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
               store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val,
               rule=make_rule(cfg.update), lock=lock,
@@ -315,7 +318,7 @@ def _check_contexts(cfg: Config, learners: dict[str, Learner], prompts, val) -> 
 
 def _load_data(key: str, spec: str, cfg: Config, limit: int | None = None):
     try:
-        return load_prompts(spec, cfg.data.on_bad_row, cfg.data.arithmetic, limit)
+        return load_data(spec, cfg, limit)
     except DataError as e:
         raise DataError(f"{key}: {e}") from None
 
@@ -367,7 +370,9 @@ def _find_resume(cfg: Config, run_dir: Path):
     else:
         path = Path(str(cfg.resume))
         ckpt = load_checkpoint(path, verify="full")
-    changed = [k for k in config_diff(ckpt.config, to_dict(cfg)) if not k.startswith(RESUMABLE_CHANGES)]
+    saved = json.loads(json.dumps(ckpt.config))
+    upgrade_tree(saved)   # a checkpoint of an earlier version: its keys as they are called now
+    changed = [k for k in config_diff(saved, to_dict(cfg)) if not k.startswith(RESUMABLE_CHANGES)]
     if changed:
         raise ConfigError(f"cannot resume from {path}: these config fields differ from the checkpoint: {', '.join(changed)}")
     missing = [m.name for m in cfg.models if m.name not in ckpt.optimizer_names]

@@ -79,8 +79,8 @@ def test_empty_dataset_missing_file_and_unknown_spec(tmp_path):
         load_prompts(str(empty))
     with pytest.raises(DataError, match="not found"):
         load_prompts(str(tmp_path / "missing.jsonl"))
-    with pytest.raises(DataError, match="expected a .jsonl or .parquet"):
-        load_prompts(str(tmp_path / "data.csv"))
+    with pytest.raises(DataError, match="expected a .jsonl, .parquet, .csv, .tsv or .json file"):
+        load_prompts(str(tmp_path / "data.xlsx"))
     with pytest.raises(DataError, match="on_bad_row"):
         load_prompts("arithmetic", on_bad_row="ignore")
 
@@ -117,7 +117,9 @@ def test_hub_rows_via_fake_datasets(monkeypatch):
         return [{"unique_id": "u1", "problem": "p", "answer": "1"}, {"problem": "q", "answer": 2},
                 {"problem": "r", "answer": None}]
 
-    monkeypatch.setitem(sys.modules, "datasets", pytypes.SimpleNamespace(load_dataset=load_dataset))
+    monkeypatch.setitem(sys.modules, "datasets", pytypes.SimpleNamespace(
+        load_dataset=load_dataset, disable_progress_bars=lambda: None,
+        logging=pytypes.SimpleNamespace(set_verbosity_error=lambda: None)))
     prompts, stats = load_prompts("hub:org/set:test", on_bad_row="skip")
     assert calls == [("org/set", "test")]
     assert prompts == [Prompt("u1", "p", "1"), Prompt("org/set:test:1", "q", "2")]

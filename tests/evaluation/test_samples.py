@@ -4,6 +4,7 @@ import json
 import pytest
 
 from graft.cli import main
+from graft.domains.math import MATH
 from graft.evaluation.samples import (Sample, SamplesError, collect, format_sample, parse_steps, pick)
 from graft.storage.trajectory_store import TrajectoryStore
 from tests.evaluation.conftest import _group, make_run
@@ -78,9 +79,9 @@ def test_eval_rows_join_question_text_and_carry_monitor_flags(tmp_path):
     assert [(s.prompt_id, s.dataset) for s in got] == [("t-max-1", "test"), ("t-add-2", "test"), ("t-add-2", "test")]
     hedge = got[0]
     # two boxes; the last holds 228, a number of the question -> multi_box and operand
-    assert hedge.flags == ["operand", "multi_box"]
-    assert got[1].problem is None and got[1].flags == []     # not in --data: no question, no flags
-    text = format_sample(hedge, width=20)     # cut to 19 characters + "…"
+    assert hedge.flags(MATH) == ["operand", "multi_box"]
+    assert got[1].problem is None and got[1].flags(MATH) == []     # not in --data: no question, no flags
+    text = format_sample(hedge, MATH, width=20)     # cut to 19 characters + "…"
     assert text.splitlines() == ["-- test · gemma3 · t-max-1 · answer 228 · reward 1 · flags: operand, multi_box",
                                  "Q: Which number is lar…", "A: \\boxed{117} or \\box…"]
     # a `graft eval` output folder given directly

@@ -8,7 +8,8 @@ from dataclasses import replace
 from graft.policy.codec import TextCodec
 
 from graft.config import ConfigError, ModelConfig
-from graft.policy.prompts import FEWSHOT_EXAMPLES, encode_prompt, frame_response, render_prompt
+from graft.domains.math import FEWSHOT_EXAMPLES
+from graft.policy.prompts import encode_prompt, frame_response, instruction_of, render_prompt
 
 PROBLEM = "What is 17 + 25?"
 
@@ -18,7 +19,7 @@ def test_chat_template_smollm2(tiny_llama_policy):
     cfg = ModelConfig(path="x", template="chat")
     text = render_prompt(cfg, tok, PROBLEM)
     assert text.endswith("<|im_start|>assistant\n")  # generation prompt
-    assert f"<|im_start|>user\n{PROBLEM}\n{cfg.instruction}<|im_end|>" in text
+    assert f"<|im_start|>user\n{PROBLEM}\n{instruction_of(cfg)}<|im_end|>" in text
     ids = encode_prompt(tok, text)
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and ids.count(tok.bos_token_id) == text.count("<|im_start|>")
     assert ids[-2:] == tok("assistant\n", add_special_tokens=False)["input_ids"][-2:]
@@ -31,10 +32,10 @@ def test_chat_template_fewshot_turns(tiny_llama_policy):
     # 2 example exchanges, then the problem: 3 user turns and 2 assistant answers before the generation prompt
     assert text.count("<|im_start|>user\n") == 3 and text.count("<|im_start|>assistant\n") == 3
     for q, a in FEWSHOT_EXAMPLES[:2]:
-        assert f"<|im_start|>user\n{q}\n{cfg.instruction}<|im_end|>" in text
+        assert f"<|im_start|>user\n{q}\n{instruction_of(cfg)}<|im_end|>" in text
         assert f"<|im_start|>assistant\n{a}<|im_end|>" in text
     assert text.index(FEWSHOT_EXAMPLES[1][1]) < text.index(PROBLEM)
-    assert text.endswith(f"<|im_start|>user\n{PROBLEM}\n{cfg.instruction}<|im_end|>\n<|im_start|>assistant\n")
+    assert text.endswith(f"<|im_start|>user\n{PROBLEM}\n{instruction_of(cfg)}<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_shots_default_per_template():
@@ -65,7 +66,7 @@ def test_fewshot_template(tiny_llama_policy, k):
     cfg = ModelConfig(path="x", template="fewshot", fewshot=k)
     text = render_prompt(cfg, tiny_llama_policy.tokenizer, PROBLEM)
     assert text.count("Problem: ") == k + 1 and text.count("\\boxed{") == 2 * k + 1  # instruction in every block + k answers
-    assert text.endswith(f"Problem: {PROBLEM}\n{cfg.instruction}\nSolution:")
+    assert text.endswith(f"Problem: {PROBLEM}\n{instruction_of(cfg)}\nSolution:")
     for q, a in FEWSHOT_EXAMPLES[:k]:
         assert q in text and a in text and "\\boxed{" in a
 

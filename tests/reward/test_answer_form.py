@@ -7,12 +7,16 @@ written-out number is still graded by the usual rule.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from graft.config import load_config
 from graft.reward.grader import Grader
 from graft.reward.verifier import exact_number, is_number, quick_verify, verify, verify_number
-from graft.reward.worker import NUMBER_VERIFY_FN, VERIFY_FNS
+from graft.config import RewardConfig
+from graft.domains.grading import make_grader
+from graft.reward.worker import NUMBER_VERIFY_FN
 
 # (boxed content, reference, reward under "any", reward under "number"); actual responses of the run
 CASES = [
@@ -90,10 +94,10 @@ def test_no_box_is_still_no_answer():
 @pytest.mark.parametrize("workers", [0, 1])
 def test_grader_uses_the_number_rule_in_process_and_in_workers(workers):
     responses = ["\\boxed{27*18}", "\\boxed{486}", "\\boxed{2.5\\times 2}", "\\boxed{5}"]
-    with Grader(timeout_s=10, workers=workers, verify_fn=VERIFY_FNS["number"]) as g:
+    with make_grader(RewardConfig(domain="number", timeout_s=10, workers=workers)) as g:
         rewards, statuses = g.grade(responses, ["486", "486", "5", "5"])
     assert rewards == [0.0, 1.0, 0.0, 1.0] and statuses == ["ok"] * 4
-    with Grader(timeout_s=10, workers=workers) as g:
+    with make_grader(RewardConfig(domain="math", timeout_s=10, workers=workers)) as g:
         assert g.grade(responses, ["486", "486", "5", "5"])[0] == [1.0, 1.0, 1.0, 1.0]
 
 
@@ -104,7 +108,11 @@ def test_config_choice_is_checked_and_reaches_the_trainer(tmp_path, tiny_llama_d
 
     with pytest.raises(ConfigError, match="reward.answer_form: 'numbers' is not one of any, number"):
         load_config(None, ["reward.answer_form=numbers"])
-    run = loop.setup(tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "reward.answer_form=number"))
+    with pytest.raises(ConfigError, match="reward.domain: unknown domain 'numbers'; valid: math, number, code"):
+        load_config(None, ["reward.domain=numbers"])
+    default = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+    assert load_config(default, ["reward.answer_form=any"]).reward.domain == "math"    # the earlier key, translated
+    run = loop.setup(tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "reward.domain=number"))
     try:
         assert run.grader.verify_fn == NUMBER_VERIFY_FN
     finally:

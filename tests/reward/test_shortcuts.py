@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from graft.policy.prompts import WORKED_EQUATIONS as EQ
+from graft.domains.math import WORKED_EQUATIONS as EQ
 from graft.reward.shortcuts import FLAGS, answer_flags, chance_level, question_numbers, shortcut_shares
 
 

@@ -9,8 +9,8 @@ from tests.trainer.helpers import tiny_config
 
 
 def test_hanging_grader_stops_with_clear_error(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch, capsys):
-    hang = "tests.reward.grader_hooks:hang_always"     # replaces whatever reward.answer_form picks
-    monkeypatch.setattr(loop, "Grader", lambda *a, **k: Grader(*a, **{**k, "verify_fn": hang}))
+    hang = "tests.reward.grader_hooks:hang_always"     # replaces whatever reward.domain picks
+    monkeypatch.setattr(loop, "make_grader", lambda r: Grader(r.timeout_s, r.workers, verify_fn=hang))
     cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=1", "reward.workers=1", "reward.timeout_s=0.3",
                       "batch_prompts=2", "rollout.n=2", "update.num_minibatches=1")
     path = tmp_path / "cfg.yaml"

@@ -1,0 +1,108 @@
+"""The contract of a task domain, and how ``reward.domain`` names one.
+
+A :class:`Domain` owns everything about one kind of task, in one module:
+
+- **rows**: :meth:`Domain.reference` turns a data row (graft's field names after ``data.fields``) into the
+  reference text the grader compares against (math: the answer; code: the tests as JSON). It is stored as
+  ``Prompt.answer`` and travels with every rollout group, trajectory-store row and eval record, so any later
+  re-grade (the exchange's receiver, ``graft eval``, ``graft grade``) needs nothing but the text.
+- **prompts**: the answer-format ``instruction`` appended to every problem and the worked ``fewshot``
+  examples (``(problem, solution)`` pairs) of the ``fewshot`` and ``chat`` templates.
+- **grading**: ``verify_fn``, ``"module:function"`` with signature ``(response, reference, **settings) ->
+  (reward, status)``, imported by the grader's worker processes (which bound its time); ``quick``, an optional
+  in-process check that decides cheap items without a round trip (``None`` = send it to a worker).
+- **the reward monitor**: ``flags`` names what :meth:`response_flags` looks for in one response (the shortcut
+  detectors); :meth:`monitor` gives, among the rewarded responses of a batch, the share carrying each flag.
+
+Adding a domain: a module with a ``Domain`` instance and one line in :data:`graft.registry.DOMAINS` (or, with
+no edit of graft, ``reward.domain: path/to/file.py:MY_DOMAIN``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from graft.data.datasets import RowError, answer_text
+from graft.errors import UserError
+from graft.registry import DOMAINS, UnknownName
+from graft.reward.functions import RewardFunctionError, load_object
+
+
+class DomainError(UserError, ValueError):
+    """``reward.domain`` names no domain, or its module cannot be loaded."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str
+    """The name ``reward.domain`` uses."""
+    verify_fn: str
+    """``"module:function"``: ``(response, reference, **settings) -> (reward in [0, 1], status)``, run in the
+    grader's workers under ``reward.timeout_s``."""
+    instruction: str
+    """The sentence appended to every problem (``ModelConfig.instruction`` when that is not set)."""
+    fewshot: tuple[tuple[str, str], ...] = ()
+    """Worked ``(problem, solution)`` examples shown by the ``fewshot``/``chat`` templates, in this order."""
+    reference_fields: tuple[str, ...] = ("answer",)
+    """The row fields :meth:`reference` reads (named in a missing-column message)."""
+    flags: tuple[str, ...] = ()
+    """The reward monitor's flags (:meth:`response_flags`)."""
+    quick: Callable[[str, str], tuple[float, str] | None] | None = None
+    """In-process check of ``(response, reference)``: a result, or ``None`` to send the item to a worker.
+    Must run in time linear in the response (it has no timeout)."""
+    make_reference: Callable[[Mapping[str, Any]], str] | None = None
+    """``row -> reference`` (raises :class:`graft.data.datasets.RowError`); ``None``: the row's ``answer`` as text."""
+    flag_fn: Callable[[str, str, str], dict[str, bool]] | None = None
+    """``(response, problem, reference) -> {flag: bool}`` for every name of ``flags``."""
+    settings_from: Callable[[Any], dict[str, Any]] | None = None
+    """``RewardConfig -> keyword arguments`` of every ``verify_fn`` call (the ``reward.*`` settings it reads)."""
+
+    def reference(self, row: Mapping[str, Any]) -> str:
+        """The reference text of a data row (graft's field names); raises :class:`graft.data.datasets.RowError`."""
+        if self.make_reference is not None:
+            return self.make_reference(row)
+        if "answer" not in row:
+            raise RowError("missing_field", "missing field(s) ['answer']")
+        return answer_text(row["answer"])
+
+    def verify_settings(self, reward: Any) -> dict[str, Any]:
+        """The keyword arguments of ``verify_fn`` under ``reward`` (a :class:`graft.config.RewardConfig`)."""
+        return self.settings_from(reward) if self.settings_from is not None else {}
+
+    def response_flags(self, response: str, problem: str, reference: str) -> dict[str, bool]:
+        """The monitor's flags of one response (all false for a domain without a monitor)."""
+        if self.flag_fn is None:
+            return {f: False for f in self.flags}
+        return self.flag_fn(response, problem, reference)
+
+    def monitor(self, responses: Sequence[str], problems: Sequence[str], references: Sequence[str],
+                rewards: Sequence[float]) -> dict[str, float | None]:
+        """Among the rewarded responses (reward > 0.5) of a batch: ``{"n": count, FLAG: share, ...}``; shares are
+        ``None`` when nothing was rewarded."""
+        n = len(responses)
+        assert len(problems) == n and len(references) == n and len(rewards) == n, (n, len(problems), len(rewards))
+        hits = [self.response_flags(r, q, a) for r, q, a, x in zip(responses, problems, references, rewards) if x > 0.5]
+        out: dict[str, float | None] = {"n": len(hits)}
+        for f in self.flags:
+            out[f] = sum(h[f] for h in hits) / len(hits) if hits else None
+        return out
+
+
+def load_domain(name: str) -> Domain:
+    """The domain ``reward.domain`` names: a registered name (:data:`graft.registry.DOMAINS`), or
+    ``"package.module:ATTR"`` / ``"path/to/file.py:ATTR"`` holding a :class:`Domain`."""
+    if ":" not in name:
+        try:
+            return DOMAINS[name]
+        except UnknownName as e:
+            raise DomainError(f"reward.domain: {e} (or 'module:ATTR' / 'file.py:ATTR' of your own Domain)") from None
+    try:
+        obj = load_object(name, "reward.domain")
+    except RewardFunctionError as e:
+        raise DomainError(str(e)) from None
+    if not isinstance(obj, Domain):
+        raise DomainError(f"reward.domain: {name!r} is a {type(obj).__name__}, not a graft.domains.Domain")
+    return obj
+
+

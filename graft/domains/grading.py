@@ -1,0 +1,51 @@
+"""The one place that turns the config into a task: the domain, the rows' references, the data and the grader.
+
+Everything that grades (training, ``graft eval``, ``graft probe``, ``graft onestep``, ``graft experiment``,
+``graft grade``) builds its grader with :func:`make_grader`, and everything that reads a task's data reads it
+with :func:`load_data`, so a domain or a user's reward function reaches every command the same way.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from graft.config import Config, RewardConfig
+from graft.data.datasets import load_prompts
+from graft.domains.base import Domain, load_domain
+from graft.reward.functions import FunctionGrader, row_reference
+from graft.reward.grader import Grader
+from graft.types import Prompt
+
+__all__ = ["load_data", "make_grader", "reference_of", "task_domain"]
+
+
+def task_domain(reward: RewardConfig) -> Domain:
+    """The domain ``reward.domain`` names (a one-line :class:`~graft.domains.base.DomainError` if none)."""
+    return load_domain(reward.domain)
+
+
+def reference_of(reward: RewardConfig) -> Callable[[Mapping[str, Any]], str]:
+    """``row -> reference``: the row as JSON for ``reward.function`` (every column reaches the functions), else the
+    domain's reference (math: the answer)."""
+    return row_reference if reward.function else task_domain(reward).reference
+
+
+def make_grader(reward: RewardConfig, workers: int | None = None, timeout_s: float | None = None):
+    """The grader of ``reward``: the user's functions (:class:`FunctionGrader`) when ``reward.function`` is set,
+    else the domain's verifier in worker processes (:class:`Grader`). ``workers``/``timeout_s`` override the
+    config's (``graft eval --verify-workers``)."""
+    workers = reward.workers if workers is None else workers
+    if reward.function:
+        return FunctionGrader(reward.function, reward.weights, reward.function_timeout_s, reward.on_error,
+                              workers=min(workers, 1))
+    domain = task_domain(reward)
+    return Grader(reward.timeout_s if timeout_s is None else timeout_s, workers, verify_fn=domain.verify_fn,
+                  quick=domain.quick, verify_kwargs=domain.verify_settings(reward))
+
+
+def load_data(spec: str, cfg: Config, limit: int | None = None, on_bad_row: str | None = None,
+              skip_hint: str = "set data.on_bad_row=skip to skip bad rows") -> tuple[list[Prompt], dict]:
+    """The prompts of ``spec`` read as ``cfg``'s task reads them: ``data.fields``, the procedural tasks'
+    settings and the rows' references (:func:`reference_of`)."""
+    return load_prompts(spec, on_bad_row or cfg.data.on_bad_row, cfg.data.arithmetic, limit, skip_hint,
+                        fields=cfg.data.fields, reference=reference_of(cfg.reward))

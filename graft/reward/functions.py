@@ -1,0 +1,253 @@
+"""A user's own reward functions (``reward.function``), TRL-style, run in a worker process with a timeout.
+
+Each function is named ``"package.module:callable"`` or ``"path/to/file.py:callable"`` and called once per
+grading pass on the whole batch, as TRL calls its ``reward_funcs``::
+
+    f(prompts=[problem, ...], completions=[response, ...], id=[...], answer=[...], <every other column>=[...])
+
+returning one float per completion, or ``None`` for a completion it cannot grade. The reward of a completion is
+the ``weights``-weighted sum of the values it got (none at all: 0 with status ``no_answer``).
+
+The functions never run in the trainer's process (``workers=0`` aside, for debugging): a worker process imports
+them once and the parent waits at most ``timeout_s`` for each function's answer. A function that cannot be
+imported, raises, hangs, returns the wrong number of values or a non-finite one is a
+:class:`RewardFunctionError` naming it (one line), or with ``on_error="zero"`` that batch scores 0 (statuses
+``error``/``timeout``) and a line on stderr says why.
+
+Each item's reference (``Prompt.answer``) is its row as JSON (:func:`row_reference`), so everything a function
+reads travels with the rollout groups, the trajectory store and the eval records.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graft.errors import UserError
+from graft.reward import verifier
+from graft.reward.grader import mp_context
+
+__all__ = ["FunctionGrader", "RewardFunctionError", "load_object", "row_reference"]
+
+
+class RewardFunctionError(UserError, RuntimeError):
+    """A reward function that cannot be loaded or called, or gave an unusable result."""
+
+
+def row_reference(row: Mapping[str, Any]) -> str:
+    """A data row (graft's field names, every other column kept) as the JSON reference of a reward function."""
+    return json.dumps(dict(row), sort_keys=True, default=str)
+
+
+def load_object(spec: str, key: str) -> Any:
+    """The object ``"package.module:attr"`` or ``"path/to/file.py:attr"`` names; a one-line
+    :class:`RewardFunctionError` naming ``key`` (the config field) when it cannot be had."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr.isidentifier():
+        raise RewardFunctionError(f"{key}: {spec!r} must look like 'package.module:name' or 'path/to/file.py:name'")
+    try:
+        module = _import_file(target, key) if target.endswith(".py") else importlib.import_module(target)
+    except RewardFunctionError:
+        raise
+    except BaseException as e:  # noqa: BLE001 - whatever the user's module raises on import
+        raise RewardFunctionError(f"{key}: cannot import {target!r}: {type(e).__name__}: {e}") from None
+    if not hasattr(module, attr):
+        raise RewardFunctionError(f"{key}: {target!r} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def _import_file(path: str, key: str) -> Any:
+    p = Path(path).expanduser().resolve()
+    if not p.is_file():
+        raise RewardFunctionError(f"{key}: file not found: {p}")
+    name = "graft_user_" + "".join(c if c.isalnum() else "_" for c in str(p))
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, p)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+    return sys.modules[name]
+
+
+def _batch(references: Sequence[str]) -> tuple[list[str], dict[str, list]]:
+    """``(prompts, columns)`` of a batch of JSON row references: every column but ``problem`` as a list."""
+    rows = [json.loads(r) for r in references]
+    keys = sorted({k for r in rows for k in r} - {"problem"})
+    return [r.get("problem", "") for r in rows], {k: [r.get(k) for r in rows] for k in keys}
+
+
+def _call(fn: Any, name: str, prompts: list[str], completions: list[str], columns: dict[str, list]) -> list:
+    """One function's values for the batch, checked: ``("ok", values)`` or ``("error", message)``."""
+    try:
+        out = fn(prompts=prompts, completions=completions, **columns)
+    except BaseException as e:  # noqa: BLE001 - the user's code
+        return ["error", f"reward function {name} raised {type(e).__name__}: {e}"]
+    try:
+        values = list(out)
+    except TypeError:
+        return ["error", f"reward function {name} returned {type(out).__name__}, not a list of floats"]
+    if len(values) != len(completions):
+        return ["error", f"reward function {name} returned {len(values)} values for {len(completions)} completions"]
+    checked = []
+    for i, v in enumerate(values):
+        try:
+            x = None if v is None else float(v)
+        except (TypeError, ValueError):
+            return ["error", f"reward function {name} returned {v!r} for completion {i}, not a float or None"]
+        if x is not None and not math.isfinite(x):
+            return ["error", f"reward function {name} returned {x} for completion {i} (not finite)"]
+        checked.append(x)
+    return ["ok", checked]
+
+
+def worker_main(conn, specs: list[str], sys_path: list[str]) -> None:
+    """The worker process: imports the functions, then answers ``(prompts, completions, columns)`` batches with
+    one ``["ok", values]`` / ``["error", message]`` message per function, in order."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for p in reversed(sys_path):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    try:
+        fns = [load_object(s, f"reward.function.{i}") for i, s in enumerate(specs)]
+    except RewardFunctionError as e:
+        conn.send(["fatal", str(e)])
+        return
+    conn.send(["ready", None])
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        for fn, spec in zip(fns, specs):
+            conn.send(_call(fn, spec, *msg))
+
+
+class FunctionGrader:
+    """Grades with ``reward.function`` (see the module doc); the same ``grade``/``close`` as
+    :class:`graft.reward.grader.Grader`.
+
+    Args:
+        specs: the functions.
+        weights: one per function (``None``: 1 each).
+        timeout_s: the longest one function may take on one batch.
+        on_error: ``stop`` raises :class:`RewardFunctionError`; ``zero`` scores the batch 0.
+        workers: 0 calls the functions in this process (no timeout; debugging and tests); otherwise one worker.
+    """
+
+    def __init__(self, specs: Sequence[str], weights: Sequence[float] | None = None, timeout_s: float = 120.0,
+                 on_error: str = "stop", workers: int = 1, start_method: str | None = None,
+                 startup_timeout_s: float = 120.0) -> None:
+        self.specs, self.timeout_s, self.on_error = list(specs), float(timeout_s), on_error
+        self.weights = list(weights) if weights is not None else [1.0] * len(self.specs)
+        self.stats: dict[str, int] = {}
+        self.verify_fn = "reward.function: " + ", ".join(self.specs)
+        self._ctx = mp_context(start_method) if workers > 0 else None
+        self._local = [load_object(s, f"reward.function.{i}") for i, s in enumerate(self.specs)] if workers == 0 else None
+        self._startup_timeout_s = startup_timeout_s
+        self._proc = self._conn = None
+        if workers > 0:
+            self._start()
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe(duplex=True)
+        self._proc = self._ctx.Process(target=worker_main, args=(child, self.specs, list(sys.path)), daemon=True,
+                                       name="graft-reward-fn")
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        msg = self._recv(self._startup_timeout_s, "starting")
+        if msg[0] != "ready":
+            self.close()
+            raise RewardFunctionError(str(msg[1]))
+
+    def _recv(self, timeout_s: float, what: str) -> list:
+        if self._conn.poll(timeout_s):
+            try:
+                return self._conn.recv()
+            except (EOFError, OSError):
+                pass
+            return ["error", f"the reward function worker died while {what} (exit code {self._proc.exitcode})"]
+        return ["timeout", f"{what} took longer than reward.function_timeout_s={self.timeout_s:g}s"]
+
+    def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
+        """Rewards and statuses (ok / no_answer; error / timeout under ``on_error="zero"``), one per response."""
+        if len(responses) != len(answers):
+            raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
+        if not responses:
+            return [], []
+        prompts, columns = _batch(answers)
+        values, failure = self._values(prompts, list(responses), columns)
+        if failure is not None:
+            status, message = failure
+            if self.on_error == "stop":
+                raise RewardFunctionError(message + " (reward.on_error=zero scores such a batch 0 instead)")
+            print(f"warning: {message}; this batch of {len(responses)} scores 0 (reward.on_error=zero)", file=sys.stderr)
+            out = [0.0] * len(responses), [status] * len(responses)
+        else:
+            out = self._combine(values)
+        for s in out[1]:
+            self.stats[s] = self.stats.get(s, 0) + 1
+        return out
+
+    def _values(self, prompts, completions, columns) -> tuple[list[list], tuple[str, str] | None]:
+        """Every function's values, or the first failure as ``(status, message)``."""
+        if self._local is not None:
+            results = [_call(fn, s, prompts, completions, columns) for fn, s in zip(self._local, self.specs)]
+        else:
+            if self._proc is None or not self._proc.is_alive():
+                self._start()
+            self._conn.send((prompts, completions, columns))
+            results = []
+            for spec in self.specs:
+                res = self._recv(self.timeout_s, f"reward function {spec} on {len(completions)} completions")
+                results.append(res)
+                if res[0] != "ok":
+                    self._kill()   # hung or dead: the next batch starts a fresh worker
+                    break
+        for res in results:
+            if res[0] != "ok":
+                return [], (verifier.TIMEOUT if res[0] == "timeout" else verifier.ERROR, res[1])
+        return [r[1] for r in results], None
+
+    def _combine(self, values: list[list]) -> tuple[list[float], list[str]]:
+        rewards, statuses = [], []
+        for i in range(len(values[0])):
+            got = [(w, v[i]) for w, v in zip(self.weights, values) if v[i] is not None]
+            rewards.append(float(sum(w * x for w, x in got)))
+            statuses.append(verifier.OK if got else verifier.NO_ANSWER)
+        return rewards, statuses
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(timeout=2.0)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+            self._proc.join(timeout=1.0)
+        self._kill()
+
+    def __enter__(self) -> "FunctionGrader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
