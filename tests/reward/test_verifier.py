@@ -202,3 +202,23 @@ def test_quick_path_agrees_with_full_check():
 def test_status_strings_match_graft_types():
     assert (verifier.OK, verifier.TIMEOUT, verifier.NO_ANSWER, verifier.ERROR) == (
         types.VERIFY_OK, types.VERIFY_TIMEOUT, types.VERIFY_NO_ANSWER, types.VERIFY_ERROR)
+
+
+def test_box_extraction_is_linear_and_the_grader_bounds_a_huge_response():
+    """issue 40: ``extract_boxed`` was quadratic in unclosed ``\\boxed{`` (10^4 took 28-49 s in the main process).
+    Now one pass; a response over ``QUICK_MAX_CHARS`` skips the in-process quick check and is graded by a worker
+    under the hard timeout, so 10^6 unclosed boxes end within ``reward.timeout_s`` (plus the worker's answer)."""
+    import time
+
+    from graft.reward.grader import Grader
+    from graft.reward.verifier import QUICK_MAX_CHARS, boxed_contents, extract_boxed, quick_verify
+
+    many = "\\boxed{" * 10**6
+    assert extract_boxed(many) is None and quick_verify(many, "5") is None and len(many) > QUICK_MAX_CHARS
+    assert boxed_contents("\\boxed{" * 3 + "7}") == [None, None, "7"]     # only the innermost is closed
+    assert boxed_contents("\\boxed{\\{a\\}} \\fbox{b}") == ["\\{a\\}", "b"]
+    t0 = time.monotonic()
+    with Grader(timeout_s=5.0, workers=1) as g:
+        rewards, statuses = g.grade([many, "\\boxed{5}"], ["5", "5"])
+    assert rewards == [0.0, 1.0] and statuses[0] in ("no_answer", "timeout")
+    assert time.monotonic() - t0 < 5.0 + 15.0    # the worker's start-up and one hard timeout at most
