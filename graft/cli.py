@@ -1,9 +1,10 @@
-"""The ``graft`` command: train, eval, probe, config, export, analyze, samples, report, store, sweep, experiment,
+"""The ``graft`` command: train, eval, grade, probe, config, export, analyze, samples, report, store, sweep, experiment,
 onestep, bench.
 
     graft train CONFIG.yaml [key=value ...]
     graft eval --config RUN/config.yaml --model-name NAME [--model best|latest|base|PATH] [--compare base] [--data SET]
     graft eval --model PATH --data math500 [--n 8 --repeats 5]
+    graft grade CONFIG.yaml --responses FILE.jsonl [--data FILE] [--json] [key=value ...]
     graft probe CONFIG.yaml [--prompts 64] [--compat] [--checkpoint STEP_DIR] [--out FILE] [key=value ...]
     graft config show CONFIG.yaml [key=value ...]
     graft export RUN_DIR [--step N|latest|best] [--model NAME] OUT [--dtype bfloat16]
@@ -97,6 +98,7 @@ def sweep_commands(config: str, grid: list[str], overrides: list[str]) -> list[l
 COMMANDS = {
     "train": ("graft.cli", "train_main"),
     "eval": ("graft.eval_cli", "eval_main"),
+    "grade": ("graft.grade_cli", "grade_main"),
     "probe": ("graft.probe", "probe_main"),
     "config": ("graft.cli", "config_main"),
     "export": ("graft.export", "export_main"),

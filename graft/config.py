@@ -177,6 +177,24 @@ class ArithmeticConfig:
 
 
 @dataclass
+class CodeTaskConfig:
+    num_prompts: int = 512
+    """How many distinct function-writing problems the procedural code task generates."""
+    seed: int = 1234
+    """Seed of the generator; the same seed gives the same problems, tests and ids."""
+    families: list[str] | None = None
+    """Problem families (graft/data/code_task.py ``CODE_FAMILIES``: add, reverse, list_stat, ...): prompt i comes
+    from ``families[i % len(families)]``; ``None``: every family but ``factorial``."""
+    tests_per_prompt: int = 4
+    """Hidden ``assert f(x) == y`` tests per problem (never the example the problem text shows)."""
+
+    def __post_init__(self) -> None:
+        _check(self.num_prompts > 0, "num_prompts", f"must be positive, got {self.num_prompts}")
+        _check(self.families is None or len(self.families) > 0, "families", "must name at least one family (or be null)")
+        _check(self.tests_per_prompt >= 1, "tests_per_prompt", f"must be >= 1, got {self.tests_per_prompt}")
+
+
+@dataclass
 class DataConfig:
     train: str = "arithmetic"
     """Training prompts: ``arithmetic`` (the procedural task), ``code_task`` (the procedural code task), a
@@ -191,6 +209,8 @@ class DataConfig:
     """A malformed row stops the run (``error``) or is skipped and counted (``skip``)."""
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     """Settings of the procedural arithmetic task."""
+    code_task: CodeTaskConfig = field(default_factory=CodeTaskConfig)
+    """Settings of the procedural code task (``train: code_task``, with ``reward.domain: code``)."""
     shuffle: bool = True
     """Reshuffle the prompts every epoch (seeded by ``seed`` and the epoch number)."""
     fields: dict[str, str] = field(default_factory=dict)
@@ -605,6 +625,9 @@ class Config:
         _check(self.batch_prompts >= 1, "batch_prompts", f"must be >= 1, got {self.batch_prompts}")
         _check(self.batch_prompts >= self.update.num_minibatches, "batch_prompts",
                f"{self.batch_prompts} must be >= update.num_minibatches ({self.update.num_minibatches}): groups are never split")
+        if self.data.train == "code_task":
+            _check(self.reward.domain == "code" or bool(self.reward.function), "reward.domain",
+                   f"is {self.reward.domain!r} but data.train=code_task has tests, not answers: set reward.domain=code")
         if self.data.train == "arithmetic":
             _check(self.batch_prompts <= self.data.arithmetic.num_prompts, "batch_prompts",
                    f"{self.batch_prompts} exceeds the {self.data.arithmetic.num_prompts} prompts of the arithmetic task "

@@ -356,7 +356,7 @@ def _datasets(args, reward: RewardConfig) -> dict[str, list[Prompt]]:
         if run_cfg.data.val is None:
             raise EvalError(f"--config {args.config} has no data.val; name the set to evaluate on with --data "
                             f"(NAME=PATH, arithmetic, or one of {', '.join(BENCHMARKS)})")
-        return {"val": read(run_cfg.data.val, arithmetic=run_cfg.data.arithmetic,
+        return {"val": read(run_cfg.data.val, arithmetic=run_cfg.data.arithmetic, code_task=run_cfg.data.code_task,
                             limit=args.limit or run_cfg.data.val_limit)[0]}
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     return {name: read(spec, limit=args.limit)[0] for name, spec in parse_data_args(args.data, data_dir).items()}

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graft.exchange",),
     ("graft.evaluation",),
     ("graft.trainer",),
-    ("graft.bench", "graft.cli", "graft.eval_cli", "graft.experiment", "graft.export", "graft.onestep", "graft.probe"),
+    ("graft.bench", "graft.cli", "graft.eval_cli", "graft.grade_cli", "graft.experiment", "graft.export", "graft.onestep", "graft.probe"),
 ]
 """Bottom to top. A module may import its own folder and any lower layer; nothing of its own layer's
 other folders and nothing above."""

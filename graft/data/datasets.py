@@ -11,6 +11,8 @@ Sources (``DataConfig.train`` / ``val``):
   column: ``unique_id`` is used when present, else ``NAME:split:ROW`` (0-based row).
 * ``arithmetic`` — the procedural task (:mod:`graft.data.arithmetic`) from an
   :class:`~graft.config.ArithmeticConfig` (its optional ``style`` field picks the phrasing).
+* ``code_task`` — the procedural code task (:mod:`graft.data.code_task`: write one small Python function; hidden
+  ``assert`` tests) from a :class:`~graft.config.CodeTaskConfig`.
 
 Columns: graft's names are ``id``, ``problem``, ``answer``, ``tests``, ``entry_point``; ``fields``
 (``data.fields``) maps them onto a file's own columns (``{"problem": "question"}``). Every other column is kept:
@@ -35,8 +37,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import numpy as np
 import pyarrow.parquet as pq
 
-from graft.config import ArithmeticConfig
+from graft.config import ArithmeticConfig, CodeTaskConfig
 from graft.data.arithmetic import make_arithmetic, make_families
+from graft.data.code_task import make_code_task
 from graft.errors import UserError
 from graft.types import Prompt
 
@@ -61,7 +64,8 @@ GRAFT_FIELDS = ("id", "problem", "answer", "tests", "entry_point")
 
 def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None, limit: int | None = None,
                  skip_hint: str = "set data.on_bad_row=skip to skip bad rows", fields: Mapping[str, str] | None = None,
-                 reference: Callable[[Mapping[str, Any]], str] | None = None) -> tuple[list[Prompt], dict]:
+                 reference: Callable[[Mapping[str, Any]], str] | None = None,
+                 code_task: Any = None) -> tuple[list[Prompt], dict]:
     """Prompts of ``spec`` and load statistics.
 
     Returns ``(prompts, stats)`` with ``stats = {"source", "rows", "prompts", "skipped",
@@ -79,18 +83,7 @@ def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None, l
         raise DataError(f"limit must be positive, got {limit}")
     spec = str(spec).strip()
     stats: dict = {"source": spec, "rows": 0, "prompts": 0, "skipped": 0, "skipped_reasons": {}}
-    fields = dict(fields or {})
-    bad = [k for k in fields if k not in GRAFT_FIELDS]
-    if bad:
-        raise DataError(f"data.fields: {bad[0]!r} is not a graft field; map {', '.join(GRAFT_FIELDS)}")
-    if spec == "arithmetic":
-        where: str = "arithmetic"
-        rows: Iterable[tuple[str, Any]] = ((p.id, vars(p)) for p in _arithmetic(arithmetic))
-        fields = {}
-    elif spec.startswith("hub:"):
-        where, rows = _hub_rows(spec)
-    else:
-        where, rows = _file_rows(spec)
+    where, rows, fields = _source_rows(spec, dict(fields or {}), arithmetic, code_task)
 
     prompts: list[Prompt] = []
     seen: dict[str, str] = {}
@@ -118,6 +111,22 @@ def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None, l
         raise DataError(f"{where}: no usable prompts ({stats['rows']} rows read, {stats['skipped']} skipped: "
                         f"{stats['skipped_reasons'] or 'none'})")
     return prompts, stats
+
+
+def _source_rows(spec: str, fields: dict[str, str], arithmetic: Any,
+                 code_task: Any) -> tuple[str, Iterable[tuple[str, Any]], dict[str, str]]:
+    """``(where, rows, fields)`` of a source: its name in messages, its ``(location, row)`` pairs, and the column
+    mapping that applies (none for the procedural tasks, whose rows carry graft's names)."""
+    bad = [k for k in fields if k not in GRAFT_FIELDS]
+    if bad:
+        raise DataError(f"data.fields: {bad[0]!r} is not a graft field; map {', '.join(GRAFT_FIELDS)}")
+    if spec == "arithmetic":
+        return "arithmetic", ((p.id, vars(p)) for p in _arithmetic(arithmetic)), {}
+    if spec == "code_task":
+        return "code_task", ((r["id"], r) for r in _code_task(code_task)), {}
+    if spec.startswith("hub:"):
+        return (*_hub_rows(spec), fields)
+    return (*_file_rows(spec), fields)
 
 
 def _arithmetic(cfg: ArithmeticConfig | None) -> list[Prompt]:
@@ -187,6 +196,14 @@ def _saved_dataset_rows(folder: Path, split: str | None) -> Iterator[tuple[str, 
     elif split:
         raise DataError(f"{folder}: a single dataset without splits; drop ':{split}'")
     return ((f"row {i + 1}", rec) for i, rec in enumerate(ds))
+
+
+def _code_task(cfg: CodeTaskConfig | None) -> list[dict]:
+    cfg = cfg or CodeTaskConfig()
+    try:
+        return make_code_task(cfg.num_prompts, cfg.seed, cfg.families, cfg.tests_per_prompt)
+    except ValueError as e:
+        raise DataError(f"data.code_task: {e}") from None
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:

@@ -48,4 +48,4 @@ def load_data(spec: str, cfg: Config, limit: int | None = None, on_bad_row: str 
     """The prompts of ``spec`` read as ``cfg``'s task reads them: ``data.fields``, the procedural tasks'
     settings and the rows' references (:func:`reference_of`)."""
     return load_prompts(spec, on_bad_row or cfg.data.on_bad_row, cfg.data.arithmetic, limit, skip_hint,
-                        fields=cfg.data.fields, reference=reference_of(cfg.reward))
+                        fields=cfg.data.fields, reference=reference_of(cfg.reward), code_task=cfg.data.code_task)

@@ -21,8 +21,6 @@ from graft.reward import verifier
 
 DEFAULT_VERIFY_FN = "graft.reward.verifier:verify"
 NUMBER_VERIFY_FN = "graft.reward.verifier:verify_number"
-VERIFY_FNS = (DEFAULT_VERIFY_FN, NUMBER_VERIFY_FN)
-"""The verify functions of graft's math domains (their workers warm math_verify up first)."""
 
 
 def resolve(path: str, kwargs: dict | None = None) -> Callable[[str, str], tuple[float, str]]:
@@ -42,8 +40,9 @@ def main(conn, verify_fn: str, sys_path: list[str], verify_kwargs: dict | None =
             sys.path.insert(0, p)
     try:
         fn = resolve(verify_fn, verify_kwargs)
-        if verify_fn in VERIFY_FNS:
-            verifier.warm_up()
+        warm_up = getattr(importlib.import_module(verify_fn.partition(":")[0]), "warm_up", None)
+        if callable(warm_up):   # the verify module's one-off start-up (math_verify's grammars, the sandbox's self-test)
+            warm_up()
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises
         conn.send(("fatal", f"cannot load verify_fn {verify_fn!r}: {type(e).__name__}: {e}"))
         return

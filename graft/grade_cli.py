@@ -1,0 +1,78 @@
+"""``graft grade CONFIG --responses FILE.jsonl``: grade responses the way a run would, and show the monitor's flags.
+
+How a user debugs a reward before training: each row ``{id, response}`` is graded against the prompt with that
+id in the config's data (``data.train``, then ``data.val``; or ``--data FILE``), by the config's domain or its own
+reward functions (:func:`graft.domains.grading.make_grader`, the same grader a run builds), and printed with its
+reward, status and the domain's reward-monitor flags; a last line sums them up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from graft.config import load_config
+from graft.domains.grading import load_data, make_grader, task_domain
+from graft.errors import UserError
+from graft.types import Prompt
+
+
+class GradeError(UserError, ValueError):
+    """A responses file that cannot be graded; the message names the file and line."""
+
+
+def read_responses(path: Path, prompts: dict[str, Prompt]) -> list[tuple[Prompt, str]]:
+    """``(prompt, response)`` of every row of ``path`` (JSONL ``{id, response}``), in file order."""
+    if not path.is_file():
+        raise GradeError(f"--responses: file not found: {path}")
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise GradeError(f"{path}, line {i}: invalid JSON ({e.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("response"), str) or "id" not in row:
+            raise GradeError(f"{path}, line {i}: expected {{\"id\": ..., \"response\": \"...\"}}")
+        pid = str(row["id"]).strip()
+        if pid not in prompts:
+            raise GradeError(f"{path}, line {i}: id {pid!r} is in none of the data ({len(prompts)} prompts)")
+        out.append((prompts[pid], row["response"]))
+    if not out:
+        raise GradeError(f"{path}: no responses")
+    return out
+
+
+def grade_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="graft grade", description="Grade responses against a config's data with its "
+                                "domain (or its reward functions) and print each reward with the reward monitor's flags.")
+    p.add_argument("config", help="YAML config file (its data, reward.domain and reward.function are used)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, as graft train takes them")
+    p.add_argument("--responses", required=True, help="JSONL rows {\"id\": ..., \"response\": \"...\"}")
+    p.add_argument("--data", help="the data file the ids refer to (default: the config's data.train and data.val)")
+    p.add_argument("--json", action="store_true", help="one JSON line per response instead of text")
+    args = p.parse_intermixed_args(argv)
+    cfg = load_config(args.config, args.overrides)
+    specs = [args.data] if args.data else [s for s in (cfg.data.train, cfg.data.val) if s]
+    prompts = {q.id: q for spec in specs for q in load_data(spec, cfg)[0]}
+    items = read_responses(Path(args.responses), prompts)
+    domain = task_domain(cfg.reward)
+    with make_grader(cfg.reward) as grader:
+        rewards, statuses = grader.grade([r for _, r in items], [q.answer for q, _ in items])
+    flagged: Counter = Counter()
+    for (q, response), reward, status in zip(items, rewards, statuses):
+        flags = [k for k, v in domain.response_flags(response, q.problem, q.answer).items() if v]
+        if reward > 0.5:
+            flagged.update(flags)
+        if args.json:
+            print(json.dumps({"id": q.id, "reward": reward, "status": status, "flags": flags}))
+        else:
+            print(f"{q.id}\treward {reward:g}\t{status}" + (f"\tflags: {', '.join(flags)}" if flags else ""))
+    rewarded = sum(r > 0.5 for r in rewards)
+    print(f"{len(items)} responses graded by {cfg.reward.function or cfg.reward.domain}: mean reward "
+          f"{sum(rewards) / len(rewards):.3f}, {rewarded} rewarded; statuses {dict(Counter(statuses))}; flags among the "
+          f"rewarded {dict(flagged) or 'none'}", file=sys.stderr if args.json else sys.stdout)
+    return 0

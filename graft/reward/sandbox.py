@@ -1,0 +1,682 @@
+"""Run untrusted, model-written Python against unit tests, outside the trainer's process and environment.
+
+``parse_tests`` turns a row's tests into :class:`TestCase` s; ``run_tests`` runs a program against them in
+a sandbox and returns a :class:`SandboxResult`; ``isolation()`` names the mechanism in use.
+
+How a run goes
+--------------
+A fresh interpreter (``python -I -S -B``: no site-packages, no user site, no ``PYTHON*`` variables) runs
+:mod:`graft.reward.sandbox_harness` with an environment of only ``PATH``, ``HOME``, ``LANG``, in its
+own session, under rlimits (address space ``memory_mb``, CPU time, file size, open files, core 0,
+processes), with stdin from /dev/null and stdout/stderr captured by this process up to
+``max_output_bytes`` each (more than that kills the run: status and failure ``"output_limit"``). The
+harness executes the program, evaluates each test and reports one JSON line per test on a dedicated
+pipe fd (not stdout). The whole process tree is killed afterwards, whatever it did.
+
+**Expected values never enter the sandbox.** For a split test (``assert CALL == LITERAL``) only ``CALL``
+goes in; the harness reports ``repr()`` of the value and THIS process parses it with
+``ast.literal_eval`` and compares it with the expected literal (exact ``==``; floats with
+``math.isclose(rel_tol=1e-9, abs_tol=1e-12)``; a repr that is not a literal is a wrong answer). So
+patching ``assert``/``==``/builtins, returning an object with a forged ``__eq__``, printing fake
+results, writing to other fds, or exiting early (missing results fail: ``"missing_result"``) cannot earn
+a pass for a value the program does not compute. Timeouts are measured here: ``test_timeout_s`` since
+the last reported result (or since the harness started, for the program's import) and ``timeout_s``
+for the whole run; a program that ignores signals is SIGKILLed with its whole tree.
+
+**Code tests** (``TestCase(code=...)``: unsplittable test code such as HumanEval's ``check(candidate)``)
+run inside the sandbox, in the program's interpreter, and the harness reports pass/fail: a program can
+forge that verdict by tampering with the harness (it shares the interpreter). graft's built-in code
+task uses split tests only; use code tests for evaluation of trusted models, not as an RL reward.
+
+Isolation
+---------
+``bwrap`` (bubblewrap, when installed and its self-test passes; detected once per process): new PID,
+network, IPC, UTS, cgroup (and, when not root, user) namespaces; a root file system of only /usr,
+/bin, /lib*, /sbin and the interpreter's prefix, all read-only; a fresh ``/proc``, a minimal ``/dev``,
+and a 64 MiB tmpfs ``/tmp`` as the working folder. When graft runs as root, the harness drops to a
+dedicated uid (61000 + a random slot, locked per run) before the program runs, so RLIMIT_NPROC counts
+the sandbox alone, no host file is writable and no host process can be signalled. No network, no
+writes outside the tmpfs, no view of the host's processes, their environments or memory; when the
+run ends the PID namespace dies with every process in it (and every process of the uid is killed).
+
+``rlimits+setuid`` (no usable bwrap, graft runs as root): the harness enters new mount, network, IPC
+and UTS namespaces (``isolation()`` then says ``+namespaces``), covers /tmp, /var/tmp, /run/lock and
+/dev/shm with private tmpfs, hides a non-public folder holding the interpreter (e.g. /root) behind a
+tmpfs with only the interpreter bound back read-only, then drops to a dedicated uid as above; every
+process of that uid is killed at the end. It does NOT isolate: reading the host's file system (whatever
+is world-readable), writing to world-writable places other than those four folders (and
+world-writable UNIX sockets), the list of host processes and their command lines (/proc is the
+host's; environments and memory of other uids stay unreadable). Where the kernel refuses the
+namespaces (no CAP_SYS_ADMIN, e.g. a default Docker container) it does not isolate the network nor
+/tmp either, and an interpreter the sandbox uid cannot read makes it unusable.
+
+``rlimits`` (no usable bwrap, not root): rlimits, a scrubbed environment, a temporary working folder and,
+at the end, killing the process group and every process still carrying the run's marker variable. It
+does NOT isolate anything else: the program runs as graft's own user, so it can read the environment
+and memory of graft's processes (``/proc/<pid>/environ``: tracker keys; ``/proc/<pid>/mem`` where
+ptrace rules allow it: the expected values), signal or kill them, read and write every file the user
+can, use the network, and survive the final kill by dropping its marker (exec with another
+environment) or forking while the kill scans /proc.
+
+None of them has a seccomp filter (the kernel's whole system-call surface is exposed, including user
+namespaces inside the root-mode bwrap sandbox), and memory is limited per process (RLIMIT_AS): a run
+can hold up to ``MAX_PROCESSES`` x ``memory_mb`` plus its tmpfs.
+
+``none: ...``: no mechanism passed its self-test (e.g. root without namespaces and an interpreter the
+sandbox uid cannot read); every run returns status ``"error"`` rather than run code as root.
+"""
+from __future__ import annotations
+
+import ast
+import fcntl
+import functools
+import json
+import math
+import os
+import pwd
+import secrets
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_PROCESSES = 16
+"""RLIMIT_NPROC inside the sandbox (processes and threads of the sandbox uid)."""
+MAX_OPEN_FILES = 64
+MAX_FILE_BYTES = 64 << 20
+TMPFS_BYTES = 64 << 20
+UID_BASE, UID_SPAN = 61000, 4000
+"""Dedicated sandbox uids (when root): one per concurrent run, locked by a file in a root-only folder."""
+KILL_WAIT_S = 1.0
+SELF_TEST_TIMEOUT_S = 10.0
+MECHANISMS = ("bwrap", "rlimits+setuid", "rlimits")
+STATUSES = ("ok", "timeout", "output_limit", "error", "no_program")
+_MARKER = "GRAFT_SANDBOX_RUN"
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One test: ``call`` (an expression evaluated in the program's namespace) whose value must equal
+    ``expected`` (a Python literal; compared outside the sandbox), or ``code`` (test code run inside the
+    sandbox; passes when it raises nothing)."""
+    __test__ = False  # not a pytest class
+
+    call: str = ""
+    expected: object | None = None
+    code: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.code is None) == (not self.call):
+            raise ValueError("a TestCase has either a call (with its expected value) or code, not both or neither")
+
+
+@dataclass
+class SandboxResult:
+    passed: int
+    total: int
+    status: str
+    """"ok" (ran to the end; passed may be < total), "timeout", "output_limit", "error" (sandbox/infra:
+    failure is None then), "no_program"."""
+    failure: str | None
+    """Kind of the FIRST failing test: "wrong_answer", "exception:<TypeName>", "syntax", "timeout",
+    "memory", "output_limit", "missing_result"; None when all passed (or status is "error"/"no_program")."""
+    seconds: float
+    stdout: str = ""
+    stderr: str = ""
+    """The program's output, each cut at max_output_bytes; for status "error", what went wrong."""
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+def parse_tests(tests: str | list[str], entry_point: str | None = None) -> list[TestCase]:
+    """Turn a row's tests into TestCases. A source whose statements are all asserts becomes split tests:
+    ``assert CALL == LITERAL`` (or ``LITERAL == CALL``) -> TestCase(CALL, LITERAL); ``assert not CALL`` ->
+    expected False; any other ``assert CALL`` -> expected True (the value must equal True, not just be
+    truthy). Any other source (imports, helpers, HumanEval's ``def check(candidate): ...``) is one
+    TestCase(code=...); when it defines ``check`` and does not call it, ``check(entry_point)`` is
+    appended. Raises ValueError with a one-line message on unparsable tests."""
+    sources = [tests] if isinstance(tests, str) else list(tests)
+    if not sources:
+        raise ValueError("no tests")
+    out: list[TestCase] = []
+    for source in sources:
+        if not isinstance(source, str):
+            raise ValueError(f"a test must be a string, got {type(source).__name__}")
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError) as e:
+            raise ValueError(f"unparsable test {_one_line(source)!r}: {getattr(e, 'msg', e)}") from None
+        if not tree.body:
+            raise ValueError(f"empty test {_one_line(source)!r}")
+        split = [_split_assert(node) for node in tree.body]
+        if all(split):
+            out.extend(split)
+        else:
+            out.append(TestCase(code=_test_code(source, tree, entry_point)))
+    return out
+
+
+def _one_line(text: str, width: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _literal(node: ast.AST) -> tuple[bool, object]:
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _split_assert(node: ast.stmt) -> TestCase | None:
+    if not isinstance(node, ast.Assert):
+        return None
+    test = node.test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        for call, lit in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
+            ok, value = _literal(lit)
+            if ok and not _literal(call)[0]:
+                return TestCase(ast.unparse(call), value)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and not _literal(test.operand)[0]:
+        return TestCase(ast.unparse(test.operand), False)
+    if _literal(test)[0]:
+        return None  # `assert True`: nothing to split
+    return TestCase(ast.unparse(test), True)
+
+
+def _test_code(source: str, tree: ast.Module, entry_point: str | None) -> str:
+    defines_check = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "check"
+                        for n in tree.body)
+    calls_check = any(isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                      and isinstance(n.value.func, ast.Name) and n.value.func.id == "check" for n in tree.body)
+    if not defines_check or calls_check:
+        return source
+    if not entry_point or not entry_point.isidentifier():
+        raise ValueError(f"test code defines check(candidate) but entry_point is {entry_point!r}")
+    return f"{source}\n\ncheck({entry_point})\n"
+
+
+def _same(expected: object, got: object) -> bool:
+    """``expected == got`` for literals, with a tolerance for floats (at any depth)."""
+    if isinstance(expected, float) or isinstance(got, float):
+        if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+            try:
+                return math.isclose(expected, got, rel_tol=1e-9, abs_tol=1e-12)
+            except OverflowError:  # an int too large for a float
+                return False
+        return False
+    if isinstance(expected, (list, tuple)):
+        return (type(got) is type(expected) and len(got) == len(expected)
+                and all(_same(e, g) for e, g in zip(expected, got)))
+    if isinstance(expected, dict):
+        return (isinstance(got, dict) and got.keys() == expected.keys()
+                and all(_same(v, got[k]) for k, v in expected.items()))
+    return bool(expected == got)
+
+
+def _exception_kind(name: object, code_test: bool) -> str:
+    name = name if isinstance(name, str) and name.isidentifier() and len(name) <= 80 else "Unknown"
+    if name == "MemoryError":
+        return "memory"
+    if code_test and name == "AssertionError":
+        return "wrong_answer"
+    return f"exception:{name}"
+
+
+def _outcome(test: TestCase, tag: str, payload: object) -> str | None:
+    """None (passed) or the failure kind of one reported test."""
+    if tag == "E":
+        return _exception_kind(payload, test.code is not None)
+    if test.code is not None:
+        return None if tag == "T" else "wrong_answer"
+    if tag != "V" or not isinstance(payload, str):
+        return "wrong_answer"
+    try:
+        value = ast.literal_eval(payload)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return "wrong_answer"
+    return None if _same(test.expected, value) else "wrong_answer"
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+def run_tests(program: str, tests: list[TestCase], *, timeout_s: float = 10.0, test_timeout_s: float = 3.0,
+              memory_mb: int = 512, max_output_bytes: int = 1 << 20) -> SandboxResult:
+    """Run ``program`` against ``tests`` in the sandbox (see the module docstring). Never raises for
+    anything the program does; returns within about ``timeout_s`` + 2 s (the first call in a process also
+    runs the mechanism's self-test: ~0.2 s, at most SELF_TEST_TIMEOUT_S). Thread- and worker-safe."""
+    t0 = time.monotonic()
+    tests = list(tests)
+    if not isinstance(program, str) or not program.strip():
+        return SandboxResult(0, len(tests), "no_program", None, 0.0)
+    mechanism = _mechanism()
+    if mechanism not in MECHANISMS:
+        return SandboxResult(0, len(tests), "error", None, time.monotonic() - t0,
+                             stderr=f"no usable sandbox: {isolation()}")
+    try:
+        return _run(mechanism, program, tests, _Options(timeout_s, test_timeout_s, memory_mb, max_output_bytes), t0)
+    except Exception as e:  # noqa: BLE001 - infrastructure trouble is reported, never raised
+        return SandboxResult(0, len(tests), "error", None, time.monotonic() - t0,
+                             stderr=f"sandbox error: {type(e).__name__}: {e}")
+
+
+@dataclass(frozen=True)
+class _Options:
+    timeout_s: float
+    test_timeout_s: float
+    memory_mb: int
+    max_output_bytes: int
+
+
+def _run(mechanism: str, program: str, tests: list[TestCase], opts: _Options, t0: float) -> SandboxResult:
+    root = os.geteuid() == 0
+    lease = _lease_uid() if root and mechanism != "rlimits" else None  # "rlimits" as root: tests only
+    uid = lease[0] if lease else None
+    marker = secrets.token_hex(16) if mechanism == "rlimits" else None
+    workdir = None
+    try:
+        workdir = None if mechanism == "bwrap" else tempfile.mkdtemp(prefix="graft-sandbox-")
+        if uid is not None:
+            _kill_uid(uid, surely=False)  # leftovers of a run whose parent died
+            if workdir:
+                os.chown(workdir, uid, uid)
+        job = _job(program, tests, opts, uid=uid, unshare=mechanism == "rlimits+setuid",
+                   workdir=workdir or "/tmp")
+        watcher = _Watcher(len(tests), opts, t0)
+        proc, fds = _launch(mechanism, job, workdir, marker)
+        try:
+            watcher.watch(proc, *fds)
+        finally:
+            _stop(proc, uid, marker, bwrap=mechanism == "bwrap")
+            for fd in fds:
+                os.close(fd)
+    finally:
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        if lease:
+            os.close(lease[1])
+    return watcher.result(tests, time.monotonic() - t0)
+
+
+def _job(program: str, tests: list[TestCase], opts: _Options, *, uid: int | None, unshare: bool,
+         workdir: str) -> dict:
+    limits = {"RLIMIT_AS": opts.memory_mb << 20, "RLIMIT_CPU": math.ceil(opts.timeout_s) + 1,
+              "RLIMIT_FSIZE": MAX_FILE_BYTES, "RLIMIT_NOFILE": MAX_OPEN_FILES, "RLIMIT_CORE": 0,
+              "RLIMIT_NPROC": MAX_PROCESSES}
+    return {"program": program, "uid": uid, "unshare": unshare, "workdir": workdir, "limits": limits,
+            "tmpfs_bytes": TMPFS_BYTES, "max_line": opts.max_output_bytes,
+            "tests": [["code", t.code] if t.code is not None else ["call", t.call] for t in tests]}
+
+
+@functools.cache
+def _harness_source() -> str:
+    return Path(__file__).with_name("sandbox_harness.py").read_text()
+
+
+def _python() -> str:
+    return os.path.realpath(sys.executable)
+
+
+def _bwrap_argv(root: bool) -> list[str]:
+    """bubblewrap's arguments: every namespace, a read-only system + interpreter, fresh /proc, /dev, /tmp."""
+    argv = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--unshare-pid",
+            "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not root:  # as root bwrap needs no user namespace, and the harness drops to the sandbox uid
+        argv.append("--unshare-user")
+    bound: list[str] = []
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            argv += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            argv += ["--ro-bind", top, top]
+            bound.append(top)
+    made: set[str] = set()
+    for path in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}):
+        if any(path == b or path.startswith(b + "/") for b in bound):
+            continue
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts)):  # parent folders open to the sandbox uid, whatever the host's modes
+            folder = "/" + "/".join(parts[:i])
+            if folder not in made:
+                argv += ["--perms", "0755", "--dir", folder]
+                made.add(folder)
+        argv += ["--ro-bind", path, path]
+        bound.append(path)
+    return argv + ["--proc", "/proc", "--dev", "/dev", "--size", str(TMPFS_BYTES), "--perms", "1777",
+                   "--tmpfs", "/tmp", "--chdir", "/tmp"]
+
+
+def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
+    """Start the sandbox; returns (process, (result fd, stdout fd, stderr fd)) - read ends, ours to close."""
+    result_r, result_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    job_fd = os.memfd_create("graft-sandbox-job")
+    try:
+        job["result_fd"] = result_w
+        data = json.dumps(job).encode()
+        while data:
+            data = data[os.write(job_fd, data):]
+        os.lseek(job_fd, 0, os.SEEK_SET)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir or "/tmp", "LANG": "C.UTF-8"}
+        if marker:
+            env[_MARKER] = marker
+        argv = [_python(), "-I", "-S", "-B", "-X", "utf8", "-c", _harness_source(), str(job_fd)]
+        if mechanism == "bwrap":
+            argv = _bwrap_argv(os.geteuid() == 0) + argv
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, env=env, cwd="/",
+                                pass_fds=(job_fd, result_w), start_new_session=True, close_fds=True)
+    except BaseException:
+        for fd in (result_r, out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (result_w, out_w, err_w, job_fd):
+            os.close(fd)
+    return proc, (result_r, out_r, err_r)
+
+
+class _Watcher:
+    """Reads the sandbox's result lines and output, enforces the timeouts and the output limit."""
+
+    def __init__(self, n_tests: int, opts: _Options, t0: float) -> None:
+        self.n, self.opts, self.t0 = n_tests, opts, t0
+        self.last: float | None = None  # when the harness last reported (None: not started yet)
+        self.ready = self.loaded = self.finished = False
+        self.fatal: str | None = None
+        self.program_failure: str | None = None
+        self.stop: str | None = None  # "timeout" | "output_limit"
+        self.outcomes: list[tuple[str, object]] = []
+        self.pending = bytearray()
+        self.output = {"stdout": bytearray(), "stderr": bytearray()}
+
+    def watch(self, proc: subprocess.Popen, result_fd: int, out_fd: int, err_fd: int) -> None:
+        names = {result_fd: "result", out_fd: "stdout", err_fd: "stderr"}
+        with selectors.DefaultSelector() as sel:
+            for fd in names:
+                os.set_blocking(fd, False)
+                sel.register(fd, selectors.EVENT_READ)
+            while not self.finished and self.stop is None and self.fatal is None:
+                now = time.monotonic()
+                deadline = self.t0 + self.opts.timeout_s
+                if self.last is not None:
+                    deadline = min(deadline, self.last + self.opts.test_timeout_s)
+                if now >= deadline:
+                    self.stop = "timeout"
+                    break
+                exited = _exited(proc)
+                ready = sel.select(0 if exited else min(deadline - now, 0.1)) if sel.get_map() else []
+                if not ready and not sel.get_map() and not exited:
+                    time.sleep(min(deadline - now, 0.02))
+                for key, _ in ready:
+                    self._read(sel, key.fd, names[key.fd])
+                if exited and not ready:
+                    break
+            self._drain(sel, names)
+
+    def _drain(self, sel: selectors.BaseSelector, names: dict[int, str]) -> None:
+        """What the program printed before the end that is still in the pipes (bounded: it may still write)."""
+        for fd, name in names.items():
+            for _ in range(self.opts.max_output_bytes // (1 << 16) + 2):
+                if name == "result" or fd not in sel.get_map() or self.stop == "output_limit" \
+                        or not self._read(sel, fd, name):
+                    break
+
+    def _read(self, sel: selectors.BaseSelector, fd: int, name: str) -> bool:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return False
+        if not data:
+            sel.unregister(fd)
+            return False
+        limit = self.opts.max_output_bytes
+        if name == "result":
+            self.pending += data
+            *lines, rest = self.pending.split(b"\n")
+            self.pending = bytearray(rest)
+            for line in lines:
+                self._handle(line)
+            if len(self.pending) > limit + 4096:
+                self.stop = "output_limit"
+            return True
+        buf = self.output[name]
+        room = limit - len(buf)
+        buf += data[: max(0, room)]
+        if len(data) > room:  # the excess is dropped, and the run stopped
+            self.stop = "output_limit"
+        return True
+
+    def _handle(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(msg, list) or not msg or not isinstance(msg[0], str):
+            return
+        tag, now = msg[0], time.monotonic()
+        if not self.ready:  # before "R" only the trusted harness writes
+            if tag == "R":
+                self.ready, self.last = True, now
+            elif tag == "F":
+                self.fatal = " ".join(map(str, msg[1:])) or "unknown"
+        elif tag in ("S", "X") and not self.loaded and self.program_failure is None:
+            self.program_failure = "syntax" if tag == "S" else _exception_kind(msg[1] if len(msg) > 1 else None, False)
+            self.finished = True
+        elif tag == "P" and not self.loaded:
+            self.loaded, self.last = True, now
+        elif tag in ("V", "T", "E") and len(msg) >= 2 and msg[1] == len(self.outcomes) and self.loaded:
+            self.outcomes.append((tag, msg[2] if len(msg) > 2 else None))
+            self.last = now
+            self.finished = len(self.outcomes) >= self.n
+        elif tag == "D":
+            self.finished = True
+
+    def result(self, tests: list[TestCase], seconds: float) -> SandboxResult:
+        out = {k: v.decode("utf-8", "replace") for k, v in self.output.items()}
+        if not self.ready:
+            why = self.fatal or ("timed out starting" if self.stop else "ended before starting")
+            return SandboxResult(0, len(tests), "error", None, seconds, out["stdout"],
+                                 f"sandbox did not start: {why}\n{out['stderr']}")
+        missing = self.program_failure or self.stop or "missing_result"
+        kinds = [_outcome(t, *self.outcomes[i]) if i < len(self.outcomes) else missing
+                 for i, t in enumerate(tests)]
+        failure = next((k for k in kinds if k is not None), None)
+        return SandboxResult(kinds.count(None), len(tests), self.stop or "ok", failure, seconds,
+                             out["stdout"], out["stderr"])
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """Whether the sandbox's first process ended, without reaping it (its pid stays ours to kill)."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+# ---------------------------------------------------------------------------------------------- cleanup
+
+def _stop(proc: subprocess.Popen, uid: int | None, marker: str | None, bwrap: bool) -> None:
+    """Kill the sandbox's whole tree. Under bwrap: its PID namespace's init first, so the namespace dies
+    and bwrap itself reaps that init and exits (no orphan left to the host's PID 1). Then the process
+    group (before reaping its leader, so that the group id cannot have been reused), then every process
+    of the sandbox uid (or carrying the run's marker)."""
+    if bwrap:
+        for pid in _children(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        deadline = time.monotonic() + KILL_WAIT_S / 2
+        while not _exited(proc) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        pass
+    if uid is not None:
+        _kill_uid(uid)
+    if marker is not None:
+        _kill_marked(marker)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def _pids(match) -> list[int]:
+    """Live (non-zombie) processes for which ``match(pid)`` is true."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if match(int(name)):
+                    out.append(int(name))
+            except OSError:  # gone meanwhile, or not ours to read
+                pass
+    return out
+
+
+def _has_uid(uid: int):
+    def match(pid: int) -> bool:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            head = f.read(1024)  # Name, Umask, State, ..., Uid come first
+        at = head.find(b"\nUid:")
+        return at >= 0 and int(head[at + 5:].split(None, 1)[0]) == uid and b"\nState:\tZ" not in head
+    return match
+
+
+def _kill_uid(uid: int, *, surely: bool = True) -> None:
+    """SIGKILL every process of the sandbox uid: ``kill -9 -1`` run AS that uid kills all of them at once
+    (a fork cannot race it, unlike a scan of /proc), then anything a scan still finds, one by one.
+    ``surely=False``: only when a scan finds some (before a run: leftovers of a parent that died)."""
+    if surely or _pids(_has_uid(uid)):
+        subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=uid, group=uid, extra_groups=[], env={}, cwd="/",
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=5, check=False)
+    for attempt in range(1, 10):
+        pids = _pids(_has_uid(uid))
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01 * attempt)
+
+
+def _kill_marked(marker: str) -> None:
+    """The non-root fallback: SIGKILL our uid's processes whose initial environment holds the run's marker."""
+    needle = f"{_MARKER}={marker}".encode()
+    me = os.getpid()
+
+    def match(pid: int) -> bool:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return pid != me and needle in f.read().split(b"\0")
+    for _ in range(10):
+        pids = _pids(match)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
+def _lease_uid() -> tuple[int, int]:
+    """A sandbox uid no other run uses: (uid, fd holding its lock; close it to release)."""
+    folder = os.path.join(tempfile.gettempdir(), "graft-sandbox-uids")
+    os.makedirs(folder, 0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise OSError(f"{folder} must be a folder only this user can access")
+    for _ in range(64):
+        uid = UID_BASE + secrets.randbelow(UID_SPAN)
+        try:
+            pwd.getpwuid(uid)
+            continue  # a real account: never use it
+        except KeyError:
+            pass
+        fd = os.open(os.path.join(folder, str(uid)), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return uid, fd
+    raise OSError("no free sandbox uid")
+
+
+# ---------------------------------------------------------------------------------------------- detection
+
+_FORCE: str | None = None
+"""Tests only: use this mechanism instead of the detected one."""
+_detected: dict[str, tuple[bool, str]] = {}
+_detect_lock = threading.Lock()
+
+
+def _probe(mechanism: str) -> tuple[bool, str]:
+    """(usable, phrase or reason) for one mechanism; its self-test runs once per process."""
+    with _detect_lock:
+        if mechanism not in _detected:
+            _detected[mechanism] = _self_test(mechanism)
+        return _detected[mechanism]
+
+
+def _self_test(mechanism: str) -> tuple[bool, str]:
+    if mechanism == "bwrap" and not shutil.which("bwrap"):
+        return False, "bwrap is not installed"
+    if mechanism == "rlimits+setuid" and os.geteuid() != 0:
+        return False, "needs root"
+    program = "import socket\ndef f(x):\n    return x + 1\n"
+    probe = [TestCase("f(1)", 2), TestCase("socket.create_connection(('127.0.0.1', 9), timeout=1) and 0", 0)]
+    opts = _Options(SELF_TEST_TIMEOUT_S, SELF_TEST_TIMEOUT_S, 256, 1 << 16)
+    try:
+        r = _run(mechanism, program, probe, opts, time.monotonic())
+    except Exception as e:  # noqa: BLE001
+        return False, f"{type(e).__name__}: {e}"
+    if r.status != "ok" or r.passed < 1:  # the first test must pass; the second only probes the network
+        return False, f"self-test: {r.status} {r.failure} {_one_line(r.stderr, 200)}"
+    no_network = r.failure == "exception:OSError"  # ENETUNREACH: no interface (a new network namespace)
+    if mechanism == "rlimits+setuid" and no_network:
+        return True, "rlimits+setuid+namespaces"
+    return True, mechanism
+
+
+def _mechanism() -> str:
+    if _FORCE is not None:
+        return _FORCE if _probe(_FORCE)[0] else f"none: {_probe(_FORCE)[1]}"
+    for mechanism in ("bwrap", "rlimits+setuid" if os.geteuid() == 0 else "rlimits"):
+        if _probe(mechanism)[0]:
+            return mechanism
+    return "none"
+
+
+def isolation() -> str:
+    """The sandbox mechanism in use: "bwrap", "rlimits+setuid+namespaces", "rlimits+setuid", "rlimits",
+    or "none: <why>" (then every run returns status "error")."""
+    mechanism = _mechanism()
+    if mechanism in MECHANISMS:
+        return _probe(mechanism)[1]
+    if mechanism != "none":
+        return mechanism
+    reasons = [f"{m}: {_probe(m)[1]}" for m in ("bwrap", "rlimits+setuid" if os.geteuid() == 0 else "rlimits")]
+    return "none: " + "; ".join(reasons)

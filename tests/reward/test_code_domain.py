@@ -1,0 +1,63 @@
+"""The ``code`` domain: rows to references, grading through the grader's workers, the quick check, the monitor."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graft.config import RewardConfig
+from graft.data.code_task import make_code_task, solution
+from graft.data.datasets import RowError
+from graft.domains.code import CODE
+from graft.domains.grading import make_grader
+from graft.registry import DOMAINS
+
+ROW = {"id": "x", "problem": "Write add_3(x).", "tests": ["assert add_3(1) == 4", "assert add_3(-3) == 0"],
+       "entry_point": "add_3"}
+HONEST = "Add three.\n```python\ndef add_3(x):\n    return x + 3\n```"
+SPECIAL = "```python\ndef add_3(x):\n    if x == 1:\n        return 4\n    return 0\n```"   # passes by special-casing
+HALF = "```python\ndef add_3(x):\n    return 4\n```"                                        # 4 is right for x=1 only
+
+
+def test_registered_and_reference_is_the_tests():
+    assert DOMAINS["code"] is CODE
+    assert json.loads(CODE.reference(ROW)) == {"tests": ROW["tests"], "entry_point": "add_3"}
+    with pytest.raises(RowError, match="missing field"):
+        CODE.reference({"id": "x", "problem": "p", "answer": "4"})
+    with pytest.raises(RowError, match="tests must be a non-empty list"):
+        CODE.reference(dict(ROW, tests=[]))
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_grading_through_the_grader(workers):
+    ref = CODE.reference(ROW)
+    texts = [HONEST, SPECIAL, HALF, "no code at all", "```python\ndef add_3(x) return\n```"]
+    with make_grader(RewardConfig(domain="code", workers=workers, timeout_s=6.0)) as g:
+        rewards, statuses = g.grade(texts, [ref] * len(texts))
+    assert rewards == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert statuses[:4] == ["ok", "ok", "wrong_answer", "no_answer"] and statuses[4] == "syntax"
+    # partial credit: HALF passes 1 of 2 tests -> 0.5
+    with make_grader(RewardConfig(domain="code", workers=workers, timeout_s=6.0, partial_credit=True)) as g:
+        assert g.grade([HALF], [ref])[0] == [0.5]
+
+
+def test_a_program_that_loops_is_the_models_failure_not_a_grader_timeout():
+    loop = "```python\ndef add_3(x):\n    while True:\n        pass\n```"
+    with make_grader(RewardConfig(domain="code", workers=1, timeout_s=4.0, test_timeout_s=1.0)) as g:
+        rewards, statuses = g.grade([loop], [CODE.reference(ROW)])
+    assert rewards == [0.0] and statuses == ["program_timeout"]      # not "timeout": the run must not call it a hang
+
+
+def test_monitor_flags_special_casing_and_not_the_honest_program():
+    ref = CODE.reference(ROW)
+    shares = CODE.monitor([HONEST, SPECIAL, HALF], ["p"] * 3, [ref] * 3, [1.0, 1.0, 0.0])
+    assert shares["n"] == 2 and shares["special_case"] == 0.5        # of the 2 rewarded, SPECIAL only
+    assert not any(CODE.response_flags(HONEST, "p", ref).values())
+
+
+def test_every_reference_solution_of_the_task_scores_one():
+    rows = make_code_task(16, seed=7)
+    refs = [CODE.reference(r) for r in rows]
+    with make_grader(RewardConfig(domain="code", workers=1, timeout_s=8.0)) as g:
+        rewards, statuses = g.grade([solution(r) for r in rows], refs)
+    assert rewards == [1.0] * 16, list(zip([r["id"] for r in rows], statuses))

@@ -1,0 +1,494 @@
+"""The sandbox for model-written code (graft.reward.sandbox): honest programs are graded right, hostile
+ones earn nothing, end in time and leave the host untouched.
+
+Every sandbox test runs once per mechanism this machine offers ("bwrap"; "rlimits+setuid" when root):
+the other is skipped with the reason. The attacks that would hurt the host if the sandbox were broken
+(killing processes, fork bombs) first check that the program really runs as an unprivileged uid.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+
+from graft.reward import sandbox
+from graft.reward.sandbox import SandboxResult, TestCase, parse_tests, run_tests
+
+SLACK_S = 2.0  # run_tests returns within timeout_s + this
+HARNESS_MARK = b"The harness that runs INSIDE the sandboxed interpreter"
+DOUBLE = "def f(x):\n    return 2 * x\n"
+
+
+@pytest.fixture(params=["bwrap", "rlimits+setuid"])
+def mech(request, monkeypatch):
+    ok, why = sandbox._probe(request.param)
+    if not ok:
+        pytest.skip(f"{request.param} is not usable here: {why}")
+    monkeypatch.setattr(sandbox, "_FORCE", request.param)
+    return request.param
+
+
+@pytest.fixture
+def unprivileged(mech):
+    """For attacks that would hurt the host if the program ran as root."""
+    r = run_tests("import os\n", [TestCase("os.getuid() != 0 and os.geteuid() != 0", True)])
+    assert r.passed == 1, f"the sandbox program runs as root ({mech}): refusing the attack tests {r}"
+    return mech
+
+
+def timed_run(program: str, tests: list[TestCase], **kw) -> SandboxResult:
+    t0 = time.monotonic()
+    r = run_tests(program, tests, **kw)
+    elapsed = time.monotonic() - t0
+    assert elapsed < kw.get("timeout_s", 10.0) + SLACK_S, f"took {elapsed:.1f} s: {r}"
+    assert r.status in sandbox.STATUSES
+    return r
+
+
+def sandbox_pids() -> list[int]:
+    """Live processes of the sandbox: a dedicated uid, or the harness's command line."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                status = f.read(1024)  # State and Uid come first
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read(512)  # python -I -S -B -X utf8 -c <the harness's docstring first>
+        except OSError:
+            continue
+        uid = int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
+        zombie = re.search(r"^State:\s+Z", status, re.M)
+        in_range = sandbox.UID_BASE <= uid < sandbox.UID_BASE + sandbox.UID_SPAN
+        if not zombie and (in_range or HARNESS_MARK in cmdline):
+            out.append(int(name))
+    return out
+
+
+def assert_no_survivors() -> None:
+    deadline = time.monotonic() + 1.0
+    while sandbox_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sandbox_pids(), f"sandbox processes survived: {sandbox_pids()}"
+
+
+@pytest.fixture
+def world_writable_dir():
+    """A host folder anyone may write to (a setuid-only sandbox could write and delete here)."""
+    folder = Path(tempfile.mkdtemp(prefix="graft_escape_dir_"))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------ parse_tests
+
+def test_parse_tests_splits_assert_forms():
+    tests = parse_tests(["assert f(3, 'ab') == 'ababab'", "assert [1, 2] == g(x=1)", "assert is_ok(2)",
+                         "assert not is_ok(-1)", "assert f(1) == -2.5, 'message'",
+                         "assert f(1) == 1\nassert f(2) == {'a': (1, None)}"])
+    assert tests == [TestCase("f(3, 'ab')", "ababab"), TestCase("g(x=1)", [1, 2]), TestCase("is_ok(2)", True),
+                     TestCase("is_ok(-1)", False), TestCase("f(1)", -2.5), TestCase("f(1)", 1),
+                     TestCase("f(2)", {"a": (1, None)})]
+
+
+def test_parse_tests_keeps_unsplittable_code_and_calls_check():
+    humaneval = "METADATA = {}\n\ndef check(candidate):\n    assert candidate(1) == 2\n"
+    [t] = parse_tests(humaneval, entry_point="double")
+    assert t.call == "" and t.code == humaneval + "\n\ncheck(double)\n"
+    [t] = parse_tests("import math\nassert f(1) == math.pi")
+    assert t.code == "import math\nassert f(1) == math.pi"
+    assert parse_tests("assert f(1) == float('inf')")[0] == TestCase("f(1) == float('inf')", True)
+
+
+@pytest.mark.parametrize("bad", ["assert f(1) ==", "", [], ["assert f(1) == 1", 3], "def check(c):\n    pass\n"])
+def test_parse_tests_refuses_unparsable_tests_in_one_line(bad):
+    with pytest.raises(ValueError) as e:
+        parse_tests(bad)
+    assert "\n" not in str(e.value)
+
+
+def test_testcase_needs_a_call_or_code():
+    with pytest.raises(ValueError):
+        TestCase()
+    with pytest.raises(ValueError):
+        TestCase("f(1)", 1, code="assert True")
+
+
+# ------------------------------------------------------------------------------------------ honest programs
+
+def test_isolation_uses_bwrap_when_it_works():
+    if shutil.which("bwrap") is None:
+        pytest.skip("bwrap is not installed here")
+    ok, why = sandbox._probe("bwrap")
+    if not ok:
+        assert not sandbox.isolation().startswith("bwrap")
+        pytest.skip(f"bwrap is installed but unusable here: {why}")
+    assert sandbox.isolation() == "bwrap"
+
+
+def test_correct_program_passes_all(mech):
+    r = timed_run(DOUBLE + "def g(s):\n    return [s, s.upper(), {s: None}]\n",
+                  [TestCase("f(3)", 6), TestCase("f('ab')", "abab"), TestCase("g('x')", ["x", "X", {"x": None}])])
+    assert (r.passed, r.total, r.status, r.failure) == (3, 3, "ok", None)
+
+
+def test_wrong_answer_and_partial_count(mech):
+    program = "def f(x):\n    return 2 * x if x < 3 else 0\n"
+    r = timed_run(program, [TestCase("f(1)", 2), TestCase("f(2)", 4), TestCase("f(5)", 10), TestCase("f(6)", 12)])
+    assert (r.passed, r.total, r.status, r.failure) == (2, 4, "ok", "wrong_answer")
+    r = timed_run(DOUBLE, [TestCase("f(1)", (2,)), TestCase("f([1])", (1, 1)), TestCase("f(True)", True)])
+    assert r.passed == 0 and r.failure == "wrong_answer"  # list != tuple, 2 != True, as in Python
+
+
+def test_exception_kind_and_syntax_error(mech):
+    r = timed_run(DOUBLE, [TestCase("f(None)", 0), TestCase("f(2)", 4)])
+    assert (r.passed, r.status, r.failure) == (1, "ok", "exception:TypeError")
+    r = timed_run("def f(x):\n    return x +\n", [TestCase("f(1)", 1)])
+    assert (r.passed, r.status, r.failure) == (0, "ok", "syntax")
+    r = timed_run("raise KeyError(1)\n", [TestCase("f(1)", 1)])
+    assert (r.passed, r.failure) == (0, "exception:KeyError")
+    r = run_tests("   \n", [TestCase("f(1)", 1)])
+    assert (r.passed, r.status) == (0, "no_program")
+
+
+def test_float_tolerance(mech):
+    program = "def f(x):\n    return x / 3 * 3\ndef g():\n    return [0.1 + 0.2, {'a': 1e-13}]\n"
+    r = timed_run(program, [TestCase("f(0.7)", 0.7), TestCase("g()", [0.3, {"a": 0.0}]), TestCase("f(1.0)", 1.001)])
+    assert (r.passed, r.failure) == (2, "wrong_answer")
+
+
+def test_humaneval_check_code_test(mech):
+    check = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(-1) == -2\n"
+    [t] = parse_tests(check, entry_point="f")
+    assert timed_run(DOUBLE, [t]).passed == 1
+    r = timed_run("def f(x):\n    return x * x\n", [t])
+    assert (r.passed, r.failure) == (0, "wrong_answer")
+
+
+def test_program_may_use_its_own_folder_and_stdlib(mech):
+    program = ("import collections, json, math, re\nopen('notes.txt', 'w').write('hi')\n"
+               "def f():\n    return open('notes.txt').read() + str(math.isqrt(16))\n")
+    r = timed_run(program, [TestCase("f()", "hi4")])
+    assert r.passed == 1, r
+
+
+def test_per_test_and_whole_run_timeouts_keep_earlier_passes(mech):
+    program = "import time\ndef f(x):\n    time.sleep(x)\n    return 1\n"
+    r = timed_run(program, [TestCase("f(0)", 1), TestCase("f(60)", 1), TestCase("f(0)", 1)],
+                  timeout_s=5.0, test_timeout_s=0.5)
+    assert (r.passed, r.status, r.failure) == (1, "timeout", "timeout")
+    assert r.seconds < 3.0
+    r = timed_run(program, [TestCase("f(0.2)", 1)] * 20, timeout_s=1.0, test_timeout_s=0.5)
+    assert 0 < r.passed < 20 and (r.status, r.failure) == ("timeout", "timeout")
+
+
+def test_callable_from_threads_and_a_forkserver_worker():
+    out = []
+    threads = [threading.Thread(target=lambda x=x: out.append(run_tests(DOUBLE, [TestCase(f"f({x})", 2 * x)])))
+               for x in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert [r.passed for r in out] == [1, 1, 1]
+    with multiprocessing.get_context("forkserver").Pool(1) as pool:
+        r = pool.apply(run_tests, (DOUBLE, [TestCase("f(4)", 8)]))
+    assert r.passed == 1, r
+
+
+# ------------------------------------------------------------------------------------------ hostile programs
+
+@pytest.mark.parametrize("program", [
+    "while True:\n    pass\n",
+    "def f(x):\n    while True:\n        pass\n",
+    dedent("""\
+        import signal, time
+        for s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT, signal.SIGXCPU):
+            signal.signal(s, signal.SIG_IGN)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        def f(x):
+            while True:
+                try:
+                    time.sleep(100)
+                except BaseException:
+                    pass
+    """),
+], ids=["at import", "in the call", "ignoring signals"])
+def test_infinite_loops_are_killed(mech, program):
+    r = timed_run(program, [TestCase("f(1)", 2)], timeout_s=1.0, test_timeout_s=0.5)
+    assert (r.passed, r.status, r.failure) == (0, "timeout", "timeout")
+    assert_no_survivors()
+
+
+def test_fork_bomb_is_contained_and_killed(unprivileged):
+    program = dedent("""\
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+    """)
+    r = timed_run(program, [TestCase("f(1)", 2)], timeout_s=1.0)
+    assert r.passed == 0 and r.status == "timeout"
+    assert_no_survivors()
+
+
+ESCAPE = dedent("""\
+    import os, time
+    def f(x):
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.setsid()  # out of the sandbox's session and process group
+            if os.fork() == 0:
+                os.write(w, b'x')
+                time.sleep(120)
+            os._exit(0)
+        os.read(r, 1)  # the grandchild is up before the result is reported
+        return 2 * x
+""")
+
+
+def test_children_that_escape_the_process_group_are_killed(unprivileged):
+    r = timed_run(ESCAPE, [TestCase("f(1)", 2)])
+    assert r.passed == 1, r
+    assert_no_survivors()
+
+
+@pytest.mark.parametrize("program", [
+    "x = ' ' * 10**10\ndef f(x):\n    return 2\n",
+    "def f(x):\n    keep = []\n    while True:\n        keep.append([0] * 10**6)\n",
+    "def f(x):\n    keep = []\n    while True:\n        keep.append(bytearray(10**7))\n",
+], ids=["huge string", "growing list", "growing bytearrays"])
+def test_memory_bombs_fail_with_memory(mech, program):
+    r = timed_run(program, [TestCase("f(1)", 2)], timeout_s=5.0, memory_mb=256)
+    assert (r.passed, r.status, r.failure) == (0, "ok", "memory")
+
+
+@pytest.mark.parametrize("program", [
+    "for _ in range(1000):\n    print('x' * 10**6)\n",
+    "import os\ndef f(x):\n    while True:\n        os.write(2, b'y' * 65536)\n",
+    "print('x' * 10**9)\n",  # cannot even be built under 256 MB: a memory failure
+], ids=["stdout", "stderr", "one print"])
+def test_huge_output_is_cut_and_stops_the_run(mech, program):
+    r = timed_run(program, [TestCase("f(1)", 2)], timeout_s=5.0, memory_mb=256, max_output_bytes=1 << 16)
+    assert r.passed == 0 and r.failure in ("output_limit", "memory")
+    assert r.status == ("output_limit" if r.failure == "output_limit" else "ok")
+    assert len(r.stdout) <= 1 << 16 and len(r.stderr) <= 1 << 16
+
+
+def test_writes_outside_its_folder_do_not_reach_the_host(mech, tmp_path, world_writable_dir):
+    name = f"graft_escape_{uuid.uuid4().hex}"
+    targets = [tmp_path / "escape.txt", world_writable_dir / "escape.txt", Path("/tmp") / name,
+               Path("/var/tmp") / name, Path("/dev/shm") / name, Path.cwd() / name]
+    program = dedent("""\
+        def attack(paths):
+            out = []
+            for p in paths:
+                try:
+                    open(p, 'w').write('x')
+                    out.append('wrote')
+                except OSError as e:
+                    out.append(type(e).__name__)
+            return out
+    """)
+    r = timed_run(program, [TestCase(f"attack({[str(p) for p in targets]!r})", None)])
+    assert r.status == "ok"
+    assert [p for p in targets if p.exists()] == []
+
+
+def test_deleting_host_files_fails(mech, tmp_path, world_writable_dir):
+    sentinels = [tmp_path / "sentinel", world_writable_dir / "sentinel"]
+    for s in sentinels:
+        s.write_text("keep")
+        s.chmod(0o666)
+    program = dedent("""\
+        import os, shutil
+        def attack(paths):
+            for p in paths:
+                for op in (os.remove, os.rmdir, shutil.rmtree, lambda p: open(p, 'w').write('gone'),
+                           lambda p: shutil.rmtree(os.path.dirname(p))):
+                    try:
+                        op(p)
+                    except OSError:
+                        pass
+    """)
+    r = timed_run(program, [TestCase(f"attack({[str(s) for s in sentinels]!r})", None)])
+    assert r.status == "ok"
+    assert [s.read_text() for s in sentinels] == ["keep", "keep"]
+
+
+def test_the_parents_environment_is_unreadable(mech, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "secret-123")
+    # /proc/<pid>/environ shows a process's initial environment: give one process the key from its start
+    victim = subprocess.Popen(["sleep", "60"], env={**os.environ, "WANDB_API_KEY": "secret-123"})
+    program = dedent("""\
+        import os
+        def leak(pids):
+            found = [repr(dict(os.environ))]
+            for pid in list(pids) + [os.getppid()] + [int(p) for p in os.listdir('/proc') if p.isdigit()]:
+                try:
+                    found.append(open(f'/proc/{pid}/environ').read())
+                except OSError:
+                    pass
+            print(found)
+            return 'secret-123' in ''.join(found)
+    """)
+    try:
+        r = timed_run(program, [TestCase(f"leak([{os.getpid()}, {victim.pid}])", False)])
+    finally:
+        victim.kill()
+        victim.wait()
+    assert r.passed == 1, r
+    assert "secret-123" not in r.stdout + r.stderr
+
+
+def test_no_network(mech):
+    if mech != "bwrap" and "namespaces" not in sandbox._probe(mech)[1]:
+        pytest.skip(f"{sandbox._probe(mech)[1]}: no network namespace, the network is open (documented)")
+    program = dedent("""\
+        import socket
+        def probe(port):
+            try:
+                socket.create_connection(('127.0.0.1', port), timeout=2).sendall(b'x')
+                return 'connected'
+            except OSError as e:
+                return type(e).__name__
+    """)
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        r = timed_run(program, [TestCase(f"probe({srv.getsockname()[1]})", "connected")])
+        srv.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            srv.accept()  # nobody connected
+    assert r.passed == 0 and r.status == "ok"
+
+
+@pytest.mark.parametrize("attack", ["os.kill(os.getppid(), 9)", "os.killpg(os.getpgid(os.getppid()), 9)",
+                                    "os.kill(-1, 9)", "os.kill({victim}, 9)", "os.kill({me}, 9)",
+                                    "os.killpg(os.getpgid({me}), 9)"])
+def test_signalling_the_host_fails(unprivileged, attack):
+    victim = subprocess.Popen(["sleep", "60"])
+    program = dedent(f"""\
+        import os, time
+        def f(x):
+            try:
+                {attack.format(victim=victim.pid, me=os.getpid())}
+            except OSError:
+                pass
+            time.sleep(0.05)
+            return 2 * x
+    """)
+    try:
+        r = timed_run(program, [TestCase("f(1)", 2)])
+        time.sleep(0.05)
+        assert victim.poll() is None, "the sandbox killed a host process"
+    finally:
+        victim.kill()
+        victim.wait()
+    assert r.status == "ok" and r.failure in (None, "missing_result")  # os.kill(-1, 9) kills the sandbox itself
+    assert_no_survivors()
+
+
+SECRET = 918273645  # no program below computes it
+TAMPERING = {
+    "sys.exit at import": "import sys\nsys.exit(0)\n",
+    "os._exit at import": "import os\nos._exit(0)\n",
+    "os._exit in the call": "import os\ndef f(x):\n    os._exit(0)\n",
+    "patched repr": f"import builtins\nbuiltins.repr = lambda x: '{SECRET}'\ndef f(x):\n    return 0\n",
+    "forged __eq__": dedent("""\
+        class Yes(int):
+            def __eq__(self, other):
+                return True
+            __hash__ = int.__hash__
+        class Any:
+            __eq__ = lambda self, other: True
+            __repr__ = lambda self: 'True'
+        def f(x):
+            return Yes(0) if x == 1 else Any()
+    """),
+    "fake lines on every fd": dedent("""\
+        import os, sys
+        LINES = b'["R"]\\n["P"]\\n["T", 0]\\n["T", 1]\\n["D"]\\nPASS\\nok\\n'
+        def f(x):
+            print(LINES.decode())
+            for fd in set(range(1, 11)) | {int(fd) for fd in os.listdir('/proc/self/fd')}:
+                try:
+                    os.write(fd, LINES)
+                except OSError:
+                    pass
+            sys.stdout.flush()
+            os._exit(0)
+    """),
+    "patched harness": dedent("""\
+        import __main__
+        real = __main__.report
+        def forged(*fields):
+            real(*(('T', fields[1]) if fields[0] in 'VE' else fields))
+        __main__.report = forged
+        def f(x):
+            return None
+    """),
+    "patched json module": dedent("""\
+        import sys
+        real = sys.modules['json'].dumps
+        sys.modules['json'].dumps = lambda o, **k: real(['T', o[1]] if o[0] in 'VE' else o)
+        def f(x):
+            return None
+    """),
+    "swallowed reports": "import os\nos.write = lambda fd, data: len(data)\ndef f(x):\n    return None\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERING))
+def test_tampering_with_the_harness_earns_nothing(mech, name):
+    r = timed_run(TAMPERING[name], [TestCase("f(1)", SECRET), TestCase("f(2)", [SECRET])])
+    assert r.passed == 0, (name, r)
+    assert r.status == "ok" and r.failure is not None
+
+
+def test_expected_values_never_enter_the_sandbox(mech):
+    marker = f"EXPECTED-{uuid.uuid4().hex}"
+    program = dedent("""\
+        import gc, os, sys
+        def hunt():
+            seen = [' '.join(sys.argv), repr(dict(os.environ))]
+            seen += [repr(o) for o in gc.get_objects() if isinstance(o, (dict, list, tuple))]
+            for fd in range(64):
+                try:
+                    os.lseek(fd, 0, 0)
+                    seen.append(os.read(fd, 1 << 20).decode('utf-8', 'replace'))
+                except OSError:
+                    pass
+            for name in os.listdir('.'):
+                seen.append(open(name, errors='replace').read())
+            text = ' '.join(seen)
+            needle = ''.join(['EXPECTED', '-'])  # not a constant the compiler would fold into the code
+            hits = [text[max(0, i - 40): i + 80] for i in range(len(text)) if text.startswith(needle, i)]
+            print(hits)
+            return bool(hits)
+    """)
+    r = timed_run(program, [TestCase("hunt()", False), TestCase("hunt()", marker)])
+    assert r.passed == 1, r
+    assert marker not in r.stdout + r.stderr
+
+
+def test_rlimits_floor_still_kills_escaped_children(monkeypatch):
+    """The non-root floor (forced here; as root it runs as root, so only a harmless program)."""
+    monkeypatch.setattr(sandbox, "_FORCE", "rlimits")
+    assert timed_run(ESCAPE, [TestCase("f(1)", 2)]).passed == 1
+    assert_no_survivors()
