@@ -19,10 +19,12 @@ no edit of graft, ``reward.domain: path/to/file.py:MY_DOMAIN``).
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from graft.config import upgrade_tree
 from graft.data.datasets import RowError, answer_text
 from graft.errors import UserError
 from graft.registry import DOMAINS, UnknownName
@@ -106,3 +108,11 @@ def load_domain(name: str) -> Domain:
     return obj
 
 
+
+
+def config_domain(tree: Mapping[str, Any]) -> Domain:
+    """The domain of a saved run config (a ``config.yaml`` as a dict, of this version or an earlier one);
+    ``math`` for a config without one."""
+    tree = json.loads(json.dumps(dict(tree or {}), default=str))
+    upgrade_tree(tree)
+    return load_domain(str((tree.get("reward") or {}).get("domain", "math")))

@@ -45,6 +45,7 @@ from graft.data.arithmetic import FAMILIES
 from graft.evaluation.evaluate import best_checkpoint, json_clean
 from graft.evaluation.metrics import complementarity_counts
 from graft.exchange.kinds import describe_exchange
+from graft.domains.base import config_domain
 from graft.reward.shortcuts import FLAGS, chance_level
 from graft.storage.trajectory_store import TrajectoryStore
 
@@ -336,7 +337,8 @@ def step_ranges(steps: Sequence[int], parts: int = 3) -> list[tuple[int, int]]:
     return [(steps[a], steps[b - 1]) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, float] | None = None) -> dict:
+def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, float] | None = None,
+                   flags: Sequence[str] = FLAGS) -> dict:
     """What the rewarded answers of ``model`` looked like, per third of training (see
     :mod:`graft.reward.shortcuts`): the share of rewarded responses with each flag (pooled, weighted by
     each step's ``rewarded/n``), the distinct-response share, and the mean reward of every problem family
@@ -349,7 +351,7 @@ def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, floa
         n = sum(_num(r[f"{model}/rewarded/n"]) for r in part)
         entry = {"steps": [lo, hi], "rewarded": int(n),
                  "distinct_frac": _mean([_num(r.get(f"{model}/distinct_frac")) for r in part])}
-        for f in FLAGS:
+        for f in flags:
             pairs = [(_num(r[f"{model}/rewarded/n"]), _num(r.get(f"{model}/rewarded/{f}"))) for r in part]
             entry[f] = sum(k * v for k, v in pairs if k and v is not None) / n if n else None
         fam_keys = sorted({k for r in part for k in r if k.startswith(f"{model}/reward/family/")})
@@ -398,6 +400,14 @@ def compute_curve(rows: list[dict], models: list[str]) -> dict:
 # ----------------------------------------------------------------------------- analysis
 
 
+def _summary_eval_history(run_dir: Path) -> list:
+    """The ``eval_history`` of the run's ``summary.json`` (none when it is missing or unreadable)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("eval_history") or []
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return []
+
+
 def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> dict:
     """The analysis dict of ``run_dir`` without writing anything (see module doc).
 
@@ -417,6 +427,7 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
     delta = exch.get("delta", 0.8)
     counts = read_store_counts(run_dir)
     chance = families_chance(cfg)
+    flags = config_domain(cfg).flags
     comp = {}
     store_models = {k[0] for k in counts} if counts is not None else set()
     for d in dirs:
@@ -426,13 +437,6 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
             comp[d] = {"source": "metrics", **complementarity_from_metrics(rows, d)}
     if against is not None:
         comp.update(_cross_run_complementarity(run_dir, Path(against), counts))
-    summary_path = run_dir / "summary.json"
-    extra_history = []
-    if summary_path.exists():
-        try:
-            extra_history = json.loads(summary_path.read_text()).get("eval_history") or []
-        except (json.JSONDecodeError, AttributeError):
-            extra_history = []
     analysis: dict[str, Any] = {
         "run_dir": str(run_dir),
         "mode": exch.get("mode", "graft") if cfg else ("graft" if audit else "grpo"),
@@ -450,8 +454,9 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
         "s_metrics": {d: _s_metric_series(rows, d) for d in dirs if any(f"exchange/{d}/s_p50" in r for r in rows)},
         "clip": {m: clip_stats(rows, m) for m in models},
         "rewards": {m: reward_curve(rows, m) for m in models},
-        "reward_monitor": {m: reward_monitor(rows, m, chance) for m in models if any(f"{m}/rewarded/n" in r for r in rows)},
-        "eval": eval_curves(rows, extra_history),
+        "reward_monitor": {m: reward_monitor(rows, m, chance, flags) for m in models
+                           if any(f"{m}/rewarded/n" in r for r in rows)},
+        "eval": eval_curves(rows, _summary_eval_history(run_dir)),
         "compute": compute_curve(rows, models),
     }
     all_s = s_values(audit)
@@ -603,17 +608,24 @@ def complementarity_matrix(a: dict) -> list[str]:
     return rows
 
 
+_MONITOR_KEYS = ("steps", "rewarded", "distinct_frac", "families")
+"""The keys of a monitor range that are not flags."""
+
+
 def monitor_lines(monitor: dict) -> list[str]:
     """The reward monitor as text: per model and third of training, the share of rewarded answers with
     each shortcut flag, then every family's reward per third beside its chance level."""
 
     if not monitor:
         return []
-    lines = ["\nreward monitor: share of rewarded answers that box an operator / a fraction / a number of the "
-             "question, box twice, copy a worked example, echo the question; distinct responses per group:"]
+    first = next((e for mon in monitor.values() for e in mon["ranges"]), None)
+    names = [k for k in first if k not in _MONITOR_KEYS] if first is not None else list(FLAGS)
+    legend = ("box an operator / a fraction / a number of the question, box twice, copy a worked example, echo the "
+              "question") if tuple(names) == FLAGS else "carry each flag of the domain's monitor"
+    lines = [f"\nreward monitor: share of rewarded answers that {legend}; distinct responses per group:"]
     for m, mon in monitor.items():
         for e in mon["ranges"]:
-            flags = " ".join(f"{f} {_f(e[f], '.0f', True)}" for f in FLAGS)
+            flags = " ".join(f"{f} {_f(e[f], '.0f', True)}" for f in names)
             lines.append(f"  {m} steps {e['steps'][0]}-{e['steps'][1]}: {e['rewarded']} rewarded; {flags}; "
                          f"distinct {_f(e['distinct_frac'], '.0f', True)}")
         fams = sorted({f for e in mon["ranges"] for f in e["families"]})

@@ -26,9 +26,9 @@ from typing import Literal, Sequence
 
 import yaml
 
-from graft.config import upgrade_tree
 from graft.data.datasets import load_prompts
-from graft.domains import Domain, load_domain
+from graft.domains import Domain
+from graft.domains.base import config_domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import PromptRecord
 from graft.storage.trajectory_store import TrajectoryStore
@@ -75,8 +75,7 @@ def run_domain(run: Path) -> Domain:
         tree = yaml.safe_load((run / "config.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError):
         tree = {}
-    upgrade_tree(tree)
-    return load_domain(str((tree.get("reward") or {}).get("domain", "math")))
+    return config_domain(tree if isinstance(tree, dict) else {})
 
 
 def keep_reward(reward: float, wanted: str) -> bool:
