@@ -273,7 +273,7 @@ class RewardConfig:
     on_error: Literal["stop", "zero"] = "stop"
     """A reward function that raises, hangs, returns the wrong number of values or a non-finite value: ``stop``
     the run with one line naming the function (exit 2, the last checkpoint kept), or score that batch ``zero``
-    (counted as ``error``/``timeout`` statuses and said on stderr)."""
+    (statuses ``function_error``/``function_timeout``, said on stderr; the run goes on)."""
     partial_credit: bool = False
     """``code``: reward = the share of tests passed instead of 1 only when every test passes."""
     test_timeout_s: float = 3.0

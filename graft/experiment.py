@@ -73,6 +73,7 @@ from graft.errors import UserError
 from graft.evaluation import report as rep
 from graft.evaluation.analyze import analyze, compute_analysis, read_jsonl, summary_text, treatment
 from graft.evaluation.metrics import paired_interval, paired_verdict
+from graft.domains.base import config_domain
 from graft.domains.math import WORKED_EQUATIONS
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
@@ -627,7 +628,10 @@ def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None
     - ``families``: per problem family, strict pass@1 and chance level.
 
     ``problems``: prompt id -> problem text, for eval files that do not record it (:func:`eval_problems`).
-    ``None`` when the responses were not kept."""
+    ``None`` when the responses were not kept, or when the run's domain is not a boxed-answer one (``code``, a
+    user's: the strict rule means nothing there; its monitor is in each run's ``analyze.txt``)."""
+    if _run_domain(m) not in ("math", "number"):
+        return None
     per_set, per_set_skill, correct, expr_correct, boxed, expr_boxed = [], [], 0, 0, 0, 0
     texts, questions, as_run, strict_all = [], [], [], []
     fams: dict[str, dict[str, list[float]]] = {}
@@ -669,6 +673,16 @@ def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None
                         "strict": shortcut_shares(texts, questions, strict_all, WORKED_EQUATIONS)},
             "families": {f: {"pass@1": _mean(v["pass@1"]), "chance": _mean(v["chance"]), "prompts": len(v["pass@1"])}
                          for f, v in sorted(fams.items())}}
+
+
+def _run_domain(m: Member) -> str:
+    """The ``reward.domain`` a recorded run trained with (``math`` when its config is not recorded)."""
+    path = m.results_dir / "config.yaml"
+    try:
+        tree = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    except (OSError, yaml.YAMLError):
+        tree = {}
+    return config_domain(tree if isinstance(tree, dict) else {}).name
 
 
 def eval_problems(plan: Plan) -> dict[str, str]:

@@ -6,7 +6,8 @@ Sources (``DataConfig.train`` / ``val``):
 * ``path.parquet`` — one row per prompt.
 * ``path.csv`` / ``path.tsv`` / ``path.json`` (a JSON array or JSON lines), or a folder written by
   ``datasets.Dataset.save_to_disk`` (``path/to/folder``; a ``DatasetDict`` folder takes ``path/to/folder:split``,
-  default ``train``) — read with the Hugging Face ``datasets`` library.
+  default ``train``) — read with the Hugging Face ``datasets`` library; CSV/TSV cells are read as the text
+  written (no type guessing: ids ``007`` and ``7`` stay apart, an answer ``1.50`` stays ``1.50``).
 * ``hub:NAME[:split]`` — a Hugging Face dataset (split defaults to ``train``). Hub datasets rarely have an ``id``
   column: ``unique_id`` is used when present, else ``NAME:split:ROW`` (0-based row).
 * ``arithmetic`` — the procedural task (:mod:`graft.data.arithmetic`) from an
@@ -28,6 +29,7 @@ row at all is a :class:`DataError` too, raised before any model is loaded.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
@@ -174,12 +176,23 @@ def _datasets_module(what: str) -> Any:
 
 def _library_rows(path: Path, suffix: str) -> Iterator[tuple[str, Any]]:
     datasets = _datasets_module(str(path))
-    kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
+    if suffix in (".csv", ".tsv") and not path.read_text(encoding="utf-8", errors="replace").strip("\n\r\t ,").count("\n"):
+        return iter(())   # empty or a header alone: no rows ("no usable prompts", as for every other format)
+    kwargs = _text_columns(path, datasets, "\t" if suffix == ".tsv" else ",") if suffix in (".csv", ".tsv") else {}
     try:
         ds = datasets.load_dataset(DATASETS_SUFFIXES[suffix], data_files=str(path), split="train", **kwargs)
     except Exception as e:  # noqa: BLE001 - the library raises many types for an unreadable file
         raise DataError(f"{path}: not a readable {suffix[1:]} file: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
     return ((f"row {i + 1}", rec) for i, rec in enumerate(ds))
+
+
+def _text_columns(path: Path, datasets: Any, delimiter: str) -> dict:
+    """``load_dataset`` arguments that read every CSV cell as the text written (no type guessing: ids "007" and
+    "7" stay apart, an answer "1.50" stays "1.50")."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        header = next(csv.reader(f, delimiter=delimiter), [])
+    return {"delimiter": delimiter,
+            "features": datasets.Features({c: datasets.Value("string") for c in header})}
 
 
 def _saved_dataset_rows(folder: Path, split: str | None) -> Iterator[tuple[str, Any]]:
@@ -271,13 +284,29 @@ def _to_prompt(row: Any, fields: Mapping[str, str], reference: Callable[[Mapping
     if not isinstance(problem, str) or not problem.strip():
         raise RowError("bad_problem", f"{_columns([named['problem']], fields, 'column')} must be a non-empty string, "
                                       f"got {short(problem)}")
-    if reference is None:
-        if "answer" not in mapped:
-            raise RowError("missing_field", f"missing {_columns([named['answer']], fields)}")
-        answer = answer_text(mapped["answer"])
-    else:
-        answer = reference(mapped)
-    return Prompt(id=str(pid).strip(), problem=problem, answer=answer)
+    mapped["id"] = str(pid).strip()
+    try:
+        answer = answer_text(mapped["answer"]) if reference is None and "answer" in mapped else \
+            (reference or _needs_answer)(mapped)
+    except RowError as e:
+        raise _in_columns(e, named, fields) from None
+    return Prompt(id=mapped["id"], problem=problem, answer=answer)
+
+
+def _needs_answer(row: Mapping[str, Any]) -> str:
+    raise RowError("missing_field", "missing field(s) ['answer']")
+
+
+def _in_columns(e: RowError, named: dict[str, str], fields: Mapping[str, str]) -> RowError:
+    """A reference's error about graft's field names (``answer``, ``tests``) told in the file's columns and
+    their ``data.fields`` mapping, when the field is mapped."""
+    detail = e.detail
+    for g in fields:
+        column = f"column {named[g]!r} (data.fields.{g})"
+        detail = detail.replace(f"missing field(s) [{g!r}]", f"missing {column}")
+        if detail.startswith(f"{g} "):
+            detail = f"{column} {detail[len(g) + 1:]}"
+    return RowError(e.reason, detail)
 
 
 def _columns(names: list[str], fields: Mapping[str, str], word: str = "field") -> str:

@@ -12,7 +12,8 @@ The functions never run in the trainer's process (``workers=0`` aside, for debug
 them once and the parent waits at most ``timeout_s`` for each function's answer. A function that cannot be
 imported, raises, hangs, returns the wrong number of values or a non-finite one is a
 :class:`RewardFunctionError` naming it (one line), or with ``on_error="zero"`` that batch scores 0 (statuses
-``error``/``timeout``) and a line on stderr says why.
+``function_error``/``function_timeout``, which do not stop the run as a hanging verifier's ``timeout`` does) and a
+line on stderr says why.
 
 Each item's reference (``Prompt.answer``) is its row as JSON (:func:`row_reference`), so everything a function
 reads travels with the rollout groups, the trajectory store and the eval records.
@@ -40,6 +41,14 @@ class RewardFunctionError(UserError, RuntimeError):
     """A reward function that cannot be loaded or called, or gave an unusable result."""
 
 
+FUNCTION_TIMEOUT = "function_timeout"
+FUNCTION_ERROR = "function_error"
+"""Statuses of a batch scored 0 under ``on_error="zero"`` (not the grader's ``timeout``/``error``: the run goes on,
+as asked, instead of stopping as for a hanging verifier)."""
+KEYWORDS = ("prompts", "completions")
+"""The keyword arguments every function gets; a data column may not use these names."""
+
+
 def row_reference(row: Mapping[str, Any]) -> str:
     """A data row (graft's field names, every other column kept) as the JSON reference of a reward function."""
     return json.dumps(dict(row), sort_keys=True, default=str)
@@ -63,9 +72,13 @@ def load_object(spec: str, key: str) -> Any:
 
 
 def _import_file(path: str, key: str) -> Any:
+    """The module of a ``.py`` file, imported once; its folder goes first on ``sys.path`` (as for a script), so
+    that it can import the modules beside it."""
     p = Path(path).expanduser().resolve()
     if not p.is_file():
         raise RewardFunctionError(f"{key}: file not found: {p}")
+    if str(p.parent) not in sys.path:
+        sys.path.insert(0, str(p.parent))
     name = "graft_user_" + "".join(c if c.isalnum() else "_" for c in str(p))
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, p)
@@ -81,8 +94,21 @@ def _import_file(path: str, key: str) -> Any:
 
 def _batch(references: Sequence[str]) -> tuple[list[str], dict[str, list]]:
     """``(prompts, columns)`` of a batch of JSON row references: every column but ``problem`` as a list."""
-    rows = [json.loads(r) for r in references]
+    rows = []
+    for i, r in enumerate(references):
+        try:
+            row = json.loads(r)
+        except (TypeError, json.JSONDecodeError):
+            row = None
+        if not isinstance(row, dict):
+            raise RewardFunctionError(f"item {i}'s reference {str(r)[:40]!r} is not a data row: reward.function grades "
+                                      "rows graft loaded with it (a stored peer from a run graded otherwise is not)")
+        rows.append(row)
     keys = sorted({k for r in rows for k in r} - {"problem"})
+    clash = [k for k in keys if k in KEYWORDS]
+    if clash:
+        raise RewardFunctionError(f"data column {clash[0]!r} has the name of a reward function's own argument "
+                                  f"({', '.join(KEYWORDS)}); rename it in the file")
     return [r.get("problem", "") for r in rows], {k: [r.get(k) for r in rows] for k in keys}
 
 
@@ -167,22 +193,25 @@ class FunctionGrader:
         self._proc.start()
         child.close()
         self._conn = parent
-        msg = self._recv(self._startup_timeout_s, "starting")
+        msg = self._recv(self._startup_timeout_s, f"importing {', '.join(self.specs)}", "its start-up limit")
         if msg[0] != "ready":
             self.close()
             raise RewardFunctionError(str(msg[1]))
 
-    def _recv(self, timeout_s: float, what: str) -> list:
+    def _recv(self, timeout_s: float, what: str, limit: str = "reward.function_timeout_s") -> list:
+        """The worker's next message, or ``["timeout"|"error", message]`` when it does not come in time / dies."""
         if self._conn.poll(timeout_s):
             try:
                 return self._conn.recv()
             except (EOFError, OSError):
                 pass
+            self._proc.join(timeout=2.0)
             return ["error", f"the reward function worker died while {what} (exit code {self._proc.exitcode})"]
-        return ["timeout", f"{what} took longer than reward.function_timeout_s={self.timeout_s:g}s"]
+        return ["timeout", f"{what} took longer than {limit}={timeout_s:g}s"]
 
     def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
-        """Rewards and statuses (ok / no_answer; error / timeout under ``on_error="zero"``), one per response."""
+        """Rewards and statuses (ok / no_answer; function_error / function_timeout under ``on_error="zero"``), one
+        per response."""
         if len(responses) != len(answers):
             raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
         if not responses:
@@ -210,15 +239,15 @@ class FunctionGrader:
                 self._start()
             self._conn.send((prompts, completions, columns))
             results = []
-            for spec in self.specs:
+            for spec in self.specs:   # every function answers, even after another's error
                 res = self._recv(self.timeout_s, f"reward function {spec} on {len(completions)} completions")
                 results.append(res)
-                if res[0] != "ok":
+                if res[0] == "timeout" or (res[0] == "error" and not self._proc.is_alive()):
                     self._kill()   # hung or dead: the next batch starts a fresh worker
                     break
         for res in results:
             if res[0] != "ok":
-                return [], (verifier.TIMEOUT if res[0] == "timeout" else verifier.ERROR, res[1])
+                return [], (FUNCTION_TIMEOUT if res[0] == "timeout" else FUNCTION_ERROR, res[1])
         return [r[1] for r in results], None
 
     def _combine(self, values: list[list]) -> tuple[list[float], list[str]]:

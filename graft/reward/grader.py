@@ -39,7 +39,10 @@ from multiprocessing.connection import wait as mp_wait
 from tqdm import tqdm
 
 from graft.reward import worker
-from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOUT
+from graft.reward.verifier import ERROR as VERIFY_ERROR
+from graft.reward.verifier import NO_ANSWER as VERIFY_NO_ANSWER
+from graft.reward.verifier import OK as VERIFY_OK
+from graft.reward.verifier import TIMEOUT as VERIFY_TIMEOUT
 
 __all__ = ["Grader", "GraderError"]
 
