@@ -61,3 +61,52 @@ def test_every_reference_solution_of_the_task_scores_one():
     with make_grader(RewardConfig(domain="code", workers=1, timeout_s=8.0)) as g:
         rewards, statuses = g.grade([solution(r) for r in rows], refs)
     assert rewards == [1.0] * 16, list(zip([r["id"] for r in rows], statuses))
+
+
+HOSTILE = {
+    "loop": "def add_3(x):\n    while True:\n        pass",
+    "fork_bomb": "import os\ndef add_3(x):\n    while True:\n        os.fork()",
+    "memory_bomb": "def add_3(x):\n    a = []\n    while True:\n        a.append(' ' * 10**7)",
+    "output_flood": "import sys\ndef add_3(x):\n    while True:\n        sys.stdout.write('y' * 65536)",
+    "kill_parents": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.killpg(0, signal.SIGKILL)\n"
+                    "def add_3(x):\n    return x + 3 if False else 0",
+    "exit_early": "import sys\nsys.exit(0)\ndef add_3(x):\n    return 0",
+    "patch_eq": "class A:\n    def __eq__(self, o):\n        return True\ndef add_3(x):\n    return A()",
+    "fake_report": "import os\nfor fd in range(3, 12):\n    try:\n        os.write(fd, b'ok 0 4\\nok 1 0\\n')\n"
+                   "    except OSError:\n        pass\nprint('PASS PASS')\ndef add_3(x):\n    return -1",
+}
+
+
+def test_hostile_programs_score_zero_and_the_grader_goes_on(tmp_path, monkeypatch):
+    """Every hostile class through the real grader (a worker process, then the sandbox): reward 0, and the same
+    grader then grades an honest program — the caller (here the test, in training the trainer) survives all."""
+    monkeypatch.setenv("WANDB_API_KEY", "secret-key-123")
+    ref = CODE.reference(ROW)
+    texts = [f"```python\n{p}\n```" for p in HOSTILE.values()]
+    with make_grader(RewardConfig(domain="code", workers=1, timeout_s=6.0, test_timeout_s=1.0,
+                                  sandbox_memory_mb=256)) as g:
+        rewards, statuses = g.grade(texts, [ref] * len(texts))
+        assert rewards == [0.0] * len(texts), dict(zip(HOSTILE, statuses))
+        assert "timeout" not in statuses                     # the program's time, never the grader's hard limit
+        assert g.grade([HONEST], [ref]) == ([1.0], ["ok"])
+
+
+def test_humaneval_and_mbpp_rows_through_data_fields(tmp_path):
+    """A HumanEval row (test code with ``check(candidate)``, called on ``entry_point``) and an MBPP row
+    (``test_list`` of asserts), mapped by ``data.fields`` as the README says."""
+    from graft.data.datasets import load_prompts
+
+    he = {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n", "entry_point": "add",
+          "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"}
+    mbpp = {"task_id": 7, "text": "Write a function to double a number.", "test_list": ["assert double(4) == 8"]}
+    (tmp_path / "he.jsonl").write_text(json.dumps(he) + "\n")
+    (tmp_path / "mbpp.jsonl").write_text(json.dumps(mbpp) + "\n")
+    [h], _ = load_prompts(str(tmp_path / "he.jsonl"), fields={"id": "task_id", "problem": "prompt", "tests": "test"},
+                          reference=CODE.reference)
+    [m], _ = load_prompts(str(tmp_path / "mbpp.jsonl"), fields={"id": "task_id", "problem": "text", "tests": "test_list"},
+                          reference=CODE.reference)
+    assert (h.id, m.id) == ("HumanEval/0", "7")
+    with make_grader(RewardConfig(domain="code", workers=0, timeout_s=6.0)) as g:
+        rewards, _ = g.grade(["```python\ndef add(a, b):\n    return a + b\n```", "```python\ndef add(a, b):\n    return a\n```",
+                              "```python\ndef double(x):\n    return 2 * x\n```"], [h.answer, h.answer, m.answer])
+    assert rewards == [1.0, 0.0, 1.0]
