@@ -2,9 +2,11 @@
 
     python scripts/make_task_splits.py configs/default.yaml --out results/mini-repro/data --test 64 --hard 64
 
-Writes ``test.jsonl`` (the training task's families and operand range, another seed, no problem text
-shared with the ``data.arithmetic.num_prompts`` training prompts) and ``test_hard.jsonl`` (the same
-families with operands up to ``--hard-scale`` times larger, also disjoint from training). ``--exclude``
+Writes ``test.jsonl`` (the training task's families and operand range, another seed, no problem shared
+with the ``data.arithmetic.num_prompts`` training prompts) and ``test_hard.jsonl`` (the same families with
+operands up to ``--hard-scale`` times larger, disjoint from training and from ``test.jsonl``). "The same
+problem" is the same computation in any wording (``graft.data.arithmetic.problem_key``: its integers and answer),
+not only the same text. ``--exclude``
 names earlier splits (JSONL) whose problems must not recur either, so that a confirmation can be graded on
 prompts no earlier result was read on. Rows are
 ``{id, problem, answer, source}`` like ../shared/data, so ``graft eval --data NAME=PATH`` reads them.
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_intermixed_args(argv)
 
     from graft.config import load_config
-    from graft.data.arithmetic import make_families
+    from graft.data.arithmetic import make_families, problem_key
     from graft.data.datasets import load_prompts
     from graft.errors import UserError
 
@@ -43,22 +45,23 @@ def main(argv: list[str] | None = None) -> int:
         ar = cfg.data.arithmetic
         if cfg.data.train != "arithmetic" or not ar.families:
             raise UserError("the config's data.train must be the procedural task with data.arithmetic.families")
-        taken = {p.problem for p in load_prompts("arithmetic", "error", ar)[0]}
+        taken = {problem_key(p.problem, p.answer) for p in load_prompts("arithmetic", "error", ar)[0]}
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for path in args.exclude:
         try:
-            taken |= {p.problem for p in load_prompts(path, skip_hint="")[0]}
+            taken |= {problem_key(p.problem, p.answer) for p in load_prompts(path, skip_hint="")[0]}
         except UserError as e:
             print(f"error: --exclude {path}: {e}", file=sys.stderr)
             return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        splits = {"test": make_families(args.test, ar.families, ar.max_operand, args.seed, exclude=taken),
-                  "test_hard": make_families(args.hard, ar.families, ar.max_operand * args.hard_scale,
-                                             args.seed + 1, exclude=taken)}
+        test = make_families(args.test, ar.families, ar.max_operand, args.seed, exclude=taken, key=problem_key)
+        taken |= {problem_key(p.problem, p.answer) for p in test}   # the two splits are disjoint too
+        splits = {"test": test, "test_hard": make_families(args.hard, ar.families, ar.max_operand * args.hard_scale,
+                                                           args.seed + 1, exclude=taken, key=problem_key)}
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -58,3 +58,24 @@ def test_exclude_keeps_a_new_split_off_earlier_ones_and_refuses_a_bad_file(tmp_p
     # training ones -> one line, no traceback
     assert splits.main([str(cfg), "--out", str(tmp_path / "y"), "--test", "200", *task]) == 2
     assert "too few distinct problems" in capsys.readouterr().err
+
+
+def test_splits_are_disjoint_from_each_other_and_by_computation_not_only_text(tmp_path):
+    """issue 42: test and test_hard shared "What is 33 squared?"; and "What is 6 + 4?" vs "Compute $4 + 6$." is
+    the same computation in other words. The key is the integers (any order) and the answer."""
+    from graft.config import load_config
+    from graft.data.arithmetic import problem_key
+    from graft.data.datasets import load_prompts
+
+    assert problem_key("What is 6 + 4?", 10) == problem_key("Compute $4 + 6$.", "10") == ((4, 6), "10")
+    assert problem_key("What is 6 - 4?", 2) != problem_key("What is 6 + 4?", 10)
+    assert problem_key("What is six plus four?", 10) == ("what is six plus four?",)     # no digits: the text
+    cfg = REPO / "configs" / "default.yaml"
+    task = ["data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]
+    out = tmp_path / "s"
+    assert splits.main([str(cfg), "--out", str(out), "--test", "24", "--hard", "24", "--hard-scale", "2", *task]) == 0
+    keys = {n: {problem_key(r["problem"], r["answer"]) for r in _rows(out, n)} for n in ("test", "test_hard")}
+    train = {problem_key(p.problem, p.answer)
+             for p in load_prompts("arithmetic", "error", load_config(cfg, task).data.arithmetic)[0]}
+    assert len(keys["test"]) == 24 and len(keys["test_hard"]) == 24
+    assert not keys["test"] & keys["test_hard"] and not (keys["test"] | keys["test_hard"]) & train

@@ -13,6 +13,8 @@ not here.
 from __future__ import annotations
 
 import random
+import re
+from collections.abc import Callable, Hashable
 
 from graft.registry import FAMILIES, STYLES
 from graft.types import Prompt
@@ -198,13 +200,25 @@ def _fam_max(rng, m):
     return f"Which number is larger: {a} or {b}?", max(a, b)
 
 
+def problem_key(problem: str, answer: object) -> tuple:
+    """What makes two problems the same computation, whatever their wording: the integers they are written with
+    (in any order) and the answer (``"What is 6 + 4?"``, ``"Compute $4 + 6$."`` and ``"A box has 6 eggs; 4 more
+    come."`` -> ``((4, 6), "10")``); a problem without digits (``spelled``) is its lower-cased, whitespace-collapsed
+    text. Held-out splits are kept apart from training and from each other by this key."""
+    ints = tuple(sorted(int(x) for x in re.findall(r"\d+", problem)))
+    return (ints, str(answer)) if ints else (" ".join(problem.lower().split()),)
+
+
 def make_families(num_prompts: int, families: list[str] | tuple[str, ...], max_operand: int, seed: int,
-                  exclude: set[str] | frozenset[str] = frozenset()) -> list[Prompt]:
+                  exclude: set | frozenset = frozenset(),
+                  key: Callable[[str, object], Hashable] | None = None) -> list[Prompt]:
     """``num_prompts`` distinct problems, prompt i from ``families[i % len(families)]`` (a family named
     twice gets twice the share). Ids are ``FAMILY-00017`` (the index over the whole list), so every
-    result can be broken down by family. ``exclude``: problem texts that must not appear (e.g. the
-    training prompts, when generating a test split with another seed). Deterministic in the arguments.
+    result can be broken down by family. ``exclude``: keys that must not appear (e.g. the training prompts',
+    when generating a test split with another seed); ``key(problem, answer)``: what counts as the same problem
+    (default: its text; :func:`problem_key` for held-out splits). Deterministic in the arguments.
     """
+    key = key or (lambda problem, answer: problem)
     unknown = [f for f in families if f not in FAMILIES]
     if unknown or not families:
         raise ValueError(f"unknown arithmetic families {unknown or families}; valid: {', '.join(FAMILIES)}")
@@ -217,12 +231,12 @@ def make_families(num_prompts: int, families: list[str] | tuple[str, ...], max_o
         fam = families[i % len(families)]
         for _ in range(10_000):
             problem, answer = FAMILIES[fam](rng, max_operand)
-            if problem not in seen:
+            if key(problem, answer) not in seen:
                 break
         else:
             raise ValueError(f"family {fam!r} with max_operand={max_operand} has too few distinct problems for "
                              f"{num_prompts} prompts")
-        seen.add(problem)
+        seen.add(key(problem, answer))
         out.append(Prompt(id=f"{fam}-{i:0{width}d}", problem=problem, answer=str(answer)))
     return out
 
