@@ -133,7 +133,7 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
                 results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
                 if compat:
                     results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], cfg)
-    if cfg.data.arithmetic.families and cfg.data.train == "arithmetic":
+    if cfg.data.train == "code_task" or (cfg.data.arithmetic.families and cfg.data.train == "arithmetic"):
         results["families"] = _by_family(groups)
     sizes = dict.fromkeys([cfg.batch_prompts, *(batch_sizes or [])])
     by_size = {b: predict_exchange(groups, cfg, learners or None, resamples, seed, batch_prompts=b) for b in sizes}
