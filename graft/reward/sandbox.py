@@ -569,16 +569,7 @@ def _kill_uid(uid: int, *, surely: bool = True) -> None:
         subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=uid, group=uid, extra_groups=[], env={}, cwd="/",
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=5, check=False)
-    for attempt in range(1, 10):
-        pids = _pids(_has_uid(uid))
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.01 * attempt)
+    _kill_matching(_has_uid(uid))
 
 
 def _kill_marked(marker: str) -> None:
@@ -589,7 +580,12 @@ def _kill_marked(marker: str) -> None:
     def match(pid: int) -> bool:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return pid != me and needle in f.read().split(b"\0")
-    for _ in range(10):
+    _kill_matching(match)
+
+
+def _kill_matching(match) -> None:
+    """SIGKILL every process ``match`` selects, again until a scan finds none (a fork may land between scans)."""
+    for attempt in range(1, 10):
         pids = _pids(match)
         if not pids:
             return
@@ -598,7 +594,7 @@ def _kill_marked(marker: str) -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        time.sleep(0.01)
+        time.sleep(0.01 * attempt)
 
 
 def _lease_uid() -> tuple[int, int]:
