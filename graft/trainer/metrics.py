@@ -11,11 +11,12 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
 from graft.files import OutputError, dumps_json, output_error
-from graft.types import VERIFY_NO_ANSWER, VERIFY_TIMEOUT, RolloutGroup
+from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOUT, RolloutGroup
 
 
 @contextmanager
@@ -35,7 +36,8 @@ def _std(xs: list[float]) -> float:
 
 
 def group_stats(groups: list[RolloutGroup]) -> dict:
-    """Reward (mean, std), all-fail/all-correct fractions, lengths (mean, min, max), verifier outcomes and
+    """Reward (mean, std), all-fail/all-correct fractions, lengths (mean, min, max), verifier outcomes (and the
+    domain's own failure kinds, ``verify/failed/KIND``) and
     advantages (mean, std, min, max; ``None`` before they are computed) of own groups [P] of G responses;
     every statistic is over the P x G responses, standard deviations divide by P x G."""
     P = len(groups)
@@ -58,7 +60,12 @@ def group_stats(groups: list[RolloutGroup]) -> dict:
         "truncated_frac": sum(not f for g in groups for f in g.finished) / max(len(rewards), 1),
         "verify/timeouts": statuses.count(VERIFY_TIMEOUT),
         "verify/no_answer": statuses.count(VERIFY_NO_ANSWER),
-    }
+    } | {f"verify/failed/{k}": n for k, n in sorted(Counter(statuses).items()) if k not in _PLAIN_STATUSES}
+
+
+_PLAIN_STATUSES = (VERIFY_OK, VERIFY_NO_ANSWER, VERIFY_TIMEOUT, VERIFY_ERROR)
+"""Statuses every domain has; any other is a domain's kind of failure (code: ``wrong_answer``, ``syntax``,
+``program_timeout``, ...), counted per step as ``verify/failed/KIND``."""
 
 
 def completion_rows(step: int, groups: dict[str, list[RolloutGroup]], k: int) -> dict[str, list[dict]]:

@@ -110,3 +110,20 @@ def test_humaneval_and_mbpp_rows_through_data_fields(tmp_path):
         rewards, _ = g.grade(["```python\ndef add(a, b):\n    return a + b\n```", "```python\ndef add(a, b):\n    return a\n```",
                               "```python\ndef double(x):\n    return 2 * x\n```"], [h.answer, h.answer, m.answer])
     assert rewards == [1.0, 0.0, 1.0]
+
+
+def test_a_domains_failure_kinds_are_counted_per_step_and_math_statuses_add_no_key():
+    from types import SimpleNamespace
+
+    from graft.trainer.metrics import group_stats
+
+    def group(statuses):
+        n = len(statuses)
+        return SimpleNamespace(rewards=[float(s == "ok") for s in statuses], token_ids=[[1]] * n, status=statuses,
+                               advantages=[], finished=[True] * n, num_correct=statuses.count("ok"), size=n)
+
+    code = group_stats([group(["ok", "wrong_answer", "syntax", "wrong_answer"])])
+    assert {k: v for k, v in code.items() if k.startswith("verify/failed/")} == \
+        {"verify/failed/syntax": 1, "verify/failed/wrong_answer": 2}
+    math = group_stats([group(["ok", "no_answer", "timeout", "error"])])
+    assert not any(k.startswith("verify/failed/") for k in math)     # a math run's metrics keep their keys
