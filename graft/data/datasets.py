@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from graft.config import ArithmeticConfig, CodeTaskConfig
 from graft.data.arithmetic import make_arithmetic, make_families
@@ -236,6 +235,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    import pyarrow.parquet as pq  # here, not at the top: gpu_check runs on machines without pyarrow
 
     try:
         pf = pq.ParquetFile(path)
