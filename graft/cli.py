@@ -1,6 +1,7 @@
 """The ``graft`` command: train, eval, grade, probe, config, export, analyze, samples, report, store, sweep, experiment,
 onestep, bench.
 
+    graft --version
     graft train CONFIG.yaml [key=value ...]
     graft eval --config RUN/config.yaml --model-name NAME [--model best|latest|base|PATH] [--compare base] [--data SET]
     graft eval --model PATH --data math500 [--n 8 --repeats 5]
@@ -20,6 +21,7 @@ onestep, bench.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import itertools
 import os
@@ -28,6 +30,7 @@ import shlex
 import subprocess
 import sys
 
+from graft import __version__
 from graft.config import ConfigError, load_config, show_config
 from graft.errors import UserError
 from graft.files import output_error
@@ -115,12 +118,30 @@ COMMANDS = {
 does not load torch and transformers."""
 
 
+def unknown_command(cmd: str) -> str:
+    """The one-line refusal of a command graft does not have, with the closest one when there is one."""
+    close = difflib.get_close_matches(cmd, COMMANDS, n=1)
+    if close:
+        return f"unknown command {cmd!r}; did you mean {close[0]!r}?"
+    return f"unknown command {cmd!r}; commands: {', '.join(COMMANDS)} (graft --help)"
+
+
 def _dispatch(cmd: str, argv: list[str]) -> int:
     if cmd not in COMMANDS:
-        print(f"error: unknown command {cmd!r}; commands: {', '.join(COMMANDS)} (graft --help)", file=sys.stderr)
+        print(f"error: {unknown_command(cmd)}", file=sys.stderr)
         return 2
     module, func = COMMANDS[cmd]
     return getattr(importlib.import_module(module), func)(argv)
+
+
+def _run(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"graft {__version__}")
+        return 0
+    return _dispatch(argv[0], argv[1:])
 
 
 def _stdout_reader_gone() -> bool:
@@ -135,11 +156,8 @@ def _stdout_reader_gone() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if argv else 2
     try:
-        rc = _dispatch(argv[0], argv[1:])
+        rc = _run(argv)
         sys.stdout.flush()   # a reader gone early (`| head`) surfaces here, in the handler below, not at exit
         return rc
     except Preempted as e:   # a SIGTERM/SIGINT: the finished steps are checkpointed

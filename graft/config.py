@@ -32,6 +32,7 @@ from typing import Any, Literal, Sequence
 import yaml
 
 from graft.errors import UserError
+from graft.files import write_text
 from graft.registry import DOMAINS, ENGINES, FAMILIES, RULES, STYLES
 
 
@@ -73,6 +74,12 @@ class LoraConfig:
         _check(len(self.target_modules) > 0, "target_modules", "must name at least one module")
 
 
+LR_SCHEDULES = ("constant", "linear", "cosine")
+"""``models.I.lr_schedule`` choices (computed by :func:`graft.policy.optim.scheduled_lr`)."""
+KL_ESTIMATORS = ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs")
+"""``models.I.kl_loss_type`` choices, verl's names (computed by :func:`graft.algos.losses.kl_penalty`)."""
+
+
 @dataclass
 class ModelConfig:
     name: str = "A"
@@ -104,6 +111,26 @@ class ModelConfig:
     """AdamW betas."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables."""
+    lr_schedule: Literal[LR_SCHEDULES] = "constant"
+    """Learning rate over the run's ``steps`` training steps, after warm-up: ``constant``, ``linear`` decay or
+    ``cosine`` decay towards 0 (step k of n after w warm-up steps: lr * (1 - p), lr * (1 + cos(pi p)) / 2 with
+    p = (k - w - 1) / (n - w)). It changes once per training step (verl's convention, not per optimiser step), is a
+    function of the step number alone (a resumed run follows it exactly; changing ``steps`` on resume reshapes
+    the rest) and is logged as ``M/learning_rate``."""
+    warmup_steps: int = 0
+    """Linear warm-up: training step k <= warmup_steps uses lr * k / warmup_steps (0: none)."""
+    kl_coef: float = 0.0
+    """Weight of a KL penalty to a frozen copy of the starting weights, added to the loss and aggregated like it
+    (``update.loss_agg``) over every policy-gradient token of the update (verl's ``kl_loss_coef``; logged as
+    ``M/kl``). 0 (the paper's): no penalty and no reference model is loaded."""
+    kl_loss_type: Literal[KL_ESTIMATORS] = "low_var_kl"
+    """Per-token estimate of KL(pi || pi_ref) with d = logp - logp_ref (verl's ``kl_loss_type``): ``k1``/``kl``
+    d; ``k2``/``mse`` d^2 / 2; ``k3``/``low_var_kl`` exp(-d) + d - 1 (d clamped to +-20, the estimate to
+    [-10, 10]); ``abs`` |d|."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of storing them (transformers'
+    ``gradient_checkpointing_enable``, non-reentrant; with LoRA too): less memory, about one more forward pass of
+    time per update micro-batch. The update then forwards prompt and response together, each row its own prompt."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Optional LoRA adapter."""
     revision: str | None = None
@@ -121,6 +148,13 @@ class ModelConfig:
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
                f"must be two numbers in [0, 1), got {list(self.betas)}")
         _check(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0 (0 disables clipping), got {self.max_grad_norm}")
+        _check(self.lr_schedule in LR_SCHEDULES, "lr_schedule",
+               f"{self.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)} (model {self.name})")
+        _check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0 (0: no warm-up), got {self.warmup_steps}")
+        _check(math.isfinite(self.kl_coef) and self.kl_coef >= 0, "kl_coef",
+               f"must be a finite number >= 0 (0: no KL penalty), got {self.kl_coef} (model {self.name})")
+        _check(self.kl_loss_type in KL_ESTIMATORS, "kl_loss_type",
+               f"{self.kl_loss_type!r} is not one of {', '.join(KL_ESTIMATORS)} (model {self.name})")
         _check(self.fewshot is None or self.fewshot >= 0, "fewshot", f"must be >= 0, got {self.fewshot} (model {self.name})")
         _check(self.template != "plain" or not self.fewshot, "fewshot",
                f"model {self.name}: fewshot examples need template fewshot or chat, not plain")
@@ -1096,25 +1130,49 @@ def _merge(base: dict, top: dict) -> dict:
 
 
 def read_yaml_tree(path: str | Path, _seen: tuple = ()) -> dict:
-    """A YAML config as a dict; ``include: other.yaml`` (relative to the file) is read first and
-    overlaid by this file's keys, so presets such as configs/baselines/*.yaml stay one-liners."""
+    """A YAML config as a dict; ``include: other.yaml`` or ``include: [a.yaml, b.yaml]`` (relative to the file)
+    is read first, each file overlaid by the next and all by this file's keys, so presets such as
+    configs/baselines/*.yaml stay one-liners."""
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"config file not found: {p}")
     if p.resolve() in _seen:
         raise ConfigError(f"{p}: include cycle")
     try:
-        tree = yaml.safe_load(p.read_text()) or {}
+        tree = yaml.safe_load(_config_text(p)) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{p}: top level must be a mapping")
     for notice in upgrade_tree(tree):
         print(f"{notice} ({p})", file=sys.stderr)
-    include = tree.pop("include", None)
-    if include:
-        tree = _merge(read_yaml_tree(p.parent / include, (*_seen, p.resolve())), tree)
-    return tree
+    base: dict = {}
+    for name in _includes(p, tree.pop("include", None)):
+        base = _merge(base, read_yaml_tree(p.parent / name, (*_seen, p.resolve())))
+    return _merge(base, tree)
+
+
+def _config_text(p: Path) -> str:
+    """The text of config file ``p``, or a :class:`ConfigError` saying why it cannot be read."""
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    if p.is_dir():
+        hint = f" (did you mean {p / 'config.yaml'}?)" if (p / "config.yaml").is_file() else ""
+        raise ConfigError(f"{p}: is a folder, not a config file{hint}")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                          "save it as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {p}: {e.strerror or e}") from None
+
+
+def _includes(p: Path, include: Any) -> list[str]:
+    """The file names of config ``p``'s ``include`` key, in the order they apply."""
+    names = include if isinstance(include, list) else [include] if include else []
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{p}: include: expected a file name or a list of file names, got {name!r}")
+    return names
 
 
 LEGACY_KEYS: dict[str, tuple[str, dict[Any, Any]]] = {
@@ -1128,8 +1186,10 @@ MATH_INSTRUCTION = "Put your final answer within \\boxed{}."
 
 def upgrade_tree(tree: dict) -> list[str]:
     """Translate the keys of earlier versions (:data:`LEGACY_KEYS`) in a config tree, in place; returns one notice
-    per key translated. A tree of that time (it had ``reward.answer_form``) also had the math instruction written
-    out, which now means ``null`` (the domain's)."""
+    per key translated. A tree with a ``reward`` section but no ``reward.domain`` was written before domains (for math
+    or number, whose instruction is the math one) and has the math instruction written out: it means ``null``."""
+    reward = tree.get("reward")
+    before_domains = isinstance(reward, dict) and "domain" not in reward   # so for math or number
     notices = []
     for old, (new, values) in LEGACY_KEYS.items():
         *path, leaf = old.split(".")
@@ -1143,6 +1203,7 @@ def upgrade_tree(tree: dict) -> list[str]:
             raise ConfigError(f"{old}: {value!r} is not one of {', '.join(map(str, values))} (now {new})")
         node.setdefault(new.rsplit(".", 1)[1], values[value])
         notices.append(f"notice: {old}={value} is now {new}={values[value]}")
+    if before_domains:
         for m in tree.get("models") or []:
             if isinstance(m, dict) and m.get("instruction") == MATH_INSTRUCTION:
                 m["instruction"] = None
@@ -1177,7 +1238,7 @@ def _lookup(tree: dict, key: str) -> Any:
 def save_config(cfg: Config, path: str | Path, comments: Sequence[str] = ()) -> None:
     """``cfg`` as YAML at ``path``, headed by ``comments`` (``# `` lines: what the run resolved from it)."""
     head = "".join(f"# {line}\n" for line in comments)
-    Path(path).write_text(head + yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_text(path, head + yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:

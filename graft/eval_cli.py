@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -71,12 +72,34 @@ def _folder_max_positions(folder: str) -> int | None:
     except (OSError, ValueError):
         return None
 
+
+DATA_DIR_ENV = "GRAFT_DATA_DIR"
+"""Environment variable naming the folder of the benchmark files when ``--data-dir`` is not given."""
+
+
+def data_dir_candidates() -> list[Path]:
+    """Where the benchmark files are looked for without ``--data-dir`` or :data:`DATA_DIR_ENV`, in order:
+    ``../shared/data`` from the working directory, then beside the source checkout graft runs from (none for an
+    installed package)."""
+    candidates = [Path.cwd().parent / "shared" / "data"]
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / "pyproject.toml").is_file():
+        candidates.append(repo.parent / "shared" / "data")
+    return candidates
+
+
 def default_data_dir() -> Path | None:
-    """``../shared/data`` relative to the working directory, else next to the source checkout."""
-    for cand in (Path("../shared/data"), Path(__file__).resolve().parents[3] / "shared" / "data"):
-        if cand.is_dir():
-            return cand
-    return None
+    """:data:`DATA_DIR_ENV` when set, else the first of :func:`data_dir_candidates` that is a folder."""
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env)
+    return next((c for c in data_dir_candidates() if c.is_dir()), None)
+
+
+def _no_data_dir(item: str) -> EvalError:
+    tried = ", ".join(str(c) for c in dict.fromkeys(data_dir_candidates()))
+    return EvalError(f"--data {item}: no data folder found (tried {tried}); pass --data-dir DIR or set "
+                     f"{DATA_DIR_ENV} (the folder holding {item}.jsonl)")
 
 
 def parse_data_args(specs: Sequence[str], data_dir: Path | None) -> dict[str, str]:
@@ -87,7 +110,7 @@ def parse_data_args(specs: Sequence[str], data_dir: Path | None) -> dict[str, st
             name, spec = item.split("=", 1)
         elif item in BENCHMARKS:
             if data_dir is None:
-                raise EvalError(f"--data {item}: no data folder found; pass --data-dir (the folder holding {item}.jsonl)")
+                raise _no_data_dir(item)
             name, spec = item, str(Path(data_dir) / f"{item}.jsonl")
             if not Path(spec).exists():
                 raise EvalError(f"--data {item}: {spec} does not exist")
@@ -257,7 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", action="append", default=None,
                     help="NAME=PATH (jsonl/parquet/hub:NAME[:split]/arithmetic) or one of " + ", ".join(BENCHMARKS)
                          + " (default with --config: the run's data.val, as 'val', limited to its data.val_limit)")
-    ap.add_argument("--data-dir", default=None, help="folder of the benchmark files (default ../shared/data)")
+    ap.add_argument("--data-dir", default=None,
+                    help=f"folder of the benchmark files (default: ${DATA_DIR_ENV}, else ../shared/data from the "
+                         "working directory or beside the source checkout)")
     ap.add_argument("--n", type=int, default=EvalConfig.n, help="samples per prompt")
     ap.add_argument("--repeats", type=int, default=5, help="independent repeats (mean ± std)")
     ap.add_argument("--temperature", type=float, default=EvalConfig.temperature)
@@ -293,12 +318,12 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     try:
         return _eval_main(args)
     except EvalError as e:
-        print(f"graft eval: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # data / store / config errors carry their own message
         if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError", "LockError",
                                   "DomainError", "RewardFunctionError"):
-            print(f"graft eval: {e}", file=sys.stderr)
+            print(f"error: {e}", file=sys.stderr)
             return 2
         raise
 

@@ -390,16 +390,14 @@ def _recorded(m: Member) -> bool:
 
 def run_member(plan: Plan, m: Member, log) -> None:
     if not (m.run_dir / "summary.json").is_file():
-        resume = ["resume=true"] if latest_checkpoint(m.run_dir) is not None else []
-        if not resume and m.run_dir.exists():
-            shutil.rmtree(m.run_dir)    # killed before its first checkpoint: nothing to keep
-        cmd = m.command(plan.config) + resume
+        cmd = m.command(plan.config) + (["resume=true"] if m.run_dir.exists() else [])
         log(f"$ {shlex.join(cmd)}")
         _run(cmd, f"{m.arm}/seed{m.seed}")
     final = latest_checkpoint(m.run_dir)
     for name in m.eval_models:
         if final is None:
-            raise RuntimeError(f"{m.run_dir}: finished without a checkpoint to evaluate (checkpoint.save_final?)")
+            raise RunFailed(f"{m.run_dir}: trained, but no checkpoint is left to evaluate (checkpoint.save_final "
+                            "is off, or its checkpoints were removed)")
         out = m.run_dir / "eval_final" / name
         if (out / "results.json").is_file():
             continue
@@ -549,6 +547,9 @@ def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: lis
             log(f"skip {m.arm}/seed{m.seed}: another `experiment run` of this plan holds it")
             continue
         with held:
+            if _done(m) or _recorded(m):   # another process finished it between the checks above and the claim
+                log(f"skip {m.arm}/seed{m.seed}: another `experiment run` of this plan finished it")
+                continue
             log(f"{m.arm} seed {m.seed}: {m.run_dir}")
             run_member(plan, m, log)
     return [m for m in todo if not (_done(m) or _recorded(m))]

@@ -2,10 +2,12 @@
 for an output that cannot be written."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -52,25 +54,65 @@ class OutputError(UserError, RuntimeError):
 # errno values that mean "this output cannot be written here", as opposed to a bug.
 OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
                            errno.EISDIR, errno.ENAMETOOLONG, errno.EFBIG})
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def output_error(e: BaseException, what: str | os.PathLike) -> OutputError | None:
     """An :class:`OutputError` for an exception raised while writing ``what``, when it is an
-    out-of-space / permission / path error (also torch's and safetensors' RuntimeErrors that
-    report a failed file write); ``None`` for anything else."""
-    if isinstance(e, OSError) and e.errno in OUTPUT_ERRNOS:
-        target = e.filename or what
-        hint = " (disk full?)" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
-        return OutputError(f"cannot write {target}: {e.strerror or e}{hint}")
+    out-of-space / permission / path error: an ``OSError``, the OS error a Rust-backed writer quotes
+    (safetensors' ``SafetensorError``, tokenizers' ``Exception``: "... (os error 28)"), or torch's
+    RuntimeError for a failed file write; ``None`` for anything else. An :class:`OutputError` is
+    returned as it is (an inner writer already named its file)."""
+    if isinstance(e, OutputError):
+        return e
+    code, cause = _os_error(e)
+    if code in OUTPUT_ERRNOS:
+        target = (e.filename2 or e.filename) if isinstance(e, OSError) else None
+        hint = " (disk full?)" if code in _FULL_ERRNOS else ""
+        return OutputError(f"cannot write {target or what}: {cause}{hint}")
     text = str(e)
     if isinstance(e, RuntimeError) and any(m in text for m in _WRITE_FAILURES):
-        return OutputError(f"cannot write {what}: {text.splitlines()[0][:200]} ({_free_space(what)}; disk full?)")
+        cause = _TORCH_PREFIX.sub("", text.splitlines()[0])[:200]
+        return OutputError(f"cannot write {what}: {cause} ({_free_space(what)}; disk full?)")
     return None
 
 
-# How torch's zip writer and safetensors word a failed or short file write (torch reports a full
-# disk in the middle of a tensor as "unexpected pos A vs B": fewer bytes landed than it wrote).
-_WRITE_FAILURES = ("No space left", "file write failed", "unexpected pos")
+@contextlib.contextmanager
+def writing(path: str | os.PathLike):
+    """Run the block that writes ``path``: a failure :func:`output_error` recognises leaves it as
+    that :class:`OutputError` (naming ``path`` unless the error names its own file)."""
+    try:
+        yield
+    except Exception as e:
+        err = output_error(e, path)
+        if err is None or err is e:
+            raise
+        raise err from None
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """``Path(path).write_text(text)``, failing with an :class:`OutputError` that names ``path``."""
+    with writing(path):
+        Path(path).write_text(text)
+
+
+# How torch's zip writer words a failed or short file write (a full disk in the middle of a tensor
+# is "unexpected pos A vs B": fewer bytes landed than it wrote; its C++ stream's failure "iostream
+# error"), and the C++ location it puts first.
+_WRITE_FAILURES = ("No space left", "file write failed", "unexpected pos", "iostream error")
+_TORCH_PREFIX = re.compile(r"^\[enforce fail at [^\]]*\]\s*\.?\s*")
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)|Os \{ code: (\d+)")
+
+
+def _os_error(e: BaseException) -> tuple[int | None, str]:
+    """The errno behind ``e`` and its wording: an ``OSError``'s, or the one a Rust library quotes."""
+    if isinstance(e, OSError):
+        return e.errno, e.strerror or str(e)
+    m = _RUST_OS_ERROR.search(str(e))
+    if m is None:
+        return None, ""
+    code = int(m.group(1) or m.group(2))
+    return code, os.strerror(code)
 
 
 def _free_space(what: str | os.PathLike) -> str:

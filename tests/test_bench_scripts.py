@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.patience import patient
+
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 ])
 def test_help(argv, usage):
     """Each command prints its usage and exits 0."""
-    p = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=REPO, timeout=120)
+    p = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=REPO, timeout=patient(120))
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(usage)
 
@@ -26,5 +28,5 @@ def test_help(argv, usage):
 def test_gpu_check_does_not_load_the_trainer():
     """scripts/gpu_check.sh runs on a bare GPU machine: no trainer file outputs, so no pyarrow."""
     code = "import sys, graft.bench.gpu_check; print(sorted({'pyarrow', 'graft.trainer.loop'} & set(sys.modules)))"
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=patient(120))
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr

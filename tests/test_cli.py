@@ -11,6 +11,8 @@ import pytest
 
 from graft import cli
 from graft.cli import main, sweep_commands
+from tests.patience import patient
+
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,7 +41,7 @@ def _train(tmp_path, *overrides):
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "graft.cli", "train", str(REPO / "configs" / "default.yaml"),
                            f"run_dir={run_dir}", "progress=false", *overrides],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+                          capture_output=True, text=True, timeout=patient(300), cwd=REPO)
     return proc, run_dir
 
 
@@ -92,5 +94,109 @@ def test_a_reader_that_closes_early_ends_the_command_quietly():
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.close()   # before the child has imported anything: every write it makes meets a closed pipe
     err = p.stderr.read().decode()
-    assert p.wait(timeout=120) == 141, err
+    assert p.wait(timeout=patient(120)) == 141, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["config", "show", "--help"]])
+def test_help_to_a_closed_pipe_is_no_traceback(argv):
+    """issue 38: `graft --help | head -1` (the reader gone before the usage is written) ends quietly, as
+    `graft config show ... | head -1` does, instead of with a BrokenPipeError traceback."""
+    p = subprocess.Popen([sys.executable, "-m", "graft.cli", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=patient(120)) in (0, 141), err
+    assert err == "", err
+
+
+def test_version_is_printed_and_defined_once(capsys):
+    """issue 38: `graft --version` prints graft.__version__, the one place the version is written (pyproject.toml
+    reads it from there)."""
+    import graft
+
+    tomllib = pytest.importorskip("tomllib")
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"graft {graft.__version__}\n"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+
+
+def test_a_mistyped_command_gets_the_nearest_one(capsys):
+    assert main(["trian"]) == 2
+    assert capsys.readouterr().err == "error: unknown command 'trian'; did you mean 'train'?\n"
+    assert main(["xyz"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown command 'xyz'; commands: train, eval") and "did you mean" not in err
+
+
+def test_config_show_on_a_folder_says_it_is_reading_a_folder(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("steps: 1\n")
+    assert main(["config", "show", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path}: is a folder, not a config file "
+                                       f"(did you mean {tmp_path / 'config.yaml'}?)\n")
+
+
+def test_config_that_is_not_utf8_is_one_line_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("steps: 3  # caf\u00e9\n".encode("latin-1"))
+    assert main(["config", "show", str(bad)]) == 2
+    assert capsys.readouterr().err == f"error: {bad}: not UTF-8 text (byte 0xe9 at offset 15); save it as UTF-8\n"
+
+
+def test_report_out_naming_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "afile")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'afile'}: is a file; the report needs a folder (--out DIR)\n"
+
+
+@pytest.mark.parametrize("argv", [["analyze", "{tmp}/nope"], ["eval", "--model", "x", "--data", "aime24", "--data-dir", "{tmp}"]])
+def test_every_command_starts_its_error_with_the_same_prefix(argv, tmp_path, capsys):
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def _installed_as(monkeypatch, root: Path, checkout: bool) -> None:
+    """eval_cli as if imported from ``root/pkg/graft/eval_cli.py`` (a source checkout when ``checkout``), run
+    from ``root/work/here``."""
+    from graft import eval_cli
+
+    (root / "pkg" / "graft").mkdir(parents=True)
+    if checkout:
+        (root / "pkg" / "pyproject.toml").write_text("")
+    (root / "work" / "here").mkdir(parents=True)
+    monkeypatch.setattr(eval_cli, "__file__", str(root / "pkg" / "graft" / "eval_cli.py"))
+    monkeypatch.chdir(root / "work" / "here")
+    monkeypatch.delenv("GRAFT_DATA_DIR", raising=False)
+
+
+def test_eval_data_dir_of_an_installed_package_is_refused_naming_what_was_tried(tmp_path, monkeypatch, capsys):
+    """issue 38: installed (no checkout around the package) and not beside a shared/data folder, `--data math500`
+    names where it looked and how to say where the files are."""
+    from graft import eval_cli
+
+    _installed_as(monkeypatch, tmp_path, checkout=False)
+    (tmp_path / "shared" / "data").mkdir(parents=True)   # beside the package, but it is no checkout
+    assert eval_cli.default_data_dir() is None
+    assert main(["eval", "--model", "x", "--data", "math500"]) == 2
+    assert capsys.readouterr().err == (f"error: --data math500: no data folder found (tried {tmp_path / 'work' / 'shared' / 'data'}); "
+                                       "pass --data-dir DIR or set GRAFT_DATA_DIR (the folder holding math500.jsonl)\n")
+
+
+def test_eval_data_dir_comes_from_the_environment_then_the_working_directory_then_the_checkout(tmp_path, monkeypatch):
+    from graft import eval_cli
+
+    _installed_as(monkeypatch, tmp_path, checkout=True)
+    beside_checkout = tmp_path / "shared" / "data"
+    beside_checkout.mkdir(parents=True)
+    assert eval_cli.default_data_dir() == beside_checkout
+    beside_cwd = tmp_path / "work" / "shared" / "data"
+    beside_cwd.mkdir(parents=True)
+    assert eval_cli.default_data_dir() == beside_cwd
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "math500.jsonl").write_text("")
+    monkeypatch.setenv("GRAFT_DATA_DIR", str(mine))
+    assert eval_cli.parse_data_args(["math500"], eval_cli.default_data_dir()) == {"math500": str(mine / "math500.jsonl")}

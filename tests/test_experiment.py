@@ -63,7 +63,7 @@ def test_plan_members_and_stored_arms(tmp_path, tiny_llama_dir, tiny_gemma_dir):
 
 
 @pytest.mark.slow
-def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
+def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch, capsys):
     path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     raw = yaml.safe_load(path.read_text())
     path.write_text(yaml.safe_dump({**raw, "base": True, "keep_checkpoints": ["grpo_n8/1"]}, sort_keys=False))
@@ -86,6 +86,26 @@ def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_di
     import subprocess
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"re-ran {a}"))
     assert run_plan(plan) == []
+    # issue 40: a run another process finished between this one's "done?" check and its claim is skipped after
+    # the claim (the old code went on into run_member and died with a RuntimeError traceback: no checkpoint left)
+    import graft.experiment as experiment
+    seen = set()
+
+    def stale_once(real):
+        def check(m):
+            key = (real.__name__, m.arm, m.seed)
+            if key in seen:
+                return real(m)
+            seen.add(key)
+            return False   # the first look predates the other process's finish
+        return check
+
+    for fn in ("_done", "_recorded"):
+        monkeypatch.setattr(experiment, fn, stale_once(getattr(experiment, fn)))
+    capsys.readouterr()
+    assert run_plan(plan) == []
+    skipped = [l for l in capsys.readouterr().err.splitlines() if "another `experiment run` of this plan finished it" in l]
+    assert len(skipped) == len(plan.members)
     s = summarize(plan)
     assert s["models"] == ["A", "B"] and s["seeds"] == [1]
     assert set(s["arms"]) == {"grpo_n8", "graft_n8"}

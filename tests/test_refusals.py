@@ -94,6 +94,32 @@ def test_nested_list_errors_name_the_index(tmp_path):
     assert _refused("models.0.name=a/b").startswith("models.0.name: ")
 
 
+@pytest.mark.parametrize("override, message", [
+    ("models.0.lr_schedule=Cosine", "models.0.lr_schedule: 'Cosine' is not one of constant, linear, cosine"),
+    ("models.1.warmup_steps=-1", "models.1.warmup_steps: must be >= 0 (0: no warm-up), got -1"),
+    ("models.1.warmup_steps=1.5", "models.1.warmup_steps: expected an integer, got 1.5"),
+    ("models.0.kl_coef=-0.1", "models.0.kl_coef: must be a finite number >= 0 (0: no KL penalty), got -0.1 (model A)"),
+    ("models.0.kl_coef=.inf", "models.0.kl_coef: must be a finite number >= 0 (0: no KL penalty), got inf (model A)"),
+    ("models.1.kl_loss_type=k4",
+     "models.1.kl_loss_type: 'k4' is not one of k1, kl, k2, mse, k3, low_var_kl, abs"),
+    ("models.0.gradient_checkpointing=yes please", "models.0.gradient_checkpointing: expected true or false, got 'yes please'"),
+])
+def test_training_knobs_are_checked(override, message):
+    """issue 38: a bad learning-rate schedule, warm-up, KL coefficient or estimator, or gradient-checkpointing
+    switch is one line naming the field."""
+    assert _refused(override) == message
+    assert "\n" not in message
+
+
+def test_training_knob_invariants_hold_without_the_loader():
+    """issue 38: ``__post_init__`` checks the choices too (a ModelConfig built in code)."""
+    from graft.config import ModelConfig
+    with pytest.raises(ConfigError, match=r"^lr_schedule: 'step' is not one of constant, linear, cosine"):
+        ModelConfig(name="A", path="x", lr_schedule="step")
+    with pytest.raises(ConfigError, match=r"^kl_loss_type: 'k4' is not one of"):
+        ModelConfig(name="A", path="x", kl_loss_type="k4")
+
+
 @pytest.mark.parametrize("value", ["0", "-4"])
 def test_max_new_tokens_must_be_positive(value):
     """issue 10: rollout.max_new_tokens=0 (or negative) trained on empty responses and wrote
@@ -150,6 +176,34 @@ def test_delta_by_length_without_spaces_in_a_yaml_file_gets_a_clear_message(tmp_
     f.write_text("models: [{name: A, path: x}, {name: B, path: y}]\nexchange: {delta_by_length: {8:0.01,12:0.9}}\n")
     with pytest.raises(ConfigError, match=r"^exchange\.delta_by_length: .*space after each colon"):
         load_config(f)
+
+
+def test_include_may_be_a_list_applied_in_order(tmp_path):
+    """issue 38: `include: [a.yaml, b.yaml]` ended in a TypeError; each file now overlays the one before it and
+    the including file overlays them all."""
+    (tmp_path / "a.yaml").write_text("steps: 3\nseed: 1\nmodels: [{name: A, path: x}, {name: B, path: y}]\n")
+    (tmp_path / "b.yaml").write_text("steps: 4\nrollout: {n: 4}\n")
+    (tmp_path / "top.yaml").write_text("include: [a.yaml, b.yaml]\nseed: 7\n")
+    cfg = load_config(tmp_path / "top.yaml")
+    assert (cfg.steps, cfg.seed, cfg.rollout.n, cfg.models[1].name) == (4, 7, 4, "B")
+
+
+@pytest.mark.parametrize("include", ["5", "[a.yaml, {b: 1}]", "['']"])
+def test_include_that_names_no_file_is_refused(tmp_path, include):
+    f = tmp_path / "top.yaml"
+    f.write_text(f"include: {include}\n")
+    with pytest.raises(ConfigError, match=rf"^{f}: include: expected a file name or a list of file names, got "):
+        load_config(f)
+
+
+def test_config_that_cannot_be_read_as_text_is_refused_naming_it(tmp_path):
+    """issue 38: a config that is not UTF-8 ended in a UnicodeDecodeError, a folder in "cannot write"."""
+    f = tmp_path / "utf16.yaml"
+    f.write_text("steps: 3\n", encoding="utf-16")
+    with pytest.raises(ConfigError, match=rf"^{f}: not UTF-8 text \(byte 0xff at offset 0\); save it as UTF-8$"):
+        load_config(f)
+    with pytest.raises(ConfigError, match=rf"^{tmp_path}: is a folder, not a config file$"):
+        load_config(tmp_path)
 
 
 def test_eval_every_without_validation_data_is_refused():
@@ -250,7 +304,7 @@ def test_disk_full_while_writing_metrics_is_an_output_error(tmp_path, monkeypatc
 def test_disk_full_errors_are_recognised(tmp_path):
     """issue 10: disk full while writing checkpoints: the OSError, and torch's RuntimeError for a
     failed write, become one OutputError message; other errors are left alone."""
-    from graft.trainer.metrics import output_error
+    from graft.files import output_error
 
     e = output_error(OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.pt")), tmp_path)
     assert str(e) == f"cannot write {tmp_path / 'x.pt'}: No space left on device (disk full?)"

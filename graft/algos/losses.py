@@ -85,7 +85,8 @@ def summarize(totals: dict) -> dict:
 
     ``clip_frac/{own,peer}_{low,high}`` = clipped tokens / tokens of that population;
     ``ratio/mean`` (over valid tokens), ``ratio/max``; ``luffy/peer_prob_mean`` (over peer
-    tokens) and ``sgt/nll`` (token-mean over SGT rows) when the loss reports them.
+    tokens), ``sgt/nll`` (token-mean over SGT rows) and ``kl`` (token-mean of :func:`kl_loss`'s estimate)
+    when the loss reports them.
     """
     t = totals
     frac = lambda num, den: t.get(num, 0.0) / t[den] if t.get(den) else 0.0  # noqa: E731
@@ -99,6 +100,8 @@ def summarize(totals: dict) -> dict:
         out["luffy/peer_prob_mean"] = frac("sum/peer_prob", "tokens/peer")
     if "sum/sgt_nll" in t:
         out["sgt/nll"] = frac("sum/sgt_nll", "tokens/sgt")
+    if "sum/kl" in t:
+        out["kl"] = frac("sum/kl", "tokens/kl")
     return out
 
 
@@ -283,3 +286,41 @@ def hacpo_loss(
     obj = torch.where(is_peer[:, None], ratio * adv, obj)
     loss = aggregate(-weights.to(obj.dtype)[:, None] * obj, mask, agg, num_tokens, num_seqs)
     return loss, _clip_metrics(ratio, adv, mask, is_peer, clip_low, clip_high, peer_clipped=False)
+
+
+KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
+"""verl's long names of the estimators of :func:`kl_penalty`."""
+
+
+def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tensor:
+    """Per-token estimate [B,T] of KL(π_θ || π_ref) from ``logp`` and ``ref_logp`` [B,T], with d = logp − ref_logp
+    (Schulman's k1/k2/k3; verl's ``kl_penalty``): ``k1``/``kl`` d; ``k2``/``mse`` d²/2; ``k3``/``low_var_kl``
+    exp(−d) + d − 1 with d clamped to ±20 and the result to [−10, 10]; ``abs`` |d|. Masked positions hold garbage."""
+    assert logp.dim() == 2 and ref_logp.shape == logp.shape, f"expected [B,T] twice, got {tuple(logp.shape)}, {tuple(ref_logp.shape)}"
+    kind = KL_ALIASES.get(kind, kind)
+    d = logp - ref_logp
+    if kind == "k1":
+        return d
+    if kind == "k2":
+        return 0.5 * d.square()
+    if kind == "k3":
+        d = d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        return (torch.exp(-d) + d - 1).clamp(-10.0, 10.0)
+    if kind == "abs":
+        return d.abs()
+    raise ValueError(f"unknown KL estimator {kind!r}; valid: k1, kl, k2, mse, k3, low_var_kl, abs")
+
+
+def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, kind: str = "low_var_kl", agg: str = "token-mean",
+            num_tokens: float | None = None, num_seqs: float | None = None) -> tuple[Tensor, dict]:
+    """The KL penalty of a micro-batch: :func:`kl_penalty` [B,T] over the valid tokens of ``mask`` [B,T],
+    reduced by :func:`aggregate` (``agg``, the minibatch's global ``num_tokens``/``num_seqs``, as the policy loss).
+    Unweighted by advantages or gate weights. Metrics: ``sum/kl``, ``tokens/kl`` and their :func:`summarize`
+    (``kl``, the token mean)."""
+    mask = mask.bool()
+    assert logp.dim() == 2 and ref_logp.shape == logp.shape, f"expected [B,T] twice, got {tuple(logp.shape)}, {tuple(ref_logp.shape)}"
+    assert mask.shape == logp.shape, f"mask must match logp [B,T], got {tuple(mask.shape)}, {tuple(logp.shape)}"
+    zero = torch.zeros_like(logp)
+    kl = torch.where(mask, kl_penalty(torch.where(mask, logp, zero), torch.where(mask, ref_logp, zero), kind), zero)
+    metrics = {"sum/kl": float(kl.detach().sum()), "tokens/kl": int(mask.sum())}
+    return aggregate(kl, mask, agg, num_tokens, num_seqs), metrics | summarize(metrics)

@@ -695,11 +695,11 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
     try:
         a = analyze(args.run_dir, args.against)
     except AnalysisError as e:
-        print(f"graft analyze: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:
         if type(e).__name__ == "StoreError":
-            print(f"graft analyze: {e}", file=sys.stderr)
+            print(f"error: {e}", file=sys.stderr)
             return 2
         raise
     print(json.dumps(a, indent=1) if args.json else summary_text(a))

@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 
 from graft.config import EvalConfig
 from graft.evaluation.metrics import mean_std, num_correct, pass_at_k_from_rewards
+from graft.files import write_text, writing
 from graft.policy.engines import Sampler
 from graft.seeds import derive_seed
 from graft.storage.checkpoint import (
@@ -127,7 +128,7 @@ def read_records(path: Path, repair: bool = False) -> dict[str, PromptRecord]:
 
 
 def _append(path: Path, records: Iterable[PromptRecord]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
+    with writing(path), open(path, "a", encoding="utf-8") as f:
         for rec in records:
             f.write(rec.to_json() + "\n")
         f.flush()
@@ -152,7 +153,7 @@ def _check_protocol(out_dir: Path, protocol: dict) -> None:
                             + ", ".join(f"{k}: {old.get(k)!r} -> {protocol.get(k)!r}" for k in diff)
                             + "; use another --out or delete it")
     out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(protocol, indent=2) + "\n")  # repeats/backend/model of the latest call
+    write_text(path, json.dumps(protocol, indent=2) + "\n")  # repeats/backend/model of the latest call
 
 
 def run_repeat(sampler: Sampler, prompts: Sequence[Prompt], grader, *, path: Path | None, n: int, temperature: float,
@@ -363,8 +364,8 @@ def evaluate(sampler: Sampler, datasets: dict[str, list[Prompt]], grader, out_di
                 chunk_prompts=chunk_prompts, progress=progress, desc=f"{name} r{r}"))
     results = {"protocol": protocol, "ks": ks, **summarize(records, ks)}
     if out is not None:
-        (out / "results.json").write_text(json.dumps(json_clean(results), indent=2) + "\n")
-        (out / "results.md").write_text(results_markdown(results))
+        write_text(out / "results.json", json.dumps(json_clean(results), indent=2) + "\n")
+        write_text(out / "results.md", results_markdown(results))
     return results
 
 

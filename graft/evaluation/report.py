@@ -362,6 +362,8 @@ def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     if not run_dirs:
         raise AnalysisError("give at least one run folder")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise AnalysisError(f"{out}: is a file; the report needs a folder (--out DIR)")
     out.mkdir(parents=True, exist_ok=True)
     labels = _labels(run_dirs)
     runs = [(label, compute_analysis(p)) for label, p in zip(labels, run_dirs)]
@@ -440,7 +442,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     try:
         path = report(args.run_dirs, out)
     except AnalysisError as e:
-        print(f"graft report: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"report written: {path}")
     return 0

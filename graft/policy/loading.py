@@ -463,6 +463,16 @@ def _peft_config(cfg: ModelConfig) -> Any:
                           target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
 
 
+def _checkpoint_layers(model: Any) -> None:
+    """Gradient checkpointing of every decoder layer, non-reentrant (no input needs ``requires_grad`` when LoRA
+    freezes the embeddings); transformers 5 renamed the method."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable({"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def load_model(cfg: ModelConfig, device: str | torch.device = "cpu", weights_from: str | None = None) -> Any:
     """The model of ``cfg`` on ``device``, in eval mode (no dropout; see ``Policy``).
 
@@ -471,7 +481,8 @@ def load_model(cfg: ModelConfig, device: str | torch.device = "cpu", weights_fro
     - LoRA (``cfg.lora.enabled``): base weights from ``cfg.path``, adapter from
       ``weights_from`` if given (trainable), else a fresh adapter from ``cfg.lora``;
     - ``weights_from`` holding an adapter while ``cfg.lora.enabled`` is false: the adapter is
-      merged into the base weights (inference / full fine-tuning from the merged model).
+      merged into the base weights (inference / full fine-tuning from the merged model);
+    - ``cfg.gradient_checkpointing``: transformers' checkpointing of every decoder layer (active in train mode).
     """
     if weights_from is not None and not Path(weights_from).is_dir():
         raise ModelLoadError(f"model {cfg.name}: checkpoint folder {weights_from!r} does not exist")
@@ -494,6 +505,8 @@ def load_model(cfg: ModelConfig, device: str | torch.device = "cpu", weights_fro
             raise ModelLoadError(f"model {cfg.name}: could not set up the LoRA adapter: {type(e).__name__}: {e}") from None
     else:
         model = load_base_model(weights_from or cfg.path, cfg.dtype, cfg.revision)
+    if cfg.gradient_checkpointing:
+        _checkpoint_layers(unwrap(model))
     model.to(device)
     model.eval()
     return model

@@ -10,6 +10,8 @@ at most :data:`CHUNK` elements, so its parameters and states equal torch's bit f
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.optim.optimizer import _get_scalar_dtype
 
@@ -75,3 +77,26 @@ def _apply(param: torch.Tensor, m: torch.Tensor, v: torch.Tensor, c2: float, eps
     for i in range(0, fp.numel(), CHUNK):
         sl = slice(i, i + CHUNK)
         fp[sl].addcdiv_(fm[sl], (fv[sl].sqrt() / c2).add_(eps), value=value)
+
+
+def scheduled_lr(lr: float, schedule: str, warmup: int, step: int, steps: int) -> float:
+    """The learning rate of training step ``step`` (1-based) of ``steps`` (``models.I.lr_schedule``):
+    ``lr * step / warmup`` while ``step <= warmup``, then ``lr`` (``constant``), ``lr * (1 - p)`` (``linear``) or
+    ``lr * (1 + cos(pi p)) / 2`` (``cosine``) with ``p = (step - warmup - 1) / (steps - warmup)``: full ``lr`` on
+    the first step after warm-up, never 0 on the last."""
+    if step <= warmup:
+        return lr * step / warmup
+    if schedule == "constant":
+        return lr
+    p = min(1.0, (step - warmup - 1) / max(1, steps - warmup))
+    if schedule == "linear":
+        return lr * (1.0 - p)
+    if schedule == "cosine":
+        return lr * 0.5 * (1.0 + math.cos(math.pi * p))
+    raise ValueError(f"unknown learning-rate schedule {schedule!r}; valid: constant, linear, cosine")
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every parameter group of ``optimizer`` steps with ``lr`` from now on."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -24,6 +24,7 @@ and update both run it that way so that the first minibatch has ratio exactly 1.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 from typing import Any, Sequence
@@ -34,7 +35,8 @@ from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from graft.config import ModelConfig
+from graft.config import LoraConfig, ModelConfig
+from graft.files import writing
 from graft.policy.codec import TextCodec
 from graft.policy.kvcache import buffered_cache
 from graft.policy.loading import load_model, load_tokenizer
@@ -386,7 +388,8 @@ class Policy:
         group's prompt costs Lp positions instead of G x Lp. Every call makes exactly two decoder
         passes (prompts, then responses), so FSDP ranks issue the same collectives whatever their
         rows. ``shared_prefix=False`` runs the reference instead: one pass over [B, Lp + T - 1]
-        (:meth:`_hidden_joint`). Both give the same values and gradients up to float summation
+        (:meth:`_hidden_joint`), also taken while gradient checkpointing is active (checkpointed layers drop
+        the cache). Both give the same values and gradients up to float summation
         order (tested). The LM head + log-softmax then run on the valid response
         positions only, ``chunk`` positions at a time, so no more than chunk x V logits exist at
         once. With gradients on, no chunk's logits are kept for backward: a plain ``nn.Linear``
@@ -411,7 +414,7 @@ class Policy:
         mask, resp = mask.to(dev), resp.to(dev)
         row_of: dict[tuple[int, ...], int] = {}
         inv = [row_of.setdefault(tuple(p), len(row_of)) for p in prompt_ids]
-        if shared_prefix:
+        if shared_prefix and not self._checkpointing():
             hidden = self._hidden_shared([list(k) for k in row_of], inv, resp, mask)
         else:
             hidden = self._hidden_joint(prompt_ids, resp, mask)     # [B, T, H]: row t predicts response token t
@@ -433,6 +436,10 @@ class Policy:
         vals = torch.cat(parts)
         logp = torch.zeros((B, T), dtype=vals.dtype, device=dev).masked_scatter(mask, vals)
         return logp, mask.float()
+
+    def _checkpointing(self) -> bool:
+        """Gradient checkpointing is active now: it drops the KV cache the shared-prefix pass needs."""
+        return self.cfg.gradient_checkpointing and torch.is_grad_enabled() and self.model.training
 
     @staticmethod
     def _left_pad(seqs: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
@@ -537,8 +544,15 @@ class Policy:
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(str(path))
-        self.tokenizer.save_pretrained(str(path))
+        with writing(path / self.weights_file):
+            self.model.save_pretrained(str(path))
+        with writing(path / "tokenizer.json"):
+            self.tokenizer.save_pretrained(str(path))
+
+    @property
+    def weights_file(self) -> str:
+        """The safetensors file :meth:`save` writes (a full disk there is named after it)."""
+        return "adapter_model.safetensors" if self.cfg.lora.enabled else "model.safetensors"
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in (self.trainable_parameters() if trainable_only else self.model.parameters()))
@@ -546,3 +560,11 @@ class Policy:
     def __repr__(self) -> str:
         return (f"Policy({self.name!r}, {type(_unwrap(self.model)).__name__}, "
                 f"{self.num_parameters() / 1e6:.1f}M params, vocab {len(self.tokenizer)}, {self.device})")
+
+
+def reference_policy(cfg: ModelConfig, device: str | torch.device = "cpu") -> Policy:
+    """A frozen copy of ``cfg``'s starting weights (``cfg.path``; with LoRA, the base model without an adapter),
+    in eval mode: the reference of the KL penalty (``models.I.kl_coef``)."""
+    ref = Policy.load(dataclasses.replace(cfg, lora=LoraConfig(), gradient_checkpointing=False), device=device)
+    ref.model.requires_grad_(False)
+    return ref

@@ -46,6 +46,9 @@ checkpoints load for ``graft export`` and ``graft eval`` but cannot be resumed.
 Resuming (:func:`newest_intact_checkpoint`) re-hashes every file: flipped bytes or a missing
 file are reported by name; a damaged newest checkpoint is skipped with a warning in favour of an
 older intact one, and no intact checkpoint at all is an error (never a silent fresh start).
+A damaged tokenizer file is one inode shared by every step, so skipping would not help: the trainer
+first calls :func:`restore_tokenizer_files`, which rewrites it in place from the model's own tokenizer
+when that reproduces the recorded sha256.
 
 ``state.pt`` is loaded with ``torch.load(weights_only=True)``: ``state`` must hold plain data
 (dict, list, tuple, str, int, float, bool, None, tensors). ``save_checkpoint`` checks that
@@ -71,7 +74,7 @@ import yaml
 from safetensors import safe_open
 
 from graft.errors import UserError
-from graft.files import fsync_path
+from graft.files import fsync_path, output_error, write_text, writing
 
 FORMAT_VERSION = 1
 """Version of the checkpoint layout written into ``manifest.json``."""
@@ -210,7 +213,8 @@ def _link_tokenizer(root: Path, folder: Path, name: str) -> None:
         _remove_tree(tmp)
         tmp.mkdir(parents=True)
         for f in files:
-            shutil.copy2(folder / f, tmp / f)
+            with writing(tmp / f):
+                shutil.copy2(folder / f, tmp / f)
         _fsync_tree(tmp)
         if store.exists():
             os.rename(store, old)
@@ -366,11 +370,13 @@ def _write_contents(tmp: Path, root: Path, step: int, models: dict[str, Callable
     """Model folders, optimizer states, ``state.pt`` (checked to reload) and ``config.yaml`` into ``tmp``."""
     for mname, writer in models.items():
         (tmp / mname).mkdir(exist_ok=True)
-        writer(tmp / mname)
+        with writing(tmp / mname):
+            writer(tmp / mname)
         _link_tokenizer(root, tmp / mname, mname)
     for mname, opt in optimizers.items():
         (tmp / mname).mkdir(exist_ok=True)
-        torch.save(opt.state_dict(), tmp / mname / "optimizer.pt")
+        with writing(tmp / mname / "optimizer.pt"):
+            torch.save(opt.state_dict(), tmp / mname / "optimizer.pt")
     payload = dict(state)
     payload.setdefault("rng", rng_state())
     payload["step"] = int(step)
@@ -378,9 +384,10 @@ def _write_contents(tmp: Path, root: Path, step: int, models: dict[str, Callable
         torch.save(payload, tmp / "state.pt")
         torch.load(tmp / "state.pt", map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - report what cannot be reloaded, at save time
-        raise CheckpointError(f"state for step {step} cannot be saved and reloaded with torch.load(weights_only=True); "
-                              f"store plain data (dicts, lists, numbers, strings, tensors): {e}") from None
-    (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        raise output_error(e, tmp / "state.pt") or CheckpointError(
+            f"state for step {step} cannot be saved and reloaded with torch.load(weights_only=True); "
+            f"store plain data (dicts, lists, numbers, strings, tensors): {e}") from None
+    write_text(tmp / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
 
 def _file_manifest(tmp: Path, step: int, models: dict, optimizers: dict, hash_files: bool) -> dict:
@@ -414,7 +421,7 @@ def _publish(root: Path, tmp: Path, name: str) -> Path:
 def _write_manifest(path: Path, manifest: dict) -> None:
     """Replace ``path/manifest.json`` atomically (temporary file, fsync, rename, fsync the folder)."""
     tmp = path / f".manifest.json.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
+    with writing(path / "manifest.json"), open(tmp, "w") as fh:
         json.dump(manifest, fh, indent=1)
         fh.flush()
         os.fsync(fh.fileno())
@@ -560,6 +567,76 @@ def nonfinite_tensors(path: str | Path) -> list[str]:
         return [k for k in f.keys() if (t := f.get_tensor(k)).is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
+def _step_folders(root: Path) -> dict[int, Path]:
+    """Step -> folder of every ``step_*`` folder in ``root`` (complete or not), and of a complete ``.old-`` copy
+    whose step has no folder (a same-step replace killed between its two renames)."""
+    found: dict[int, Path] = {}
+    for p in root.iterdir():
+        step = _step_of(p)
+        if step is not None and p.is_dir():
+            found[step] = p
+    for p in root.iterdir():
+        m = _HIDDEN_RE.match(p.name)
+        if m and m.group(1) == "old" and int(m.group(2)) not in found and is_complete(p):
+            found[int(m.group(2))] = p
+    return found
+
+
+def _tokenizer_entries(folder: Path) -> list[tuple[str, str, dict]]:
+    """``(model, file name, manifest entry)`` of each hashed tokenizer file the manifest of ``folder`` lists."""
+    try:
+        files = _read_manifest(folder)["files"]
+    except CheckpointError:
+        return []
+    return [(*rel.split("/"), meta) for rel, meta in files.items()
+            if rel.count("/") == 1 and rel.split("/")[1] in TOKENIZER_FILES and meta.get("sha256")]
+
+
+def _intact(path: Path, meta: dict) -> bool:
+    return path.is_file() and path.stat().st_size == meta.get("size") and _sha256(path) == meta["sha256"]
+
+
+def _rewrite_in_place(path: Path, data: bytes) -> None:
+    """Write ``data`` into ``path``'s own inode (``O_TRUNC``, no new file), so every hard link to it sees the bytes."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def restore_tokenizer_files(run_dir: str | Path, source: Callable[[str], Path | None]) -> list[str]:
+    """Mend the tokenizer files of the run's checkpoints that no longer match their manifest's sha256.
+
+    ``source(model)`` is a folder holding that model's tokenizer as freshly saved (``None``: no source). A
+    damaged (or missing) file is rewritten from the same-named file there, only when that file has exactly the
+    recorded sha256 and size. The rewrite is in place: tokenizer files are hard links into
+    ``checkpoints/tokenizers/`` (one inode for every step), so one rewrite mends the run's copy and every step
+    folder at once. Returns one notice line per rewritten file; a file that cannot be restored is left alone
+    for :func:`newest_intact_checkpoint` to report."""
+    root = Path(run_dir) / "checkpoints"
+    folders = _step_folders(root) if root.is_dir() else {}
+    sources: dict[str, Path | None] = {}
+    checked: set[tuple[int, int]] = set()
+    notices: list[str] = []
+    for step in sorted(folders, reverse=True):
+        for model, name, meta in _tokenizer_entries(folders[step]):
+            path = folders[step] / model / name
+            inode = (path.stat().st_dev, path.stat().st_ino) if path.is_file() else None
+            if inode in checked:
+                continue
+            if inode is not None:
+                checked.add(inode)
+            if _intact(path, meta):
+                continue
+            if model not in sources:
+                sources[model] = source(model)
+            if sources[model] is not None and _intact(sources[model] / name, meta):
+                _rewrite_in_place(path, (sources[model] / name).read_bytes())
+                notices.append(f"resume: restored {path} (damaged; {path.stat().st_nlink} hard link(s) under {root}) "
+                               f"from model {model}'s tokenizer, whose bytes match the sha256 in the manifest")
+    return notices
+
+
 def newest_intact_checkpoint(run_dir: str | Path) -> tuple[Checkpoint | None, list[str]]:
     """The newest checkpoint of ``run_dir`` whose every file matches its manifest (sha256), and one
     warning line per newer checkpoint that was skipped as damaged.
@@ -570,15 +647,7 @@ def newest_intact_checkpoint(run_dir: str | Path) -> tuple[Checkpoint | None, li
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return None, []
-    found: dict[int, Path] = {}
-    for p in root.iterdir():
-        step = _step_of(p)
-        if step is not None and p.is_dir():
-            found[step] = p
-    for p in root.iterdir():   # a same-step replace killed between its two renames
-        m = _HIDDEN_RE.match(p.name)
-        if m and m.group(1) == "old" and int(m.group(2)) not in found and is_complete(p):
-            found[int(m.group(2))] = p
+    found = _step_folders(root)
     damaged: list[str] = []
     for step in sorted(found, reverse=True):
         try:

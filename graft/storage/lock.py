@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from graft.errors import UserError
+from graft.files import writing
 
 LOCK_NAME = ".graft.lock"
 
@@ -52,9 +53,10 @@ class FolderLock:
             os.close(fd)
             raise LockError(f"{self.what} {self.folder} is in use by {who}; wait for it to end, stop it, or "
                             f"choose another {self.what}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
-                  .encode(), 0)
+        with writing(self.path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
+                      .encode(), 0)
         self._fd = fd
         return self
 

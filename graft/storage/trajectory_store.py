@@ -44,7 +44,9 @@ Atomicity: a step file is written to ``.step_000003.parquet.<pid>.tmp``, fsynced
 *before* saving that step's checkpoint, so every step up to the checkpoint is in the store.
 
 Reading checks each file: unreadable/truncated Parquet, a different schema version, or a
-missing column raise :class:`StoreError` naming the file (extra columns are ignored).
+missing column raise :class:`StoreError` naming the file (extra columns are ignored). A resume checks the
+files up to its checkpoint's step from their footers (:meth:`TrajectoryStore.first_torn`): a resume re-runs
+only later steps, so a torn earlier file would otherwise stay and fail every later read.
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graft.errors import UserError
-from graft.files import dumps_json, fsync_path
+from graft.files import dumps_json, fsync_path, writing
 from graft.storage.lock import FolderLock
 from graft.types import GroupCounts, RolloutGroup
 
@@ -177,8 +179,9 @@ def _not_a_store(path: Path) -> str:
     return f"no trajectory store at {path}: it holds no step_NNNNNN.parquet files; {_EXPECTED}"
 
 
-def _read_file(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:
-    """Read and validate one step file; returns a table with ``columns`` (default: all) cast to SCHEMA."""
+def _check_footer(path: Path) -> None:
+    """Validate one step file from its footer alone (cheap): a readable Parquet footer, graft's schema version,
+    every column; else a :class:`StoreError` naming the file."""
     try:
         pf = pq.ParquetFile(path)
         schema = pf.schema_arrow
@@ -195,10 +198,15 @@ def _read_file(path: Path, columns: list[str] | None = None, filters=None) -> pa
     if found_v != SCHEMA_VERSION:
         raise StoreError(f"{path}: trajectory store schema version {found_v}, this graft reads version {SCHEMA_VERSION}; "
                          "use the graft release that wrote the store (or re-export it)")
-    wanted = columns or SCHEMA.names
     missing = [c for c in SCHEMA.names if c not in schema.names]
     if missing:
         raise StoreError(f"{path}: missing column(s) {missing}")
+
+
+def _read_file(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:
+    """Read and validate one step file; returns a table with ``columns`` (default: all) cast to SCHEMA."""
+    _check_footer(path)
+    wanted = columns or SCHEMA.names
     try:
         table = pq.read_table(path, columns=wanted, filters=filters)
         target = pa.schema([SCHEMA.field(c) for c in wanted])
@@ -319,7 +327,7 @@ class TrajectoryStore:
         final = self.path_for(step)
         tmp = self.root / f".{final.name}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "wb") as f:
+            with writing(final), open(tmp, "wb") as f:
                 pq.write_table(table, f, compression="zstd")
                 f.flush()
                 os.fsync(f.fileno())
@@ -340,6 +348,18 @@ class TrajectoryStore:
         if gone:
             fsync_path(self.root)
         return gone
+
+    def first_torn(self, upto: int) -> tuple[int, str] | None:
+        """The lowest step <= ``upto`` whose file fails :func:`_check_footer` (truncated, corrupt footer, another
+        schema), with the reason naming the file; ``None`` when every such file passes. Reads footers only."""
+        for s in self.steps():
+            if s > upto:
+                break
+            try:
+                _check_footer(self.path_for(s))
+            except StoreError as e:
+                return s, str(e)
+        return None
 
     def _hold_writer_lock(self) -> None:
         """One writer per store: taken by the first write, held until :meth:`close` (or the process ends);

@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from graft.algos.losses import kl_loss
 from graft.config import UpdateConfig
 from graft.types import RolloutGroup
 
@@ -41,16 +42,17 @@ def flatten(groups: list[RolloutGroup], supervised=never) -> list[Sequence]:
     ]
 
 
-def prepare_minibatch(mb_groups: list[RolloutGroup], supervised=never
+def prepare_minibatch(mb_groups: list[RolloutGroup], supervised=never, zero_advantage: bool = False
                       ) -> tuple[list[Sequence], tuple[float, float, float]]:
     """The rows of one minibatch that are forwarded, and the minibatch's normalisers
     (policy-gradient tokens, sequences, SGT tokens) -- shared with the Ray backend, which
-    splits the rows across ranks and keeps these GLOBAL counts."""
+    splits the rows across ranks and keeps these GLOBAL counts. Rows with zero advantage are
+    forwarded only with ``zero_advantage`` (the KL penalty acts on them too)."""
     seqs = flatten(mb_groups, supervised)
     pg_rows = [s for s in seqs if not s.sgt]          # SGT rows are normalised separately
     counts = (float(sum(len(s.response_ids) for s in pg_rows)), float(len(pg_rows)),
               float(sum(len(s.response_ids) for s in seqs if s.sgt)))
-    active = [s for s in seqs if (s.advantage != 0.0 or s.sgt) and s.weight != 0.0 and s.response_ids]
+    active = [s for s in seqs if (s.advantage != 0.0 or s.sgt or zero_advantage) and s.weight != 0.0 and s.response_ids]
     return active, counts
 
 
@@ -74,9 +76,10 @@ def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
 
 
 def micro_loss(policy, micro: list[Sequence], loss_fn, uc: UpdateConfig, temperature: float,
-               counts: tuple[float, float, float], loss_kwargs: dict):
+               counts: tuple[float, float, float], loss_kwargs: dict, reference=None):
     """Loss of one micro-batch, normalised by the whole minibatch's counts (policy-gradient tokens,
-    sequences, SGT tokens) so micro-batch (and rank) gradients add up exactly."""
+    sequences, SGT tokens) so micro-batch (and rank) gradients add up exactly; plus
+    ``kl_coef`` times the KL penalty to ``reference`` (a frozen policy) when one is given."""
     num_tokens, num_seqs, num_sgt_tokens = counts
     logp, mask = policy.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
                                          chunk=uc.logprob_chunk, temperature=temperature)   # [B,T]
@@ -89,7 +92,22 @@ def micro_loss(policy, micro: list[Sequence], loss_fn, uc: UpdateConfig, tempera
     )
     if any(s.sgt for s in micro) or num_sgt_tokens:
         kwargs |= {"sgt_mask": f([s.sgt for s in micro], torch.bool), "num_sgt_tokens": num_sgt_tokens}
-    return loss_fn(**(kwargs | loss_kwargs))
+    loss, metrics = loss_fn(**(kwargs | loss_kwargs))
+    if reference is None:
+        return loss, metrics
+    kl, km = _kl_term(policy, reference, micro, logp, mask, uc, temperature, counts)
+    return loss + policy.cfg.kl_coef * kl, metrics | km
+
+
+def _kl_term(policy, reference, micro: list[Sequence], logp: torch.Tensor, mask: torch.Tensor, uc: UpdateConfig,
+             temperature: float, counts: tuple[float, float, float]) -> tuple[torch.Tensor, dict]:
+    """:func:`~graft.algos.losses.kl_loss` of ``micro``'s policy-gradient rows (SGT rows excluded) against
+    ``reference``'s log-probs, one more forward pass without gradients."""
+    with torch.no_grad():
+        ref, _ = reference.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
+                                            chunk=uc.logprob_chunk, temperature=temperature)
+    pg = mask.bool() & ~torch.tensor([s.sgt for s in micro], dtype=torch.bool, device=mask.device)[:, None]
+    return kl_loss(logp, ref.to(logp.device, logp.dtype), pg, policy.cfg.kl_loss_type, uc.loss_agg, counts[0], counts[1])
 
 
 @dataclass

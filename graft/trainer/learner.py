@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from graft.algos.losses import merge, summarize
 from graft.config import ModelConfig, RolloutConfig, UpdateConfig
 from graft.policy.codec import TextCodec
+from graft.policy.optim import scheduled_lr
 from graft.policy.policy import scoring_order
 from graft.seeds import prompt_seeds
 from graft.trainer.batch import Shard, forwarded_positions, prepare_minibatch
@@ -146,7 +147,8 @@ class Learner:
         bar = tqdm(total=len(plan), desc=f"{self.name} update", unit="minibatch", leave=False, disable=not progress)
         try:
             for k, idx in enumerate(plan):
-                active, counts = prepare_minibatch(rule.minibatch_weights(k, [groups[i] for i in idx]), rule.supervised)
+                active, counts = prepare_minibatch(rule.minibatch_weights(k, [groups[i] for i in idx]), rule.supervised,
+                                                   zero_advantage=self.cfg.kl_coef > 0)
                 parts = scatter(active, W, mbs)
                 merge(totals, forwarded_positions(active, mbs))
                 num_micro = max(math.ceil(len(p) / mbs) for p in parts)
@@ -167,6 +169,13 @@ class Learner:
                 "tokens/forwarded": int(totals.get("tokens/forwarded", 0)),
                 "tokens/forwarded_per_sequence": int(totals.get("tokens/forwarded_per_sequence", 0)),
                 "update/skipped_nonfinite": skipped}
+
+    def set_learning_rate(self, step: int, steps: int) -> float:
+        """Every rank's optimiser to the learning rate of training step ``step`` of ``steps``
+        (``models.I.lr_schedule``, :func:`~graft.policy.optim.scheduled_lr`); returns it."""
+        lr = scheduled_lr(self.cfg.lr, self.cfg.lr_schedule, self.cfg.warmup_steps, step, steps)
+        self.workers.call("set_learning_rate", [(lr,)] * self.workers.size, "set_learning_rate")
+        return lr
 
     # --------------------------------------------------------------- persistence, resources
     def save(self, path) -> None:

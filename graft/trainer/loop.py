@@ -11,6 +11,7 @@ import json
 import resource
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,25 +28,27 @@ from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, open_peer_store
 from graft.exchange.live import complementarity, counts
-from graft.files import dumps_json
+from graft.files import dumps_json, write_text, writing
 from graft.policy.context import check_learner_context
-from graft.policy.loading import ModelLoadError, check_model_source, quiet_loading
+from graft.policy.loading import ModelLoadError, check_model_source, load_tokenizer, quiet_loading
 from graft.domains import Domain
 from graft.domains.grading import load_data, make_grader, task_domain
 from graft.reward.grader import Grader
 from graft.seeds import step_seed
 from graft.storage.checkpoint import (
+    CheckpointError,
     checkpoint_step,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     newest_intact_checkpoint,
     remove_checkpoints_after,
+    restore_tokenizer_files,
     save_checkpoint,
     set_rng_state,
 )
 from graft.storage.lock import FolderLock
-from graft.storage.trajectory_store import TrajectoryStore
+from graft.storage.trajectory_store import StoreError, TrajectoryStore
 from graft.trainer.backends import close_learners, make_learners, worker_memory
 from graft.trainer.learner import Learner
 from graft.trainer.metrics import (
@@ -54,7 +57,6 @@ from graft.trainer.metrics import (
     completion_rows,
     console_line,
     group_stats,
-    output_error,
     prefixed,
     timed,
 )
@@ -193,8 +195,10 @@ def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int) -
 
 
 def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> dict:
-    """One model's update on ``groups``: minibatches planned from the step's own seed, ``update.epochs`` passes."""
+    """One model's update on ``groups``: minibatches planned from the step's own seed, ``update.epochs`` passes,
+    at the step's learning rate (``models.I.lr_schedule``)."""
     cfg = run.cfg
+    lr = run.learners[name].set_learning_rate(step, cfg.steps)
     gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
     gs = run.rule.prepare(groups)
     plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
@@ -203,6 +207,7 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
         m = run.learners[name].update(gs, plan, cfg.update, cfg.rollout.temperature, run.rule, progress=run.bars)
         skipped += m["update/skipped_nonfinite"]
     m["update/skipped_nonfinite"] = skipped
+    m["learning_rate"] = lr
     if skipped:
         print(f"warning: step {step}: model {name}: loss or gradient norm not finite (loss {m['loss']}, grad norm "
               f"{m['grad_norm']}); {skipped} of {len(plan) * cfg.update.epochs} optimizer steps skipped", file=sys.stderr)
@@ -349,22 +354,14 @@ def _find_resume(cfg: Config, run_dir: Path):
         _discard_run(run_dir)
         return None
     if cfg.resume is True:
+        _restore_tokenizers(cfg, run_dir)
         ckpt, warnings = newest_intact_checkpoint(run_dir)   # a damaged newest one is skipped, with a warning
         for w in warnings:
             print(w, file=sys.stderr)
-        if ckpt is None:
-            if has_history:
-                raise ConfigError(f"resume=true: {run_dir} holds metrics of an earlier run but no checkpoint (stopped "
-                                  "before the first save?), so there is nothing to resume and nothing was changed; "
-                                  "to start over pass resume=restart (deletes this run's metrics, audit log and trajectories) "
-                                  "or choose another run_dir")
-            print(f"resume: no checkpoint and no finished step in {run_dir}; starting from scratch", file=sys.stderr)
-            if (run_dir / "audit.jsonl").exists():   # lines of an unfinished first step: it runs again
-                JsonlWriter(run_dir / "audit.jsonl").truncate_after(0)
-            if (run_dir / "trajectories").is_dir():
-                store = TrajectoryStore(run_dir / "trajectories")
-                store.truncate_after(0)
-                store.close()
+        if ckpt is None:   # killed before (or during) its first save: a requeue loop must still get going
+            aside = _set_aside(run_dir)
+            moved = f"moved the earlier attempt's files to {aside}; " if aside else ""
+            print(f"resume: no intact checkpoint in {run_dir}; {moved}starting from scratch", file=sys.stderr)
             return None
         path = ckpt.path
     else:
@@ -390,7 +387,60 @@ def _find_resume(cfg: Config, run_dir: Path):
                 "--model NAME OUT) and train a new run_dir with models.I.path=OUT")
         raise ConfigError(f"cannot resume from {path}: it holds no optimizer state for model(s) {', '.join(missing)} "
                           f"(checkpoint.keep_optimizer=last keeps it only in the newest checkpoint); {hint}")
-    return ckpt
+    return _check_store(cfg, run_dir, ckpt)
+
+
+def _restore_tokenizers(cfg: Config, run_dir: Path) -> None:
+    """A damaged tokenizer file is one inode shared by every checkpoint (hard links): rewrite it from the model's
+    own tokenizer where that has the recorded sha256, one line each, before the checkpoints are verified."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for line in restore_tokenizer_files(run_dir, lambda name: _saved_tokenizer(cfg, name, Path(tmp))):
+            print(line, file=sys.stderr)
+
+
+def _saved_tokenizer(cfg: Config, name: str, tmp: Path) -> Path | None:
+    """Model ``name``'s tokenizer loaded from its configured source and saved into ``tmp/name``, as a run saves it."""
+    m = next((m for m in cfg.models if m.name == name), None)
+    if m is None:
+        return None
+    try:
+        load_tokenizer(m).save_pretrained(str(tmp / name))
+    except (ModelLoadError, OSError):
+        return None
+    return tmp / name
+
+
+def _check_store(cfg: Config, run_dir: Path, ckpt):
+    """``ckpt``, unless a trajectory store file at or before its step is torn. A resume re-runs only later steps, so
+    with ``resume=true`` the newest resumable checkpoint before that step is used instead (it re-runs the step and
+    rewrites the file; one warning line); with none, or with ``resume=PATH``, a :class:`StoreError` naming the file."""
+    torn = TrajectoryStore(run_dir / "trajectories").first_torn(ckpt.step)
+    if torn is None:
+        return ckpt
+    step, why = torn
+    earlier = _earlier_resumable(cfg, run_dir, step) if cfg.resume is True else None
+    if earlier is None:
+        raise StoreError(f"{why}; resuming from step {ckpt.step} re-runs only later steps and no resumable checkpoint "
+                         f"precedes step {step}, so the file cannot be rewritten; nothing was changed; move it aside to "
+                         f"continue without step {step}'s trajectories, or start over with resume=restart")
+    print(f"warning: {why}; resuming from {earlier.path} instead, which re-runs step {step} and rewrites it",
+          file=sys.stderr)
+    return earlier
+
+
+def _earlier_resumable(cfg: Config, run_dir: Path, before: int):
+    """The newest intact checkpoint of ``run_dir`` before step ``before`` with every model's optimizer state, or None."""
+    names = {m.name for m in cfg.models}
+    for p in reversed(list_checkpoints(run_dir)):
+        if checkpoint_step(p) >= before:
+            continue
+        try:
+            ck = load_checkpoint(p, verify="full")
+        except CheckpointError:
+            continue
+        if names <= set(ck.optimizer_names):
+            return ck
+    return None
 
 
 def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
@@ -415,6 +465,22 @@ def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
 RUN_OUTPUTS = ("metrics.jsonl", "audit.jsonl", "summary.json", "trajectories", "eval", "checkpoints", "tensorboard",
                "wandb/graft_run_id", "mlruns")
 """What ``resume=restart`` deletes from a run folder (config.yaml is rewritten; W&B's own files stay)."""
+
+
+def _set_aside(run_dir: Path) -> Path | None:
+    """Move the run outputs in ``run_dir`` to a new ``run_dir/set_aside/attempt_K`` (nothing deleted);
+    returns that folder, or ``None`` when there was nothing to move."""
+    present = [name for name in RUN_OUTPUTS if (run_dir / name).exists()]
+    if not present:
+        return None
+    k = 1
+    while (run_dir / "set_aside" / f"attempt_{k}").exists():
+        k += 1
+    aside = run_dir / "set_aside" / f"attempt_{k}"
+    for name in present:
+        (aside / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).rename(aside / name)
+    return aside
 
 
 def _discard_run(run_dir: Path) -> None:
@@ -465,15 +531,10 @@ def save(run: Run, step: int) -> Path:
     keep = {s for s in saved if ck.keep_period and s % ck.keep_period == 0}
     if ck.keep_best and run.eval_history:   # the best-evaluated checkpoint of each model survives pruning
         keep |= {b for n in run.learners if (b := best_checkpoint(run.eval_history, f"eval/{n}/val/pass@1", saved)) is not None}
-    try:
+    with writing(run.run_dir / "checkpoints"):   # what no inner writer named: disk full, permissions
         return save_checkpoint(run.run_dir, step, {n: l.save for n, l in run.learners.items()},
                                {n: l.optimizer for n, l in run.learners.items()}, state, to_dict(run.cfg),
                                ck.keep_last, keep_optimizer=ck.keep_optimizer, keep_steps=keep)
-    except (OSError, RuntimeError) as e:   # disk full, permissions: one line, not a traceback
-        err = output_error(e, run.run_dir / "checkpoints")   # also a CheckpointError wrapping ENOSPC
-        if err is None:
-            raise
-        raise err from None
 
 
 def evaluate_phase(run: Run, step: int) -> dict:
@@ -551,7 +612,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
         run.grader.close()
         close_learners(run.learners)   # Ray actors / rollout engines; a WorkerFailure propagates after this
     summary = summarize(run, time.perf_counter() - t_start, final)
-    (run.run_dir / "summary.json").write_text(dumps_json(summary, indent=2, default=str))
+    write_text(run.run_dir / "summary.json", dumps_json(summary, indent=2, default=str))
     print_summary(summary, file=sys.stderr)
     return summary
 

@@ -15,7 +15,7 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-from graft.files import OutputError, dumps_json, output_error
+from graft.files import OutputError, dumps_json, writing
 from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOUT, RolloutGroup
 
 
@@ -121,16 +121,10 @@ class JsonlWriter:
         """Append ``record`` as one line (NaN/inf at any depth -> null; see :func:`json_safe`).
         A full disk or a permission problem is an :class:`OutputError` naming the file."""
         line = dumps_json(record)
-        try:
-            with open(self.path, "a") as f:
-                f.write(line + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:
-            err = output_error(e, self.path)
-            if err is None:
-                raise
-            raise err from None
+        with writing(self.path), open(self.path, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
     def truncate_after(self, step: int) -> None:
         """Drop records of steps > ``step`` (and a torn last line) when resuming."""
@@ -145,8 +139,9 @@ class JsonlWriter:
             if rec.get("step", -1) <= step:
                 keep.append(line)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(l + "\n" for l in keep))
-        os.replace(tmp, self.path)
+        with writing(self.path):
+            tmp.write_text("".join(l + "\n" for l in keep))
+            os.replace(tmp, self.path)
 
     def read(self) -> list[dict]:
         if not self.path.exists():

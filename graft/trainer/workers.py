@@ -26,10 +26,12 @@ from typing import Any, Sequence
 import torch
 
 from graft.algos.losses import merge
+from graft.files import write_text, writing
 from graft.policy import fsdp
 from graft.policy.context import max_positions
 from graft.policy.engines import make_engine
-from graft.policy.policy import Policy
+from graft.policy.optim import set_lr
+from graft.policy.policy import Policy, reference_policy
 from graft.trainer.batch import Shard, micro_loss
 
 
@@ -68,7 +70,7 @@ class PolicyWorker:
         self.name, self.rank, self.world = name, rank, world_size
         if threads:
             torch.set_num_threads(int(threads))
-        self.policy = self.optimizer = self._engine = None
+        self.policy = self.optimizer = self._engine = self.reference = None
 
     # ------------------------------------------------------------------ setup
     def address(self) -> tuple[str, int]:
@@ -89,6 +91,7 @@ class PolicyWorker:
         if self.world > 1:
             fsdp.shard_model(self.policy.model)   # parameters keep cfg.dtype, as in one process
         self.optimizer = self.policy.make_optimizer()
+        self.reference = reference_policy(cfg, device) if cfg.kl_coef > 0 else None   # not sharded: a full copy per rank
         self._engine = make_engine(engine, self.policy)   # built now: a vLLM engine's first weight push is collective
         return {"rank": self.rank, "pid": os.getpid(), "node": fsdp.node_ip(), "device": device, "engine": engine,
                 "parameters": sum(p.numel() for p in self.policy.model.parameters())}
@@ -125,7 +128,7 @@ class PolicyWorker:
             for j in range(shard.num_micro):
                 if j < len(micro):
                     loss, m = fsdp.root_call(model, micro_loss, self.policy, micro[j], shard.loss, uc, temperature,
-                                             shard.counts, shard.loss_kwargs)
+                                             shard.counts, shard.loss_kwargs, self.reference)
                     loss.backward()
                     totals["loss"] += float(loss.detach())
                     totals["tokens/update"] += sum(len(s.response_ids) for s in micro[j])
@@ -142,6 +145,10 @@ class PolicyWorker:
             self.optimizer.zero_grad(set_to_none=True)   # no gradients held through rollout, exchange, the peer's update
             model.eval()
         return totals
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Optimiser steps from now on use learning rate ``lr``."""
+        set_lr(self.optimizer, lr)
 
     def max_positions(self) -> int | None:
         """The model's ``max_position_embeddings`` (None when its config has none)."""
@@ -252,13 +259,15 @@ def _save_full(policy, state: dict, path) -> None:
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    policy.model.save_pretrained(str(path), state_dict=state)
-    policy.tokenizer.save_pretrained(str(path))
+    with writing(path / policy.weights_file):
+        policy.model.save_pretrained(str(path), state_dict=state)
+    with writing(path / "tokenizer.json"):
+        policy.tokenizer.save_pretrained(str(path))
     cfg_file = path / "config.json"
     if cfg_file.exists():   # FSDP2 renames the class (FSDPLlamaForCausalLM); keep the real architecture
         data = json.loads(cfg_file.read_text())
         data["architectures"] = [a[4:] if a.startswith("FSDP") else a for a in data.get("architectures") or []]
-        cfg_file.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        write_text(cfg_file, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 class LocalWorkers:

@@ -17,6 +17,8 @@ import torch.multiprocessing as mp
 from graft.algos.losses import policy_loss
 from graft.config import ModelConfig
 from graft.policy import fsdp
+from tests.patience import patient
+
 
 def _batch(equal_lengths: bool):
     g = torch.Generator().manual_seed(0)
@@ -45,7 +47,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
         from graft.policy.policy import Policy
 
         torch.set_num_threads(1)
-        fsdp.init_process_group(rank, world, "127.0.0.1", port, device="cpu", timeout_s=120)
+        fsdp.init_process_group(rank, world, "127.0.0.1", port, device="cpu", timeout_s=patient(120))
         pol = Policy.load(ModelConfig(name="A", path=model_dir))
         fsdp.shard_model(pol.model)
         call = lambda f, *a, **k: fsdp.root_call(pol.model, f, *a, **k)  # noqa: E731
@@ -102,7 +104,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path, tiny_llama_dir):
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=240)
+        p.join(timeout=patient(240))
     errs = [open(f"{out}.{r}.err").read() for r in range(2) if os.path.exists(f"{out}.{r}.err")]
     assert not errs, "\n".join(errs)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]

@@ -16,6 +16,7 @@ from graft.distributed.ray_backend import WorkerFailure
 from graft.trainer.workers import scatter
 from graft.trainer import loop
 from tests.trainer.helpers import tiny_config
+from tests.patience import patient
 
 ray = pytest.importorskip("ray")
 
@@ -74,7 +75,7 @@ def _recording_grade(log: list, kill=None):
 # worker runs exactly the batches/micro-batches the single process runs.
 COMMON = ("threads=1", "rollout.batch_size=8", "update.micro_batch_size=4", "exchange.balance=none",
           "exchange.delta=0.05")
-RAY2 = ("backend=ray", "ray.resources={A: {num_workers: 2}, B: {num_workers: 2}}", "ray.actor_timeout_s=120")
+RAY2 = ("backend=ray", "ray.resources={A: {num_workers: 2}, B: {num_workers: 2}}", f"ray.actor_timeout_s={patient(120):.0f}")
 
 
 def _run_steps(cfg, monkeypatch, log):
@@ -155,7 +156,7 @@ def test_killed_worker_stops_cleanly_and_the_run_resumes(tmp_path, tiny_llama_di
 
     cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, *COMMON, "steps=3", "checkpoint.save_every=1",
                       "backend=ray", "ray.resources={A: {num_workers: 1}, B: {num_workers: 2}}",
-                      "ray.actor_timeout_s=120")
+                      f"ray.actor_timeout_s={patient(120):.0f}")
     monkeypatch.setattr(loop, "grade", _recording_grade([], kill))
     with pytest.raises(WorkerFailure) as err:
         loop.train(cfg)
@@ -164,12 +165,12 @@ def test_killed_worker_stops_cleanly_and_the_run_resumes(tmp_path, tiny_llama_di
     print(f"WorkerFailure raised {stopped_after:.1f}s after the kill: {err.value}")
     msg = str(err.value)
     assert "model B" in msg and "died" in msg and "resume=true" in msg, msg
-    assert stopped_after < 30, f"took {stopped_after:.1f}s to stop"
+    assert stopped_after < patient(30), f"took {stopped_after:.1f}s to stop"
     run_dir = Path(cfg.run_dir)
     assert latest_checkpoint(run_dir).name == "step_000001"
     assert not (run_dir / "summary.json").exists()
     # every actor of the run is gone and its resources are free again (the trainer closed both groups)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patient(30)
     while time.monotonic() < deadline and ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
         time.sleep(0.5)
     assert ray.available_resources().get("CPU", 0) == ray.cluster_resources()["CPU"]
@@ -190,7 +191,7 @@ def test_ray_run_reports_each_models_worker_peak_memory(tmp_path, tiny_llama_dir
     """mem/peak_rss_gb counts only the driver; mem/peak_rss_gb/{model} is the max over that model's workers."""
     monkeypatch.setattr(loop, "grade", _recording_grade([]))
     cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, *COMMON, "steps=1", "checkpoint.save_final=false",
-                      "backend=ray", "ray.resources={A: {num_workers: 1}, B: {num_workers: 1}}", "ray.actor_timeout_s=120")
+                      "backend=ray", "ray.resources={A: {num_workers: 1}, B: {num_workers: 1}}", f"ray.actor_timeout_s={patient(120):.0f}")
     loop.train(cfg)
     row = json.loads((Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()[0])
     for name in ("A", "B"):

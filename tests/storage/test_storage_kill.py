@@ -13,6 +13,8 @@ from safetensors.torch import load_file
 from graft.storage.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 from graft.storage.lock import LOCK_NAME
 from graft.storage.trajectory_store import TrajectoryStore
+from tests.patience import patient
+
 
 TOTAL = 400   # enough steps that the random kills (0.05-0.4 s each, doubled on a slow machine) rarely reach the end
 ROWS_PER_STEP = 6 * 4  # kill_driver: PROMPTS * G
@@ -88,7 +90,7 @@ def test_sigkill_at_random_points(tmp_path):
         assert do("finish") == "done exit 0"
         proc.stdin.write("quit\n")
         proc.stdin.flush()
-        proc.wait(timeout=30)
+        proc.wait(timeout=patient(30))
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -32,6 +32,11 @@ def _steps(run_dir: Path) -> list[int]:
     return [json.loads(l)["step"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def _metric_rows(run_dir: Path) -> list[tuple]:
+    keys = ("A/reward/mean", "B/reward/mean", "A/loss", "B/loss")
+    return [(r["step"], *(r[k] for k in keys)) for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+
+
 def _last_err_line(capsys) -> str:
     return capsys.readouterr().err.strip().splitlines()[-1]
 
@@ -102,23 +107,30 @@ def test_incomplete_only_checkpoint_keeps_the_history(tmp_path, tiny_llama_dir, 
     assert _snapshot(run_dir) == before
 
 
-def test_metrics_without_checkpoint_need_an_explicit_restart(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch,
-                                                             capsys):
-    """issue 10: a run with metrics but no checkpoint folder (stopped before its first save) is not silently wiped
-    by resume=true; resume=restart starts over explicitly."""
+def test_metrics_without_checkpoint_are_set_aside_and_the_run_starts_over(tmp_path, tiny_llama_dir, tiny_gemma_dir,
+                                                                           monkeypatch, capsys):
+    """issue 40 (was issue 10's refusal): a run killed before its first save has metrics but no checkpoint.
+    resume=true starts it afresh with one line, moving the earlier attempt's files aside (nothing deleted), so
+    a requeue loop passing resume=true always recovers; the new run equals a fresh one."""
     crafted_rewards(monkeypatch)
     cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=1", "checkpoint.save_final=false")
     assert _train(tmp_path, cfg) == 0
     run_dir = Path(cfg.run_dir)
     assert not (run_dir / "checkpoints").exists()
-    before = _snapshot(run_dir)
-    assert _train(tmp_path, cfg, "resume=true", "steps=2") == 2
-    last = _last_err_line(capsys)
-    assert last.startswith("error:") and "no checkpoint" in last and "resume=restart" in last
-    assert _snapshot(run_dir) == before
-    assert _train(tmp_path, cfg, "resume=restart", "steps=2", "checkpoint.save_final=true") == 0
-    assert "resume=restart: deleted metrics.jsonl, audit.jsonl, summary.json, trajectories" in capsys.readouterr().err
+    before = {k: v for k, v in _snapshot(run_dir).items() if k != "config.yaml"}
+    capsys.readouterr()
+    assert _train(tmp_path, cfg, "resume=true", "steps=2", "checkpoint.save_final=true") == 0
+    aside = run_dir / "set_aside" / "attempt_1"
+    notice = [l for l in capsys.readouterr().err.splitlines() if l.startswith("resume:")]
+    assert notice == [f"resume: no intact checkpoint in {run_dir}; moved the earlier attempt's files to {aside}; "
+                      "starting from scratch"]
+    assert {k: v for k, v in _snapshot(aside).items()} == before
     assert _steps(run_dir) == [1, 2] and (run_dir / "checkpoints" / "step_000002").is_dir()
+
+    (tmp_path / "fresh").mkdir()
+    fresh = tiny_config(tmp_path / "fresh", tiny_llama_dir, tiny_gemma_dir, "steps=2")
+    assert _train(tmp_path / "fresh", fresh) == 0
+    assert _metric_rows(run_dir) == _metric_rows(Path(fresh.run_dir))
 
 
 def test_eval_of_a_corrupt_checkpoint_folder_names_the_file(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch,

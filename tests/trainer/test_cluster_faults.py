@@ -20,6 +20,7 @@ from graft.storage.checkpoint import list_checkpoints, load_checkpoint, save_che
 from graft.storage.lock import LOCK_NAME, FolderLock
 from graft.trainer import loop
 from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT
+from tests.patience import patient
 from tests.trainer.helpers import crafted_rewards, tiny_config
 from tests.trainer.test_resume import (REPO, _assert_same_steps, _final_params, _metrics, _spawn, _store_steps,
                                        _wait_for)
@@ -44,12 +45,12 @@ def test_second_train_on_a_running_run_dir_stops_and_writes_nothing(tmp_path, ti
     _wait_for(lambda: (run_dir / "config.yaml").exists(), first)
     before = sorted(p.name for p in run_dir.iterdir())
     second = subprocess.run([sys.executable, "-m", "graft.cli", "train", str(tmp_path / "first" / "cfg.yaml")],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+                            cwd=REPO, capture_output=True, text=True, timeout=patient(300))
     assert second.returncode == 2, second.stderr[-3000:]
     _no_traceback(second.stderr)
     last = _last_line(second.stderr)
     assert last.startswith("error: run_dir") and f"pid {first.pid} on " in last, last
-    assert first.wait(timeout=600) == 0, first.stderr.read().decode()[-3000:]
+    assert first.wait(timeout=patient(600)) == 0, first.stderr.read().decode()[-3000:]
     assert len(_metrics(run_dir)) == 3   # one writer: 3 lines for 3 steps (was 6: two runs interleaved)
     assert set(before) <= {p.name for p in run_dir.iterdir()}
     # released at the end: the run folder can be resumed by the next process
@@ -138,7 +139,7 @@ def test_diverging_update_is_skipped_then_stops_with_exit_3(tmp_path, tiny_llama
     cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=6", "checkpoint.save_every=1", "models.0.lr=1e6")
     run_dir = Path(cfg.run_dir)
     proc = _spawn(tmp_path, cfg, False)
-    assert proc.wait(timeout=600) == DIVERGED_EXIT
+    assert proc.wait(timeout=patient(600)) == DIVERGED_EXIT
     err = proc.stderr.read().decode()
     _no_traceback(err)
     assert "warning: step 1: model A:" in err and "optimizer steps skipped" in err
@@ -204,14 +205,14 @@ def test_sigterm_checkpoints_and_resume_equals_uninterrupted(tmp_path, tiny_llam
     steps = 4
     ref_cfg = tiny_config(tmp_path / "ref", tiny_llama_dir, tiny_gemma_dir, f"steps={steps}")
     ref = _spawn(tmp_path / "ref", ref_cfg, False)
-    assert ref.wait(timeout=600) == 0, ref.stderr.read().decode()[-3000:]
+    assert ref.wait(timeout=patient(600)) == 0, ref.stderr.read().decode()[-3000:]
 
     cfg = tiny_config(tmp_path / "term", tiny_llama_dir, tiny_gemma_dir, f"steps={steps}")   # no save_every
     run_dir = Path(cfg.run_dir)
     proc = _spawn(tmp_path / "term", cfg, False)
     _wait_for(lambda: (run_dir / "metrics.jsonl").exists() and len(_metrics(run_dir)) >= 1, proc)
     proc.send_signal(signal.SIGTERM)   # during step 2 (mostly): that step finishes, is checkpointed, the run stops
-    assert proc.wait(timeout=300) == PREEMPTED_EXIT
+    assert proc.wait(timeout=patient(300)) == PREEMPTED_EXIT
     err = proc.stderr.read().decode()
     _no_traceback(err)
     last = _last_line(err)
@@ -221,7 +222,7 @@ def test_sigterm_checkpoints_and_resume_equals_uninterrupted(tmp_path, tiny_llam
     assert _store_steps(run_dir) == list(range(1, k + 1))
 
     resumed = _spawn(tmp_path / "term", cfg, False, "resume=true")
-    assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-3000:]
+    assert resumed.wait(timeout=patient(600)) == 0, resumed.stderr.read().decode()[-3000:]
     assert _store_steps(run_dir) == list(range(1, steps + 1))
     _assert_same_steps(_metrics(Path(ref_cfg.run_dir)), _metrics(run_dir))
     pa, pb = _final_params(Path(ref_cfg.run_dir), ref_cfg), _final_params(run_dir, cfg)
@@ -238,7 +239,7 @@ def test_second_signal_stops_at_once(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     proc.send_signal(signal.SIGINT)
     time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == -signal.SIGINT   # the default action, as without graft's handler
+    assert proc.wait(timeout=patient(60)) == -signal.SIGINT   # the default action, as without graft's handler
     assert len(_metrics(run_dir)) < 50
 
 

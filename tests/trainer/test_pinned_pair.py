@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.patience import patient
+
 
 PIN = Path(__file__).resolve().parents[1] / "data" / "pinned_pair.json"
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +65,7 @@ def test_two_model_run_matches_the_pinned_pre_refactor_run(tmp_path, tiny_llama_
     env = {**os.environ, "ATEN_CPU_CAPABILITY": ISA.lower(),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, __file__, tiny_llama_dir, tiny_gemma_dir, str(tmp_path), str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=patient(600))
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(out.read_text())
     if got["isa"] != ISA:

@@ -15,6 +15,7 @@ import torch
 
 from graft.config import ConfigError, save_config
 from graft.trainer import loop
+from tests.patience import patient
 from tests.trainer.helpers import crafted_rewards, params, tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +104,7 @@ def _spawn(tmp_path: Path, cfg, slow_save: bool, *extra: str) -> subprocess.Pope
 
 
 def _wait_for(cond, proc, timeout=240):
-    t0 = time.time()
+    timeout, t0 = patient(timeout), time.time()
     while not cond():
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
         assert time.time() - t0 < timeout, "timed out waiting"
@@ -124,7 +125,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, tiny_llama_dir, tin
     steps = 4
     ref_cfg = tiny_config(tmp_path / "ref", tiny_llama_dir, tiny_gemma_dir, f"steps={steps}", "checkpoint.save_every=1")
     ref = _spawn(tmp_path / "ref", ref_cfg, False)
-    assert ref.wait(timeout=600) == 0, ref.stderr.read().decode()[-3000:]
+    assert ref.wait(timeout=patient(600)) == 0, ref.stderr.read().decode()[-3000:]
 
     cfg = tiny_config(tmp_path / "kill", tiny_llama_dir, tiny_gemma_dir, f"steps={steps}", "checkpoint.save_every=1")
     run_dir = Path(cfg.run_dir)
@@ -137,10 +138,10 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, tiny_llama_dir, tin
         _wait_for(lambda: any(p.name.startswith(".tmp-step_000002") for p in (run_dir / "checkpoints").glob(".tmp-*"))
                   if (run_dir / "checkpoints").exists() else False, proc)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.wait(timeout=patient(30))
 
     resumed = _spawn(tmp_path / "kill", cfg, False, "resume=true")
-    assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-3000:]
+    assert resumed.wait(timeout=patient(600)) == 0, resumed.stderr.read().decode()[-3000:]
     assert _store_steps(run_dir) == list(range(1, steps + 1))
     _assert_same_steps(_metrics(Path(ref_cfg.run_dir)), _metrics(run_dir))
     pa, pb = _final_params(Path(ref_cfg.run_dir), ref_cfg), _final_params(run_dir, cfg)

@@ -18,6 +18,8 @@ from graft.trainer.learner import Learner, mean_entropy
 from graft.trainer.metrics import completion_rows, group_stats
 from graft.types import RolloutGroup, Sample
 from tests.trainer.helpers import crafted_rewards, tiny_config
+from tests.patience import patient
+
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,7 +143,7 @@ def test_log_off_a_terminal_is_one_line_per_step(tmp_path, tiny_llama_dir, tiny_
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open(log, "w") as f:
         subprocess.run([sys.executable, "-m", "graft.cli", "train", str(tmp_path / "run.yaml"), "progress=true"],
-                       stderr=f, stdout=subprocess.DEVNULL, env=env, cwd=tmp_path, check=True, timeout=600)
+                       stderr=f, stdout=subprocess.DEVNULL, env=env, cwd=tmp_path, check=True, timeout=patient(600))
     text = log.read_text()
     assert "\r" not in text and "it/s" not in text and "%|" not in text
     steps = [l for l in text.splitlines() if l.startswith("step ")]
