@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import graft
+import graft.registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,3 +20,18 @@ def test_version_is_defined_once_and_py_typed_ships():
     assert "py.typed" in meta["tool"]["setuptools"]["package-data"]["graft"]
     assert "Typing :: Typed" in meta["project"]["classifiers"]
     assert "## Unreleased" in (REPO / "CHANGELOG.md").read_text()
+
+
+def test_every_path_the_contributor_page_names_exists():
+    """docs/contributing.md names the module, registry and test of each variant: each must exist, so the page
+    cannot drift from the code."""
+    text = (REPO / "docs" / "contributing.md").read_text()
+    paths = set(re.findall(r"`((?:graft|tests)/[\w/]+\.py)(?:::(\w+))?", text))
+    assert len(paths) >= 10
+    for path, test in paths:
+        assert (REPO / path).is_file(), path
+        if test:
+            assert f"def {test}(" in (REPO / path).read_text(), f"{path}::{test}"
+    for registry in re.findall(r"`([A-Z]+)` in `graft/registry.py`|\| `([A-Z]+)` \|", text):
+        name = next(r for r in registry if r)
+        assert hasattr(graft.registry, name), name
