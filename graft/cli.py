@@ -2,6 +2,7 @@
 onestep, bench.
 
     graft --version
+    graft [-v | -q] COMMAND ...   (-v: progress and info lines, -q: errors only; also after COMMAND)
     graft train CONFIG.yaml [key=value ...]
     graft eval --config RUN/config.yaml --model-name NAME [--model best|latest|base|PATH] [--compare base] [--data SET]
     graft eval --model PATH --data math500 [--n 8 --repeats 5]
@@ -32,6 +33,7 @@ import sys
 
 from graft import __version__
 from graft.config import ConfigError, load_config, show_config
+from graft.console import on_terminal, quiet_bars, setup_logging, split_flags
 from graft.errors import UserError
 from graft.files import output_error
 from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT, Diverged, Preempted
@@ -154,8 +156,22 @@ def _stdout_reader_gone() -> bool:
         return False
 
 
+def _setup_output(argv: list[str]) -> list[str]:
+    """Logging and progress bars of the command (:mod:`graft.console`); ``argv`` without the global flags. The
+    verbosity reaches the graft commands this one starts (sweep, experiment) through ``GRAFT_VERBOSITY``."""
+    verbosity, rest = split_flags(argv)
+    inherited = os.environ.get("GRAFT_VERBOSITY", "")
+    if len(rest) == len(argv) and inherited.lstrip("-").isdigit():
+        verbosity = int(inherited)
+    os.environ["GRAFT_VERBOSITY"] = str(verbosity)
+    setup_logging(verbosity)
+    if not on_terminal():
+        quiet_bars()
+    return rest
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = _setup_output(sys.argv[1:] if argv is None else argv)
     try:
         rc = _run(argv)
         sys.stdout.flush()   # a reader gone early (`| head`) surfaces here, in the handler below, not at exit

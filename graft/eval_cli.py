@@ -20,6 +20,7 @@ import torch
 from transformers import AutoConfig
 
 from graft.config import ConfigError, EvalConfig, ModelConfig, RewardConfig, load_config
+from graft.console import bars, quiet_bars
 from graft.data.datasets import load_prompts
 from graft.domains.grading import make_grader, reference_of
 from graft.evaluation.evaluate import DEFAULT_MAX_NEW_TOKENS, EvalError, check_name, evaluate, pct, select_checkpoint
@@ -308,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--answer-form", choices=["any", "number"], default=None,
                     help="earlier name of --domain: any is math, number is number")
     ap.add_argument("--on-bad-row", choices=["error", "skip"], default="error")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bars, not even on a terminal (off one there are none)")
     return ap
 
 
@@ -407,7 +409,8 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
 
 def _evaluate_into(args, model: str, out: Path, datasets: dict, cfg, weights_from, reward: RewardConfig, max_new: int,
                    device: str) -> tuple[dict, Any]:
-
+    if not bars(not args.no_progress):
+        quiet_bars()   # the hub's and transformers' weight-loading bars too
     sampler, positions = engine_sampler(args.backend, cfg, weights_from, device)
     check_context(cfg.name if args.config else model, sampler.codec, positions,
                   [p.problem for ps in datasets.values() for p in ps], max_new, "--max-new-tokens")

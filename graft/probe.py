@@ -41,6 +41,7 @@ import torch
 
 from graft.algos.gating import gate_metrics
 from graft.config import ConfigError, load_config
+from graft.console import bars, quiet_bars
 from graft.data.arithmetic import family_of
 from graft.data.datasets import PromptSampler
 from graft.domains.grading import load_data, make_grader
@@ -96,6 +97,8 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
     weights = _checkpoint_dirs(checkpoint, [m.name for m in cfg.models])
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if not bars(cfg.progress):
+        quiet_bars()   # the hub's and transformers' weight-loading bars too
     train, _ = load_data(cfg.data.train, cfg)
     batch, _ = PromptSampler(train, min(prompts, len(train)), seed, True).next_batch()
     results: dict = {"config": config, "overrides": list(overrides), "checkpoint": checkpoint, "prompts": len(batch),
@@ -107,7 +110,7 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
             t0 = time.perf_counter()
             learner = Learner.local(m, weights_from=weights.get(m.name))
             check_learner_context(learner, batch, cfg.rollout.max_new_tokens)
-            gs, gen = learner.rollout(batch, cfg.rollout, 0, step_seed(seed, 0, m.name), progress=cfg.progress)
+            gs, gen = learner.rollout(batch, cfg.rollout, 0, step_seed(seed, 0, m.name), progress=bars(cfg.progress))
             texts = [r for g in gs for r in g.responses]
             rewards, statuses = grader.grade(texts, [g.answer for g in gs for _ in g.responses])
             for i, g in enumerate(gs):

@@ -33,9 +33,11 @@ model folder; GPU only; ``pip install 'graft[vllm]'``).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -43,6 +45,7 @@ from typing import Any, Iterable, Sequence
 from tqdm.auto import tqdm
 
 from graft.config import EvalConfig
+from graft.console import bars
 from graft.evaluation.metrics import mean_std, num_correct, pass_at_k_from_rewards
 from graft.files import write_text, writing
 from graft.policy.engines import Sampler
@@ -54,6 +57,8 @@ from graft.storage.checkpoint import (
     load_checkpoint,
 )
 from graft.types import VERIFY_NO_ANSWER, VERIFY_TIMEOUT, Prompt
+
+log = logging.getLogger(__name__)
 
 PROTOCOL_KEYS = ("n", "temperature", "top_p", "max_new_tokens", "seed")
 """Settings that must agree between a run and the files it resumes."""
@@ -229,8 +234,30 @@ def _graded(todo: list[Prompt], samples: list[list], grader, n: int) -> list[Pro
 
 
 def _bar(total: int, initial: int, desc: str, enabled: bool):
+    """A tqdm bar on a terminal with ``progress``; else :class:`_Lines`."""
+    if enabled and bars():
+        return tqdm(total=total, initial=initial, desc=desc, unit="prompt", dynamic_ncols=True)
+    return _Lines(total, initial, desc)
 
-    return tqdm(total=total, initial=initial, desc=desc, unit="prompt", disable=not enabled, dynamic_ncols=True)
+
+class _Lines:
+    """Progress without a bar: an INFO line (``graft -v``) at most every ``every_s`` seconds, and one at the end."""
+
+    def __init__(self, total: int, initial: int, desc: str, every_s: float = 30.0) -> None:
+        self.total, self.n, self.desc, self.every_s = total, initial, desc or "evaluation", every_s
+        self.start = self.last = time.monotonic()
+
+    def update(self, k: int) -> None:
+        self.n += k
+        if time.monotonic() - self.last >= self.every_s:
+            self._line()
+
+    def close(self) -> None:
+        self._line()
+
+    def _line(self) -> None:
+        self.last = time.monotonic()
+        log.info("%s: %d/%d prompts (%.0f s)", self.desc, self.n, self.total, self.last - self.start)
 
 
 # ----------------------------------------------------------------------------- results

@@ -45,6 +45,12 @@ def _no_data(ax, text: str = "no data") -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="gray")
 
 
+def _legend(ax, fontsize: int) -> None:
+    """A legend only when the axes hold labelled artists (matplotlib warns on an empty one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize)
+
+
 def _finish(fig: Figure, path: Path) -> str:
     fig.savefig(path, dpi=110)
     return path.name
@@ -71,7 +77,7 @@ def plot_rewards(runs, out: Path) -> str:
                 ax.plot(r["steps"], r["reward"], label=f"{label}:{m}", marker="." if len(r["steps"]) < 30 else None)
                 any_data = True
     if any_data:
-        ax.legend(fontsize=8)
+        _legend(ax, 8)
     else:
         _no_data(ax)
     ax.set(ylabel="mean reward", title="Training reward per model")
@@ -111,7 +117,7 @@ def training_figure(runs_rows) -> Figure:
                         ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
                                         color=line.get_color(), alpha=0.15)
         if any_data:
-            ax.legend(fontsize=7)
+            _legend(ax, 7)
         else:
             _no_data(ax)
         ax.set(ylabel=label, title=label[0].upper() + label[1:])
@@ -130,7 +136,7 @@ def plot_eval(runs, out: Path) -> str | None:
             ax.plot(e["steps"], [100 * v for v in e["values"]], marker="o", label=f"{label}:{key.removeprefix('eval/')}")
             if e["best_step"] is not None and e["best"] is not None:
                 ax.scatter([e["best_step"]], [100 * e["best"]], marker="*", s=120, zorder=3)
-    ax.legend(fontsize=8)
+    _legend(ax, 8)
     ax.set(ylabel="pass@1 (%)", title="Evaluation during training (★ = best checkpoint)")
     _step_axis(ax)
     ax.grid(alpha=0.3)
@@ -150,7 +156,7 @@ def plot_complementarity(runs, out: Path) -> str:
                 ax.plot(xs, [100 * y for y in ys], marker="." if len(xs) < 30 else None, label=f"{label}:{d}{tag}")
                 any_data = True
     if any_data:
-        ax.legend(fontsize=8)
+        _legend(ax, 8)
     else:
         _no_data(ax, "no complementarity data (needs two models)")
     _step_axis(ax)
@@ -176,7 +182,7 @@ def plot_s_hist(runs, out: Path) -> str:
     for dl in sorted(deltas):
         ax.axvline(dl, color="red", linestyle="--", label=f"gate δ = {dl:g}")
     if any_data or deltas:
-        ax.legend(fontsize=8)
+        _legend(ax, 8)
     if not any_data:
         _no_data(ax, "no transferred responses (no exchange)")
     ax.set(xlabel="compatibility score s (last bin: s ≥ 2)", ylabel="responses", title="Distribution of s")
@@ -199,7 +205,7 @@ def plot_clip_rates(runs, out: Path) -> str:
                     ax.plot(xs, [100 * y for y in ys], marker="." if len(xs) < 30 else None, label=f"{label}:{m}")
                     any_data = True
         if any_data:
-            ax.legend(fontsize=7)
+            _legend(ax, 7)
         else:
             _no_data(ax)
         ax.set(title=f"clip rate {kind.replace('_', ' ')}", ylabel="% of tokens")
@@ -227,7 +233,7 @@ def plot_exchange(runs, out: Path) -> str:
                 ax2.plot(xa, [100 * y for y in ya], marker="." if len(xa) < 30 else None, label=f"{label}:{d}")
     for ax in (ax1, ax2):
         if any_data:
-            ax.legend(fontsize=7)
+            _legend(ax, 7)
         else:
             _no_data(ax, "no exchange")
         ax.grid(alpha=0.3)
@@ -265,7 +271,7 @@ def plot_compute(runs, out: Path) -> str:
     ylabel = " / ".join(sorted(ylabels)) or "accuracy"
     for ax in (ax1, ax2):
         if any_data:
-            ax.legend(fontsize=7)
+            _legend(ax, 7)
         else:
             _no_data(ax)
         ax.grid(alpha=0.3)

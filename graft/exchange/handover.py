@@ -14,6 +14,7 @@ import torch
 from graft.algos import gating
 from graft.algos.advantages import all_correct_advantages, pooled_advantages
 from graft.config import Config, ExchangeConfig
+from graft.console import bars
 from graft.policy.codec import TextCodec
 from graft.types import RolloutGroup
 
@@ -41,11 +42,12 @@ class Scoring:
     micro_batch: int = 8
     """``update.micro_batch_size``."""
     progress: bool = False
-    """Show a progress bar while the receiver scores the peer responses."""
+    """Show a progress bar while the receiver scores the peer responses (``progress`` and stderr a terminal)."""
 
     @classmethod
     def of(cls, cfg: Config) -> "Scoring":
-        return cls(cfg.rollout.temperature, cfg.update.logprob_chunk, cfg.update.micro_batch_size, cfg.progress)
+        return cls(cfg.rollout.temperature, cfg.update.logprob_chunk, cfg.update.micro_batch_size,
+                   bars(cfg.progress))
 
 
 @dataclass

@@ -55,9 +55,9 @@ from urllib.parse import urlparse
 import torch
 from huggingface_hub import hf_hub_download, try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-from transformers.utils import logging as hf_logging
 
 from graft.config import ModelConfig
+from graft.console import quiet_bars
 from graft.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -222,8 +222,9 @@ def hub_unavailable_reason(timeout_s: float = 3.0) -> str | None:
 
 
 def quiet_loading() -> None:
-    """Turn off the Hugging Face hub's download bars and transformers' weight-loading bars in this process."""
-    hf_logging.disable_progress_bar()   # also the hub's (huggingface_hub.utils.disable_progress_bars)
+    """Turn off the Hugging Face hub's download bars and transformers' weight-loading bars in this process and the
+    processes it starts (:func:`graft.console.quiet_bars`)."""
+    quiet_bars()
 
 
 def unreachable_reason(url: str, timeout_s: float = 3.0) -> str | None:

@@ -57,8 +57,10 @@ from graft.trainer.metrics import (
     completion_rows,
     console_line,
     group_stats,
+    in_group_reward_stats,
     prefixed,
     timed,
+    trl_aliases,
 )
 from graft.trainer.rules import UpdateRule, make_rule
 from graft.trainer.stop import Diverged, Preempted, StopSignal
@@ -161,7 +163,8 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
         adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), up.adv_eps, up.adv_std == "unbiased")
         for g, a in zip(gs, adv):
             g.advantages = a.tolist()
-        metrics |= prefixed(name, group_stats(gs) | reward_monitor(run.domain, gs, run.by_family))
+        st = group_stats(gs) | in_group_reward_stats([g.rewards for g in gs])
+        metrics |= prefixed(name, st | trl_aliases(st) | reward_monitor(run.domain, gs, run.by_family))
     k = {n: counts(gs) for n, gs in groups.items()}
     for s in k:
         for r in k:
@@ -220,7 +223,8 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
 def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], step: int) -> dict:
     metrics = {}
     for name in run.learners:
-        metrics |= prefixed(name, update_model(run, name, train_groups[name], step))
+        m = update_model(run, name, train_groups[name], step)
+        metrics |= prefixed(name, m | trl_aliases(m))
     return metrics
 
 

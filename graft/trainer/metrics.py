@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -61,6 +62,40 @@ def group_stats(groups: list[RolloutGroup]) -> dict:
         "verify/timeouts": statuses.count(VERIFY_TIMEOUT),
         "verify/no_answer": statuses.count(VERIFY_NO_ANSWER),
     } | {f"verify/failed/{k}": n for k, n in sorted(Counter(statuses).items()) if k not in _PLAIN_STATUSES}
+
+
+def in_group_reward_stats(rewards: list[list[float]]) -> dict:
+    """TRL's in-group reward statistics of groups [P] of rewards [G] (``GRPOTrainer``, ``scale_rewards="group"``):
+    ``reward_std``, the mean over groups of each group's SAMPLE standard deviation (divides by G - 1, as
+    ``torch.std``; a group of one response counts 0), and ``frac_reward_zero_std``, the share of groups whose
+    rewards are all equal (they get zero advantage). Both 0.0 without groups. Not ``reward/std``, which is the
+    population spread over all P x G responses."""
+    P = len(rewards)
+    stds = [statistics.stdev(r) if len(r) > 1 else 0.0 for r in rewards]
+    return {"reward_std": sum(stds) / max(P, 1),
+            "frac_reward_zero_std": sum(len(set(r)) <= 1 for r in rewards) / max(P, 1)}
+
+
+TRL_ALIASES = {
+    "completions/mean_length": "response_length/mean",
+    "completions/min_length": "response_length/min",
+    "completions/max_length": "response_length/max",
+    "completions/clipped_ratio": "truncated_frac",
+    "clip_ratio/low_mean": "clip_frac/own_low",
+    "clip_ratio/high_mean": "clip_frac/own_high",
+}
+"""TRL name -> the graft metric holding the same number (docs/metrics.md)."""
+
+
+def trl_aliases(m: dict) -> dict:
+    """The same numbers under TRL's names, for the graft keys present in ``m`` (one model's, unprefixed):
+    :data:`TRL_ALIASES`, and ``clip_ratio/region_mean`` = own low + own high (the two are disjoint: low needs
+    a negative advantage, high a positive one). The clip ratios are over the model's own rows, the only rows
+    TRL trains on; peer rows keep their graft names (``clip_frac/peer_*``)."""
+    out = {trl: m[key] for trl, key in TRL_ALIASES.items() if key in m}
+    if "clip_ratio/low_mean" in out and "clip_ratio/high_mean" in out:
+        out["clip_ratio/region_mean"] = out["clip_ratio/low_mean"] + out["clip_ratio/high_mean"]
+    return out
 
 
 _PLAIN_STATUSES = (VERIFY_OK, VERIFY_NO_ANSWER, VERIFY_TIMEOUT, VERIFY_ERROR)
@@ -155,12 +190,20 @@ class JsonlWriter:
         return out
 
 
+def _num(v, spec: str) -> str:
+    """``v`` formatted with ``spec``; ``-`` when missing (``None``: e.g. entropy with ``rollout.engine: hf-cb|vllm``)."""
+    return "-" if v is None else format(v, spec)
+
+
 def console_line(step: int, steps: int, m: dict, models: list[str]) -> str:
+    """The one line per step: per model reward, loss, gradient norm, sampler entropy, all-fail share and peer
+    responses; per direction the admitted responses; the step's seconds (docs/metrics.md)."""
     parts = [f"step {step}/{steps}"]
     for name in models:
-        parts.append(f"{name}: reward {m.get(f'{name}/reward/mean', float('nan')):.3f} "
-                     f"all-fail {m.get(f'{name}/all_fail_frac', float('nan')):.2f} "
-                     f"peer {m.get(f'{name}/peer_responses', 0)}")
+        v = {k: m.get(f"{name}/{k}") for k in ("reward/mean", "loss", "grad_norm", "entropy/mean", "all_fail_frac")}
+        parts.append(f"{name}: reward {_num(v['reward/mean'], '.3f')} loss {_num(v['loss'], '.4g')} "
+                     f"grad {_num(v['grad_norm'], '.3g')} entropy {_num(v['entropy/mean'], '.3f')} "
+                     f"all-fail {_num(v['all_fail_frac'], '.2f')} peer {m.get(f'{name}/peer_responses', 0)}")
     ex = [k for k in m if k.endswith("/admitted") and k.startswith("exchange/")]
     for k in ex:
         parts.append(f"{k.split('/')[1]} admitted {m[k]}")

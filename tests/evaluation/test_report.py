@@ -58,3 +58,20 @@ def test_training_plot_draws_loss_grad_norm_entropy_and_length_on_whole_steps():
         ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
         assert ticks and all(float(t).is_integer() for t in ticks), ticks   # no 1.5, 2.5
     assert len(axes[3].collections) == 1    # the min-max band of response length
+
+
+def test_a_plot_without_labelled_series_draws_no_legend_and_warns_nothing(tmp_path):
+    """Candidates logged but no admitted fraction (no audit, no transferred/admitted counts): the admitted-fraction
+    panel holds no series, and matplotlib's "No artists with labels found to put in legend" must not appear."""
+    import warnings
+
+    from tests.evaluation.conftest import make_run
+
+    run = make_run(tmp_path / "noadmitted", "graft", store=False)
+    (run / "audit.jsonl").unlink()
+    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()[:3]]
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in r.items() if not k.endswith(("/transferred", "/admitted"))}) + "\n" for r in rows))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _check(report([run], tmp_path / "rep"), PLOTS)

@@ -15,7 +15,7 @@ import torch
 from graft.policy.policy import entropy_of
 from graft.trainer import loop, workers
 from graft.trainer.learner import Learner, mean_entropy
-from graft.trainer.metrics import completion_rows, group_stats
+from graft.trainer.metrics import completion_rows, console_line, group_stats, in_group_reward_stats, trl_aliases
 from graft.types import RolloutGroup, Sample
 from tests.trainer.helpers import crafted_rewards, tiny_config
 from tests.patience import patient
@@ -57,6 +57,42 @@ def test_group_stats_reward_std_advantages_and_length_range():
     assert st["advantage/mean"] == 0 and st["advantage/std"] == pytest.approx(math.sqrt(0.5))
     assert (st["advantage/min"], st["advantage/max"]) == (-1.0, 1.0)
     assert (st["response_length/min"], st["response_length/mean"], st["response_length/max"]) == (2, 4.0, 7)
+
+
+def test_in_group_reward_std_is_trls_not_the_batch_spread():
+    # the two groups above: rewards (1, 0) and (0, 0). TRL's reward_std: mean over groups of the SAMPLE std
+    # (divides by G - 1 = 1): group 1 mean 0.5, variance (0.25 + 0.25) / 1 = 0.5 -> sqrt(0.5); group 2: 0.
+    # (sqrt(0.5) + 0) / 2 = 0.35355, not reward/std = sqrt(0.1875) = 0.43301 over the 4 rewards.
+    st = in_group_reward_stats([[1.0, 0.0], [0.0, 0.0]])
+    assert st["reward_std"] == pytest.approx(math.sqrt(0.5) / 2) and st["frac_reward_zero_std"] == 0.5
+    # G = 4: (1,0,0,0) mean 0.25, squares 0.5625 + 3 * 0.0625 = 0.75, / 3 = 0.25 -> std 0.5;
+    # (1,1,0,0) mean 0.5, squares 4 * 0.25 = 1, / 3 -> std sqrt(1/3) = 0.57735; (0,0,0,0) and (1,1,1,1): 0.
+    # reward_std = (0.5 + 0.57735 + 0 + 0) / 4 = 0.26934; 2 of 4 groups all equal -> 0.5
+    st = in_group_reward_stats([[1.0, 0, 0, 0], [1.0, 1, 0, 0], [0.0] * 4, [1.0] * 4])
+    assert st["reward_std"] == pytest.approx((0.5 + math.sqrt(1 / 3)) / 4) and st["frac_reward_zero_std"] == 0.5
+    # equal non-dyadic rewards are exactly zero spread (a naive mean of 0.1 * 3 leaves ~1e-17); one response: 0
+    assert in_group_reward_stats([[0.1] * 3, [0.7]]) == {"reward_std": 0.0, "frac_reward_zero_std": 1.0}
+    assert in_group_reward_stats([]) == {"reward_std": 0.0, "frac_reward_zero_std": 0.0}
+
+
+def test_trl_aliases_repeat_graft_numbers_under_trl_names():
+    m = {"response_length/mean": 4.0, "response_length/min": 2, "response_length/max": 7, "truncated_frac": 0.25,
+         "clip_frac/own_low": 0.125, "clip_frac/own_high": 0.0625, "clip_frac/peer_low": 0.5, "loss": 1.0}
+    # region = own low + own high = 0.125 + 0.0625 = 0.1875 (disjoint: opposite advantage signs); peer rows not in it
+    assert trl_aliases(m) == {"completions/mean_length": 4.0, "completions/min_length": 2, "completions/max_length": 7,
+                              "completions/clipped_ratio": 0.25, "clip_ratio/low_mean": 0.125,
+                              "clip_ratio/high_mean": 0.0625, "clip_ratio/region_mean": 0.1875}
+    assert trl_aliases({"loss": 1.0}) == {}
+
+
+def test_console_line_shows_reward_loss_grad_entropy_and_admitted():
+    m = {"A/reward/mean": 0.25, "A/loss": -0.0123456, "A/grad_norm": 0.4567, "A/entropy/mean": 1.23456,
+         "A/all_fail_frac": 0.5, "A/peer_responses": 4, "B/reward/mean": 0.5, "B/loss": 0.02, "B/grad_norm": 1.5,
+         "B/entropy/mean": None, "B/all_fail_frac": 0.0, "exchange/A->B/admitted": 2, "exchange/B->A/admitted": 0,
+         "time/step_s": 12.34}
+    assert console_line(3, 10, m, ["A", "B"]) == (
+        "step 3/10 | A: reward 0.250 loss -0.01235 grad 0.457 entropy 1.235 all-fail 0.50 peer 4"
+        " | B: reward 0.500 loss 0.02 grad 1.5 entropy - all-fail 0.00 peer 0 | A->B admitted 2 | B->A admitted 0 | 12.3s")
 
 
 def test_mean_entropy_is_token_weighted_and_none_without_engine_entropies():
@@ -130,6 +166,9 @@ def test_metrics_jsonl_has_the_rl_metrics(tmp_path, tiny_llama_dir, tiny_gemma_d
             assert r[f"{m}/reward/std"] >= 0 and r[f"{m}/advantage/std"] >= 0
             assert r[f"{m}/advantage/min"] <= r[f"{m}/advantage/mean"] <= r[f"{m}/advantage/max"]
             assert r[f"{m}/response_length/min"] <= r[f"{m}/response_length/mean"] <= r[f"{m}/response_length/max"]
+            assert 0 <= r[f"{m}/reward_std"] and 0 <= r[f"{m}/frac_reward_zero_std"] <= 1
+            assert r[f"{m}/completions/mean_length"] == r[f"{m}/response_length/mean"]
+            assert r[f"{m}/clip_ratio/region_mean"] == pytest.approx(r[f"{m}/clip_frac/own_low"] + r[f"{m}/clip_frac/own_high"])
         assert "mem/gpu_allocated_gb" not in r     # CPU run: no CUDA used
 
 
@@ -148,7 +187,8 @@ def test_log_off_a_terminal_is_one_line_per_step(tmp_path, tiny_llama_dir, tiny_
     assert "\r" not in text and "it/s" not in text and "%|" not in text
     steps = [l for l in text.splitlines() if l.startswith("step ")]
     assert [l.split(" | ")[0] for l in steps] == ["step 1/3", "step 2/3", "step 3/3"]
-    assert all("A: reward" in l and l.endswith("s") for l in steps)
+    assert all(l.endswith("s") and all(f"{m}: reward " in l for m in "AB") for l in steps)
+    assert all(all(w in l for w in (" loss ", " grad ", " entropy ", " all-fail ")) for l in steps)
 
 
 def test_progress_false_silences_the_loading_bars(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):

@@ -1,0 +1,109 @@
+"""How every ``graft`` command talks on stderr: one :mod:`logging` setup (``-v``/``-q``), and progress bars
+only on a terminal.
+
+Off a terminal (a log file, a pipe, CI) nothing draws a ``\\r`` bar: graft's own bars are off
+(:func:`bars`), and so are those of the Hugging Face hub, transformers (weight loading), datasets and any
+other tqdm bar that keeps tqdm's defaults (:func:`quiet_bars`, inherited by child processes through the
+environment). Long phases report instead with an occasional plain line at INFO level (``graft -v``).
+Importing this module loads neither torch nor transformers.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+
+GLOBAL_FLAGS = {"-v": 1, "--verbose": 1, "-vv": 2, "-q": -1, "--quiet": -1}
+"""The flags every command takes, before or after its name, and the verbosity step of each."""
+
+QUIET_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+"""Read at import by huggingface_hub (and so transformers), tqdm and datasets, here and in child processes."""
+
+LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
+
+HARMLESS_WARNINGS = (
+    (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
+)
+"""(category, message regex) of third-party warnings that say nothing about a graft run: filtered out."""
+
+
+def on_terminal() -> bool:
+    """Whether stderr is a terminal (a person watching, who can take ``\\r`` progress bars)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):   # replaced by an object without a file, or closed
+        return False
+
+
+def bars(wanted: bool = True) -> bool:
+    """Whether to draw a progress bar: asked for, and stderr a terminal."""
+    return bool(wanted) and on_terminal()
+
+
+def quiet_bars() -> None:
+    """No progress bars from the hub, transformers, datasets or default tqdm, in this process (libraries
+    already imported included) and in the processes it starts."""
+    os.environ.update(QUIET_ENV)
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None:
+        hf_logging.disable_progress_bar()
+    hub_utils = sys.modules.get("huggingface_hub.utils")
+    if hub_utils is not None:
+        hub_utils.disable_progress_bars()
+    datasets = sys.modules.get("datasets")
+    if datasets is not None and hasattr(datasets, "disable_progress_bars"):
+        datasets.disable_progress_bars()
+
+
+class _Stderr(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is at each record (tests and ``contextlib.redirect_stderr`` replace it)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+_HANDLER = _Stderr()
+_HANDLER.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+
+def split_flags(argv: list[str]) -> tuple[int, list[str]]:
+    """``(verbosity, argv without the global flags)``; flags after ``--`` belong to the command."""
+    verbosity, rest = 0, []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return verbosity, rest + argv[i:]
+        if arg in GLOBAL_FLAGS:
+            verbosity += GLOBAL_FLAGS[arg]
+        else:
+            rest.append(arg)
+    return verbosity, rest
+
+
+def setup_logging(verbosity: int = 0) -> None:
+    """One handler on stderr for every logger: WARNING by default, graft's INFO with ``-v`` (DEBUG with ``-vv``),
+    ERROR only with ``-q``; Python warnings go through it too, less :data:`HARMLESS_WARNINGS`."""
+    level = LEVELS[max(-1, min(2, verbosity))]
+    _HANDLER.setLevel(level)
+    root = logging.getLogger()
+    if _HANDLER not in root.handlers:
+        root.addHandler(_HANDLER)
+    logging.getLogger("graft").setLevel(level if level < logging.WARNING else logging.NOTSET)
+    logging.captureWarnings(True)
+    for category, message in HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    if level >= logging.ERROR:
+        _quiet_transformers()
+
+
+def _quiet_transformers() -> None:
+    """transformers logs through its own handler: errors only, now and when it is imported later."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None:
+        hf_logging.set_verbosity_error()
