@@ -297,18 +297,19 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tens
     (Schulman's k1/k2/k3; verl's ``kl_penalty``): ``k1``/``kl`` d; ``k2``/``mse`` d²/2; ``k3``/``low_var_kl``
     exp(−d) + d − 1 with d clamped to ±20 and the result to [−10, 10]; ``abs`` |d|. Masked positions hold garbage."""
     assert logp.dim() == 2 and ref_logp.shape == logp.shape, f"expected [B,T] twice, got {tuple(logp.shape)}, {tuple(ref_logp.shape)}"
-    kind = KL_ALIASES.get(kind, kind)
-    d = logp - ref_logp
-    if kind == "k1":
-        return d
-    if kind == "k2":
-        return 0.5 * d.square()
-    if kind == "k3":
-        d = d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        return (torch.exp(-d) + d - 1).clamp(-10.0, 10.0)
-    if kind == "abs":
-        return d.abs()
-    raise ValueError(f"unknown KL estimator {kind!r}; valid: k1, kl, k2, mse, k3, low_var_kl, abs")
+    estimator = KL_ESTIMATES.get(KL_ALIASES.get(kind, kind))
+    if estimator is None:
+        raise ValueError(f"unknown KL estimator {kind!r}; valid: {', '.join([*KL_ESTIMATES, *KL_ALIASES])}")
+    return estimator(logp - ref_logp)
+
+
+def _k3(d: Tensor) -> Tensor:
+    d = d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return (torch.exp(-d) + d - 1).clamp(-10.0, 10.0)
+
+
+KL_ESTIMATES = {"k1": lambda d: d, "k2": lambda d: 0.5 * d.square(), "k3": _k3, "abs": torch.abs}
+"""KL estimator name -> per-token estimate of d = logp − ref_logp (:func:`kl_penalty`)."""
 
 
 def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, kind: str = "low_var_kl", agg: str = "token-mean",

@@ -86,14 +86,19 @@ def scheduled_lr(lr: float, schedule: str, warmup: int, step: int, steps: int) -
     the first step after warm-up, never 0 on the last."""
     if step <= warmup:
         return lr * step / warmup
-    if schedule == "constant":
-        return lr
-    p = min(1.0, (step - warmup - 1) / max(1, steps - warmup))
-    if schedule == "linear":
-        return lr * (1.0 - p)
-    if schedule == "cosine":
-        return lr * 0.5 * (1.0 + math.cos(math.pi * p))
-    raise ValueError(f"unknown learning-rate schedule {schedule!r}; valid: constant, linear, cosine")
+    shape = LR_SHAPES.get(schedule)
+    if shape is None:
+        raise ValueError(f"unknown learning-rate schedule {schedule!r}; valid: {', '.join(LR_SHAPES)}")
+    factor = shape(min(1.0, (step - warmup - 1) / max(1, steps - warmup)))
+    return lr if factor == 1.0 else lr * factor   # the configured float itself at full rate
+
+
+LR_SHAPES = {
+    "constant": lambda p: 1.0,
+    "linear": lambda p: 1.0 - p,
+    "cosine": lambda p: 0.5 * (1.0 + math.cos(math.pi * p)),
+}
+"""``models.I.lr_schedule`` -> the factor of ``lr`` at progress ``p`` in [0, 1] after warm-up (:func:`scheduled_lr`)."""
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
