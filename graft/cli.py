@@ -3,12 +3,12 @@ onestep, bench.
 
     graft --version
     graft [-v | -q] COMMAND ...   (-v: progress and info lines, -q: errors only; also after COMMAND)
-    graft train CONFIG.yaml [key=value ...]
+    graft train CONFIG [key=value ...]   (CONFIG: a YAML file, or a packaged config's name: default, trio, ...)
     graft eval --config RUN/config.yaml --model-name NAME [--model best|latest|base|PATH] [--compare base] [--data SET]
     graft eval --model PATH --data math500 [--n 8 --repeats 5]
     graft grade CONFIG.yaml --responses FILE.jsonl [--data FILE] [--json] [key=value ...]
     graft probe CONFIG.yaml [--prompts 64] [--compat] [--checkpoint STEP_DIR] [--out FILE] [key=value ...]
-    graft config show CONFIG.yaml [key=value ...]
+    graft config show CONFIG [key=value ...]
     graft export RUN_DIR [--step N|latest|best] [--model NAME] OUT [--dtype bfloat16]
     graft analyze RUN_DIR
     graft samples RUN_DIR [--from train|peer|eval] [--model M] [--reward 1|0|any] [--steps 13-18] [-n 12]
@@ -21,7 +21,6 @@ onestep, bench.
 """
 from __future__ import annotations
 
-import argparse
 import difflib
 import importlib
 import itertools
@@ -32,45 +31,31 @@ import subprocess
 import sys
 
 from graft import __version__
-from graft.config import ConfigError, load_config, show_config
+from graft.config import ConfigError, ConfigErrors, load_config, show_config
 from graft.console import on_terminal, quiet_bars, setup_logging, split_flags
 from graft.errors import UserError
 from graft.files import output_error
+from graft.parsers import config_parser, sweep_parser, train_parser
 from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT, Diverged, Preempted
 
 USAGE = __doc__
 
 
 def train_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="graft train", description="Train models with GRAFT (or GRPO).",
-                                epilog="Every config key with its resolved value, default and description: "
-                                       "graft config show CONFIG [key=value ...]")
-    p.add_argument("config", help="YAML config file (see configs/)")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=10 models.0.lr=2e-6")
-    args = p.parse_args(argv)
+    args = train_parser().parse_args(argv)
     train = getattr(importlib.import_module("graft.trainer.loop"), "train")   # deferred: torch, transformers
     train(load_config(args.config, args.overrides))
     return 0
 
 
 def config_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="graft config", description="Inspect a configuration.")
-    sub = p.add_subparsers(dest="action", required=True)
-    show = sub.add_parser("show", help="print the fully resolved config: every key, its value and its description")
-    show.add_argument("config", help="YAML config file (see configs/)")
-    show.add_argument("overrides", nargs="*", help="key=value overrides, as graft train takes them")
-    args = p.parse_args(argv)
+    args = config_parser().parse_args(argv)
     print(show_config(load_config(args.config, args.overrides)))
     return 0
 
 
 def sweep_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="graft sweep", description="Run a grid of configurations one after another.")
-    p.add_argument("config")
-    p.add_argument("--grid", action="append", default=[], help="key=v1,v2,... (repeatable; the product is run)")
-    p.add_argument("--print", action="store_true", help="print the commands (for a cluster scheduler) instead of running")
-    p.add_argument("overrides", nargs="*")
-    args = p.parse_args(argv)
+    args = sweep_parser().parse_args(argv)
     commands = sweep_commands(args.config, args.grid, args.overrides)
     for cmd in commands:
         print(shlex.join(cmd))
@@ -116,8 +101,12 @@ COMMANDS = {
     "onestep": ("graft.onestep", "onestep_main"),
     "bench": ("graft.bench.cli", "bench_main"),
 }
-"""Command name -> (module, function) of its entry point, imported on use: ``graft --help`` or ``graft config``
-does not load torch and transformers."""
+"""Command name -> (module, function) of its entry point, imported on use: ``graft --help``, ``graft config`` and
+``graft COMMAND --help`` (:data:`PARSERS`) do not load torch and transformers."""
+
+PARSERS = {name: ("graft.parsers", f"{name}_parser") for name in COMMANDS} | {"bench": ("graft.bench.args", "bench_parser")}
+"""Command name -> (module, function) building its argument parser, in a module that imports no torch: the parser its
+entry point parses with, and that answers ``graft COMMAND --help`` alone."""
 
 
 def unknown_command(cmd: str) -> str:
@@ -132,6 +121,9 @@ def _dispatch(cmd: str, argv: list[str]) -> int:
     if cmd not in COMMANDS:
         print(f"error: {unknown_command(cmd)}", file=sys.stderr)
         return 2
+    if "-h" in argv or "--help" in argv:   # answered by the parser alone: the command's module (torch) stays unloaded
+        module, func = PARSERS[cmd]
+        getattr(importlib.import_module(module), func)().parse_args(argv)
     module, func = COMMANDS[cmd]
     return getattr(importlib.import_module(module), func)(argv)
 
@@ -183,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return DIVERGED_EXIT
     except (UserError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        for error in e.errors if isinstance(e, ConfigErrors) else [e]:   # a config's errors, one line each
+            print(f"error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:   # `graft ... | head` closed the pipe: stop quietly, as `cat` would
         if not _stdout_reader_gone():   # another pipe broke (a worker's): not the reader's doing

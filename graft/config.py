@@ -8,7 +8,9 @@ Checks happen when the config is loaded, before anything is read or written: eve
 checked against its field's type hint (``Literal`` choices, int, float, bool, str, optional,
 list, dict, tuple; see :func:`_coerce`), then ``__post_init__`` methods reject broken
 invariants. Every :class:`ConfigError` message starts with the dotted field it is about
-(``exchange.mode: 'GRPO' is not one of graft, grpo``; ``models.0.template: ...``).
+(``exchange.balance: 'MIN' is not one of min, none, asymmetric``; ``models.0.template: ...``), and a
+config with several mistakes reports them all at once (:class:`ConfigErrors`; :func:`_build` says
+which checks wait for which). A config is a file or the name of a packaged one (:func:`config_path`).
 
 Defaults follow the paper (spec §3–§4) except where a field says otherwise; the
 embedded CPU job lives in ``configs/default.yaml``.
@@ -33,7 +35,8 @@ import yaml
 
 from graft.errors import UserError
 from graft.files import write_text
-from graft.registry import DOMAINS, ENGINES, FAMILIES, RULES, STYLES
+from graft.registry import (ADMISSIONS, BALANCES, CONFLICTS, DOMAINS, ENGINES, EXCHANGES, FAMILIES, LOSS_AGGS, RULES,
+                             STYLES, TRACKERS, WEIGHTINGS)
 
 
 class ConfigError(UserError, ValueError):
@@ -47,6 +50,29 @@ class _FieldError(ConfigError):
     def __init__(self, field: str, reason: str):
         super().__init__(f"{field}: {reason}")
         self.field, self.reason = field, reason
+
+
+class ConfigErrors(ConfigError):
+    """Every error found while loading one config: :func:`_build` checks each field and section even after one
+    fails. Its text is one ``field: reason`` line per error (``graft`` prints each after ``error:``)."""
+
+    def __init__(self, errors: list[ConfigError]):
+        super().__init__("\n".join(str(e) for e in errors))
+        self.errors = errors
+
+
+def _each(check: Any, items: Any) -> list:
+    """``check(*item)`` for every item, in order; when any raise :class:`ConfigError`, all of their errors are raised
+    together (one as itself, several as :class:`ConfigErrors`)."""
+    out, errors = [], []
+    for item in items:
+        try:
+            out.append(check(*item))
+        except ConfigError as e:
+            errors += e.errors if isinstance(e, ConfigErrors) else [e]
+    if errors:
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+    return out
 
 
 def _check(ok: bool, field: str, reason: str) -> None:
@@ -344,13 +370,18 @@ class RewardConfig:
 
 @dataclass
 class ExchangeConfig:
-    mode: Literal["graft", "grpo"] = "graft"
-    """``graft`` exchanges groups between models; ``grpo`` trains each model alone (same loop otherwise)."""
+    kind: str = "live"
+    """Which exchange the run performs, a name of :data:`graft.registry.EXCHANGES`: ``live`` (GRAFT among the
+    co-trained models), ``none`` (GRPO: each model trains alone, same loop otherwise), ``stored`` (GRAFT with a
+    peer replayed from a trajectory store, ``peer.*``) or ``hacpo`` (HACPO's sharing; with ``update.rule=hacpo``).
+    Each kind checks the settings it needs when the config loads and states the settings it actually uses
+    (``graft.exchange.kinds``). Before this key: ``exchange.mode`` (``graft``/``grpo``), ``peer.source``
+    (``store``) and ``update.rule=hacpo`` decided it; configs that say so still load (one notice)."""
     delta: float = 0.8
     """Gate: a peer response with compatibility s <= delta is dropped (spec §3.4)."""
     weight_cap: float = 1.0
     """Admitted peer responses get weight min(s, weight_cap)."""
-    balance: Literal["min", "none", "asymmetric"] = "min"
+    balance: Literal[tuple(BALANCES)] = "min"
     """Selection size per direction: ``min`` keeps m = min(|C_AB|, |C_BA|) (paper); ``none`` keeps all
     candidates; ``asymmetric`` keeps min(|C_dir|, ceil(balance_ratio * |C_other|) + balance_floor)."""
     balance_ratio: float = 2.0
@@ -360,10 +391,10 @@ class ExchangeConfig:
     selection: Literal["ranked", "random"] = "ranked"
     """``ranked`` keeps the candidates with most source successes (ties kept); ``random`` draws the same
     number from the receiver's all-fail prompts (ablation)."""
-    admission: Literal["gate", "random", "all"] = "gate"
+    admission: Literal[tuple(ADMISSIONS)] = "gate"
     """``gate`` admits s > delta; ``random`` admits as many responses as the gate would, at random;
     ``all`` admits every response (with ``weighting: none`` this is the no-compatibility ablation)."""
-    weighting: Literal["compat", "none"] = "compat"
+    weighting: Literal[tuple(WEIGHTINGS)] = "compat"
     """``compat`` weights admitted responses min(s, weight_cap); ``none`` gives them weight 1."""
     include_all_correct: bool = False
     """Beyond the paper: also hand over peer groups with k_S = n; their advantages are set to
@@ -378,13 +409,14 @@ class ExchangeConfig:
     delta_by_length: dict[int, float] = field(default_factory=dict)
     """Beyond the paper: per-length-bucket gates ``{max_tokens: delta}``; a response of L receiver tokens uses
     the delta of the smallest bucket bound >= L, else ``delta``."""
-    conflict: Literal["most_successes", "most_compatible", "model_order"] = "most_successes"
+    conflict: Literal[tuple(CONFLICTS)] = "most_successes"
     """With three or more models, which source's group a receiver gets when several sources kept the same
     prompt after balancing: ``most_successes`` (highest k_S, then highest mean s, then model order),
     ``most_compatible`` (highest mean s, then k_S, then model order) or ``model_order`` (the earlier model
     in ``models``). Every conflict is written into the audit log. Never arises with two models."""
 
     def __post_init__(self) -> None:
+        _check(self.kind in EXCHANGES, "kind", f"{self.kind!r} is not one of {EXCHANGES.choices()}")
         _check(self.delta >= 0, "delta", f"must be >= 0, got {self.delta}")
         _check(self.weight_cap > 0, "weight_cap", f"must be > 0, got {self.weight_cap}")
         _check(self.balance_ratio >= 0, "balance_ratio", f"must be >= 0, got {self.balance_ratio}")
@@ -397,11 +429,11 @@ class ExchangeConfig:
 
 @dataclass
 class PeerConfig:
-    source: Literal["live", "store"] = "live"
-    """``live``: the peer is another model trained in this run; ``store``: peer groups come from a
-    trajectory store written by an earlier run (spec §6)."""
+    """The stored peer of ``exchange.kind: stored`` (spec §6): groups of a trajectory store written by an earlier
+    run. (``peer.source: store`` of earlier versions is ``exchange.kind: stored``.)"""
+
     store_path: str | None = None
-    """Trajectory store to replay when ``source: store``."""
+    """Trajectory store to replay (required with ``exchange.kind: stored``)."""
     store_model: str | None = None
     """Which model's rows in the store are the peer (default: the only other model in it)."""
     pick: Literal["latest", "same_step", "any"] = "latest"
@@ -414,7 +446,6 @@ class PeerConfig:
     """Apply balancing in stored-peer mode (there is no partner direction, so the default is off)."""
 
     def __post_init__(self) -> None:
-        _check(self.source == "live" or bool(self.store_path), "store_path", "is required with peer.source=store")
         _check(self.max_replacements is None or self.max_replacements >= 0, "max_replacements",
                f"must be >= 0, got {self.max_replacements}")
 
@@ -429,7 +460,7 @@ class UpdateConfig:
     """Lower clip: ratios below 1 - clip_low are clipped."""
     clip_high: float = 0.28
     """Upper clip: ratios above 1 + clip_high are clipped."""
-    loss_agg: Literal["token-mean", "seq-mean-token-mean"] = "token-mean"
+    loss_agg: Literal[tuple(LOSS_AGGS)] = "token-mean"
     """``token-mean``: sum of weighted token losses over all valid tokens of the minibatch (the paper's text, DAPO, verl's
     default); ``seq-mean-token-mean``: per-sequence token mean, then mean over sequences (the paper's formula)."""
     ratio_level: Literal["token", "sequence"] = "token"
@@ -532,9 +563,13 @@ class EvalConfig:
         _check(self.repeats >= 1, "repeats", f"must be >= 1, got {self.repeats}")
 
 
+WANDB_MODES = ("auto", "online", "offline")
+"""``logging.wandb_mode`` choices (resolved by :func:`graft.trainer.tracking.run_mode`)."""
+
+
 @dataclass
 class LoggingConfig:
-    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = field(default_factory=list)
+    report_to: list[Literal[tuple(TRACKERS)]] = field(default_factory=list)
     """Experiment trackers that receive every ``metrics.jsonl`` value at the same step index (eval results
     included), plus the resolved config: ``tensorboard`` writes ``RUN_DIR/tensorboard/`` (config as text and
     hparams), ``wandb`` a W&B run under ``RUN_DIR/wandb/`` (config as the run config), ``mlflow`` an MLflow run
@@ -542,7 +577,7 @@ class LoggingConfig:
     package (``pip install 'graft[trackers]'``); graft/trainer/tracking.py has the details."""
     wandb_project: str = "graft"
     """W&B project of the run (the W&B run name is the run folder's name; ``WANDB_ENTITY`` picks the entity)."""
-    wandb_mode: Literal["auto", "online", "offline"] = "auto"
+    wandb_mode: Literal[WANDB_MODES] = "auto"
     """``auto``: ``WANDB_MODE`` if set, else ``online`` when a W&B API key is configured (``WANDB_API_KEY`` or
     ``wandb login``) and the W&B host answers within 3 s, ``offline`` otherwise (said in one line; no network
     needed; upload later with ``wandb sync``). ``online`` with the host unreachable stops before any model loads."""
@@ -556,10 +591,9 @@ class LoggingConfig:
         if isinstance(self.report_to, str):   # `logging.report_to=tensorboard` on the command line
             self.report_to = [self.report_to]
         self.report_to = list(self.report_to or [])
-        bad = [t for t in self.report_to if t not in ("tensorboard", "wandb", "mlflow")]
-        _check(not bad, "report_to", f"unknown tracker(s) {bad}; choose from tensorboard, wandb, mlflow")
-        _check(self.wandb_mode in ("auto", "online", "offline"), "wandb_mode",
-               f"must be auto, online or offline, got {self.wandb_mode!r}")
+        bad = [t for t in self.report_to if t not in TRACKERS]
+        _check(not bad, "report_to", f"unknown tracker(s) {bad}; choose from {TRACKERS.choices()}")
+        _check(self.wandb_mode in WANDB_MODES, "wandb_mode", f"must be one of {', '.join(WANDB_MODES)}, got {self.wandb_mode!r}")
         _check(bool(str(self.mlflow_experiment).strip()), "mlflow_experiment", "must not be empty")
         _check(self.log_completions >= 0, "log_completions", f"must be >= 0 (0 = off), got {self.log_completions}")
 
@@ -619,7 +653,7 @@ class Config:
     """Progress bars on stderr, drawn only when stderr is a terminal (a log file or CI gets one plain line per
     step); ``false`` also turns off the hub's download and transformers' weight-loading bars."""
     models: list[ModelConfig] = field(default_factory=list)
-    """The co-trained models (two for GRAFT; one with ``peer.source: store``)."""
+    """The co-trained models (two or more for GRAFT, two for HACPO; one with ``exchange.kind: stored``)."""
     data: DataConfig = field(default_factory=DataConfig)
     """Prompt data."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -646,14 +680,7 @@ class Config:
         for m in self.models:
             m.bind_domain(self.reward.domain)
         _check(len(set(names)) == len(names), "models", f"model names must be unique, got {names}")
-        if self.peer.source == "store":
-            _check(len(self.models) == 1, "models", f"peer.source=store trains one receiver: give exactly one model, got {len(self.models)}")
-        elif self.exchange.mode == "graft":
-            _check(len(self.models) >= 2, "models", f"exchange.mode=graft needs at least two models, got {len(self.models)}")
-            _check(self.update.rule != "hacpo" or len(self.models) == 2, "models",
-                   f"update.rule=hacpo shares groups within a pair: give exactly two models, got {len(self.models)}")
-        else:
-            _check(len(self.models) >= 1, "models", "give at least one model")
+        EXCHANGES[self.exchange.kind].check(self)   # the kind's own settings: models, peer.*, update.rule
         _check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         _check(self.steps >= 0, "steps", f"must be >= 0, got {self.steps}")
         _check(self.batch_prompts >= 1, "batch_prompts", f"must be >= 1, got {self.batch_prompts}")
@@ -689,7 +716,11 @@ class Config:
 
 def _build(cls: type, data: Any, where: str) -> Any:
     """Build dataclass ``cls`` from nested dicts; every value is checked against its field's
-    type (:func:`_coerce`) and every error names the dotted field (``where`` is the path of ``cls``)."""
+    type (:func:`_coerce`) and every error names the dotted field (``where`` is the path of ``cls``).
+
+    Every unknown key and every field's type error is reported, in every section (:class:`ConfigErrors`); the
+    ``__post_init__`` invariants of a dataclass run only when all of its fields are well typed, and stop at the first
+    broken one (so a section reports at most one invariant, and the top level's run only when every section built)."""
     if not dataclasses.is_dataclass(cls):
         return data
     if isinstance(data, cls):
@@ -698,16 +729,19 @@ def _build(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"{where or 'config'}: expected a mapping of {cls.__name__} fields, got {_show(data)}")
     hints = typing.get_type_hints(cls)
     known = [f.name for f in dataclasses.fields(cls)]
-    unknown = [k for k in data if k not in known]
-    if unknown:
-        key, value = _join(where, unknown[0]), data[unknown[0]]
+
+    def check(name: Any, value: Any) -> Any:
+        if name in known:
+            return _coerce(hints[name], value, _join(where, name))
+        key = _join(where, name)
         while isinstance(value, dict) and len(value) == 1:   # a misspelt section: `chekpoint.keep_last=3`
             (sub, value), = value.items()
             key = f"{key}.{sub}"
         near = nearest_key(key)
         raise ConfigError(f"{key}: unknown config key" + (f"; did you mean {near}?" if near else "")
                           + f" (the keys of {where or 'the top level'} are {', '.join(known)})")
-    kwargs = {name: _coerce(hints[name], value, _join(where, name)) for name, value in data.items()}
+
+    kwargs = dict(zip(data, _each(check, data.items())))   # every field's errors, before any invariant
     try:
         return cls(**kwargs)
     except _FieldError as e:
@@ -878,17 +912,17 @@ def _to_list(hint: Any, args: tuple, value: Any, where: str) -> list:
         value = [value]   # one item: `logging.report_to=tensorboard`, `models.0.stop=END`
     if not isinstance(value, (list, tuple)):
         raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
-    return [_coerce(args[0], v, f"{where}.{i}") for i, v in enumerate(value)] if args else list(value)
+    return _each(lambda i, v: _coerce(args[0], v, f"{where}.{i}"), enumerate(value)) if args else list(value)
 
 
 def _to_tuple(hint: Any, args: tuple, value: Any, where: str) -> tuple:
     if not isinstance(value, (list, tuple)):
         raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
     if args and args[-1] is Ellipsis:
-        return tuple(_coerce(args[0], v, f"{where}.{i}") for i, v in enumerate(value))
+        return tuple(_each(lambda i, v: _coerce(args[0], v, f"{where}.{i}"), enumerate(value)))
     if args and len(value) != len(args):
         raise ConfigError(f"{where}: expected {_describe(hint)}, got {len(value)} item(s)")
-    return tuple(_coerce(a, v, f"{where}.{i}") for i, (a, v) in enumerate(zip(args, value))) if args else tuple(value)
+    return tuple(_each(lambda i, a, v: _coerce(a, v, f"{where}.{i}"), zip(range(len(args)), args, value)) if args else value)
 
 
 def _to_dict(hint: Any, args: tuple, value: Any, where: str) -> dict:
@@ -902,7 +936,8 @@ def _to_dict(hint: Any, args: tuple, value: Any, where: str) -> dict:
     if any(v is None for v in value.values()) and not _accepts_none(val_t):
         raise ConfigError(f"{where}: a key has no value ({value!r}); in YAML write a space after each "
                           "colon, e.g. {8: 0.01, 12: 0.9}")
-    return {_coerce(key_t, k, f"{where} key {k!r}"): _coerce(val_t, v, f"{where}.{k}") for k, v in value.items()}
+    return dict(_each(lambda k, v: (_coerce(key_t, k, f"{where} key {k!r}"), _coerce(val_t, v, f"{where}.{k}")),
+                      value.items()))
 
 
 _SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
@@ -1029,16 +1064,43 @@ def field_docs() -> dict[tuple[str, str], str]:
     return out
 
 
-def describe(cfg: Any) -> list[tuple[str, Any, str]]:
-    """``(dotted key, value, description)`` for every leaf field of a loaded config, in tree order
-    (models and mapping entries by their index / key), as ``graft config show`` prints them."""
+class Setting(typing.NamedTuple):
+    """One leaf of a loaded config, as ``graft config show`` prints it."""
+
+    key: str
+    """Dotted key (``models.0.lr``)."""
+    value: Any
+    """The resolved value."""
+    default: Any
+    """The field's dataclass default (of ``ModelConfig`` for ``models.0.lr``)."""
+    accepts: str
+    """What the field's type hint accepts, in words (:func:`_describe`: ``a number``, ``one of chat, plain, fewshot``)."""
+    description: str
+    """The first sentence of the field's docstring (:func:`field_docs`)."""
+
+    @property
+    def changed(self) -> bool:
+        return _plain(self.value) != _plain(self.default)
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def describe(cfg: Any) -> list[Setting]:
+    """Every leaf field of a loaded config, in tree order (models and mapping entries by their index / key), as
+    ``graft config show`` prints them."""
     docs = field_docs()
 
-    def walk(obj: Any, prefix: str) -> list[tuple[str, Any, str]]:
+    def walk(obj: Any, prefix: str) -> list[Setting]:
         rows = []
+        hints = typing.get_type_hints(type(obj))
         for f in dataclasses.fields(obj):
             value, key = getattr(obj, f.name), prefix + f.name
-            doc = docs.get((type(obj).__name__, f.name), "")
             if dataclasses.is_dataclass(value):
                 rows += walk(value, key + ".")
             elif isinstance(value, list) and value and all(dataclasses.is_dataclass(v) for v in value):
@@ -1048,23 +1110,37 @@ def describe(cfg: Any) -> list[tuple[str, Any, str]]:
                 for k, v in value.items():
                     rows += walk(v, f"{key}.{k}.")
             else:
-                rows.append((key, value, doc))
+                rows.append(Setting(key, value, _default(f), _describe(hints[f.name]),
+                                    docs.get((type(obj).__name__, f.name), "")))
         return rows
 
     return walk(cfg, "")
 
 
+SHOW_COLUMNS = ("key", "value", "default", "type", "description")
+"""The columns of ``graft config show``, after the ``*`` that marks a value differing from its default."""
+
+
 def show_config(cfg: Any) -> str:
-    """The resolved config as ``key: value  # description`` lines (values in YAML flow style)."""
-    rows = [(k, yaml.safe_dump(json.loads(json.dumps(v)), default_flow_style=True, width=10_000).strip()
-             .removesuffix("\n..."), d) for k, v, d in describe(cfg)]
-    width = max(len(f"{k}: {v}") for k, v, _ in rows)
-    return "\n".join(f"{k}: {v}".ljust(min(width, 60)) + (f"  # {d}" if d else "") for k, v, d in rows)
+    """The resolved config as a table: a ``*`` on each value that differs from its default, then key, value,
+    default (values in YAML flow style), what the field accepts and its description; columns two spaces apart,
+    a long cell pushing the rest of its line (no cell is cut)."""
+    settings = describe(cfg)
+    rows = [SHOW_COLUMNS] + [(s.key, _flow(s.value), _flow(s.default), s.accepts, s.description) for s in settings]
+    marks = [" "] + ["*" if s.changed else " " for s in settings]
+    widths = [min(max(len(r[i]) for r in rows), cap) for i, cap in enumerate((36, 28, 16, 28))]
+    return "\n".join(f"{mark} " + "".join(c.ljust(w) + "  " for c, w in zip(r, widths)) + r[-1]
+                     for mark, r in zip(marks, rows))
+
+
+def _flow(value: Any) -> str:
+    """A value in YAML flow style, on one line."""
+    return yaml.safe_dump(_plain(value), default_flow_style=True, width=10_000).strip().removesuffix("\n...")
 
 
 def to_dict(cfg: Any) -> dict:
     """Plain nested dict of a config (tuples become lists), suitable for YAML/JSON."""
-    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+    return _plain(dataclasses.asdict(cfg))
 
 
 def _parse_value(text: str, key: str = "") -> Any:
@@ -1122,11 +1198,27 @@ def apply_override(tree: dict, key: str, value: Any) -> None:
             raise ConfigError(f"{'.'.join(parts[:i])}: is {_show(node)}, not a section; cannot set {key}")
 
 
-def _merge(base: dict, top: dict) -> dict:
+def _merge(base: dict, top: dict, where: str = "") -> dict:
+    """``top`` overlaid on ``base``: mappings merge key by key; a mapping of list indices merges into the list it
+    overlays, entry by entry (``models: {0: {lr: 3.0e-6}}`` changes one key of the first included model); anything
+    else replaces."""
     out = dict(base)
     for k, v in top.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = _overlay(out.get(k), v, _join(where, k))
     return out
+
+
+def _overlay(base: Any, top: Any, where: str) -> Any:
+    if isinstance(top, dict) and isinstance(base, dict):
+        return _merge(base, top, where)
+    if isinstance(top, dict) and isinstance(base, list) and top and all(type(i) is int for i in top):
+        items = list(base)
+        for i, v in top.items():
+            if not 0 <= i < len(items):
+                raise ConfigError(f"{where}.{i}: index out of range: the included {where} has {len(items)} entries")
+            items[i] = _overlay(items[i], v, f"{where}.{i}")
+        return items
+    return top
 
 
 def read_yaml_tree(path: str | Path, _seen: tuple = ()) -> dict:
@@ -1175,22 +1267,62 @@ def _includes(p: Path, include: Any) -> list[str]:
     return names
 
 
+ANSWER_FORMS = {"any": "math", "number": "number"}
+"""``reward.answer_form`` of earlier versions -> the ``reward.domain`` that grades the same way."""
+
 LEGACY_KEYS: dict[str, tuple[str, dict[Any, Any]]] = {
-    "reward.answer_form": ("reward.domain", {"any": "math", "number": "number"}),
+    "reward.answer_form": ("reward.domain", ANSWER_FORMS),
+    "exchange.mode": ("exchange.kind", {"graft": "live", "grpo": "none"}),
+    "peer.source": ("exchange.kind", {"live": "live", "store": "stored"}),
 }
-"""Keys of earlier versions that still load: ``old key -> (new key, old value -> new value)``."""
+"""Keys of earlier versions that still load: ``old key -> (new key, old value -> new value)``. The exchange's keys
+are read together (:func:`_upgrade_exchange_kind`); an override of one of them alone maps by this table."""
+
+
+def _legacy_kind(mode: str, source: str, rule: Any) -> str:
+    """The exchange kind a config of before ``exchange.kind`` ran (what ``exchange_kind`` derived): a stored peer,
+    else nothing with ``mode: grpo``, else HACPO's sharing with ``update.rule: hacpo``, else GRAFT among the models."""
+    derived = [(source == "store", "stored"), (mode == "grpo", "none"), (rule == "hacpo", "hacpo"), (True, "live")]
+    return next(kind for hit, kind in derived if hit)
+
+
+def _upgrade_exchange_kind(tree: dict) -> list[str]:
+    """``exchange.mode`` / ``peer.source`` (and ``update.rule: hacpo`` without ``exchange.kind``) -> ``exchange.kind``,
+    in place: the kind the config ran before the key existed. One notice, or none when there was nothing to do."""
+    sections = {name: tree.get(name) if isinstance(tree.get(name), dict) else {} for name in ("exchange", "peer", "update")}
+    old = {"exchange.mode": sections["exchange"].get("mode"), "peer.source": sections["peer"].get("source")}
+    rule = sections["update"].get("rule")
+    if all(v is None for v in old.values()) and (rule != "hacpo" or "kind" in sections["exchange"]):
+        return []
+    for key, value in old.items():
+        values = LEGACY_KEYS[key][1]
+        if value is not None and value not in values:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, values))}")
+    for key in old:
+        section, leaf = key.split(".")
+        sections[section].pop(leaf, None)
+    kind = _legacy_kind(old["exchange.mode"] or "graft", old["peer.source"] or "live", rule)
+    given = ", ".join(f"{k}={v}" for k, v in old.items() if v is not None)
+    if "kind" in sections["exchange"]:
+        return [f"notice: {given} dropped: exchange.kind={sections['exchange']['kind']} names the exchange"]
+    tree["exchange"] = {**sections["exchange"], "kind": kind}
+    if not given:
+        return [f"notice: update.rule=hacpo without exchange.kind is now exchange.kind={kind} (before exchange.kind, "
+                "the rule chose the exchange)"]
+    return [f"notice: {given}{' with update.rule=hacpo' if rule == 'hacpo' else ''} is now exchange.kind={kind}"]
 
 MATH_INSTRUCTION = "Put your final answer within \\boxed{}."
 """The instruction every model had before ``reward.domain``: in a config of that time it means ``null``."""
 
 
 def upgrade_tree(tree: dict) -> list[str]:
-    """Translate the keys of earlier versions (:data:`LEGACY_KEYS`) in a config tree, in place; returns one notice
-    per key translated. A tree with a ``reward`` section but no ``reward.domain`` was written before domains (for math
-    or number, whose instruction is the math one) and has the math instruction written out: it means ``null``."""
+    """Translate the keys of earlier versions (:data:`LEGACY_KEYS`; the exchange's by :func:`_upgrade_exchange_kind`)
+    in a config tree, in place; returns one notice per key translated. A tree with a ``reward`` section but no
+    ``reward.domain`` was written before domains (for math or number, whose instruction is the math one) and has the
+    math instruction written out: it means ``null``."""
     reward = tree.get("reward")
     before_domains = isinstance(reward, dict) and "domain" not in reward   # so for math or number
-    notices = []
+    notices = _upgrade_exchange_kind(tree)
     for old, (new, values) in LEGACY_KEYS.items():
         *path, leaf = old.split(".")
         node = tree
@@ -1210,11 +1342,35 @@ def upgrade_tree(tree: dict) -> list[str]:
     return notices
 
 
+CONFIGS = Path(__file__).resolve().parent / "configs"
+"""The presets shipped in the package (the repository's ``configs/`` links each of them; its experiment plans and
+study record stay in the repository, beside the ``results/`` they read and write)."""
+
+
+def packaged_configs() -> list[str]:
+    """The names of the packaged training configs, as :func:`config_path` takes them (``default``,
+    ``baselines/grpo_n16``)."""
+    return sorted(p.relative_to(CONFIGS).with_suffix("").as_posix() for p in CONFIGS.rglob("*.yaml"))
+
+
+def config_path(name: str | Path) -> Path:
+    """The file of a config argument: a path that exists, or that ends in ``.yaml``/``.yml``, as it is; otherwise
+    a packaged config's name (``default`` is ``CONFIGS/default.yaml``), from any working folder."""
+    p = Path(name)
+    if p.exists() or p.suffix in (".yaml", ".yml"):
+        return p
+    if str(name) in packaged_configs():
+        return CONFIGS / f"{name}.yaml"
+    raise ConfigError(f"config {str(name)!r}: no such file and no packaged config of that name "
+                      f"(packaged: {', '.join(packaged_configs())})")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config and apply ``key=value`` overrides (values parsed as YAML); keys of earlier versions are
+    """Read a YAML config (a file, or a packaged config's name: :func:`config_path`) and apply ``key=value``
+    overrides (values parsed as YAML); keys of earlier versions are
     translated where they are written (each file, each override, so the later still wins) with a one-line notice
     on stderr (:func:`upgrade_tree`)."""
-    tree: dict = read_yaml_tree(path) if path is not None else {}
+    tree: dict = read_yaml_tree(config_path(path)) if path is not None else {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")

@@ -74,7 +74,8 @@ _HANDLER.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
 
 def split_flags(argv: list[str]) -> tuple[int, list[str]]:
     """``(verbosity, argv without the global flags)``; flags after ``--`` belong to the command."""
-    verbosity, rest = 0, []
+    verbosity = 0
+    rest: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "--":
             return verbosity, rest + argv[i:]

@@ -6,7 +6,6 @@ best, latest or base model), the datasets (``--data``, the shared benchmarks, th
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -19,16 +18,16 @@ from typing import Any, Sequence
 import torch
 from transformers import AutoConfig
 
-from graft.config import ConfigError, EvalConfig, ModelConfig, RewardConfig, load_config
+from graft.config import ConfigError, ModelConfig, RewardConfig, load_config
 from graft.console import bars, quiet_bars
 from graft.data.datasets import load_prompts
 from graft.domains.grading import make_grader, reference_of
 from graft.evaluation.evaluate import DEFAULT_MAX_NEW_TOKENS, EvalError, check_name, evaluate, pct, select_checkpoint
+from graft.parsers import BENCHMARKS, DATA_DIR_ENV, eval_parser
 from graft.policy.codec import TextCodec
 from graft.policy.context import check_context, max_positions
 from graft.policy.engines import EngineUnavailable, Sampler, VllmEngine, make_engine
 from graft.policy.policy import Policy
-from graft.registry import DOMAINS, ENGINES
 from graft.storage.checkpoint import (
     CheckpointError,
     checkpoint_step,
@@ -38,10 +37,6 @@ from graft.storage.checkpoint import (
 )
 from graft.storage.lock import FolderLock
 from graft.types import Prompt
-
-BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
-"""Short names accepted by ``--data``; resolved to ``DATA_DIR/NAME.jsonl``."""
-
 
 def vllm_model_path(cfg, weights_from: str | None) -> str:
     """The folder (or hub id) vLLM should load for a model config / checkpoint, or an EvalError why none."""
@@ -72,10 +67,6 @@ def _folder_max_positions(folder: str) -> int | None:
         return max_positions(AutoConfig.from_pretrained(folder))
     except (OSError, ValueError):
         return None
-
-
-DATA_DIR_ENV = "GRAFT_DATA_DIR"
-"""Environment variable naming the folder of the benchmark files when ``--data-dir`` is not given."""
 
 
 def data_dir_candidates() -> list[Path]:
@@ -246,7 +237,7 @@ def _model_cfg_for(model: str, template: str | None = None, config: str | None =
 def _which_model_folder(p: Path, names: list[str]) -> str:
     """The message for ``--model`` naming a run folder or a checkpoint step folder: the model
     folders that exist (of the latest checkpoint for a run folder), or that there is none."""
-
+    step: Path | None
     if (p / "manifest.json").exists() or p.parent.name == "checkpoints":
         step, kind = p, "a checkpoint step folder"
     else:
@@ -259,64 +250,9 @@ def _which_model_folder(p: Path, names: list[str]) -> str:
     return f"{p} is {kind}; pass one model folder" + (" of its latest checkpoint" if step != p else "") + ": " + ", ".join(found)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="graft eval", description="pass@k of a model or checkpoint (spec §5 protocol).")
-    ap.add_argument("--model", default=None,
-                    help="hub id, local HF folder, .gguf, embedded:NAME, or RUN/checkpoints/step_N/MODEL; with --config "
-                         "also best (default: the best-evaluated checkpoint of the run, else its latest), latest, or "
-                         "base (the run's starting weights)")
-    ap.add_argument("--compare", default=None, metavar="MODEL",
-                    help="evaluate this model too (same forms as --model, e.g. base) and print both side by side")
-    ap.add_argument("--template", choices=["chat", "plain", "fewshot"], default=None,
-                    help="prompt format (default: the run's / checkpoint's, else chat)")
-    ap.add_argument("--config", default=None,
-                    help="RUN_DIR/config.yaml of a graft run: evaluate in that run's prompt format (template, worked "
-                         "examples, instruction, stop strings), tokenizer, dtype and max_new_tokens; --model may then "
-                         "be the base model, an exported folder or a checkpoint folder")
-    ap.add_argument("--model-name", default=None, help="which model of --config (default: its only one)")
-    ap.add_argument("--fewshot", type=int, default=None, help="worked examples before the problem (overrides the run's)")
-    ap.add_argument("--stop", action="append", default=None,
-                    help="stop string (repeatable; \\n and \\t are a newline and a tab; --stop '' for none)")
-    ap.add_argument("--instruction", default=None, help="sentence appended to every problem (overrides the run's)")
-    ap.add_argument("--data", action="append", default=None,
-                    help="NAME=PATH (jsonl/parquet/hub:NAME[:split]/arithmetic) or one of " + ", ".join(BENCHMARKS)
-                         + " (default with --config: the run's data.val, as 'val', limited to its data.val_limit)")
-    ap.add_argument("--data-dir", default=None,
-                    help=f"folder of the benchmark files (default: ${DATA_DIR_ENV}, else ../shared/data from the "
-                         "working directory or beside the source checkout)")
-    ap.add_argument("--n", type=int, default=EvalConfig.n, help="samples per prompt")
-    ap.add_argument("--repeats", type=int, default=5, help="independent repeats (mean ± std)")
-    ap.add_argument("--temperature", type=float, default=EvalConfig.temperature)
-    ap.add_argument("--top-p", type=float, default=EvalConfig.top_p)
-    ap.add_argument("--max-new-tokens", type=int, default=None,
-                    help=f"default: the run's eval/rollout limit (--config or checkpoint), else {DEFAULT_MAX_NEW_TOKENS}")
-    ap.add_argument("--limit", type=int, default=None, help="only the first N prompts of each dataset")
-    ap.add_argument("--out", default=None, help="output folder (default runs/eval/MODEL; with --compare one "
-                                                  "subfolder per model, named as in the table)")
-    ap.add_argument("--backend", choices=list(ENGINES), default="hf",
-                    help="hf: graft's sampler; hf-bf16: the same over a bf16 copy (~2x faster on CPUs with bf16 "
-                         "matmuls); vllm: GPU")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch-size", type=int, default=64, help="sequences per generate call (hf)")
-    ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
-    ap.add_argument("--verify-timeout", type=float, default=5.0, help="seconds per grading")
-    ap.add_argument("--verify-workers", type=int, default=2)
-    ap.add_argument("--domain", choices=list(DOMAINS), default=None,
-                    help="how responses are graded (reward.domain): math (math_verify equivalence), number (the box "
-                         "must hold a number written out), code (unit tests in a sandbox); default: the run's with "
-                         "--config, else math")
-    ap.add_argument("--answer-form", choices=["any", "number"], default=None,
-                    help="earlier name of --domain: any is math, number is number")
-    ap.add_argument("--on-bad-row", choices=["error", "skip"], default="error")
-    ap.add_argument("--no-progress", action="store_true",
-                    help="no progress bars, not even on a terminal (off one there are none)")
-    return ap
-
-
 def eval_main(argv: Sequence[str] | None = None) -> int:
     """``graft eval``; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    args = eval_parser().parse_args(argv)
     try:
         return _eval_main(args)
     except EvalError as e:
@@ -356,6 +292,7 @@ def _resolve(args, model: str | None) -> tuple[str, str]:
     """``(--model value, label)``: a :data:`RUN_MODELS` keyword of the ``--config`` run, or the model as given."""
     if args.config is not None and (model is None or model in RUN_MODELS):
         return run_model(args.config, args.model_name, model)
+    assert model is not None, "_eval_main requires --model without --config"
     return model, re.sub(r"[^A-Za-z0-9_.\-]", "_", model.strip("/"))
 
 
@@ -380,6 +317,7 @@ def _datasets(args, reward: RewardConfig) -> dict[str, list[Prompt]]:
     read = functools.partial(load_prompts, on_bad_row=args.on_bad_row, skip_hint=_SKIP_HINT, fields=fields,
                              reference=reference_of(reward))
     if args.data is None:
+        assert run_cfg is not None, "_eval_main requires --data without --config"
         if run_cfg.data.val is None:
             raise EvalError(f"--config {args.config} has no data.val; name the set to evaluate on with --data "
                             f"(NAME=PATH, arithmetic, or one of {', '.join(BENCHMARKS)})")
@@ -429,12 +367,14 @@ def compare_table(results: dict[str, dict]) -> str:
     head = "| dataset | prompts | " + " | ".join(f"{l} pass@1 (%)" for l in labels) + \
         "".join(f" | {l} − {labels[0]} (points)" for l in labels[1:]) + " |"
     lines = [head, "|---|---:|" + "---:|" * (2 * len(labels) - 1)]
-    rows = [(name, d["num_prompts"], lambda r, name=name: r["datasets"][name]["pass@1"]) for name, d in ref["datasets"].items()]
+    rows: list[tuple[str, Any, tuple[str, ...]]] = [(name, d["num_prompts"], ("datasets", name))
+                                                   for name, d in ref["datasets"].items()]
     if len(ref["datasets"]) > 1:
-        rows.append(("macro average", f"{len(ref['datasets'])} sets", lambda r: r["macro"]["pass@1"]))
-    for name, n, get in rows:
-        cells = [pct(get(results[l])) for l in labels]
-        diffs = [f"{100 * (get(results[l])['mean'] - get(ref)['mean']):+.1f}" for l in labels[1:]]
+        rows.append(("macro average", f"{len(ref['datasets'])} sets", ("macro",)))
+    for name, n, where in rows:
+        get = [functools.reduce(lambda d, k: d[k], where, results[l])["pass@1"] for l in labels]
+        cells = [pct(g) for g in get]
+        diffs = [f"{100 * (g['mean'] - get[0]['mean']):+.1f}" for g in get[1:]]
         lines.append(f"| {name} | {n} | " + " | ".join(cells + diffs) + " |")
     return "\n".join(lines)
 

@@ -15,9 +15,9 @@ overrides, optionally its own seeds), the evaluation data and what the report co
     overrides: [steps=24, batch_prompts=8]
     seeds: [1, 2, 3]
     arms:
-      grpo_n8: [exchange.mode=grpo]
+      grpo_n8: [exchange.kind=none]
       graft_n8: []
-      grpo_n16: {overrides: [exchange.mode=grpo, rollout.n=16], seeds: [1]}
+      grpo_n16: {overrides: [exchange.kind=none, rollout.n=16], seeds: [1]}
       peer_first: {overrides: [update.order=peer_first], seeds: [1]}
     stored: {from: grpo_n8, seeds: [1]}  # each model trained alone on the other's stored groups of that arm
     eval: {data: {test: ../../results/mini-repro/data/test.jsonl}, n: 8, temperature: 0.6, top_p: 0.95}
@@ -52,7 +52,6 @@ shared folder): each claims the run it works on and skips the runs the others ho
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shlex
@@ -67,14 +66,17 @@ from typing import Any
 
 import yaml
 
+from graft.config import ANSWER_FORMS as LEGACY_ANSWER_FORMS
 from graft.config import ConfigError, EvalConfig, load_config, save_config, to_dict
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.errors import UserError
 from graft.evaluation import report as rep
 from graft.evaluation.analyze import analyze, compute_analysis, read_jsonl, summary_text, treatment
 from graft.evaluation.metrics import paired_interval, paired_verdict
+from graft.exchange.kinds import hands_over
 from graft.domains.base import config_domain
 from graft.domains.math import WORKED_EQUATIONS
+from graft.parsers import experiment_parser
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
 from graft.storage.checkpoint import checkpoint_step, latest_checkpoint
@@ -90,8 +92,8 @@ STORED_PREFIX = "stored_"
 """Arm name prefix of the stored-peer runs (``stored_MODEL``): the plan's own arms may not use it."""
 
 
-ANSWER_FORMS = {"math": "any"}
-"""``reward.domain`` -> the summary's ``answer_form`` (its name before domains; ``number`` kept as is)."""
+ANSWER_FORMS = {domain: form for form, domain in LEGACY_ANSWER_FORMS.items()}
+"""``reward.domain`` -> the summary's ``answer_form`` (its name before domains, :data:`graft.config.ANSWER_FORMS`)."""
 
 
 @dataclass
@@ -111,7 +113,8 @@ class Member:
     store: Path | None = None
     """A stored-peer run's source: the trajectory store of the run whose groups it trains on."""
     exchanges: bool = False
-    """Its config exchanges groups between models online (``exchange.mode=graft``)."""
+    """Its config hands groups between models (:func:`graft.exchange.kinds.hands_over`: every ``exchange.kind`` but
+    ``none``)."""
 
     @property
     def eval_models(self) -> list[str]:
@@ -205,7 +208,7 @@ def load_plan(path: str | Path) -> Plan:
         if m.store is None:
             run_cfg = load_config(base, m.overrides + [f"seed={m.seed}"])
             forms.add(ANSWER_FORMS.get(run_cfg.reward.domain, run_cfg.reward.domain))
-            m.exchanges = run_cfg.exchange.mode == "graft"
+            m.exchanges = hands_over(run_cfg)
     ev = dict(raw.get("eval") or {})
     ev["data"] = {k: str((path.parent / v).resolve()) for k, v in (ev.get("data") or {}).items()}
     for m in members:
@@ -288,7 +291,7 @@ def _stored_members(path: Path, stored: dict, cfg, common: list[str], seeds: lis
     for s in stored.get("seeds", seeds[:1]):
         src = runs / stored["from"] / f"seed{s}" / "trajectories"
         for i, recv in enumerate(models):
-            extra = [f"models=[{_model_yaml(cfg.models[i])}]", "peer.source=store", f"peer.store_path={src}",
+            extra = [f"models=[{_model_yaml(cfg.models[i])}]", "exchange.kind=stored", f"peer.store_path={src}",
                      f"peer.store_model={models[1 - i]}"]
             arm = f"{STORED_PREFIX}{recv}"
             members.append(Member(arm, s, common + extra, runs / arm / f"seed{s}", results / "runs" / arm / f"seed{s}",
@@ -806,11 +809,12 @@ def one_step_effect(onestep: dict) -> dict:
     (states, selected prompts, admitted and admitted-correct peer responses per direction), ``one_step_states``
     (training states measured, and those with a prompt to exchange: elsewhere GRAFT's update is GRPO's)."""
     def cut(table: dict) -> dict:
-        return {d: {kind: {k: s[k] for k in ("mean", "ci95", "prompts", "states")} for kind, s in kinds.items()}
-                for d, kinds in table.items()}
+        keys = ("mean", "ci95", "prompts", "states", "differed", "t95")   # the last two from arms version 2 on
+        return {d: {kind: {k: s[k] for k in keys if k in s} for kind, s in kinds.items()} for d, kinds in table.items()}
     return {"one_step_effect": cut(onestep["graft_minus_grpo"]), "one_step_effect_gate_off": cut(onestep["all_minus_grpo"]),
             "one_step_treatment": onestep["treatment"], "one_step_states": onestep.get("states"),
-            "one_step_command": onestep.get("command")}
+            "one_step_command": onestep.get("command"),
+            **({"one_step_verdict_interval": onestep["verdict_interval"]} if "verdict_interval" in onestep else {})}
 
 
 def _summary_skeleton(plan: Plan) -> dict[str, Any]:
@@ -1130,6 +1134,7 @@ def _one_step_section(summary: dict) -> list[str]:
             off = summary["one_step_effect_gate_off"].get(d, {}).get(kind, {})
             md.append(f"| {d} | {kind} | {_ci(s)} | {_ci(off)} | {s['prompts']} ({s['states']}) | "
                       f"{t.get('admitted/graft', '–')} ({t.get('admitted_correct/graft', '–')}) |")
+    md += _one_step_t_rows(summary)
     st = summary.get("one_step_states")
     if st:
         md += ["", f"Training states measured: {st['measured']}; {st['with_exchange']} had a prompt to exchange (in the "
@@ -1137,9 +1142,25 @@ def _one_step_section(summary: dict) -> list[str]:
     return md
 
 
+def _one_step_t_rows(summary: dict) -> list[str]:
+    """The Student-t interval over state means and the prompts that changed at all, for summaries that carry
+    them (``graft onestep`` arms version 2); the verdict reads this interval (``one_step_verdict_interval``)."""
+    rows = [(d, kind, s) for d, kinds in summary["one_step_effect"].items() for kind, s in kinds.items() if "t95" in s]
+    if not rows:
+        return []
+    why = summary.get("one_step_verdict_interval", {}).get("why", "")
+    md = ["", f"GRAFT − GRPO with a Student-t 95 % interval over state means (df = states − 1). {why}".rstrip(), "",
+          "| direction | prompts measured | GRAFT − GRPO (t) | prompts changed at all | states |", "|---|---|---:|---:|---:|"]
+    for d, kind, s in rows:
+        md.append(f"| {d} | {kind} | {_ci(s['t95'])} | {s['differed']} of {s['prompts']} | {s['t95']['states']} |")
+    return md
+
+
 def _ci(s: dict) -> str:
     if not s or s.get("mean") is None:
         return "–"
+    if None in s["ci95"]:
+        return f"{100 * s['mean']:+.1f} (one state: no interval)"
     return f"{100 * s['mean']:+.1f} [{100 * s['ci95'][0]:+.1f}, {100 * s['ci95'][1]:+.1f}]"
 
 
@@ -1258,12 +1279,7 @@ def plan_seeds(plan: Plan, arm: str) -> list[int]:
 
 
 def experiment_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="graft experiment", description=__doc__.split("\n")[0])
-    ap.add_argument("action", choices=["run", "summarize", "print", "status"])
-    ap.add_argument("plan")
-    ap.add_argument("--max-minutes", type=float, default=None, help="start no new run after this many minutes")
-    ap.add_argument("--only", nargs="*", default=None, help="arms to run (default: all)")
-    args = ap.parse_args(argv)
+    args = experiment_parser().parse_args(argv)
     plan = load_plan(args.plan)
     check_only(plan, args.only)
     if args.action == "status":

@@ -25,7 +25,6 @@ which was not run here (no GPU).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -42,6 +41,7 @@ from graft import __version__
 from graft.config import Config, ModelConfig, load_config
 from graft.evaluation.evaluate import eval_history, select_checkpoint
 from graft.exchange.kinds import ExchangeDescription, describe_exchange
+from graft.parsers import export_parser
 from graft.policy import prompts
 from graft.policy.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, load_model, load_tokenizer, looks_like_hub_id
 from graft.registry import RULES
@@ -138,7 +138,7 @@ def _card_training(run_cfg: Config, mcfg: ModelConfig, step: int, desc: Exchange
              *([f"- Licence of the base model: {up_info['license']} ({up_info['license_url']}); "
                 "this derivative is subject to it"] if up_info else []),
              f"- Method: {desc.method} — {desc.summary}" + (f"; co-trained with {', '.join(partners)}" if partners else ""),
-             *[f"- `{k}` = {_fmt(v)} in force (configured {_fmt(c)}: {desc.method} does not use it)"
+             *[f"- `{k}` = {_fmt(v)} in force (configured {_fmt(c)}: overridden by {desc.kind})"
                for k, (c, v) in desc.replaced.items()],
              f"- Update rule: `{up.rule}` — {RULES[up.rule].summary}",
              f"- Steps trained: {step} × {run_cfg.batch_prompts} prompts × {ro.n} samples (data: `{run_cfg.data.train}`)",
@@ -148,7 +148,7 @@ def _card_training(run_cfg: Config, mcfg: ModelConfig, step: int, desc: Exchange
             ("rollout.n / temperature / top_p", f"{ro.n} / {_fmt(ro.temperature)} / {_fmt(ro.top_p)}"),
             ("rollout.max_new_tokens", ro.max_new_tokens), ("batch_prompts", run_cfg.batch_prompts),
             ("update.clip_low / clip_high", f"{_fmt(up.clip_low)} / {_fmt(up.clip_high)}"),
-            ("update.loss_agg", up.loss_agg), ("update.num_minibatches", up.num_minibatches)]
+            ("update.loss_agg", desc.settings["update.loss_agg"]), ("update.num_minibatches", up.num_minibatches)]
     rows += [(k, v) for k, v in desc.settings.items() if k.split(".")[-1] in CARD_EXCHANGE_SETTINGS]
     rows.append(("seed", run_cfg.seed))
     return lines + [f"| {k} | {_fmt(v)} |" for k, v in rows]
@@ -251,15 +251,7 @@ def export(run_dir: str | Path, out: str | Path, step: str | int | None = None, 
 
 
 def export_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="graft export", description="Write one model of a checkpoint as a plain "
-                                "Hugging Face folder (safetensors, tokenizer, generation config, model card).")
-    p.add_argument("run_dir", help="the run folder (holding checkpoints/)")
-    p.add_argument("out", help="output folder (must not exist or be empty)")
-    p.add_argument("--step", default=None, help="step number, 'latest' (default) or 'best' (highest in-training "
-                   "validation pass@1 of the model)")
-    p.add_argument("--model", default=None, help="model name in the run (default: the only one)")
-    p.add_argument("--dtype", choices=list(DTYPES), default=None, help="weights dtype (default: the training dtype)")
-    args = p.parse_intermixed_args(argv)
+    args = export_parser().parse_intermixed_args(argv)
     out = export(args.run_dir, args.out, args.step, args.model, args.dtype)
     print(f"exported to {out} (model card: {out / 'README.md'})")
     return 0

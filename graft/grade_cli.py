@@ -7,7 +7,6 @@ reward, status and the domain's reward-monitor flags; a last line sums them up.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import Counter
@@ -16,6 +15,7 @@ from pathlib import Path
 from graft.config import load_config
 from graft.domains.grading import load_data, make_grader, task_domain
 from graft.errors import UserError
+from graft.parsers import grade_parser
 from graft.types import Prompt
 
 
@@ -47,14 +47,7 @@ def read_responses(path: Path, prompts: dict[str, Prompt]) -> list[tuple[Prompt,
 
 
 def grade_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="graft grade", description="Grade responses against a config's data with its "
-                                "domain (or its reward functions) and print each reward with the reward monitor's flags.")
-    p.add_argument("config", help="YAML config file (its data, reward.domain and reward.function are used)")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, as graft train takes them")
-    p.add_argument("--responses", required=True, help="JSONL rows {\"id\": ..., \"response\": \"...\"}")
-    p.add_argument("--data", help="the data file the ids refer to (default: the config's data.train and data.val)")
-    p.add_argument("--json", action="store_true", help="one JSON line per response instead of text")
-    args = p.parse_intermixed_args(argv)
+    args = grade_parser().parse_intermixed_args(argv)
     cfg = load_config(args.config, args.overrides)
     specs = [args.data] if args.data else [s for s in (cfg.data.train, cfg.data.val) if s]
     prompts = {q.id: q for spec in specs for q in load_data(spec, cfg)[0]}

@@ -29,7 +29,6 @@ along a run). Prints JSON, then short tables; ``--out`` writes the JSON to a fil
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -47,6 +46,7 @@ from graft.data.datasets import PromptSampler
 from graft.domains.grading import load_data, make_grader
 from graft.exchange.handover import Scoring, hand_over
 from graft.exchange.live import complementarity, counts, exchange_live, select
+from graft.parsers import probe_parser
 from graft.policy.context import check_learner_context
 from graft.seeds import step_seed
 from graft.storage.checkpoint import CheckpointError, load_checkpoint
@@ -60,22 +60,7 @@ many responses (prompts) per step on average."""
 
 
 def probe_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="graft probe", description="Step-0 probe: solve rates, complementarity, "
-                                "compatibility s and the predicted exchange per step of a config's models.")
-    p.add_argument("config")
-    p.add_argument("--prompts", type=int, default=64, help="how many training prompts to probe")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="write the results as JSON here")
-    p.add_argument("--compat", action="store_true", help="also score every response under the other model(s) (s), "
-                   "which the predicted admitted counts need")
-    p.add_argument("--checkpoint", default=None, metavar="STEP_DIR",
-                   help="load every model's weights from this checkpoint (RUN/checkpoints/step_N)")
-    p.add_argument("--resamples", type=int, default=8,
-                   help="seeded shuffles of the probed prompts, each cut into batches of batch_prompts")
-    p.add_argument("--batch-prompts", type=int, nargs="+", default=None, metavar="N",
-                   help="also predict the exchange at these prompts per step (default: the config's batch_prompts)")
-    p.add_argument("overrides", nargs="*")
-    args = p.parse_intermixed_args(argv)
+    args = probe_parser().parse_intermixed_args(argv)
     results = probe(args.config, list(args.overrides), prompts=args.prompts, seed=args.seed, compat=args.compat,
                     checkpoint=args.checkpoint, resamples=args.resamples, batch_sizes=args.batch_prompts)
     print(json.dumps(results, indent=2))
@@ -165,7 +150,8 @@ class ReplayReceiver:
     predicted exchange is scored exactly as the full probe was."""
 
     def __init__(self, learner) -> None:
-        self.learner, self.name, self.codec, self.cache = learner, learner.name, learner.codec, {}
+        self.learner, self.name, self.codec = learner, learner.name, learner.codec
+        self.cache: dict = {}
 
     def token_logprobs(self, prompt_ids, response_ids, chunk, micro_batch, temperature, progress=False):
         keys = [(tuple(p), tuple(r)) for p, r in zip(prompt_ids, response_ids)]

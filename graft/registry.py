@@ -1,8 +1,8 @@
 """The names of graft's variants, and where each one is implemented: one registry per kind.
 
-The config validates every name against these (``update.rule``, ``rollout.engine``,
-``data.arithmetic.families``; the exchange kind is derived from the config by
-:func:`graft.exchange.kinds.exchange_kind`), and the code that runs a variant looks it up here,
+The config validates every name against these (``update.rule``, ``rollout.engine``, ``exchange.kind``,
+``exchange.balance``, ``update.loss_agg``, ``logging.report_to``, ``data.arithmetic.families`` ...: its
+``Literal`` choices are built from them), and the code that runs a variant looks it up here,
 so a name is written once. Entries are ``"module:attribute"`` strings, imported on first use:
 this module sits below everything it names, so the config can import it without importing
 the layers above.
@@ -82,7 +82,51 @@ EXCHANGES = Registry("exchange kind", {
     "stored": "graft.exchange.kinds:StoredExchange",
     "hacpo": "graft.exchange.kinds:HacpoExchange",
 })
-"""Exchange kind (:func:`graft.exchange.kinds.exchange_kind`) -> :class:`graft.exchange.kinds.Exchange` subclass."""
+"""``exchange.kind`` -> :class:`graft.exchange.kinds.Exchange` subclass (checked when the config loads, so a kind
+registered from a plugin or a test is selectable by name)."""
+
+BALANCES = Registry("balance", {
+    "min": "graft.algos.selection:balance_min",
+    "none": "graft.algos.selection:balance_none",
+    "asymmetric": "graft.algos.selection:balance_asymmetric",
+})
+"""``exchange.balance`` -> ``(|C_AB|, |C_BA|, ratio, floor) -> (m_AB, m_BA)`` (:mod:`graft.algos.selection`)."""
+
+CONFLICTS = Registry("conflict rule", {
+    "most_successes": "graft.algos.selection:conflict_most_successes",
+    "most_compatible": "graft.algos.selection:conflict_most_compatible",
+    "model_order": "graft.algos.selection:conflict_model_order",
+})
+"""``exchange.conflict`` -> ``(k_S, mean s, source index) -> sort key`` of a contending source, largest wins
+(:func:`graft.algos.selection.resolve_conflicts`)."""
+
+ADMISSIONS = Registry("admission", {
+    "gate": "graft.algos.gating:admit_gate",
+    "random": "graft.algos.gating:admit_random",
+    "all": "graft.algos.gating:admit_all",
+})
+"""``exchange.admission`` -> ``(passes Bool[N], generator) -> admitted Bool[N]`` (:func:`graft.algos.gating.gate`)."""
+
+WEIGHTINGS = Registry("weighting", {
+    "compat": "graft.algos.gating:weight_compat",
+    "none": "graft.algos.gating:weight_none",
+})
+"""``exchange.weighting`` -> ``(s [N], admitted Bool[N], cap) -> weights [N]`` (:func:`graft.algos.gating.gate`)."""
+
+LOSS_AGGS = Registry("loss aggregation", {
+    "token-mean": "graft.algos.losses:agg_token_mean",
+    "seq-mean-token-mean": "graft.algos.losses:agg_seq_mean_token_mean",
+})
+"""``update.loss_agg`` -> ``(masked loss [B,T], mask [B,T], num_tokens, num_seqs) -> scalar``
+(:func:`graft.algos.losses.aggregate`)."""
+
+TRACKERS = Registry("tracker", {
+    "tensorboard": "graft.trainer.tracking:TensorBoardTracker",
+    "wandb": "graft.trainer.tracking:WandbTracker",
+    "mlflow": "graft.trainer.tracking:MLflowTracker",
+})
+"""``logging.report_to`` items -> tracker class of :mod:`graft.trainer.tracking` (its ``module`` and ``package``
+say what it needs installed)."""
 
 DOMAINS = Registry("domain", {
     "math": "graft.domains.math:MATH",

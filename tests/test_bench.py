@@ -91,7 +91,7 @@ def test_trl_settings_follow_the_graft_config():
     (["--only", "a,z"], "--only"),
     (["--reps", "0"], "--reps"),
     (["--only", "b", "--models", "/nonexistent/model-folder"], "does not exist"),
-    (["--only", "c", "exchange.mode=grpo", "models=[{name: A, path: embedded:smollm2-135m-instruct}]"], "two models"),
+    (["--only", "c", "exchange.kind=none", "models=[{name: A, path: embedded:smollm2-135m-instruct}]"], "two models"),
     (["--config", "/nonexistent.yaml"], "not found"),
 ])
 def test_bad_input_is_one_error_line(argv, words, capsys):

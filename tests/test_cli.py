@@ -200,3 +200,26 @@ def test_eval_data_dir_comes_from_the_environment_then_the_working_directory_the
     (mine / "math500.jsonl").write_text("")
     monkeypatch.setenv("GRAFT_DATA_DIR", str(mine))
     assert eval_cli.parse_data_args(["math500"], eval_cli.default_data_dir()) == {"math500": str(mine / "math500.jsonl")}
+
+
+def test_help_of_every_command_does_not_import_torch():
+    """`graft CMD --help` is answered from graft/parsers.py, without importing the command's module (torch,
+    transformers, matplotlib); the command parses its arguments with the same parser."""
+    assert list(cli.PARSERS) == list(cli.COMMANDS)
+    argvs = [[cmd, "--help"] for cmd in cli.COMMANDS] + [["store", "info", "-h"], ["config", "show", "--help"]]
+    code = ("import json, sys\nfrom graft.cli import main\nfor argv in json.loads(sys.argv[1]):\n"
+            "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 0, argv\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(argvs)], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("usage: graft ") == len(argvs) and p.stdout.splitlines()[-1] == "[]"
+    assert "usage: graft store info [-h] [--json] path" in p.stdout
+
+
+def test_eval_and_export_parsers_agree_with_their_commands():
+    from graft.evaluation.evaluate import DEFAULT_MAX_NEW_TOKENS
+    from graft.export import DTYPES
+    from graft.parsers import EVAL_MAX_NEW_TOKENS, export_parser
+    assert EVAL_MAX_NEW_TOKENS == DEFAULT_MAX_NEW_TOKENS                # the limit eval's help states is the one used
+    export_dtype = next(a for a in export_parser()._actions if a.dest == "dtype")
+    assert list(export_dtype.choices) == list(DTYPES)

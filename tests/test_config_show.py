@@ -1,8 +1,9 @@
-"""Issue 22 §3: `graft config show` prints every resolved key with its value and one-line description (from the
-field docstrings of graft/config.py); a misspelt key suggests the nearest valid one; an unknown command is one
-line listing the commands."""
+"""Issue 22 §3 and issue 38: `graft config show` prints every resolved key with its value, default, type, a mark when
+the value differs from the default, and its one-line description (from the field docstrings of graft/config.py); a
+misspelt key suggests the nearest valid one; an unknown command is one line listing the commands."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,23 +28,36 @@ def _leaves(tree, prefix=""):
         yield prefix[:-1], tree
 
 
-def test_config_show_lists_every_resolved_key_with_its_description(capsys):
+def _table(out: str) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """``graft config show``'s header cells and, per key, (mark, value, default, type, description)."""
+    head, *lines = out.splitlines()
+    rows = {}
+    for line in lines:
+        key, value, default, kind, doc = re.split(r"\s{2,}", line[2:], maxsplit=4)
+        rows[key] = (line[0], value, default, kind, doc)
+    return re.split(r"\s{2,}", head.strip()), rows
+
+
+def test_config_show_lists_every_resolved_key_with_default_type_and_description(capsys):
     assert main(["config", "show", str(REPO / "configs" / "default.yaml"), "steps=3", "models.1.lr=5e-6"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    head, shown = _table(capsys.readouterr().out)
+    assert head == ["key", "value", "default", "type", "description"]
     cfg = load_config(REPO / "configs" / "default.yaml", ["steps=3", "models.1.lr=5e-6"])
     want = dict(_leaves(to_dict(cfg)))
-    shown = {}
-    for line in lines:
-        kv, _, doc = line.partition("  # ")
-        key, _, value = kv.partition(": ")
-        shown[key] = (yaml.safe_load(value), doc.strip())
     assert set(shown) == set(want)                           # every leaf of the resolved tree, nothing else
     for key, value in want.items():
-        assert shown[key][0] == value, key                   # the printed value reads back as the resolved one
-        assert shown[key][1], f"{key} has no description"    # every field is documented in config.py
-    assert shown["steps"] == (3, "Training steps (one rollout batch each).")
-    assert shown["models.1.lr"] == (5e-6, "AdamW learning rate.")
-    assert shown["checkpoint.keep_optimizer"][0] == "all"   # a default the YAML does not set
+        assert yaml.safe_load(shown[key][1]) == value, key   # the printed value reads back as the resolved one
+        assert shown[key][4], f"{key} has no description"    # every field is documented in config.py
+        assert shown[key][0] == ("*" if yaml.safe_load(shown[key][2]) != value else " "), key
+    # hand-worked rows: (mark, value, default, type, description)
+    assert shown["steps"] == ("*", "3", "174", "an integer", "Training steps (one rollout batch each).")
+    assert shown["models.1.lr"] == ("*", "5.0e-06", "1.0e-06", "a number", "AdamW learning rate.")
+    assert shown["threads"][:4] == ("*", "2", "null", "an integer or null")
+    assert shown["seed"][:4] == (" ", "0", "0", "an integer")                        # set in the YAML, to the default
+    assert shown["rollout.n"][:3] == (" ", "8", "8")
+    assert shown["checkpoint.keep_optimizer"][:4] == (" ", "all", "all", "one of all, last, none")   # not in the YAML
+    assert shown["models.0.betas"][:4] == (" ", "[0.9, 0.999]", "[0.9, 0.999]", "a list of 2 numbers")
+    assert shown["models.1.path"][:3] == ("*", "embedded:gemma3-270m", "''")         # ModelConfig's default
 
 
 def test_descriptions_are_the_first_sentence_of_the_field_docstring():
@@ -52,7 +66,7 @@ def test_descriptions_are_the_first_sentence_of_the_field_docstring():
     # "Selection size per direction: `min` keeps ... (paper); `none` ...": one sentence, RST backticks made single
     assert docs["ExchangeConfig", "balance"].startswith("Selection size per direction: `min` keeps m = min(")
     assert all("\n" not in d for d in docs.values())
-    assert [k for k, _, d in describe(load_config(REPO / "configs" / "default.yaml")) if not d] == []
+    assert [s.key for s in describe(load_config(REPO / "configs" / "default.yaml")) if not s.description] == []
 
 
 @pytest.mark.parametrize("override, near", [("report_to=x", "logging.report_to"), ("update.clip_hgh=0.3", "update.clip_high"),

@@ -34,7 +34,7 @@ def _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared: dict | None = None
     data.write_text("".join(json.dumps({"id": f"t{i}", "problem": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
                             for i in range(2)))
     plan = {"name": "tiny", "config": "base.yaml", "runs": str(tmp_path / "runs"), "results": str(tmp_path / "results"),
-            "seeds": [1], "arms": {"grpo_n8": ["exchange.mode=grpo"], "graft_n8": []},
+            "seeds": [1], "arms": {"grpo_n8": ["exchange.kind=none"], "graft_n8": []},
             "stored": {"from": "grpo_n8", "seeds": [1]},
             "eval": {"data": {"test": "test.jsonl"}, "n": 2, "temperature": 0.6, "top_p": 0.95},
             **compared}
@@ -58,7 +58,7 @@ def test_plan_members_and_stored_arms(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     assert [(m.arm, m.seed, m.models) for m in plan.members] == [
         ("grpo_n8", 1, ["A", "B"]), ("graft_n8", 1, ["A", "B"]), ("stored_A", 1, ["A"]), ("stored_B", 1, ["B"])]
     stored_a = plan.members[2].overrides
-    assert "peer.source=store" in stored_a and "peer.store_model=B" in stored_a
+    assert "exchange.kind=stored" in stored_a and "peer.store_model=B" in stored_a
     assert any(o.startswith("peer.store_path=") and o.endswith("runs/grpo_n8/seed1/trajectories") for o in stored_a)
 
 
@@ -237,7 +237,7 @@ def test_report_of_a_numbers_only_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     assert "## Strict re-grade" not in md                            # no eval responses kept: nothing to re-grade
     assert "lowest seed" not in md                                   # no plots, no caption
     assert "one run per arm, its lowest seed" in report_markdown(plan, s, {"rewards": "rewards.png"})
-    raw["arms"]["grpo_n8"] = ["exchange.mode=grpo", "reward.answer_form=any"]
+    raw["arms"]["grpo_n8"] = ["exchange.kind=none", "reward.answer_form=any"]
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert summarize(load_plan(path))["eval"]["answer_form"] == "mixed"
 
@@ -319,7 +319,7 @@ def _seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared: dict | None
     """The tiny plan with GRPO on seeds 1, 2 and GRAFT on seeds 1, 2, 3 (seed 3 has no baseline)."""
     path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared)
     raw = yaml.safe_load(path.read_text())
-    raw["arms"] = {"grpo_n8": {"overrides": ["exchange.mode=grpo"], "seeds": [1, 2]},
+    raw["arms"] = {"grpo_n8": {"overrides": ["exchange.kind=none"], "seeds": [1, 2]},
                    "graft_n8": {"overrides": [], "seeds": [1, 2, 3]}}
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -469,7 +469,8 @@ def test_a_named_onestep_summary_becomes_one_step_effect(tmp_path, tiny_llama_di
     plan = load_plan(path)
     s = summarize(plan)
     eff = s["one_step_effect"]["A->B"]
-    assert set(eff) == {"replaced", "unseen"} and set(eff["replaced"]) == {"mean", "ci95", "prompts", "states"}
+    assert set(eff) == {"replaced", "unseen"}
+    assert set(eff["replaced"]) == {"mean", "ci95", "prompts", "states", "differed", "t95"}
     assert eff["replaced"]["mean"] == pytest.approx(0.125) and eff["replaced"]["prompts"] == 2
     assert s["one_step_effect_gate_off"]["A->B"]["unseen"]["mean"] == pytest.approx(-0.25)
     assert s["one_step_treatment"]["A->B"]["admitted_correct/graft"] == 4      # two replaced rows x 2
@@ -478,6 +479,10 @@ def test_a_named_onestep_summary_becomes_one_step_effect(tmp_path, tiny_llama_di
     assert "+12.5 [" in line and "| 2 (2) | 6 (4) |" in line
     assert s["one_step_states"] == {"measured": 3, "with_exchange": 2}
     assert "Training states measured: 3; 2 had a prompt to exchange" in md
+    # t over the 2 state means (+0.25, 0.0): mean 0.125, sd 0.1768, se 0.125, t(0.975, df 1) = 12.706,
+    # half-width 1.588 -> [-1.463, +1.713]; 1 of the 2 replaced prompts changed at all
+    assert "| A->B | replaced | +12.5 [-146.3, +171.3] | 1 of 2 | 2 |" in md
+    assert s["one_step_verdict_interval"]["uses"] == "t95"
     missing = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared={"onestep": "none.json"})
     assert "one_step_effect" not in summarize(load_plan(missing))   # not measured yet: nothing claimed
 

@@ -35,3 +35,18 @@ def test_every_path_the_contributor_page_names_exists():
     for registry in re.findall(r"`([A-Z]+)` in `graft/registry.py`|\| `([A-Z]+)` \|", text):
         name = next(r for r in registry if r)
         assert hasattr(graft.registry, name), name
+
+
+def test_the_package_data_rule_ships_every_packaged_config():
+    """graft/configs goes into the wheel and sdist through package-data: every file under it matches one of the
+    rule's globs, as setuptools expands them. The repository's configs/ links each packaged preset (so
+    ``configs/default.yaml`` and ``graft train default`` are the same file) and holds the experiment plans, which
+    stay beside the results/ they read (``../../results/...``)."""
+    rules = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["graft"]
+    shipped = {p for rule in rules for p in (REPO / "graft").glob(rule) if p.is_file()}
+    files = {p for p in (REPO / "graft" / "configs").rglob("*") if p.is_file()}
+    assert len(files) >= 20 and files <= shipped
+    links = {p.name: p for p in (REPO / "configs").iterdir() if p.is_symlink()}
+    assert sorted(links) == sorted(p.name for p in (REPO / "graft" / "configs").iterdir())
+    assert all(p.resolve() == REPO / "graft" / "configs" / name for name, p in links.items())
+    assert (REPO / "configs" / "experiments" / "study.yaml").resolve().parent == REPO / "configs" / "experiments"

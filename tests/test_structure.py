@@ -14,6 +14,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graft", "graft.errors"),
     ("graft.types", "graft.seeds", "graft.registry", "graft.files", "graft.console"),
     ("graft.config",),
+    ("graft.parsers",),
     ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),
     ("graft.domains",),
     ("graft.policy",),
@@ -22,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graft.evaluation",),
     ("graft.trainer",),
     ("graft.bench", "graft.cli", "graft.eval_cli", "graft.grade_cli", "graft.experiment", "graft.export", "graft.onestep", "graft.probe"),
+    ("graft.docs_gen",),
 ]
 """Bottom to top. A module may import its own folder and any lower layer; nothing of its own layer's
 other folders and nothing above."""

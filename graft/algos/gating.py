@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-ADMISSION_MODES = ("gate", "random", "all")
-WEIGHTING_MODES = ("compat", "none")
+from graft.registry import ADMISSIONS, WEIGHTINGS
+
 LOG_S_CLAMP = 20.0
 HACPO_LOG_S_CLAMP = 10.0
 
@@ -61,6 +61,34 @@ def gate_metrics(s: Tensor, admitted: Tensor) -> dict:
     }
 
 
+def admit_gate(passes: Tensor, generator: torch.Generator | None) -> Tensor:
+    """``gate``: admit the responses with s > δ (``passes``)."""
+    return passes
+
+
+def admit_random(passes: Tensor, generator: torch.Generator | None) -> Tensor:
+    """``random``: admit as many responses as the gate would, drawn uniformly."""
+    admitted = torch.zeros_like(passes)
+    pick = torch.randperm(passes.numel(), generator=generator)[: int(passes.sum())]
+    admitted[pick.to(passes.device)] = True
+    return admitted
+
+
+def admit_all(passes: Tensor, generator: torch.Generator | None) -> Tensor:
+    """``all``: admit every response."""
+    return torch.ones_like(passes)
+
+
+def weight_compat(s: Tensor, admitted: Tensor, cap: float) -> Tensor:
+    """``compat``: w = min(s, cap) if admitted else 0."""
+    return torch.where(admitted, s.clamp(max=cap), torch.zeros_like(s))
+
+
+def weight_none(s: Tensor, admitted: Tensor, cap: float) -> Tensor:
+    """``none``: w = 1 if admitted else 0."""
+    return admitted.to(s.dtype)
+
+
 def gate(
     s: Tensor,
     delta: float | Tensor,
@@ -71,10 +99,10 @@ def gate(
 ) -> tuple[Tensor, Tensor, dict]:
     """Admission and weights of transferred responses (spec §3.4; ablations §8).
 
-    ``gate``: admit s > δ (s <= δ dropped; δ a scalar or per-response [N]).
-    ``random``: admit as many responses as the gate would, drawn uniformly (``generator``).
-    ``all``: admit every response.
-    ``compat`` weighting: w = min(s, cap) if admitted else 0; ``none``: w = 1 if admitted.
+    ``admission`` (:data:`graft.registry.ADMISSIONS`): ``gate`` admits s > δ (s <= δ dropped; δ a scalar or
+    per-response [N]); ``random`` as many responses as the gate would, drawn uniformly (``generator``); ``all``
+    every response. ``weighting`` (:data:`graft.registry.WEIGHTINGS`): ``compat`` w = min(s, cap) if admitted
+    else 0; ``none`` w = 1 if admitted.
     Random admission keeps the compat weight of whatever it admits, so only the choice of
     responses differs from the gate. Returns admitted Bool[N], weights [N], metrics
     (transferred, admitted, admitted_frac, s_mean, s_p10/50/90; all 0 when N = 0).
@@ -82,24 +110,9 @@ def gate(
     assert s.dim() == 1, f"s must be [N], got {tuple(s.shape)}"
     delta = torch.as_tensor(delta, dtype=s.dtype, device=s.device)
     assert delta.dim() == 0 or delta.shape == s.shape, f"delta must be scalar or [N], got {tuple(delta.shape)}"
-    passes = s > delta
-    if admission == "gate":
-        admitted = passes
-    elif admission == "random":
-        admitted = torch.zeros_like(passes)
-        pick = torch.randperm(s.numel(), generator=generator)[: int(passes.sum())]
-        admitted[pick.to(s.device)] = True
-    elif admission == "all":
-        admitted = torch.ones_like(passes)
-    else:
-        raise ValueError(f"unknown admission {admission!r}; valid: {', '.join(ADMISSION_MODES)}")
-    if weighting == "compat":
-        weights = torch.where(admitted, s.clamp(max=cap), torch.zeros_like(s))
-    elif weighting == "none":
-        weights = admitted.to(s.dtype)
-    else:
-        raise ValueError(f"unknown weighting {weighting!r}; valid: {', '.join(WEIGHTING_MODES)}")
-    return admitted, weights, gate_metrics(s, admitted)
+    admit, weigh = ADMISSIONS[admission], WEIGHTINGS[weighting]   # unknown names: UnknownName (a ValueError)
+    admitted = admit(s > delta, generator)
+    return admitted, weigh(s, admitted, cap), gate_metrics(s, admitted)
 
 
 def hacpo_peer_weights(s: Tensor, delta: float, delta_step: float, k: int, capability_ratio: float = 1.0) -> Tensor:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-AGG_MODES = ("token-mean", "seq-mean-token-mean")
+from graft.registry import LOSS_AGGS
+
 RATIO_LEVELS = ("token", "sequence")
 LOG_RATIO_CLAMP = 20.0
 
@@ -30,28 +31,34 @@ def _check(logp: Tensor, old_logp: Tensor, advantages: Tensor, weights: Tensor, 
     assert is_peer.dtype == torch.bool, f"is_peer must be bool, got {is_peer.dtype}"
 
 
+def agg_token_mean(masked: Tensor, mask: Tensor, num_tokens: float | None, num_seqs: float | None) -> Tensor:
+    """``token-mean``: Σ_{b,t} l·m / num_tokens, num_tokens = Σ m by default (DAPO, the paper's text)."""
+    denom = mask.sum().clamp(min=1).item() if num_tokens is None else max(num_tokens, 1.0)
+    return masked.sum() / denom
+
+
+def agg_seq_mean_token_mean(masked: Tensor, mask: Tensor, num_tokens: float | None, num_seqs: float | None) -> Tensor:
+    """``seq-mean-token-mean``: Σ_b (Σ_t l·m / Σ_t m) / num_seqs, num_seqs = rows with a valid token by default
+    (the paper's formula; HACPO's)."""
+    lengths = mask.sum(dim=1)
+    seq = masked.sum(dim=1) / lengths.clamp(min=1).to(masked.dtype)
+    denom = (lengths > 0).sum().clamp(min=1).item() if num_seqs is None else max(num_seqs, 1.0)
+    return seq.sum() / denom
+
+
 def aggregate(
     loss_mat: Tensor, mask: Tensor, mode: str, num_tokens: float | None = None, num_seqs: float | None = None
 ) -> Tensor:
-    """Reduce a [B,T] token loss to a scalar (spec §3.5; verl ``agg_loss``).
+    """Reduce a [B,T] token loss to a scalar (spec §3.5; verl ``agg_loss``) by the rule ``mode`` of
+    :data:`graft.registry.LOSS_AGGS` (:func:`agg_token_mean`, :func:`agg_seq_mean_token_mean`).
 
-    ``token-mean``: Σ_{b,t} l·m / num_tokens, num_tokens = Σ m by default (DAPO, the paper's
-    text). ``seq-mean-token-mean``: Σ_b (Σ_t l·m / Σ_t m) / num_seqs, num_seqs = rows with a
-    valid token by default (the paper's formula). Passing the GLOBAL count of a batch split
-    across micro-batches or ranks makes the parts sum to the full-batch value.
+    Passing the GLOBAL count of a batch split across micro-batches or ranks makes the parts sum to the
+    full-batch value.
     """
     assert loss_mat.dim() == 2 and mask.shape == loss_mat.shape, f"expected [B,T] twice, got {tuple(loss_mat.shape)}, {tuple(mask.shape)}"
+    reduce = LOSS_AGGS[mode]   # unknown mode: UnknownName (a ValueError) listing the valid ones
     mask = mask.bool()
-    masked = torch.where(mask, loss_mat, torch.zeros_like(loss_mat))
-    if mode == "token-mean":
-        denom = mask.sum().clamp(min=1).item() if num_tokens is None else max(num_tokens, 1.0)
-        return masked.sum() / denom
-    if mode == "seq-mean-token-mean":
-        lengths = mask.sum(dim=1)
-        seq = masked.sum(dim=1) / lengths.clamp(min=1).to(masked.dtype)
-        denom = (lengths > 0).sum().clamp(min=1).item() if num_seqs is None else max(num_seqs, 1.0)
-        return seq.sum() / denom
-    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGG_MODES)}")
+    return reduce(torch.where(mask, loss_mat, torch.zeros_like(loss_mat)), mask, num_tokens, num_seqs)
 
 
 def _log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:

@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor
 
-BALANCE_MODES = ("min", "none", "asymmetric")
+from graft.registry import BALANCES, CONFLICTS
 
 
 def _check_pair(k: Tensor, mask: Tensor) -> None:
@@ -45,22 +45,28 @@ def top_with_ties(k_source: Tensor, candidates: Tensor, m: int) -> Tensor:
     return candidates & (k_source >= threshold)
 
 
-def balanced_targets(size_ab: int, size_ba: int, balance: str = "min", ratio: float = 2.0, floor: int = 1) -> tuple[int, int]:
-    """Per-direction selection targets (m_AB, m_BA) from the candidate counts.
+def balance_min(size_ab: int, size_ba: int, ratio: float, floor: int) -> tuple[int, int]:
+    """``min``: m = min(|C_AB|, |C_BA|) both ways (spec §3.3)."""
+    m = min(size_ab, size_ba)
+    return m, m
 
-    ``min``: m = min(|C_AB|, |C_BA|) both ways (spec §3.3). ``none``: all candidates.
-    ``asymmetric`` (beyond the paper, §9): m_dir = min(|C_dir|, ceil(ratio·|C_other|) + floor),
-    so the richer direction may keep up to ratio times the poorer one plus ``floor``.
-    """
-    if balance == "min":
-        m = min(size_ab, size_ba)
-        return m, m
-    if balance == "none":
-        return size_ab, size_ba
-    if balance == "asymmetric":
-        cap = lambda other: math.ceil(ratio * other) + floor  # noqa: E731
-        return min(size_ab, cap(size_ba)), min(size_ba, cap(size_ab))
-    raise ValueError(f"unknown balance {balance!r}; valid: {', '.join(BALANCE_MODES)}")
+
+def balance_none(size_ab: int, size_ba: int, ratio: float, floor: int) -> tuple[int, int]:
+    """``none``: every candidate both ways."""
+    return size_ab, size_ba
+
+
+def balance_asymmetric(size_ab: int, size_ba: int, ratio: float, floor: int) -> tuple[int, int]:
+    """``asymmetric`` (beyond the paper, §9): m_dir = min(|C_dir|, ceil(ratio·|C_other|) + floor), so the richer
+    direction may keep up to ratio times the poorer one plus ``floor``."""
+    cap = lambda other: math.ceil(ratio * other) + floor  # noqa: E731
+    return min(size_ab, cap(size_ba)), min(size_ba, cap(size_ab))
+
+
+def balanced_targets(size_ab: int, size_ba: int, balance: str = "min", ratio: float = 2.0, floor: int = 1) -> tuple[int, int]:
+    """Per-direction selection targets (m_AB, m_BA) from the candidate counts, by the rule ``balance`` of
+    :data:`graft.registry.BALANCES` (:func:`balance_min`, :func:`balance_none`, :func:`balance_asymmetric`)."""
+    return BALANCES[balance](size_ab, size_ba, ratio, floor)
 
 
 def balanced_selection(
@@ -118,7 +124,19 @@ def capped_selection(k_source: Tensor, candidates: Tensor, cap: int | None) -> T
     return candidates.clone() if cap is None else top_with_ties(k_source, candidates, cap)
 
 
-CONFLICT_RULES = ("most_successes", "most_compatible", "model_order")
+def conflict_most_successes(k: int, s_mean: float, source: int) -> tuple:
+    """``most_successes``: highest k_S, then highest mean s, then the earlier model."""
+    return k, s_mean, -source
+
+
+def conflict_most_compatible(k: int, s_mean: float, source: int) -> tuple:
+    """``most_compatible``: highest mean s, then highest k_S, then the earlier model."""
+    return s_mean, k, -source
+
+
+def conflict_model_order(k: int, s_mean: float, source: int) -> tuple:
+    """``model_order``: the earlier model."""
+    return (-source,)
 
 
 def resolve_conflicts(keep: Tensor, k_source: Tensor, s_mean: Tensor, rule: str = "most_successes") -> Tensor:
@@ -138,14 +156,12 @@ def resolve_conflicts(keep: Tensor, k_source: Tensor, s_mean: Tensor, rule: str 
     """
     assert keep.dim() == 2 and keep.dtype == torch.bool, f"keep must be Bool[S,P], got {keep.dtype} {tuple(keep.shape)}"
     assert k_source.shape == keep.shape and s_mean.shape == keep.shape, "k_source and s_mean must be [S,P] like keep"
-    if rule not in CONFLICT_RULES:
-        raise ValueError(f"unknown conflict rule {rule!r}; valid: {', '.join(CONFLICT_RULES)}")
+    rank = CONFLICTS[rule]   # (k_S, mean s, source index) -> sort key; unknown rule: UnknownName (a ValueError)
     out = keep.clone()
     S = keep.shape[0]
     for p in torch.nonzero(keep.sum(0) > 1).flatten().tolist():
         def key(s: int) -> tuple:
-            k, c = int(k_source[s, p]), float(s_mean[s, p])
-            return {"most_successes": (k, c, -s), "most_compatible": (c, k, -s), "model_order": (-s,)}[rule]
+            return rank(int(k_source[s, p]), float(s_mean[s, p]), s)
         winner = max((s for s in range(S) if keep[s, p]), key=key)
         out[:, p] = False
         out[winner, p] = True

@@ -11,43 +11,14 @@ from pathlib import Path
 import torch
 
 from graft.bench.common import PARTS, clean, environment, progress
+from graft.bench.args import bench_parser
 from graft.bench.graft_vs_grpo import bench_c
 from graft.bench.report import markdown
 from graft.bench.rollout_vs_generate import bench_b
 from graft.bench.runs import default_config_path
 from graft.bench.step_vs_trl import bench_a
-from graft.bench.trl_settings import TRL_DIFFERENCES, TRL_MATCHED, doc_list
 from graft.config import Config, ConfigError, load_config
 from graft.policy.loading import resolve_model_path
-
-DEFAULT_MODEL = "embedded:smollm2-135m-instruct"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """``graft bench``'s argument parser."""
-    p = argparse.ArgumentParser(
-        prog="graft bench", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Time graft's GRPO step against TRL (a), graft's rollout against model.generate (b) and the GRAFT "
-                    "step against the GRPO step (c), alternating repetitions; medians and raw values.",
-        epilog=doc_list("TRL settings matched in (a):", TRL_MATCHED) + doc_list("Differences that remain:", TRL_DIFFERENCES))
-    p.add_argument("--only", default="a,b,c", help="parts to run, comma-separated subset of a,b,c (default: all)")
-    p.add_argument("--reps", type=int, default=3, help="repetitions per side (default 3)")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model of part a (default {DEFAULT_MODEL})")
-    p.add_argument("--models", default=None, help="comma-separated models of part b (default: the config's models)")
-    p.add_argument("--config", default=None, help="YAML config (default: configs/default.yaml); its model entries give "
-                   "templates and learning rates, its pair is part c")
-    p.add_argument("--prompts", type=int, default=4, help="prompts per step (default 4)")
-    p.add_argument("--n", type=int, default=8, help="samples per prompt (default 8)")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="response length limit (default 48)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the config's)")
-    p.add_argument("--device", default=None, help="auto, cpu or cuda (default: the config's)")
-    p.add_argument("--out", default=None, help="folder for bench.json and bench.md")
-    p.add_argument("--keep-balance", action="store_true", help="part c: keep the config's exchange.balance "
-                   "(default: exchange.balance=none so that peer groups are handed over)")
-    p.add_argument("--max-tries", type=int, default=4, help="part c: GRAFT steps tried per repetition until one hands "
-                   "peer groups over (default 4)")
-    p.add_argument("overrides", nargs="*", help="key=value config overrides (e.g. rollout.temperature=1.0)")
-    return p
 
 
 def parse_only(text: str) -> tuple[str, ...]:
@@ -91,9 +62,9 @@ def check_inputs(args: argparse.Namespace, cfg: Config, parts: tuple[str, ...]) 
     paths = ([args.model] if "a" in parts else []) + (list(models_for_b(args, cfg)) if "b" in parts else [])
     for p in paths:
         resolve_model_path(p)
-    if "c" in parts and (cfg.peer.source != "live" or len(cfg.models) != 2):
-        raise ConfigError("part c compares GRAFT with GRPO on a pair: the config needs exactly two models and "
-                          "peer.source=live (use --only a,b otherwise)")
+    if "c" in parts and len(cfg.models) != 2:   # a stored-peer config (exchange.kind=stored) trains one model
+        raise ConfigError("part c compares GRAFT with GRPO on a pair: the config needs exactly two models "
+                          "(use --only a,b otherwise)")
 
 
 def _settings(args: argparse.Namespace, base: Config, parts: tuple[str, ...]) -> dict:
@@ -132,7 +103,7 @@ def _write(out: Path, result: dict, md: str) -> None:
 
 def bench_main(argv: list[str]) -> int:
     """``graft bench``: the chosen parts, the markdown on stdout, and ``--out``'s files."""
-    args = build_parser().parse_args(argv)
+    args = bench_parser().parse_args(argv)
     parts = parse_only(args.only)
     with tempfile.TemporaryDirectory(prefix="graft-bench-") as tmp:
         run_root = Path(tmp)

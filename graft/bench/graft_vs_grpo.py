@@ -1,5 +1,5 @@
 """Part (c) of ``graft bench``: a GRAFT step against a GRPO step on the config's pair, on one live
-Run whose ``exchange.mode`` is switched between repetitions."""
+Run whose ``exchange.kind`` is switched between repetitions (``live`` and ``none``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -31,9 +31,9 @@ def pair_row(metrics: dict, names: list[str], tries: int) -> dict:
     return row
 
 
-def _switch_exchange(run, mode: str) -> None:
-    """Make the live ``run``'s next steps exchange as ``exchange.mode=mode`` would (the run's config is left as it is)."""
-    cfg = dataclasses.replace(run.cfg, exchange=dataclasses.replace(run.cfg.exchange, mode=mode))
+def _switch_exchange(run, kind: str) -> None:
+    """Make the live ``run``'s next steps exchange as ``exchange.kind=kind`` would (the run's config is left as it is)."""
+    cfg = dataclasses.replace(run.cfg, exchange=dataclasses.replace(run.cfg.exchange, kind=kind))
     run.exchange = make_exchange(cfg, run.learners, run.grade)
 
 
@@ -49,7 +49,7 @@ class _PairSides:
 
     def graft(self, i: int) -> dict:
         """Repetition ``i`` of the GRAFT side."""
-        _switch_exchange(self.run, "graft")
+        _switch_exchange(self.run, "live")
         tried = []
         for t in range(1, self.max_tries + 1):
             self.state = self.run.sampler.state_dict()
@@ -64,11 +64,11 @@ class _PairSides:
 
     def grpo(self, i: int) -> dict:
         """Repetition ``i`` of the GRPO side."""
-        _switch_exchange(self.run, "grpo")
+        _switch_exchange(self.run, "none")
         try:
             return pair_row(rewound_step(self.run, self.state, next(self.steps)), self.names, 1)
         finally:
-            _switch_exchange(self.run, "graft")
+            _switch_exchange(self.run, "live")
 
 
 def _ensured_by(base: Config, keep_balance: bool, max_tries: int) -> str:
@@ -80,7 +80,7 @@ def _ensured_by(base: Config, keep_balance: bool, max_tries: int) -> str:
 
 def bench_c(base: Config, reps: int, run_root: Path, keep_balance: bool, max_tries: int) -> dict:
     """Part (c): GRAFT and GRPO steps alternating on the config's pair."""
-    exchange = dataclasses.replace(base.exchange, mode="graft", **({} if keep_balance else {"balance": "none"}))
+    exchange = dataclasses.replace(base.exchange, kind="live", **({} if keep_balance else {"balance": "none"}))
     cfg = dataclasses.replace(base, run_dir=str(run_root / "c"), exchange=exchange)
     progress(f"(c) loading {', '.join(m.path for m in cfg.models)}")
     run = setup(cfg)

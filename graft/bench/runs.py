@@ -7,6 +7,7 @@ import json
 import re
 import statistics
 from pathlib import Path
+from typing import Literal
 
 from graft.config import Config, ModelConfig
 from graft.trainer.backends import close_learners
@@ -31,7 +32,7 @@ def model_entry(cfg: Config, path: str) -> ModelConfig:
     for m in cfg.models:
         if m.path == path:
             return m
-    template = "chat" if getattr(load_tokenizer(path), "chat_template", None) else "fewshot"
+    template: Literal["chat", "fewshot"] = "chat" if getattr(load_tokenizer(path), "chat_template", None) else "fewshot"
     lr = cfg.models[0].lr if cfg.models else ModelConfig.lr
     return ModelConfig(name=_slug(path), path=path, template=template, fewshot=2, lr=lr)
 
@@ -39,8 +40,7 @@ def model_entry(cfg: Config, path: str) -> ModelConfig:
 def single_model_config(cfg: Config, entry: ModelConfig, run_dir: Path, **update) -> Config:
     """``cfg`` training ``entry`` alone with GRPO, in-process (``backend: local``)."""
     return dataclasses.replace(cfg, models=[entry], run_dir=str(run_dir), backend="local",
-                               exchange=dataclasses.replace(cfg.exchange, mode="grpo"),
-                               peer=dataclasses.replace(cfg.peer, source="live"),
+                               exchange=dataclasses.replace(cfg.exchange, kind="none"),   # GRPO
                                update=dataclasses.replace(cfg.update, **update))
 
 

@@ -242,7 +242,7 @@ def _palindrome_fn() -> CodeSpec:
 
 # ----------------------------------------------------------------------------- list families
 
-_STATS = {
+_STATS: dict[str, tuple[str, str, Callable[..., Any], int, str]] = {
     "sum_list": ("nums", "the sum of the integers in the list nums (0 when nums is empty)", sum, 0, "sum(nums)"),
     "max_of_list": ("nums", "the largest integer in the non-empty list nums", max, 1, "max(nums)"),
     "list_length": ("items", "the number of elements in the list items", len, 0, "len(items)"),
@@ -323,7 +323,8 @@ def _example_text(spec: CodeSpec, args: tuple) -> str:
 
 def _tests(spec: CodeSpec, rng: random.Random, example: tuple, n: int, family: str) -> list[str]:
     """``n`` tests on distinct inputs, none of them the example's."""
-    seen, tests, tries = {repr(example)}, [], 0
+    tests: list[str] = []
+    seen, tries = {repr(example)}, 0
     while len(tests) < n:
         args = spec.draw(rng, len(tests) + 1)
         tries += 1

@@ -113,6 +113,6 @@ def load_domain(name: str) -> Domain:
 def config_domain(tree: Mapping[str, Any]) -> Domain:
     """The domain of a saved run config (a ``config.yaml`` as a dict, of this version or an earlier one);
     ``math`` for a config without one."""
-    tree = json.loads(json.dumps(dict(tree or {}), default=str))
-    upgrade_tree(tree)
-    return load_domain(str((tree.get("reward") or {}).get("domain", "math")))
+    plain: dict[str, Any] = json.loads(json.dumps(dict(tree or {}), default=str))
+    upgrade_tree(plain)
+    return load_domain(str((plain.get("reward") or {}).get("domain", "math")))

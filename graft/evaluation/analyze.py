@@ -3,7 +3,7 @@
 Inputs (docs/design.md): ``metrics.jsonl``, ``audit.jsonl``, ``config.yaml`` and, when
 present, the Parquet trajectory store ``trajectories/``. Output: ``RUN_DIR/analysis.json``
 (NaN written as null) and a printed summary. Everything is optional except metrics.jsonl:
-a ``mode: grpo`` run has no exchange entries and still gets complementarity, clip rates and
+a GRPO run (``exchange.kind: none``) has no exchange entries and still gets complementarity, clip rates and
 reward curves.
 
 Definitions
@@ -28,7 +28,6 @@ Definitions
 """
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import math
@@ -44,8 +43,9 @@ from graft.config import ConfigError, load_config
 from graft.data.arithmetic import FAMILIES
 from graft.evaluation.evaluate import best_checkpoint, json_clean
 from graft.evaluation.metrics import complementarity_counts
-from graft.exchange.kinds import describe_exchange
+from graft.exchange.kinds import ExchangeDescription, describe_exchange
 from graft.domains.base import config_domain
+from graft.parsers import analyze_parser
 from graft.reward.shortcuts import FLAGS, chance_level
 from graft.storage.trajectory_store import TrajectoryStore
 
@@ -423,8 +423,10 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
     audit = read_jsonl(run_dir / "audit.jsonl")
     models = model_names(cfg, rows)
     dirs = directions(models, rows, audit)
-    exch = cfg.get("exchange") or {}
-    delta = exch.get("delta", 0.8)
+    desc = _exchange(run_dir)
+    # the gate in force: the kind's effective delta (HACPO's sharing uses 0); the configured one of a config that
+    # no longer loads; None for a run that gates nothing (GRPO) or has no config
+    delta = desc.settings.get("exchange.delta") if desc else (cfg.get("exchange") or {}).get("delta")
     counts = read_store_counts(run_dir)
     chance = families_chance(cfg)
     flags = config_domain(cfg).flags
@@ -439,9 +441,9 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
         comp.update(_cross_run_complementarity(run_dir, Path(against), counts))
     analysis: dict[str, Any] = {
         "run_dir": str(run_dir),
-        "mode": exch.get("mode", "graft") if cfg else ("graft" if audit else "grpo"),
-        "peer_source": (cfg.get("peer") or {}).get("source", "live"),
-        "exchange_description": _exchange_description(run_dir),
+        "mode": desc.method.lower() if desc else ("graft" if audit else "grpo"),
+        "exchange_kind": desc.kind if desc else None,
+        "exchange_description": desc.lines() if desc else None,
         "models": models,
         "directions": dirs,
         "delta": delta,
@@ -534,11 +536,11 @@ def treatment_lines(tr: dict[str, dict]) -> list[str]:
     return lines
 
 
-def _exchange_description(run_dir: Path) -> list[str] | None:
-    """What the run's exchange did (:func:`graft.exchange.kinds.describe_exchange`), or None when its config.yaml
-    is missing or no longer loads (a run of an older graft)."""
+def _exchange(run_dir: Path) -> ExchangeDescription | None:
+    """What the run's exchange did, with the settings it used (:func:`graft.exchange.kinds.describe_exchange` of
+    its config.yaml), or None when its config.yaml is missing or no longer loads (a run of an older graft)."""
     try:
-        return describe_exchange(load_config(run_dir / "config.yaml")).lines()
+        return describe_exchange(load_config(run_dir / "config.yaml"))
     except (ConfigError, OSError):
         return None
 
@@ -687,11 +689,7 @@ def summary_text(a: dict) -> str:
 
 def analyze_main(argv: Sequence[str] | None = None) -> int:
     """``graft analyze RUN_DIR [--against RUN_DIR2] [--json]``; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="graft analyze", description="Complementarity, exchange, s and clip statistics of a run.")
-    ap.add_argument("run_dir")
-    ap.add_argument("--against", default=None, help="another run folder: complementarity across the two runs' stores")
-    ap.add_argument("--json", action="store_true", help="print the analysis JSON instead of the summary")
-    args = ap.parse_args(argv)
+    args = analyze_parser().parse_args(argv)
     try:
         a = analyze(args.run_dir, args.against)
     except AnalysisError as e:

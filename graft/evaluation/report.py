@@ -22,7 +22,6 @@ compute.png         accuracy (eval pass@1, else training reward) vs wall-clock a
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from graft.evaluation.analyze import complementarity_matrix, AnalysisError, compute_analysis, read_config, read_metrics
+from graft.parsers import report_parser
 
 PLOTS = ("rewards.png", "training.png", "eval.png", "complementarity.png", "s_hist.png", "clip_rates.png", "exchange.png", "compute.png")
 
@@ -440,10 +440,7 @@ def _numbers_lines(label: str, a: dict) -> list[str]:
 
 def report_main(argv: Sequence[str] | None = None) -> int:
     """``graft report RUN_DIR [RUN_DIR ...] [--out DIR]``; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="graft report", description="Markdown report with plots for one or more runs.")
-    ap.add_argument("run_dirs", nargs="+")
-    ap.add_argument("--out", default=None, help="output folder (default: RUN_DIR/report for one run, ./report otherwise)")
-    args = ap.parse_args(argv)
+    args = report_parser().parse_args(argv)
     out = Path(args.out) if args.out else (Path(args.run_dirs[0]) / "report" if len(args.run_dirs) == 1 else Path("report"))
     try:
         path = report(args.run_dirs, out)

@@ -17,7 +17,6 @@ Eval files hold no question text: ``--data FILE`` (the eval JSONL, repeatable) j
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from dataclasses import asdict, dataclass
@@ -31,11 +30,10 @@ from graft.domains import Domain
 from graft.domains.base import config_domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import PromptRecord
+from graft.parsers import samples_parser
 from graft.storage.trajectory_store import TrajectoryStore
 
 Source = Literal["train", "peer", "eval"]
-SOURCES: tuple[Source, ...] = ("train", "peer", "eval")
-REWARDS = ("1", "0", "any")
 
 
 class SamplesError(UserError):
@@ -113,7 +111,7 @@ def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int
         raise SamplesError(f"no trajectory store under {run} (step_NNNNNN.parquet files in {run}/trajectories): "
                            "a recorded run keeps its small files only; read it with --from eval")
     wanted = None if steps is None else [s for s in stored if steps[0] <= s <= steps[1]]
-    if wanted == []:
+    if wanted == [] and steps is not None:
         raise SamplesError(f"no stored step of {run} lies in --steps {steps[0]}-{steps[1]} "
                            f"(stored: {stored[0]}-{stored[-1]})")
     cols = ["model", "step", "prompt_id", "problem", "answer", "response", "reward", "admitted_by"]
@@ -151,7 +149,7 @@ def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, 
         who = f"model {model!r}" if model else "any model"
         raise SamplesError(f"no evaluation of {who} under {run} (looked for {run}/results.json, "
                            f"{run}/eval_final/MODEL/results.json and {run}/eval/MODEL/results.json)")
-    out = []
+    out: list[Sample] = []
     for name, folder in folders.items():
         for path in sorted(folder.glob("*/repeat_*.jsonl")):
             for i, line in enumerate(path.read_text().splitlines(), 1):
@@ -205,22 +203,8 @@ def collect(run: Path, source: Source, model: str | None, steps: tuple[int, int]
 
 
 def samples_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="graft samples", description="Print a seeded random pick of a run's responses "
-                                "(rewarded training rollouts by default): read what the model writes.")
-    p.add_argument("run", help="a run folder (or a `graft eval` output folder with --from eval)")
-    p.add_argument("--from", dest="source", choices=SOURCES, default="train",
-                   help="train: own rollouts; peer: rollouts admitted from another model; eval: held-out responses")
-    p.add_argument("--model", help="train/eval: the writer; peer: the receiver (default: every model)")
-    p.add_argument("--reward", choices=REWARDS, default="1", help="1: rewarded (default), 0: not rewarded, any")
-    p.add_argument("--steps", help="training steps, e.g. 13-18 (default: all)")
-    p.add_argument("-n", type=int, default=12, help="how many to print (default 12)")
-    p.add_argument("--seed", type=int, default=0, help="the draw's seed (default 0)")
-    p.add_argument("--width", type=int, default=400, help="cut each question and response at this many characters")
-    p.add_argument("--data", action="append", default=[], help="eval JSONL joined by id for the question text "
-                   "(repeatable; --from eval)")
-    p.add_argument("--json", action="store_true", help="print the picked samples as JSON lines")
     try:
-        args = p.parse_args(argv)
+        args = samples_parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
     if args.n < 0 or args.width < 2:

@@ -14,13 +14,16 @@ import torch
 from graft.algos.advantages import RollingRate, hacpo_advantages
 from graft.config import ExchangeConfig
 from graft.exchange.handover import Receiver, Scoring, hand_over
-from graft.exchange.live import Grade, direction_metrics, regrade
+from graft.exchange.common import Grade, direction_metrics, regrade
 from graft.types import ExchangeResult, RolloutGroup
 
 HACPO_SHARING = {"delta": 0.0, "delta_by_length": {}, "admission": "all", "weighting": "compat",
                  "successes_only": False, "pooled_rewards": False, "include_all_correct": False}
 """The exchange settings HACPO's sharing uses in place of the configured ones (``exchange.<field>``): every
 response of every prompt joins the receiver, weighted ``min(s, 1)``, none dropped."""
+HACPO_UPDATE = {"rule": "hacpo", "loss_agg": "seq-mean-token-mean"}
+"""The update HACPO trains with (``update.<field>``): its rule (:class:`graft.trainer.rules.HacpoRule`, which the
+config must name: ``update.rule=hacpo``) and the loss aggregation that rule uses in place of ``update.loss_agg``."""
 
 
 def hacpo_exchange(step: int, groups: dict[str, list[RolloutGroup]], receivers: dict[str, Receiver],

@@ -1,13 +1,20 @@
-"""Which exchange a run performs, decided in one place, and one object per kind that performs it.
+"""Which exchange a run performs, and one object per kind that performs it.
 
-:func:`exchange_kind` reads the three settings that decide it (``peer.source``, ``exchange.mode``,
-``update.rule``); :func:`make_exchange` builds the object (a kind of :data:`graft.registry.EXCHANGES`).
-Every kind is called the same way, ``exchange(groups, step) -> ExchangeResult``, and says what it does
-with :meth:`Exchange.describe` -- the run summary, the model card, ``graft analyze`` and the report all
-print that description. A kind that replaces configured settings (HACPO's sharing) lists them there.
+``exchange.kind`` names the kind, a name of :data:`graft.registry.EXCHANGES`; :func:`exchange_kind` is the one
+place that reads it, :func:`make_exchange` builds the object. Every kind is called the same way,
+``exchange(groups, step) -> ExchangeResult``, and per kind (class methods, no model needed):
 
-Adding a kind = one :class:`Exchange` subclass (any module) registered in :data:`graft.registry.EXCHANGES`,
-plus its case in :func:`exchange_kind`.
+- :meth:`Exchange.check` refuses, when the config loads, settings the kind cannot run (one line naming the
+  field: how many models, the stored peer's store, the update rule it trains with);
+- :meth:`Exchange.effective` gives the settings it actually uses, ``section.field -> value``: the exchange
+  settings (HACPO's sharing replaces δ, admission ...), ``update.rule`` and ``update.loss_agg`` (HACPO's rule
+  aggregates seq-mean-token-mean whatever ``update.loss_agg`` says);
+- :meth:`Exchange.describe_config` says it for people: the method, one sentence, the effective settings and every
+  configured value they override ("overridden by hacpo"). The run's ``config.yaml`` starts with these lines as
+  comments, and the run summary, the model card, ``graft analyze`` and the report read them from here.
+
+Adding a kind = one :class:`Exchange` subclass (any module) registered in :data:`graft.registry.EXCHANGES`
+(or ``EXCHANGES.register("name", MyExchange)``); ``exchange.kind: name`` selects it.
 """
 from __future__ import annotations
 
@@ -17,10 +24,11 @@ from typing import Any, ClassVar, Mapping
 import torch
 
 from graft.algos.advantages import RollingRate
-from graft.config import Config
-from graft.exchange.hacpo import HACPO_SHARING, hacpo_exchange
+from graft.config import Config, ConfigError
+from graft.exchange.common import Grade
+from graft.exchange.hacpo import HACPO_SHARING, HACPO_UPDATE, hacpo_exchange
 from graft.exchange.handover import Receiver, Scoring
-from graft.exchange.live import Grade, exchange_live
+from graft.exchange.live import exchange_live
 from graft.exchange.stored import exchange_stored, stored_peer_groups
 from graft.registry import EXCHANGES
 from graft.seeds import step_seed
@@ -29,13 +37,12 @@ from graft.types import ExchangeResult, RolloutGroup
 
 
 def exchange_kind(cfg: Config) -> str:
-    """The exchange ``cfg`` runs: ``stored`` (``peer.source: store``), ``none`` (``exchange.mode: grpo``),
-    ``hacpo`` (``update.rule: hacpo``: HACPO shares every prompt) or ``live`` (GRAFT among the co-trained models)."""
-    if cfg.peer.source == "store":
-        return "stored"
-    if cfg.exchange.mode == "grpo":
-        return "none"
-    return "hacpo" if cfg.update.rule == "hacpo" else "live"
+    """The exchange ``cfg`` runs: ``exchange.kind`` (read here and nowhere else)."""
+    return cfg.exchange.kind
+
+
+def _show(v: Any) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
 
 
 @dataclass(frozen=True)
@@ -48,45 +55,57 @@ class ExchangeDescription:
     summary: str
     """One sentence: who hands what to whom."""
     settings: dict[str, Any] = field(default_factory=dict)
-    """The exchange settings in force (``exchange.<field>`` -> value); empty when nothing is exchanged."""
+    """The settings in force (``section.field`` -> value, :meth:`Exchange.effective`): the exchange settings the
+    kind uses (none when nothing is exchanged), ``update.rule`` and ``update.loss_agg``."""
     replaced: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    """Configured settings this kind does not use: ``exchange.<field>`` -> (configured, used instead)."""
+    """Configured settings the kind overrides: ``section.field`` -> (configured, used instead)."""
 
     def lines(self) -> list[str]:
-        """The description as text lines (``exchange: ...``)."""
+        """The description as text lines: ``exchange: ...``, one line per overridden setting, and the effective
+        settings (``effective: k=v, ...``)."""
         out = [f"exchange: {self.method} -- {self.summary}"]
-        out += [f"  {k} = {v!r} (configured {c!r}: not used by {self.method})" for k, (c, v) in self.replaced.items()]
+        out += [f"  {k} = {_show(v)} (configured {_show(c)}: overridden by {self.kind})" for k, (c, v) in self.replaced.items()]
+        out.append("  effective: " + ", ".join(f"{k}={_show(v)}" for k, v in self.settings.items()))
         return out
 
 
 @dataclass
 class StoredPeer:
-    """A stored peer (``peer.source: store``): its groups by prompt and its model name in the store."""
+    """A stored peer (``exchange.kind: stored``): its groups by prompt and its model name in the store."""
 
     groups: dict[str, list[StoredGroup]]
     name: str
 
 
 def open_peer_store(cfg: Config) -> StoredPeer | None:
-    """The stored peer's groups (read before any model loads), or None when the peer is live."""
-    if exchange_kind(cfg) != "stored":
-        return None
-    try:
-        store = TrajectoryStore(cfg.peer.store_path)
-        name = store.resolve_model(cfg.peer.store_model, exclude=cfg.models[0].name)
-        return StoredPeer(store.iter_groups(name), name)
-    except StoreError as e:
-        raise StoreError(f"peer.store_path: {e}") from None
+    """The stored peer's groups of ``cfg``'s exchange (read before any model loads), or None when it has none."""
+    return EXCHANGES[exchange_kind(cfg)].open_peer(cfg)
 
 
 GATE_SETTINGS = ("delta", "delta_by_length", "weight_cap", "admission", "weighting", "balance", "selection",
                  "successes_only", "include_all_correct", "pooled_rewards")
+"""The ``exchange.<field>`` settings a kind that hands groups over uses (its effective settings)."""
 
 
 class Exchange:
-    """One kind of exchange; ``exchange(groups, step)`` with ``groups`` = every model's scored groups of the step."""
+    """One kind of exchange; ``exchange(groups, step)`` with ``groups`` = every model's scored groups of the step.
+
+    A subclass sets :attr:`kind` (its registry name), :attr:`method`, :attr:`models`, and where they apply
+    :attr:`settings`, :attr:`overrides` and :attr:`rule`; it implements ``__call__`` and :meth:`summary`."""
 
     kind: ClassVar[str]
+    method: ClassVar[str]
+    """The method's name for people (``GRAFT``)."""
+    models: ClassVar[tuple[int, int | None]] = (1, None)
+    """How many models it trains: (at least, at most; None = no limit)."""
+    settings: ClassVar[tuple[str, ...]] = ()
+    """The ``exchange.<field>`` settings it uses (reported as effective settings)."""
+    overrides: ClassVar[Mapping[str, Any]] = {}
+    """``section.field`` -> the value it uses in place of the configured one (stated as "overridden by KIND")."""
+    rule: ClassVar[str | None] = None
+    """The ``update.rule`` it trains with, which the config must name (None: any rule no other kind claims)."""
+    hands_over: ClassVar[bool] = True
+    """Models may train on groups that are not their own (False: GRPO, each model alone)."""
 
     def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
                  peer: StoredPeer | None = None) -> None:
@@ -95,12 +114,48 @@ class Exchange:
     def __call__(self, groups: dict[str, list[RolloutGroup]], step: int) -> ExchangeResult:
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ the kind's settings (no model needed)
+    @classmethod
+    def check(cls, cfg: Config) -> None:
+        """Refuse settings this kind cannot run: a :class:`ConfigError` of one line naming the field."""
+        low, high = cls.models
+        n = len(cfg.models)
+        if n < low or (high is not None and n > high):
+            want = f"exactly {low}" if low == high else f"at least {low}" if high is None else f"{low} to {high}"
+            raise ConfigError(f"models: exchange.kind={cls.kind} trains {want} model(s), got {n}")
+        _check_rule(cls, cfg)
+
+    @classmethod
+    def effective(cls, cfg: Config) -> dict[str, Any]:
+        """The settings in force, ``section.field`` -> value: the exchange settings it uses, ``update.rule`` and
+        ``update.loss_agg``, each overridden value in place of the configured one."""
+        used = {f"exchange.{k}": getattr(cfg.exchange, k) for k in cls.settings}
+        used |= {"update.rule": cfg.update.rule, "update.loss_agg": cfg.update.loss_agg}
+        return used | {k: v for k, v in cls.overrides.items() if k in used}
+
+    @classmethod
+    def replaced(cls, cfg: Config) -> dict[str, tuple[Any, Any]]:
+        """The configured settings it overrides with another value: ``section.field`` -> (configured, used)."""
+        configured = {k: _configured(cfg, k) for k in cls.overrides}
+        used = cls.effective(cfg)
+        return {k: (configured[k], used[k]) for k in cls.overrides if k in used and configured[k] != used[k]}
+
+    @classmethod
+    def summary(cls, cfg: Config) -> str:
+        """One sentence: who hands what to whom."""
+        raise NotImplementedError
+
     @classmethod
     def describe_config(cls, cfg: Config) -> ExchangeDescription:
-        raise NotImplementedError
+        return ExchangeDescription(cls.kind, cls.method, cls.summary(cfg), cls.effective(cfg), cls.replaced(cfg))
 
     def describe(self) -> ExchangeDescription:
         return self.describe_config(self.cfg)
+
+    @classmethod
+    def open_peer(cls, cfg: Config) -> StoredPeer | None:
+        """The stored peer it replays (read before any model loads); None: its peers are trained in this run."""
+        return None
 
     def state_dict(self) -> dict:
         return {}
@@ -122,43 +177,56 @@ class Exchange:
         return torch.Generator().manual_seed(step_seed(self.cfg.seed, step, "exchange"))
 
 
-def _settings(cfg: Config) -> dict[str, Any]:
-    return {f"exchange.{k}": getattr(cfg.exchange, k) for k in GATE_SETTINGS}
+def _configured(cfg: Config, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def _check_rule(kind: type[Exchange], cfg: Config) -> None:
+    """``update.rule`` agrees with the kind: the rule it trains with, or no rule another kind claims."""
+    rule = cfg.update.rule
+    if kind.rule is not None and rule != kind.rule:
+        raise ConfigError(f"update.rule: exchange.kind={kind.kind} trains with update.rule={kind.rule}, got {rule!r}")
+    owners = [name for name in EXCHANGES if name != kind.kind and EXCHANGES[name].rule == rule]
+    if kind.rule is None and owners:
+        raise ConfigError(f"update.rule: {rule} runs with its own exchange, exchange.kind={owners[0]} "
+                          f"(got exchange.kind={kind.kind})")
 
 
 class NoExchange(Exchange):
     """GRPO: every model trains on its own groups."""
 
-    kind = "none"
+    kind, method, hands_over = "none", "GRPO", False
 
     def __call__(self, groups, step):
         return ExchangeResult.unchanged(groups)
 
     @classmethod
-    def describe_config(cls, cfg):
-        return ExchangeDescription(cls.kind, "GRPO", "none: every model trains on its own groups (exchange.mode=grpo)")
+    def summary(cls, cfg):
+        return "none: every model trains on its own groups (exchange.kind=none)"
 
 
 class LiveExchange(Exchange):
     """GRAFT among the co-trained models (spec §3)."""
 
-    kind = "live"
+    kind, method, models, settings = "live", "GRAFT", (2, None), GATE_SETTINGS + ("conflict",)
 
     def __call__(self, groups, step):
         return exchange_live(step, groups, self.receivers, self.cfg.rollout.n, self.cfg.exchange, self.scoring, self.grade,
                              self.generator(step), self.adv_norm)
 
     @classmethod
-    def describe_config(cls, cfg):
+    def summary(cls, cfg):
         names = [m.name for m in cfg.models]
-        return ExchangeDescription(cls.kind, "GRAFT", f"whole groups among {', '.join(names)} on the prompts where a "
-                                   f"receiver fails every sample, gated at s > {cfg.exchange.delta}", _settings(cfg))
+        return (f"whole groups among {', '.join(names)} on the prompts where a receiver fails every sample, "
+                f"gated at s > {cfg.exchange.delta}")
 
 
 class StoredExchange(Exchange):
     """One receiver; the peer's groups are replayed from a trajectory store (spec §6)."""
 
-    kind = "stored"
+    kind, method, models = "stored", "GRAFT (stored peer)", (1, 1)
+    settings = tuple(k for k in GATE_SETTINGS if k != "balance")   # no partner direction: peer.balance instead
 
     def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
                  peer: StoredPeer | None = None) -> None:
@@ -173,16 +241,39 @@ class StoredExchange(Exchange):
                                source_name=self.peer.name, generator=self.generator(step), adv_norm=self.adv_norm)
 
     @classmethod
-    def describe_config(cls, cfg):
-        return ExchangeDescription(cls.kind, "GRAFT (stored peer)", f"groups of the peer stored in {cfg.peer.store_path} "
-                                   f"replace {cfg.models[0].name}'s all-fail groups (peer.pick={cfg.peer.pick}), gated at "
-                                   f"s > {cfg.exchange.delta}", _settings(cfg) | {"peer.balance": cfg.peer.balance})
+    def check(cls, cfg):
+        if not cfg.peer.store_path:
+            raise ConfigError("peer.store_path: is required with exchange.kind=stored")
+        super().check(cfg)
+
+    @classmethod
+    def effective(cls, cfg):
+        peer = cfg.peer
+        return super().effective(cfg) | {"peer.pick": peer.pick, "peer.max_replacements": peer.max_replacements,
+                                         "peer.balance": peer.balance}
+
+    @classmethod
+    def open_peer(cls, cfg):
+        try:
+            store = TrajectoryStore(cfg.peer.store_path)
+            name = store.resolve_model(cfg.peer.store_model, exclude=cfg.models[0].name)
+            return StoredPeer(store.iter_groups(name), name)
+        except StoreError as e:
+            raise StoreError(f"peer.store_path: {e}") from None
+
+    @classmethod
+    def summary(cls, cfg):
+        return (f"groups of the peer stored in {cfg.peer.store_path} replace {cfg.models[0].name}'s all-fail groups "
+                f"(peer.pick={cfg.peer.pick}), gated at s > {cfg.exchange.delta}")
 
 
 class HacpoExchange(Exchange):
     """HACPO's sharing (spec §8): every prompt's peer responses join the receiver, with capability-aware advantages."""
 
-    kind = "hacpo"
+    kind, method, models, rule = "hacpo", "HACPO", (2, 2), HACPO_UPDATE["rule"]
+    settings = tuple(k for k in GATE_SETTINGS if k not in ("balance", "selection"))   # every prompt is shared
+    overrides = {**{f"exchange.{k}": v for k, v in HACPO_SHARING.items()},
+                 **{f"update.{k}": v for k, v in HACPO_UPDATE.items()}}
 
     def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
                  peer: StoredPeer | None = None) -> None:
@@ -195,12 +286,9 @@ class HacpoExchange(Exchange):
                               self.adv_norm)
 
     @classmethod
-    def describe_config(cls, cfg):
-        configured = _settings(cfg)
-        used = configured | {f"exchange.{k}": v for k, v in HACPO_SHARING.items()}
-        replaced = {k: (configured[k], used[k]) for k in used if k in configured and configured[k] != used[k]}
-        return ExchangeDescription(cls.kind, "HACPO", "every prompt's whole group both ways, weighted min(s, 1), with "
-                                   "capability-aware advantages (update.rule=hacpo)", used, replaced)
+    def summary(cls, cfg):
+        return ("every prompt's whole group both ways, weighted min(s, 1), with capability-aware advantages "
+                "(update.rule=hacpo)")
 
     def state_dict(self) -> dict:
         return {"rates": {n: r.state_dict() for n, r in self.rates.items()}}
@@ -211,9 +299,14 @@ class HacpoExchange(Exchange):
 
 
 def make_exchange(cfg: Config, receivers: Mapping[str, Receiver], grade: Grade, peer: StoredPeer | None = None) -> Exchange:
-    """The exchange ``cfg`` runs (:func:`exchange_kind`) over ``receivers`` (the learners), re-verifying peer
+    """The exchange ``cfg`` runs (``exchange.kind``) over ``receivers`` (the learners), re-verifying peer
     responses with ``grade``; ``peer``: the stored peer already read by :func:`open_peer_store`."""
     return EXCHANGES[exchange_kind(cfg)](cfg, receivers, grade, peer)
+
+
+def hands_over(cfg: Config) -> bool:
+    """Does ``cfg``'s exchange hand groups between models (every kind but ``none``)?"""
+    return EXCHANGES[exchange_kind(cfg)].hands_over
 
 
 def describe_exchange(cfg: Config) -> ExchangeDescription:

@@ -6,7 +6,7 @@ import torch
 from graft.algos.selection import candidate_mask, capped_selection
 from graft.config import ExchangeConfig
 from graft.exchange.handover import Receiver, Scoring, hand_over
-from graft.exchange.live import Grade, complementarity, counts, direction_audit, direction_metrics, regrade, splice
+from graft.exchange.common import Grade, complementarity, counts, direction_audit, direction_metrics, regrade, splice
 from graft.storage.trajectory_store import StoredGroup, select_stored_group
 from graft.types import ExchangeResult, RolloutGroup
 

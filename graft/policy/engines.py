@@ -67,8 +67,9 @@ from graft.types import Sample
 
 try:  # transformers >= 5
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    _HAS_CB = True
 except ImportError:  # pragma: no cover - older transformers: no hf-cb engine
-    ContinuousBatchingConfig = None
+    _HAS_CB = False   # ContinuousBatchingConfig is then undefined: every use is behind this flag
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ class ContinuousBatchingEngine(RolloutEngine):
 
 
 def continuous_batching_unavailable_reason(model: Any = None) -> str | None:
-    if ContinuousBatchingConfig is None:
+    if not _HAS_CB:
         return "this transformers has no continuous batching (needs transformers >= 5)"
     if "return_logprobs" not in getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}) and \
             not _accepts(ContinuousBatchingConfig, "return_logprobs"):
@@ -292,7 +293,8 @@ class VllmEngine(RolloutEngine):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         LLM = _vllm().LLM
 
-        self._tmp, self.folder = None, folder
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.folder = folder
         source = folder if folder is not None else self._model_folder()
         tokenizer = self.codec.cfg.tokenizer or source
         util = gpu_memory_utilization or float(os.environ.get("GRAFT_VLLM_GPU_MEMORY_UTILIZATION",
@@ -325,14 +327,14 @@ class VllmEngine(RolloutEngine):
 
     def _model_folder(self) -> str:
         """A Hugging Face folder vLLM can read holding the policy's current weights."""
-        self._tmp = tempfile.TemporaryDirectory(prefix="graft-vllm-")
+        self._tmp = tmp = tempfile.TemporaryDirectory(prefix="graft-vllm-")
         pol = self.policy
         model = _unwrap(pol.model)
-        model.config.save_pretrained(self._tmp.name)
+        model.config.save_pretrained(tmp.name)
         gen = getattr(model, "generation_config", None)
         if gen is not None:
-            gen.save_pretrained(self._tmp.name)
-        pol.tokenizer.save_pretrained(self._tmp.name)
+            gen.save_pretrained(tmp.name)
+        pol.tokenizer.save_pretrained(tmp.name)
         # Weights: a real file is needed for the first load; the real values are pushed right after.
         state = {k: v.detach().to("cpu").contiguous() for k, v in hf_weights(model, _full_named_params(model))}
         dedup, seen = {}, {}
@@ -342,8 +344,8 @@ class VllmEngine(RolloutEngine):
                 continue
             seen[key] = k
             dedup[k] = v
-        save_file(dedup, str(Path(self._tmp.name) / "model.safetensors"))
-        return self._tmp.name
+        save_file(dedup, str(Path(tmp.name) / "model.safetensors"))
+        return tmp.name
 
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
                 stop_strings):
@@ -422,6 +424,8 @@ def _chosen_logprob(entry: Any, token: int) -> float:
         return float("nan")
     if isinstance(entry, dict):
         lp = entry.get(token)
+        if lp is None:   # vLLM always lists the sampled token
+            raise KeyError(f"vLLM gave no log-prob for the sampled token {token}")
         return float(lp.logprob if hasattr(lp, "logprob") else lp)
     return float(entry)
 

@@ -45,15 +45,16 @@ from graft.policy.loading import unwrap as _unwrap
 try:  # torch >= 2.6
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
     from torch.distributed.tensor import DTensor, distribute_tensor
+    _FSDP2 = True
 except ImportError:  # pragma: no cover - graft needs torch with FSDP2
-    FSDPModule = None  # type: ignore[assignment]
+    _FSDP2 = False   # the names above are then undefined: every use is behind this flag
 
 ROOT_METHOD = "graft_root_call"
 
 
 def available() -> bool:
     """True when this torch has FSDP2 (``fully_shard``) and ``torch.distributed``."""
-    return FSDPModule is not None and dist.is_available()
+    return _FSDP2 and dist.is_available()
 
 
 def default_backend(device: str | torch.device) -> str:
@@ -95,7 +96,8 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
     if not lists:
         raise ValueError(f"cannot find the decoder layers of {type(base).__name__}")
-    return list(max(lists, key=len))
+    longest = max(lists, key=len)
+    return list(longest)
 
 
 def _root_call(self, fn: Callable, *args, **kwargs):
@@ -118,7 +120,7 @@ def shard_model(model: nn.Module, param_dtype: torch.dtype | None = None, reduce
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
+    root = fully_shard(model, mp_policy=mp, reshard_after_forward=False)   # ``model`` itself, now an FSDPModule
     gloo = dist.get_backend() == "gloo"
     for m in fsdp_modules(model):
         m.set_gradient_divide_factor(1.0)   # sum over ranks: losses use the GLOBAL token count
@@ -127,15 +129,15 @@ def shard_model(model: nn.Module, param_dtype: torch.dtype | None = None, reduce
     # A method of the root that runs any function inside the root's forward hooks.
     object.__setattr__(model, ROOT_METHOD, types.MethodType(_root_call, model))
     register_fsdp_forward_method(model, ROOT_METHOD)
-    model._get_fsdp_state()._lazy_init()    # the root is the root, whichever module runs first
+    root._get_fsdp_state()._lazy_init()    # the root is the root, whichever module runs first
     return model
 
 
 def is_sharded(model: nn.Module) -> bool:
-    return FSDPModule is not None and isinstance(model, FSDPModule)
+    return _FSDP2 and isinstance(model, FSDPModule)
 
 
-def fsdp_modules(model: nn.Module) -> list:
+def fsdp_modules(model: nn.Module) -> list[FSDPModule]:
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
@@ -157,6 +159,7 @@ def gathered(model: nn.Module) -> Iterator[None]:
     if not is_sharded(model):
         yield
         return
+    assert isinstance(model, FSDPModule)   # what is_sharded() checked
     mods = fsdp_modules(model)
     layers = [m for m in mods if m is not model]
     for m in mods:
@@ -198,7 +201,7 @@ def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
         g = p.grad
         if g is None:
             continue
-        if FSDPModule is not None and isinstance(g, DTensor):
+        if _FSDP2 and isinstance(g, DTensor):
             sharded = True
             g = g.to_local()
         flat = g.detach().reshape(-1)
@@ -233,7 +236,7 @@ def any_rank(flag: bool, device: str | torch.device = "cpu") -> bool:
 # ----------------------------------------------------------------------------- state
 
 def _full(v: Any) -> Any:
-    if FSDPModule is not None and isinstance(v, DTensor):
+    if _FSDP2 and isinstance(v, DTensor):
         v = v.full_tensor()
     return v.detach().cpu() if torch.is_tensor(v) else v
 
@@ -253,7 +256,7 @@ def iter_full_parameters(model: nn.Module, device: str | torch.device | None = N
     Collective for a sharded model: every rank must consume the whole iterator."""
     for name, p in model.named_parameters():
         v = p.detach()
-        if FSDPModule is not None and isinstance(v, DTensor):
+        if _FSDP2 and isinstance(v, DTensor):
             v = v.full_tensor()
         yield name, (v.to(device) if device is not None else v)
 
@@ -280,7 +283,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, full: dict) -> None:
         p = params[int(idx)]
         e = {}
         for k, v in entry.items():
-            if (FSDPModule is not None and isinstance(p, DTensor) and torch.is_tensor(v)
+            if (_FSDP2 and isinstance(p, DTensor) and torch.is_tensor(v)
                     and tuple(v.shape) == tuple(p.shape)):
                 v = distribute_tensor(v.to(device=p.device_mesh.device_type, dtype=p.dtype), p.device_mesh,
                                       p.placements, src_data_rank=None)
@@ -299,6 +302,8 @@ def node_ip() -> str:
     """This node's address as Ray sees it (inside a Ray worker), else ``MASTER_ADDR`` or localhost."""
     ray = sys.modules.get("ray")   # only a process that imported Ray can be inside a Ray cluster
     try:
-        return ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - no Ray, or not connected
-        return os.environ.get("MASTER_ADDR", "127.0.0.1")
+        if ray is not None:
+            return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - not connected
+        pass
+    return os.environ.get("MASTER_ADDR", "127.0.0.1")

@@ -22,6 +22,15 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 class _Buffers:
     """Keys/values of one layer in preallocated buffers, appended in place."""
 
+    # Declarations only (no class values): ``capacity`` is set by the subclass, the buffers on the first append;
+    # ``keys``/``values`` are the cache layer's, typed as in transformers' ``CacheLayerMixin``.
+    capacity: int
+    keys: torch.Tensor | None
+    values: torch.Tensor | None
+    _k: torch.Tensor
+    _v: torch.Tensor
+    _len: int
+
     def _append(self, key_states: torch.Tensor, value_states: torch.Tensor) -> int:
         n = key_states.shape[-2]
         if getattr(self, "_k", None) is None:

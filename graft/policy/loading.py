@@ -362,7 +362,8 @@ def _prepare_tokenizer(tok: Any) -> Any:
 
 
 def _tokenizer_files_in(folder: str | None) -> bool:
-    return bool(folder) and Path(folder).is_dir() and any((Path(folder) / f).is_file() for f in _TOKENIZER_FILES[:2])
+    return folder is not None and bool(folder) and Path(folder).is_dir() and any(
+        (Path(folder) / f).is_file() for f in _TOKENIZER_FILES[:2])
 
 
 def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> Any:

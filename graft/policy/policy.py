@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 from torch import Tensor
@@ -251,7 +251,7 @@ class Policy:
         return out
 
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
-                        gen: torch.Generator, renormalize_top_p: bool, bar: Any,
+                        gen: torch.Generator | list[torch.Generator], renormalize_top_p: bool, bar: Any,
                         stop_strings: tuple[str, ...] = (), model: Any = None) -> list[Sample]:
         dev, B = self.device, len(prompts)
         base = _unwrap(self.model if model is None else model)
@@ -334,7 +334,7 @@ class Policy:
         return z
 
     @staticmethod
-    def _sample(logits: Tensor, top_p: float, gen: torch.Generator, renormalize_top_p: bool
+    def _sample(logits: Tensor, top_p: float, gen: torch.Generator | list[torch.Generator], renormalize_top_p: bool
                 ) -> tuple[Tensor, Tensor, Tensor]:
         """One token per row of ``logits`` [b, V] (already / temperature; overwritten), its log-prob and
         the entropy [b] of the sampling distribution (:func:`entropy_of`: full vocabulary, at the sampling
@@ -522,7 +522,7 @@ class Policy:
         finally:
             if bar is not None:
                 bar.close()
-        return out  # type: ignore[return-value]
+        return cast("list[Tensor]", out)   # every entry is set: ``order`` is a permutation of range(N)
 
     # ------------------------------------------------------------------ training helpers
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
@@ -534,7 +534,8 @@ class Policy:
         params = self.trainable_parameters()
         if not params:
             raise ValueError(f"model {self.name} has no trainable parameters")
-        return LeanAdamW(params, lr=self.cfg.lr, betas=tuple(self.cfg.betas), weight_decay=self.cfg.weight_decay)
+        beta1, beta2 = self.cfg.betas
+        return LeanAdamW(params, lr=self.cfg.lr, betas=(beta1, beta2), weight_decay=self.cfg.weight_decay)
 
     def save(self, path: str | Path) -> None:
         """Write the model (or only its LoRA adapter) as safetensors, plus the tokenizer, to ``path``.

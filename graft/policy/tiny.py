@@ -23,22 +23,26 @@ from graft.policy.loading import gguf_tokenizer_folder, resolve_model_path
 
 EMBEDDED_OF = {"llama": "embedded:smollm2-135m-instruct", "gemma3": "embedded:gemma3-270m"}
 
+TinyKind = Literal["llama", "gemma3"]
 
-def tiny_tokenizer_folder(kind: Literal["llama", "gemma3"]) -> Path:
+
+def tiny_tokenizer_folder(kind: TinyKind) -> Path:
     """Cached folder holding the real tokenizer of the embedded model of architecture ``kind``."""
     if kind not in EMBEDDED_OF:
         raise ValueError(f"kind must be one of {sorted(EMBEDDED_OF)}, got {kind!r}")
     folder, gguf = resolve_model_path(EMBEDDED_OF[kind])
+    assert gguf is not None, EMBEDDED_OF[kind]   # an embedded model is always one GGUF file
     return gguf_tokenizer_folder(Path(folder) / gguf)
 
 
-def build_tiny_model(kind: Literal["llama", "gemma3"], out_dir: str | Path, seed: int = 0) -> str:
+def build_tiny_model(kind: TinyKind, out_dir: str | Path, seed: int = 0) -> str:
     """Save a tiny random model + the real tokenizer of ``kind`` to ``out_dir``; returns the folder."""
 
     tok = AutoTokenizer.from_pretrained(str(tiny_tokenizer_folder(kind)))
     vocab = len(tok)
     special = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                    pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    config: LlamaConfig | Gemma3TextConfig
     if kind == "llama":
         config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=4096,

@@ -26,14 +26,14 @@ uses all of its own time is reported as ``program_timeout`` before the grader's 
 def code_reference(row: Mapping[str, Any]) -> str:
     """The reference of a code row: its ``tests`` (a list of test strings, or one string of test code) and
     ``entry_point``, as JSON; a row without usable tests raises ``ValueError`` (the caller's row error)."""
-    tests = row.get("tests")
-    if isinstance(tests, str):
-        ok = bool(tests.strip())
+    raw = row.get("tests")
+    tests: str | list[str]
+    if isinstance(raw, str) and raw.strip():
+        tests = raw
+    elif isinstance(raw, (list, tuple)) and len(raw) > 0 and all(isinstance(t, str) and t.strip() for t in raw):
+        tests = list(raw)
     else:
-        ok = isinstance(tests, (list, tuple)) and len(tests) > 0 and all(isinstance(t, str) and t.strip() for t in tests)
-        tests = list(tests) if ok else tests
-    if not ok:
-        raise ValueError(f"tests must be a non-empty list of test strings or one string of test code, got {tests!r:.60}")
+        raise ValueError(f"tests must be a non-empty list of test strings or one string of test code, got {raw!r:.60}")
     entry = row.get("entry_point")
     sandbox.parse_tests(tests, entry)   # an unparsable test is the row's fault, said when the data is read
     return json.dumps({"tests": tests, "entry_point": entry})

@@ -107,6 +107,7 @@ def _opening(text: str) -> tuple[str, str]:
     if text.startswith("\n"):
         return "", text[1:]
     info = _INFO_RE.match(text)
+    assert info is not None   # every part of the pattern is optional: it matches any text
     word = info.group(1).lower()
     if info.group(3) is not None or (word in PYTHON_TAGS and word and info.group(2)):
         return word, text[info.end():]
@@ -156,7 +157,7 @@ def _parsed(node: ast.AST, text: str) -> ParsedTest | None:
 def _cases(tests: Sequence[str]) -> list[ParsedTest]:
     """The :func:`parse_test` cases of ``tests``; a string of test code with several asserts (a ``check``
     function, say) gives one case per ``assert NAME(ARGS) == LITERAL`` in it."""
-    out = []
+    out: list[ParsedTest] = []
     for test in tests:
         text = test.strip()
         try:
@@ -184,7 +185,8 @@ def _key(value: Any) -> tuple:
         return ("?", id(value))
 
 
-_TINY = frozenset(_key(v) for v in (0, 1, True, False, None, "", [], (), {}))
+_TINY_VALUES: tuple[Any, ...] = (0, 1, True, False, None, "", [], (), {})
+_TINY = frozenset(_key(v) for v in _TINY_VALUES)
 
 
 def _name_constants(name: str) -> set[tuple]:
@@ -320,7 +322,7 @@ _OPENERS = frozenset({"open", "io.open", "builtins.open", "os.fdopen"})
 def _aliases(tree: ast.AST) -> dict[str, str]:
     """Local name -> dotted name bound by imports (``import os as o`` -> ``o: os``; ``from os import _exit``
     -> ``_exit: os._exit``)."""
-    out = {}
+    out: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update((a.asname, a.name) for a in node.names if a.asname)

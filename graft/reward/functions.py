@@ -27,6 +27,8 @@ import math
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,8 @@ def _import_file(path: str, key: str) -> Any:
     name = "graft_user_" + "".join(c if c.isalnum() else "_" for c in str(p))
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, p)
+        if spec is None or spec.loader is None:
+            raise RewardFunctionError(f"{key}: cannot import {p}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
@@ -182,15 +186,18 @@ class FunctionGrader:
         self._ctx = mp_context(start_method) if workers > 0 else None
         self._local = [load_object(s, f"reward.function.{i}") for i, s in enumerate(self.specs)] if workers == 0 else None
         self._startup_timeout_s = startup_timeout_s
-        self._proc = self._conn = None
+        self._proc: BaseProcess | None = None
+        self._conn: Connection | None = None
         if workers > 0:
             self._start()
 
     def _start(self) -> None:
+        if self._ctx is None:
+            raise RewardFunctionError("a FunctionGrader with workers=0 starts no worker process")
         parent, child = self._ctx.Pipe(duplex=True)
-        self._proc = self._ctx.Process(target=worker_main, args=(child, self.specs, list(sys.path)), daemon=True,
-                                       name="graft-reward-fn")
-        self._proc.start()
+        self._proc = proc = self._ctx.Process(target=worker_main, args=(child, self.specs, list(sys.path)), daemon=True,
+                                              name="graft-reward-fn")
+        proc.start()
         child.close()
         self._conn = parent
         msg = self._recv(self._startup_timeout_s, f"importing {', '.join(self.specs)}", "its start-up limit")
@@ -200,13 +207,15 @@ class FunctionGrader:
 
     def _recv(self, timeout_s: float, what: str, limit: str = "reward.function_timeout_s") -> list:
         """The worker's next message, or ``["timeout"|"error", message]`` when it does not come in time / dies."""
-        if self._conn.poll(timeout_s):
+        conn, proc = self._conn, self._proc
+        assert conn is not None and proc is not None, "no worker: _start() first"
+        if conn.poll(timeout_s):
             try:
-                return self._conn.recv()
+                return conn.recv()
             except (EOFError, OSError):
                 pass
-            self._proc.join(timeout=2.0)
-            return ["error", f"the reward function worker died while {what} (exit code {self._proc.exitcode})"]
+            proc.join(timeout=2.0)
+            return ["error", f"the reward function worker died while {what} (exit code {proc.exitcode})"]
         return ["timeout", f"{what} took longer than {limit}={timeout_s:g}s"]
 
     def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
@@ -237,12 +246,14 @@ class FunctionGrader:
         else:
             if self._proc is None or not self._proc.is_alive():
                 self._start()
-            self._conn.send((prompts, completions, columns))
+            conn, proc = self._conn, self._proc
+            assert conn is not None and proc is not None   # _start() set both
+            conn.send((prompts, completions, columns))
             results = []
             for spec in self.specs:   # every function answers, even after another's error
                 res = self._recv(self.timeout_s, f"reward function {spec} on {len(completions)} completions")
                 results.append(res)
-                if res[0] == "timeout" or (res[0] == "error" and not self._proc.is_alive()):
+                if res[0] == "timeout" or (res[0] == "error" and not proc.is_alive()):
                     self._kill()   # hung or dead: the next batch starts a fresh worker
                     break
         for res in results:
@@ -272,7 +283,8 @@ class FunctionGrader:
                 self._conn.send(None)
             except OSError:
                 pass
-            self._proc.join(timeout=1.0)
+            if self._proc is not None:
+                self._proc.join(timeout=1.0)
         self._kill()
 
     def __enter__(self) -> "FunctionGrader":

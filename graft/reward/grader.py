@@ -35,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import wait as mp_wait
+from typing import TYPE_CHECKING, cast
 
 from tqdm import tqdm
 
@@ -43,6 +44,9 @@ from graft.reward.verifier import ERROR as VERIFY_ERROR
 from graft.reward.verifier import NO_ANSWER as VERIFY_NO_ANSWER
 from graft.reward.verifier import OK as VERIFY_OK
 from graft.reward.verifier import TIMEOUT as VERIFY_TIMEOUT
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkServerContext, SpawnContext
 
 __all__ = ["Grader", "GraderError"]
 
@@ -72,7 +76,7 @@ class GraderError(RuntimeError):
 _PRELOAD_SET = False
 
 
-def mp_context(start_method: str | None):
+def mp_context(start_method: str | None) -> SpawnContext | ForkServerContext:
     """The multiprocessing context of graft's worker processes: forkserver (preloading math_verify) or spawn; never fork."""
     global _PRELOAD_SET
     methods = mp.get_all_start_methods()
@@ -83,13 +87,15 @@ def mp_context(start_method: str | None):
     if method == "forkserver" and not _PRELOAD_SET:
         ctx.set_forkserver_preload(["__main__", "graft.reward.preload"])
         _PRELOAD_SET = True
-    return ctx
+    # get_context() is typed as the base class; any method but the refused fork gives one of these two
+    # (an unknown name raises ValueError).
+    return cast("SpawnContext | ForkServerContext", ctx)
 
 
 class _Worker:
     """One worker process and the items it holds."""
 
-    def __init__(self, ctx, verify_fn: str, startup_timeout_s: float, verify_kwargs: dict):
+    def __init__(self, ctx: SpawnContext | ForkServerContext, verify_fn: str, startup_timeout_s: float, verify_kwargs: dict):
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=worker.main, args=(child_conn, verify_fn, list(sys.path), verify_kwargs),
                                 daemon=True, name="graft-grader")
@@ -241,12 +247,15 @@ class Grader:
 
     def _local(self, response: str, answer: str) -> tuple[float, str]:
         try:
+            assert self._local_fn is not None   # set when workers=0, the only case that grades here
             r, s = self._local_fn(response, answer)
             return float(r), str(s)
         except Exception:  # noqa: BLE001
             return 0.0, VERIFY_ERROR
 
     def _start(self) -> _Worker:
+        if self._ctx is None:
+            raise GraderError("a Grader with workers=0 starts no worker processes")
         try:
             return _Worker(self._ctx, self.verify_fn, self.startup_timeout_s, self.verify_kwargs)
         except Exception as e:  # noqa: BLE001

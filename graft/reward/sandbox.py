@@ -156,8 +156,9 @@ def parse_tests(tests: str | list[str], entry_point: str | None = None) -> list[
         if not tree.body:
             raise ValueError(f"empty test {_one_line(source)!r}")
         split = [_split_assert(node) for node in tree.body]
-        if all(split):
-            out.extend(split)
+        asserts = [case for case in split if case is not None]
+        if len(asserts) == len(split):
+            out.extend(asserts)
         else:
             out.append(TestCase(code=_test_code(source, tree, entry_point)))
     return out
@@ -454,7 +455,7 @@ class _Watcher:
             self.stop = "output_limit"
         return True
 
-    def _handle(self, line: bytes) -> None:
+    def _handle(self, line: bytes | bytearray) -> None:
         try:
             msg = json.loads(line)
         except (ValueError, RecursionError):

@@ -155,6 +155,7 @@ def run_tests(program: str, tests: list) -> None:
         return
     report("P")
     for i, (kind, source) in enumerate(tests):
+        message: tuple[object, ...]
         try:
             if kind == "call":
                 message = ("V", i, _repr(eval(compile(source, "<test>", "eval"), namespace)))

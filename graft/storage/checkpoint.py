@@ -293,9 +293,9 @@ def _cleanup(root: Path) -> None:
 def _prune(root: Path, keep_last: int, keep: Path, keep_steps: frozenset[int] = frozenset()) -> None:
     if keep_last < 1:
         return
-    complete = [p for p in root.iterdir() if _step_of(p) is not None and p.is_dir() and is_complete(p)]
-    complete.sort(key=lambda p: _step_of(p))
-    doomed = [p for p in complete[: max(0, len(complete) - keep_last)] if p != keep and _step_of(p) not in keep_steps]
+    steps = {p: s for p in root.iterdir() if (s := _step_of(p)) is not None and p.is_dir() and is_complete(p)}
+    complete = sorted(steps, key=steps.__getitem__)
+    doomed = [p for p in complete[: max(0, len(complete) - keep_last)] if p != keep and steps[p] not in keep_steps]
     for p in doomed:
         trash = root / f".del-{p.name}-{os.getpid()}"
         os.rename(p, trash)
@@ -334,8 +334,9 @@ def save_checkpoint(
     Any exception from a writer propagates after the temporary folder is removed; earlier
     checkpoints are untouched. Returns the final folder.
     """
+    tree: dict = config
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        config = json.loads(json.dumps(dataclasses.asdict(config)))
+        tree = json.loads(json.dumps(dataclasses.asdict(config)))
     if keep_optimizer not in ("all", "last", "none"):
         raise CheckpointError(f"keep_optimizer must be 'all', 'last' or 'none', got {keep_optimizer!r}")
     if keep_optimizer == "none":
@@ -351,7 +352,7 @@ def save_checkpoint(
     _remove_tree(tmp)
     tmp.mkdir()
     try:
-        _write_contents(tmp, root, step, models, optimizers, state, config)
+        _write_contents(tmp, root, step, models, optimizers, state, tree)
         _write_manifest(tmp, _file_manifest(tmp, step, models, optimizers, hash_files))
     except BaseException:
         _remove_tree(tmp)
@@ -457,7 +458,7 @@ def remove_checkpoints_after(run_dir: str | Path, step: int) -> list[Path]:
     """Delete checkpoints with a step > ``step`` (resuming from an older checkpoint starts a new
     timeline; later checkpoints belong to the old one). Returns the deleted folders."""
     root = Path(run_dir) / "checkpoints"
-    gone = []
+    gone: list[Path] = []
     if not root.is_dir():
         return gone
     for p in sorted(root.iterdir()):
@@ -630,8 +631,9 @@ def restore_tokenizer_files(run_dir: str | Path, source: Callable[[str], Path | 
                 continue
             if model not in sources:
                 sources[model] = source(model)
-            if sources[model] is not None and _intact(sources[model] / name, meta):
-                _rewrite_in_place(path, (sources[model] / name).read_bytes())
+            src = sources[model]
+            if src is not None and _intact(src / name, meta):
+                _rewrite_in_place(path, (src / name).read_bytes())
                 notices.append(f"resume: restored {path} (damaged; {path.stat().st_nlink} hard link(s) under {root}) "
                                f"from model {model}'s tokenizer, whose bytes match the sha256 in the manifest")
     return notices

@@ -50,14 +50,13 @@ only later steps, so a torn earlier file would otherwise stay and fail every lat
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Callable, Iterable, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -65,6 +64,7 @@ import pyarrow.parquet as pq
 
 from graft.errors import UserError
 from graft.files import dumps_json, fsync_path, writing
+from graft.parsers import store_parser
 from graft.storage.lock import FolderLock
 from graft.types import GroupCounts, RolloutGroup
 
@@ -142,6 +142,7 @@ def select_stored_group(groups_for_prompt: list[StoredGroup], receiver_step: int
     all-correct group that the candidate rule then rejects. ``None`` when nothing qualifies.
     """
     pool = [g for g in groups_for_prompt if eligible is None or eligible(g)]
+    key: Callable[[tuple[int, StoredGroup]], tuple[int, ...] | int]
     if pick == "latest":
         pool = [g for g in pool if g.step <= receiver_step]
         key = lambda ig: (ig[1].step, ig[0])  # noqa: E731
@@ -503,7 +504,7 @@ def export_jsonl(path: str | Path, out: str | Path, models: Iterable[str] | None
     return n
 
 
-def _human_size(n: int) -> str:
+def _human_size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -534,17 +535,8 @@ def _print_info(d: dict) -> None:
 
 def store_main(argv: list[str]) -> int:
     """``graft store info PATH`` / ``graft store export PATH OUT.jsonl [--model M]``; argv excludes ``store``."""
-    parser = argparse.ArgumentParser(prog="graft store", description="Inspect a graft trajectory store.")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p_info = sub.add_parser("info", help="print models, steps, rows, reward rate and size")
-    p_info.add_argument("path", help="store folder (or a run folder holding trajectories/)")
-    p_info.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p_exp = sub.add_parser("export", help="write every row as JSON lines")
-    p_exp.add_argument("path", help="store folder (or a run folder holding trajectories/)")
-    p_exp.add_argument("out", help="output .jsonl file")
-    p_exp.add_argument("--model", action="append", help="only this model's rows (repeatable)")
     try:
-        args = parser.parse_args(argv)
+        args = store_parser().parse_args(argv)
     except SystemExit as e:  # argparse already printed the usage error
         return int(e.code or 0)
     try:

@@ -92,22 +92,23 @@ def micro_loss(policy, micro: list[Sequence], loss_fn, uc: UpdateConfig, tempera
     )
     if any(s.sgt for s in micro) or num_sgt_tokens:
         kwargs |= {"sgt_mask": f([s.sgt for s in micro], torch.bool), "num_sgt_tokens": num_sgt_tokens}
-    loss, metrics = loss_fn(**(kwargs | loss_kwargs))
+    kwargs |= loss_kwargs   # a rule's own settings win (HACPO's aggregation: graft.exchange.hacpo.HACPO_UPDATE)
+    loss, metrics = loss_fn(**kwargs)
     if reference is None:
         return loss, metrics
-    kl, km = _kl_term(policy, reference, micro, logp, mask, uc, temperature, counts)
+    kl, km = _kl_term(policy, reference, micro, logp, mask, kwargs["agg"], uc, temperature, counts)
     return loss + policy.cfg.kl_coef * kl, metrics | km
 
 
-def _kl_term(policy, reference, micro: list[Sequence], logp: torch.Tensor, mask: torch.Tensor, uc: UpdateConfig,
-             temperature: float, counts: tuple[float, float, float]) -> tuple[torch.Tensor, dict]:
+def _kl_term(policy, reference, micro: list[Sequence], logp: torch.Tensor, mask: torch.Tensor, agg: str,
+             uc: UpdateConfig, temperature: float, counts: tuple[float, float, float]) -> tuple[torch.Tensor, dict]:
     """:func:`~graft.algos.losses.kl_loss` of ``micro``'s policy-gradient rows (SGT rows excluded) against
-    ``reference``'s log-probs, one more forward pass without gradients."""
+    ``reference``'s log-probs, one more forward pass without gradients, aggregated by ``agg`` as the policy loss."""
     with torch.no_grad():
         ref, _ = reference.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
                                             chunk=uc.logprob_chunk, temperature=temperature)
     pg = mask.bool() & ~torch.tensor([s.sgt for s in micro], dtype=torch.bool, device=mask.device)[:, None]
-    return kl_loss(logp, ref.to(logp.device, logp.dtype), pg, policy.cfg.kl_loss_type, uc.loss_agg, counts[0], counts[1])
+    return kl_loss(logp, ref.to(logp.device, logp.dtype), pg, policy.cfg.kl_loss_type, agg, counts[0], counts[1])
 
 
 @dataclass

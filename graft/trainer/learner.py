@@ -28,9 +28,11 @@ from graft.types import Prompt, RolloutGroup, Sample
 def mean_entropy(samples: list[Sample]) -> float | None:
     """Per-token entropy of the sampler averaged over every token of ``samples`` [N] (token-weighted);
     ``None`` when the engine reported none (or no token was sampled)."""
-    if any(s.entropies is None for s in samples):
-        return None
-    ents = [e for s in samples for e in s.entropies]
+    ents: list[float] = []
+    for s in samples:
+        if s.entropies is None:
+            return None
+        ents.extend(s.entropies)
     return sum(ents) / len(ents) if ents else None
 
 

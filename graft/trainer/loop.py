@@ -27,7 +27,7 @@ from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prom
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, open_peer_store
-from graft.exchange.live import complementarity, counts
+from graft.exchange.common import complementarity, counts
 from graft.files import dumps_json, write_text, writing
 from graft.policy.context import check_learner_context
 from graft.policy.loading import ModelLoadError, check_model_source, load_tokenizer, quiet_loading
@@ -654,7 +654,7 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
     out["exchange_correct"] = {k.split("/")[1]: sum(x.get(k + "_correct", 0) or 0 for x in rows) for k in admitted_keys}
     out["exchange_s_p50"] = {k.split("/")[1]: [x.get(k.replace("/admitted", "/s_p50")) for x in rows] for k in admitted_keys}
     out["exchange_steps"] = {k.split("/")[1]: sum(1 for x in rows if (x.get(k) or 0) > 0) for k in admitted_keys}
-    out["exchange_expected"] = run.exchange.kind != "none"
+    out["exchange_expected"] = run.exchange.hands_over
     out["exchange_description"] = run.exchange.describe().lines()
     if run.eval_history:
         out["eval_history"] = run.eval_history

@@ -17,8 +17,9 @@ checks ``update.rule`` against).
   not trained on. Full SGT baseline: also ``exchange.balance=none exchange.admission=all
   exchange.weighting=none exchange.include_all_correct=true`` (configs/baselines/sgt.yaml).
 - ``hacpo``: stepwise-clipped sequence weights of the peer rows per minibatch index, loss aggregated
-  seq-mean-token-mean as in HACPO; its exchange (every prompt shared, capability-aware advantages) is
-  :class:`graft.exchange.kinds.HacpoExchange`.
+  seq-mean-token-mean as in HACPO (``graft.exchange.hacpo.HACPO_UPDATE``, in place of ``update.loss_agg``); it
+  runs with its exchange (every prompt shared, capability-aware advantages), ``exchange.kind=hacpo``
+  (:class:`graft.exchange.kinds.HacpoExchange`, which states both overrides).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import torch
 from graft.algos import losses
 from graft.algos.gating import hacpo_peer_weights
 from graft.config import UpdateConfig
+from graft.exchange.hacpo import HACPO_UPDATE
 from graft.registry import RULES
 from graft.types import RolloutGroup
 
@@ -103,7 +105,7 @@ class HacpoRule(UpdateRule):
     loss = staticmethod(losses.hacpo_loss)
 
     def loss_kwargs(self) -> dict:
-        return {"agg": "seq-mean-token-mean"}
+        return {"agg": HACPO_UPDATE["loss_agg"]}   # in place of update.loss_agg; the exchange's description says so
 
     def minibatch_weights(self, k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
         uc = self.uc

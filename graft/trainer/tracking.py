@@ -59,17 +59,14 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, cast
 from urllib.parse import urlparse
 
 import yaml
 
 from graft.config import Config, ConfigError, LoggingConfig, to_dict
 from graft.policy.loading import unreachable_reason
-
-PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
-            "mlflow": ("mlflow", "mlflow-skinny")}
-"""Tracker name -> (the module it imports, the pip package that provides it)."""
+from graft.registry import TRACKERS
 
 WANDB_HOST = "https://api.wandb.ai"
 _WANDB_PROBES: dict[str, str | None] = {}
@@ -80,7 +77,7 @@ def check_trackers(logging_cfg: LoggingConfig) -> None:
     when a requested tracker's package is missing, or when W&B is asked to run online and its host is
     unreachable; one line on stderr when W&B will log offline although a key is configured."""
     for name in logging_cfg.report_to:
-        module, pkg = PACKAGES[name]
+        module, pkg = TRACKERS[name].module, TRACKERS[name].package
         if importlib.util.find_spec(module) is None:
             raise ConfigError(f"logging.report_to includes {name}, but the {module!r} package is not installed: "
                               f"pip install {pkg}  (or pip install 'graft[trackers]')")
@@ -140,7 +137,7 @@ def has_wandb_credentials(env: Mapping[str, str] | None = None) -> bool:
     host = urlparse(env.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
     path = env.get("NETRC") or str(Path.home() / ".netrc")
     try:
-        return netrc.netrc(path).authenticators(host) is not None
+        return netrc.netrc(path).authenticators(host or "") is not None   # no host: only a default entry matches
     except (OSError, netrc.NetrcParseError):
         return False
 
@@ -166,7 +163,10 @@ def run_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
     return mode
 
 
-class _TensorBoard:
+class TensorBoardTracker:
+    module, package = "tensorboard", "tensorboard"
+    """The module it imports and the pip package that provides it (every tracker class says both)."""
+
     def __init__(self, run_dir: Path, cfg: Config, start_step: int) -> None:
         import torch.utils.tensorboard as tb  # deferred: the optional tensorboard package, asked for by report_to
 
@@ -178,8 +178,10 @@ class _TensorBoard:
         self.writer.add_text("config", "".join("    " + line + "\n" for line in text.splitlines()), start_step - 1)
         if start_step == 1:
             metric_keys = {f"{m.name}/reward/mean": 0.0 for m in cfg.models}
+            file_writer = self.writer.file_writer
+            assert file_writer is not None   # SummaryWriter() opens it
             for part in tb.summary.hparams(flat_config(tree), metric_keys):
-                self.writer.file_writer.add_summary(part)
+                file_writer.add_summary(part)
         self.writer.flush()
 
     def log(self, step: int, values: dict[str, float], completions: dict[str, list[dict]]) -> None:
@@ -193,7 +195,9 @@ class _TensorBoard:
         self.writer.close()
 
 
-class _Wandb:
+class WandbTracker:
+    module, package = "wandb", "wandb"
+
     def __init__(self, run_dir: Path, cfg: Config, start_step: int) -> None:
         import wandb  # deferred: an optional tracker, asked for by report_to
 
@@ -212,7 +216,9 @@ class _Wandb:
                   f"(upload later: wandb sync {wdir}/offline-run-*)", file=sys.stderr)
         try:
             self.run = wandb.init(project=cfg.logging.wandb_project, name=run_dir.name, id=run_id, resume="allow",
-                                  dir=str(run_dir), mode=mode, config=to_dict(cfg),
+                                  dir=str(run_dir), config=to_dict(cfg),
+                                  # a WANDB_MODE from the environment is passed through as it is; wandb checks it
+                                  mode=cast(Literal["online", "offline", "disabled", "shared"], mode),
                                   settings=wandb.Settings(console="off"))
         except Exception as e:  # noqa: BLE001 - any failure to start is reported as one line
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -229,7 +235,9 @@ class _Wandb:
         self.run.finish()
 
 
-class _MLflow:
+class MLflowTracker:
+    module, package = "mlflow", "mlflow-skinny"
+
     def __init__(self, run_dir: Path, cfg: Config, start_step: int) -> None:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")   # MLflow 3: the file store is opt-in
         import mlflow  # deferred: an optional tracker, asked for by report_to
@@ -282,9 +290,6 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-_BACKENDS = {"tensorboard": _TensorBoard, "wandb": _Wandb, "mlflow": _MLflow}
-
-
 class Trackers:
     """The open trackers of a run (possibly none): ``log(step, metrics)``, ``close()``."""
 
@@ -302,7 +307,7 @@ class Trackers:
             try:
                 b.close()
             except Exception as e:  # noqa: BLE001 - closing a tracker must not hide the run's own error
-                print(f"logging: closing {type(b).__name__.strip('_').lower()} failed: {e}", file=sys.stderr)
+                print(f"logging: closing {getattr(b, 'module', type(b).__name__)} failed: {e}", file=sys.stderr)
         self.backends = []
 
 
@@ -312,7 +317,7 @@ def open_trackers(run_dir: str | Path, cfg: Config, start_step: int = 1) -> Trac
     opened: list = []
     try:
         for name in cfg.logging.report_to:
-            opened.append(_BACKENDS[name](Path(run_dir), cfg, start_step))
+            opened.append(TRACKERS[name](Path(run_dir), cfg, start_step))
     except BaseException:
         Trackers(opened).close()
         raise

@@ -29,7 +29,7 @@ from graft.algos.losses import merge
 from graft.files import write_text, writing
 from graft.policy import fsdp
 from graft.policy.context import max_positions
-from graft.policy.engines import make_engine
+from graft.policy.engines import RolloutEngine, make_engine
 from graft.policy.optim import set_lr
 from graft.policy.policy import Policy, reference_policy
 from graft.trainer.batch import Shard, micro_loss
@@ -70,7 +70,29 @@ class PolicyWorker:
         self.name, self.rank, self.world = name, rank, world_size
         if threads:
             torch.set_num_threads(int(threads))
-        self.policy = self.optimizer = self._engine = self.reference = None
+        self._policy: Policy | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._engine: RolloutEngine | None = None
+        self.reference: Policy | None = None
+
+    # Set by :meth:`setup`; reading them before it raises.
+    @property
+    def policy(self) -> Policy:
+        if self._policy is None:
+            raise RuntimeError(f"{self.name}: worker not set up")
+        return self._policy
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        if self._optimizer is None:
+            raise RuntimeError(f"{self.name}: worker not set up")
+        return self._optimizer
+
+    @property
+    def engine(self) -> RolloutEngine:
+        if self._engine is None:
+            raise RuntimeError(f"{self.name}: worker not set up")
+        return self._engine
 
     # ------------------------------------------------------------------ setup
     def address(self) -> tuple[str, int]:
@@ -86,27 +108,29 @@ class PolicyWorker:
         if device == "cuda":
             torch.cuda.set_device(0)   # Ray restricts CUDA_VISIBLE_DEVICES to this worker's GPU(s)
         if self.world > 1:
+            if master is None:
+                raise ValueError(f"{self.name}: a group of {self.world} ranks needs the master address")
             fsdp.init_process_group(self.rank, self.world, master[0], master[1], device=device, timeout_s=timeout_s)
-        self.policy = Policy.load(cfg, device=device, weights_from=weights_from)
+        policy = self._policy = Policy.load(cfg, device=device, weights_from=weights_from)
         if self.world > 1:
-            fsdp.shard_model(self.policy.model)   # parameters keep cfg.dtype, as in one process
-        self.optimizer = self.policy.make_optimizer()
+            fsdp.shard_model(policy.model)   # parameters keep cfg.dtype, as in one process
+        self._optimizer = policy.make_optimizer()
         self.reference = reference_policy(cfg, device) if cfg.kl_coef > 0 else None   # not sharded: a full copy per rank
-        self._engine = make_engine(engine, self.policy)   # built now: a vLLM engine's first weight push is collective
+        self._engine = make_engine(engine, policy)   # built now: a vLLM engine's first weight push is collective
         return {"rank": self.rank, "pid": os.getpid(), "node": fsdp.node_ip(), "device": device, "engine": engine,
-                "parameters": sum(p.numel() for p in self.policy.model.parameters())}
+                "parameters": sum(p.numel() for p in policy.model.parameters())}
 
     def ping(self) -> int:
         return self.rank
 
     def _gathered(self):
-        return fsdp.gathered(self.policy.model) if self._engine.kind != "vllm" else contextlib.nullcontext()
+        return fsdp.gathered(self.policy.model) if self.engine.kind != "vllm" else contextlib.nullcontext()
 
     # ------------------------------------------------------------------ primitives
     def generate(self, prompt_ids: list[list[int]], seeds: list[int], kwargs: dict) -> list[list]:
         """``n`` samples per prompt through the rollout engine (ended at stop strings), ``[P][G]``."""
         with self._gathered():
-            return self._engine.generate(prompt_ids, seeds=seeds, **kwargs)
+            return self.engine.generate(prompt_ids, seeds=seeds, **kwargs)
 
     def logprobs(self, prompt_ids, response_ids, chunk: int, micro_batch: int, temperature: float) -> list[torch.Tensor]:
         with self._gathered():
@@ -169,7 +193,7 @@ class PolicyWorker:
 
     def weights_changed(self) -> None:
         """Tell the rollout engine the weights changed (vLLM reloads them; no-op for engines sharing them)."""
-        self._engine.weights_updated()
+        self.engine.weights_updated()
 
     # ------------------------------------------------------------------ state
     def optimizer_state(self) -> dict | None:
@@ -222,7 +246,8 @@ class PolicyWorker:
 
     def shutdown(self) -> None:
         with contextlib.suppress(Exception):
-            self._engine.close()
+            if self._engine is not None:
+                self._engine.close()
         fsdp.destroy_process_group()
 
 
@@ -290,4 +315,5 @@ class LocalWorkers:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self.worker._engine.close()
+            if self.worker._engine is not None:
+                self.worker._engine.close()

@@ -248,7 +248,7 @@ def test_all_gated_out_group_removes_the_receivers_own_group():
 
 def test_audit_m_is_minus_one_without_balancing():
     """issue 10 item 7: under exchange.balance=none there is no balanced target: m = -1 in the audit and
-    the metrics (the README's schema), not |C|."""
+    the metrics (docs/run-folder.md, docs/metrics.md), not |C|."""
     out, audit, m, _ = run(batch([3, 2, 1, 0], [0, 0, 0, 2]), balance="none")
     assert [a["m"] for a in audit] == [-1, -1]
     assert m["exchange/A->B/m"] == -1 and m["exchange/B->A/m"] == -1

@@ -1,6 +1,6 @@
 """``reward.answer_form=number``: a box must hold a number written out.
 
-Found in the mini reproduction (results/mini-repro, README Results): under GRPO Gemma-3-270M learnt
+Found in the mini reproduction (results/mini-repro, docs/history.md): under GRPO Gemma-3-270M learnt
 to restate the question inside the box (``What is 27 * 18?`` -> ``\\boxed{27*18}``), which
 math_verify evaluates to the reference and scores 1. With ``number`` these score 0 while every
 written-out number is still graded by the usual rule.

@@ -93,7 +93,7 @@ def test_hostile_programs_score_zero_and_the_grader_goes_on(tmp_path, monkeypatc
 
 def test_humaneval_and_mbpp_rows_through_data_fields(tmp_path):
     """A HumanEval row (test code with ``check(candidate)``, called on ``entry_point``) and an MBPP row
-    (``test_list`` of asserts), mapped by ``data.fields`` as the README says."""
+    (``test_list`` of asserts), mapped by ``data.fields`` as docs/your-task.md says."""
     from graft.data.datasets import load_prompts
 
     he = {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n", "entry_point": "add",

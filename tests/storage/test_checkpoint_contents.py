@@ -32,7 +32,7 @@ def test_weights_only_writes_no_optimizer_and_weighs_a_third(tmp_path, tiny_mode
     with pytest.raises(CheckpointError, match="no optimizer state for model 'A'"):
         ck.optimizer_state("A")
     # fp32 AdamW keeps exp_avg and exp_avg_sq, 4 + 4 bytes per parameter, against 4 for the weights:
-    # the README's 1.6 GB weights + 3.2 GB AdamW for the default pair. P = 2 * 64 * 16 (embedding + head) + layer.
+    # docs/run-folder.md's 1.6 GB weights + 3.2 GB AdamW for the default pair. P = 2 * 64 * 16 (embedding + head) + layer.
     P = sum(p.numel() for p in tiny_model.parameters())
     weights = (full / "A" / "model.safetensors").stat().st_size
     adamw = (full / "A" / "optimizer.pt").stat().st_size

@@ -17,7 +17,7 @@ from tests.trainer.helpers import crafted_rewards, params, tiny_config
 REPO = Path(__file__).resolve().parents[2]
 
 SPEC_GRAFT = {
-    "exchange": dict(mode="graft", delta=0.8, weight_cap=1.0, balance="min", selection="ranked", admission="gate",
+    "exchange": dict(kind="live", delta=0.8, weight_cap=1.0, balance="min", selection="ranked", admission="gate",
                      weighting="compat", include_all_correct=False, successes_only=False, pooled_rewards=False,
                      delta_by_length={}),
     "update": dict(rule="graft", clip_low=0.2, clip_high=0.28, loss_agg="token-mean", ratio_level="token",
@@ -63,10 +63,11 @@ def test_switches_are_recorded_in_saved_config_and_report(tmp_path, tiny_llama_d
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rule", ["hacpo", "sgt", "luffy"])
-def test_cross_model_baseline_runs_and_updates_both(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch, rule):
+@pytest.mark.parametrize("rule, kind", [("hacpo", "hacpo"), ("sgt", "live"), ("luffy", "live")])
+def test_cross_model_baseline_runs_and_updates_both(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch, rule, kind):
     crafted_rewards(monkeypatch)
-    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=1", f"update.rule={rule}", "exchange.delta=0.0")
+    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=1", f"update.rule={rule}", f"exchange.kind={kind}",
+                      "exchange.delta=0.0")
     run = loop.setup(cfg)
     before = params(run)
     try:
@@ -114,7 +115,7 @@ def test_hacpo_leaves_own_grpo_advantages_and_honours_adv_std(tmp_path, tiny_lla
 
     monkeypatch.setattr(loop, "update_phase", spy)
     for std in ("unbiased", "biased"):
-        cfg = tiny_config(tmp_path / std, tiny_llama_dir, tiny_gemma_dir, "steps=1", "update.rule=hacpo",
+        cfg = tiny_config(tmp_path / std, tiny_llama_dir, tiny_gemma_dir, "steps=1", "exchange.kind=hacpo", "update.rule=hacpo",
                           f"update.adv_std={std}")
         loop.train(cfg)
         rows = TrajectoryStore(Path(cfg.run_dir) / "trajectories").read().to_pylist()

@@ -1,0 +1,84 @@
+"""What every exchange kind shares: success counts, complementarity, the receiver's batch with peer groups spliced
+in, its re-verification of what it trains on, and the per-direction audit record and metrics (spec §3, §6, §8).
+
+Pure functions of groups and tensors; :mod:`graft.exchange.live`, :mod:`graft.exchange.stored`,
+:mod:`graft.exchange.hacpo` and the training loop import them from here.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+import torch
+
+from graft.algos.advantages import success_counts
+from graft.types import DirectionAudit, RolloutGroup, TransferRow
+
+Grade = Callable[[list[RolloutGroup]], None]
+"""Fills ``rewards`` and ``status`` of groups in place (the receiver's re-verification)."""
+
+
+def counts(groups: list[RolloutGroup]) -> torch.Tensor:
+    """k[P]: successes per group."""
+    return success_counts(torch.stack([g.rewards_tensor() for g in groups]))
+
+
+def complementarity(k_src: torch.Tensor, k_recv: torch.Tensor) -> float:
+    """Fraction of the receiver's all-fail prompts on which the source had >= 1 success (NaN if none)."""
+    fail = k_recv == 0
+    return float((k_src[fail] > 0).float().mean()) if bool(fail.any()) else float("nan")
+
+
+def splice(own: list[RolloutGroup], peer: list[RolloutGroup], replaced: set[str],
+           pooled_own_advantages: dict[str, list[float]]) -> list[RolloutGroup]:
+    """The receiver's batch: its own groups except those of ``replaced`` prompts, then ``peer``.
+
+    A replaced prompt whose peer group had no admitted response contributes nothing (README,
+    decisions). Under the pooled-rewards ablation the receiver keeps its own group of a prompt
+    that received peer responses, with the jointly normalised advantages.
+    """
+    received = {g.prompt_id for g in peer}
+    out = []
+    for g in own:
+        if g.prompt_id not in replaced:
+            out.append(g)
+        elif g.prompt_id in pooled_own_advantages and g.prompt_id in received:
+            out.append(replace(g, advantages=pooled_own_advantages[g.prompt_id]))
+    return out + peer
+
+
+def direction_audit(step: int, src: str, recv: str, groups_src: list[RolloutGroup], k_src: torch.Tensor,
+                    k_recv: torch.Tensor, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[TransferRow],
+                    conflicts: list[dict]) -> DirectionAudit:
+    return {
+        "step": step, "source": src, "receiver": recv,
+        "candidates": [{"prompt_id": groups_src[i].prompt_id, "k_source": int(k_src[i]), "k_receiver": int(k_recv[i])}
+                       for i in torch.nonzero(cand).flatten().tolist()],
+        "m": m,
+        "selected": [groups_src[i].prompt_id for i in torch.nonzero(keep).flatten().tolist()],
+        "responses": rows,
+        "conflicts": conflicts,
+    }
+
+
+def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[dict],
+                      gate_metrics: dict, lost: int) -> dict:
+    pre = f"exchange/{src}->{recv}"
+    admitted = sum(r["admitted"] for r in rows)
+    return {
+        f"{pre}/candidates": int(cand.sum()), f"{pre}/m": m, f"{pre}/kept_prompts": int(keep.sum()),
+        f"{pre}/transferred": len(rows), f"{pre}/admitted": admitted,
+        f"{pre}/transferred_correct": sum(r["reward_source"] > 0.5 for r in rows),
+        f"{pre}/admitted_correct": sum(r["admitted"] and r["reward_source"] > 0.5 for r in rows),
+        f"{pre}/admitted_frac": admitted / len(rows) if rows else float("nan"),
+        f"{pre}/conflicts_lost": lost,
+        **{f"{pre}/{k}": v for k, v in gate_metrics.items() if k.startswith("s_")},
+    }
+
+
+def regrade(grade: Grade, peers: list[RolloutGroup], rows: list[TransferRow]) -> list[TransferRow]:
+    """The receiver re-verifies the transferred responses it trains on (``peers``, in place); ``rows`` with its
+    verdict (``reward_receiver``; None for a response not admitted)."""
+    grade(peers)
+    verdict = {(g.prompt_id, i): r for g in peers for i, r in zip(g.index, g.rewards)}
+    return [{**row, "reward_receiver": verdict.get((row["prompt_id"], row["index"]))} for row in rows]
