@@ -29,14 +29,27 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import yaml
 
 from graft.errors import UserError
 from graft.files import write_text
-from graft.registry import (ADMISSIONS, BALANCES, CONFLICTS, DOMAINS, ENGINES, EXCHANGES, FAMILIES, LOSS_AGGS, RULES,
-                             STYLES, TRACKERS, WEIGHTINGS)
+from graft.registry import (
+    ADMISSIONS,
+    BALANCES,
+    CONFLICTS,
+    DOMAINS,
+    ENGINES,
+    EXCHANGES,
+    FAMILIES,
+    LOSS_AGGS,
+    RULES,
+    STYLES,
+    TRACKERS,
+    WEIGHTINGS,
+    Registry,
+)
 
 
 class ConfigError(UserError, ValueError):
@@ -80,6 +93,34 @@ def _check(ok: bool, field: str, reason: str) -> None:
         raise _FieldError(field, reason)
 
 
+_Cls = typing.TypeVar("_Cls", bound=type)
+_CHOICES: dict[str, Registry] = {}
+"""``Class.field`` -> the registry whose names the field takes (filled by :func:`_registry_choices`)."""
+
+
+def _registry_choices(**registries: Registry) -> Callable[[_Cls], _Cls]:
+    """Field -> the registry whose names it takes (``engine=ENGINES``): its runtime type hint becomes a ``Literal``
+    of the names (``list`` of it for a field declared ``list[str]``).
+
+    A registry's names are known only when the hints are read (a plugin or a test may register more after import),
+    and a static type checker cannot read a ``Literal`` built from them. So the class body declares such a field as
+    ``str`` or ``list[str]`` (what a type checker sees), and this replaces its annotation by a text evaluated in this
+    module like every other annotation here (``from __future__ import annotations``): ``typing.get_type_hints``
+    (:func:`_build`, :func:`field_hint`, the docs) builds the ``Literal`` from the registry as it is at that moment.
+    Apply it above ``@dataclass``."""
+    def apply(cls: _Cls) -> _Cls:
+        for name, registry in registries.items():
+            declared = cls.__annotations__.get(name)
+            if declared not in ("str", "list[str]"):
+                raise TypeError(f"{cls.__name__}.{name} must be declared str or list[str], not {declared!r}")
+            key = f"{cls.__name__}.{name}"
+            _CHOICES[key] = registry
+            hint = f"Literal[tuple(_CHOICES[{key!r}])]"
+            cls.__annotations__[name] = hint if declared == "str" else f"list[{hint}]"
+        return cls
+    return apply
+
+
 @dataclass
 class LoraConfig:
     enabled: bool = False
@@ -100,9 +141,11 @@ class LoraConfig:
         _check(len(self.target_modules) > 0, "target_modules", "must name at least one module")
 
 
-LR_SCHEDULES = ("constant", "linear", "cosine")
+LrSchedule = Literal["constant", "linear", "cosine"]
+LR_SCHEDULES: tuple[str, ...] = typing.get_args(LrSchedule)
 """``models.I.lr_schedule`` choices (computed by :func:`graft.policy.optim.scheduled_lr`)."""
-KL_ESTIMATORS = ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs")
+KlEstimator = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"]
+KL_ESTIMATORS: tuple[str, ...] = typing.get_args(KlEstimator)
 """``models.I.kl_loss_type`` choices, verl's names (computed by :func:`graft.algos.losses.kl_penalty`)."""
 
 
@@ -137,7 +180,7 @@ class ModelConfig:
     """AdamW betas."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables."""
-    lr_schedule: Literal[LR_SCHEDULES] = "constant"
+    lr_schedule: LrSchedule = "constant"
     """Learning rate over the run's ``steps`` training steps, after warm-up: ``constant``, ``linear`` decay or
     ``cosine`` decay towards 0 (step k of n after w warm-up steps: lr * (1 - p), lr * (1 + cos(pi p)) / 2 with
     p = (k - w - 1) / (n - w)). It changes once per training step (verl's convention, not per optimiser step), is a
@@ -149,7 +192,7 @@ class ModelConfig:
     """Weight of a KL penalty to a frozen copy of the starting weights, added to the loss and aggregated like it
     (``update.loss_agg``) over every policy-gradient token of the update (verl's ``kl_loss_coef``; logged as
     ``M/kl``). 0 (the paper's): no penalty and no reference model is loaded."""
-    kl_loss_type: Literal[KL_ESTIMATORS] = "low_var_kl"
+    kl_loss_type: KlEstimator = "low_var_kl"
     """Per-token estimate of KL(pi || pi_ref) with d = logp - logp_ref (verl's ``kl_loss_type``): ``k1``/``kl``
     d; ``k2``/``mse`` d^2 / 2; ``k3``/``low_var_kl`` exp(-d) + d - 1 (d clamped to +-20, the estimate to
     [-10, 10]); ``abs`` |d|."""
@@ -170,9 +213,9 @@ class ModelConfig:
         _check(bool(self.path), "path", f"is required (model {self.name})")
         _check(self.lr >= 0, "lr", f"must be >= 0, got {self.lr} (model {self.name})")
         _check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
-        self.betas = tuple(self.betas)  # YAML gives lists
-        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
-               f"must be two numbers in [0, 1), got {list(self.betas)}")
+        betas = tuple(self.betas)  # YAML gives lists
+        _check(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas", f"must be two numbers in [0, 1), got {list(betas)}")
+        self.betas = (betas[0], betas[1])
         _check(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0 (0 disables clipping), got {self.max_grad_norm}")
         _check(self.lr_schedule in LR_SCHEDULES, "lr_schedule",
                f"{self.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)} (model {self.name})")
@@ -225,7 +268,8 @@ class ArithmeticConfig:
         _check(self.families is None or (len(self.families) > 0 and set(self.families) <= set(FAMILIES)), "families",
                f"must be a non-empty list of {', '.join(FAMILIES)}; got {self.families}")
         _check(self.max_operand >= 0, "max_operand", f"must be >= 0, got {self.max_operand}")
-        _check(set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, "ops", f"must be a non-empty subset of + - *, got {self.ops}")
+        _check(set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, "ops",
+               f"must be a non-empty subset of + - *, got {self.ops}")
         template = STYLES.get(self.style, self.style)
         try:
             fits = "{a}" in template and "{b}" in template and bool(
@@ -284,6 +328,7 @@ class DataConfig:
         _check(self.val_limit is None or self.val_limit > 0, "val_limit", f"must be positive, got {self.val_limit}")
 
 
+@_registry_choices(engine=ENGINES)
 @dataclass
 class RolloutConfig:
     n: int = 8
@@ -296,14 +341,15 @@ class RolloutConfig:
     """Nucleus sampling threshold of training rollouts."""
     batch_size: int = 64
     """Sequences per generation call (memory knob; results do not depend on it except through RNG order)."""
-    engine: Literal[tuple(ENGINES)] = "hf"
+    engine: str = "hf"
     """Generation backend: graft's own sampler over transformers models (``hf``, CPU/GPU), the same over a
     bfloat16 copy of the weights (``hf-bf16``: faster on CPU; needs ``update.recompute_old_logprobs=true``),
     transformers' continuous batching (``hf-cb``) or vLLM (GPU, when installed); see ``graft/policy/engines.py``."""
 
     def __post_init__(self) -> None:
         _check(self.n >= 2, "n", f"must be >= 2: GRPO normalises inside a group, got {self.n}")
-        _check(self.max_new_tokens > 0, "max_new_tokens", f"must be > 0, got {self.max_new_tokens} (an empty response cannot be trained on)")
+        _check(self.max_new_tokens > 0, "max_new_tokens",
+               f"must be > 0, got {self.max_new_tokens} (an empty response cannot be trained on)")
         _check(self.temperature > 0, "temperature", "must be > 0 (log-probs of greedy decoding are not a sampling distribution)")
         _check(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1 (sequences per generation call), got {self.batch_size}")
@@ -368,6 +414,7 @@ class RewardConfig:
         _check(0 < self.max_timeout_frac <= 1, "max_timeout_frac", f"must be in (0, 1], got {self.max_timeout_frac}")
 
 
+@_registry_choices(balance=BALANCES, admission=ADMISSIONS, weighting=WEIGHTINGS, conflict=CONFLICTS)
 @dataclass
 class ExchangeConfig:
     kind: str = "live"
@@ -381,7 +428,7 @@ class ExchangeConfig:
     """Gate: a peer response with compatibility s <= delta is dropped (spec §3.4)."""
     weight_cap: float = 1.0
     """Admitted peer responses get weight min(s, weight_cap)."""
-    balance: Literal[tuple(BALANCES)] = "min"
+    balance: str = "min"
     """Selection size per direction: ``min`` keeps m = min(|C_AB|, |C_BA|) (paper); ``none`` keeps all
     candidates; ``asymmetric`` keeps min(|C_dir|, ceil(balance_ratio * |C_other|) + balance_floor)."""
     balance_ratio: float = 2.0
@@ -391,10 +438,10 @@ class ExchangeConfig:
     selection: Literal["ranked", "random"] = "ranked"
     """``ranked`` keeps the candidates with most source successes (ties kept); ``random`` draws the same
     number from the receiver's all-fail prompts (ablation)."""
-    admission: Literal[tuple(ADMISSIONS)] = "gate"
+    admission: str = "gate"
     """``gate`` admits s > delta; ``random`` admits as many responses as the gate would, at random;
     ``all`` admits every response (with ``weighting: none`` this is the no-compatibility ablation)."""
-    weighting: Literal[tuple(WEIGHTINGS)] = "compat"
+    weighting: str = "compat"
     """``compat`` weights admitted responses min(s, weight_cap); ``none`` gives them weight 1."""
     include_all_correct: bool = False
     """Beyond the paper: also hand over peer groups with k_S = n; their advantages are set to
@@ -409,7 +456,7 @@ class ExchangeConfig:
     delta_by_length: dict[int, float] = field(default_factory=dict)
     """Beyond the paper: per-length-bucket gates ``{max_tokens: delta}``; a response of L receiver tokens uses
     the delta of the smallest bucket bound >= L, else ``delta``."""
-    conflict: Literal[tuple(CONFLICTS)] = "most_successes"
+    conflict: str = "most_successes"
     """With three or more models, which source's group a receiver gets when several sources kept the same
     prompt after balancing: ``most_successes`` (highest k_S, then highest mean s, then model order),
     ``most_compatible`` (highest mean s, then k_S, then model order) or ``model_order`` (the earlier model
@@ -450,9 +497,10 @@ class PeerConfig:
                f"must be >= 0, got {self.max_replacements}")
 
 
+@_registry_choices(rule=RULES, loss_agg=LOSS_AGGS)
 @dataclass
 class UpdateConfig:
-    rule: Literal[tuple(RULES)] = "graft"
+    rule: str = "graft"
     """Update rule for peer data: GRAFT (weighted clipped token ratio), HACPO, LUFFY shaping or SGT NLL
     (formulas in graft/algos/losses.py). configs/baselines/ has the matching selection settings of each
     baseline (e.g. HACPO shares every prompt and aggregates seq-mean-token-mean)."""
@@ -460,7 +508,7 @@ class UpdateConfig:
     """Lower clip: ratios below 1 - clip_low are clipped."""
     clip_high: float = 0.28
     """Upper clip: ratios above 1 + clip_high are clipped."""
-    loss_agg: Literal[tuple(LOSS_AGGS)] = "token-mean"
+    loss_agg: str = "token-mean"
     """``token-mean``: sum of weighted token losses over all valid tokens of the minibatch (the paper's text, DAPO, verl's
     default); ``seq-mean-token-mean``: per-sequence token mean, then mean over sequences (the paper's formula)."""
     ratio_level: Literal["token", "sequence"] = "token"
@@ -563,13 +611,15 @@ class EvalConfig:
         _check(self.repeats >= 1, "repeats", f"must be >= 1, got {self.repeats}")
 
 
-WANDB_MODES = ("auto", "online", "offline")
+WandbMode = Literal["auto", "online", "offline"]
+WANDB_MODES: tuple[str, ...] = typing.get_args(WandbMode)
 """``logging.wandb_mode`` choices (resolved by :func:`graft.trainer.tracking.run_mode`)."""
 
 
+@_registry_choices(report_to=TRACKERS)
 @dataclass
 class LoggingConfig:
-    report_to: list[Literal[tuple(TRACKERS)]] = field(default_factory=list)
+    report_to: list[str] = field(default_factory=list)
     """Experiment trackers that receive every ``metrics.jsonl`` value at the same step index (eval results
     included), plus the resolved config: ``tensorboard`` writes ``RUN_DIR/tensorboard/`` (config as text and
     hparams), ``wandb`` a W&B run under ``RUN_DIR/wandb/`` (config as the run config), ``mlflow`` an MLflow run
@@ -577,7 +627,7 @@ class LoggingConfig:
     package (``pip install 'graft[trackers]'``); graft/trainer/tracking.py has the details."""
     wandb_project: str = "graft"
     """W&B project of the run (the W&B run name is the run folder's name; ``WANDB_ENTITY`` picks the entity)."""
-    wandb_mode: Literal[WANDB_MODES] = "auto"
+    wandb_mode: WandbMode = "auto"
     """``auto``: ``WANDB_MODE`` if set, else ``online`` when a W&B API key is configured (``WANDB_API_KEY`` or
     ``wandb login``) and the W&B host answers within 3 s, ``offline`` otherwise (said in one line; no network
     needed; upload later with ``wandb sync``). ``online`` with the host unreachable stops before any model loads."""
@@ -741,7 +791,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"{key}: unknown config key" + (f"; did you mean {near}?" if near else "")
                           + f" (the keys of {where or 'the top level'} are {', '.join(known)})")
 
-    kwargs = dict(zip(data, _each(check, data.items())))   # every field's errors, before any invariant
+    kwargs = dict(zip(data, _each(check, data.items()), strict=True))   # every field's errors, before any invariant
     try:
         return cls(**kwargs)
     except _FieldError as e:
@@ -791,7 +841,7 @@ def _describe(hint: Any) -> str:
         return f"a list of {len(args)} numbers" if args and args[-1] is not Ellipsis else "a list"
     if origin is dict:
         return f"a mapping of {_describe(args[0])} to {_describe(args[1])}" if args else "a mapping"
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return f"a mapping of {hint.__name__} fields"
     return getattr(hint, "__name__", str(hint))
 
@@ -833,7 +883,7 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     """
     if hint is Any:
         return value
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, where)
     if hint in _SCALARS:
         return _SCALARS[hint](value, where)
@@ -922,7 +972,8 @@ def _to_tuple(hint: Any, args: tuple, value: Any, where: str) -> tuple:
         return tuple(_each(lambda i, v: _coerce(args[0], v, f"{where}.{i}"), enumerate(value)))
     if args and len(value) != len(args):
         raise ConfigError(f"{where}: expected {_describe(hint)}, got {len(value)} item(s)")
-    return tuple(_each(lambda i, a, v: _coerce(a, v, f"{where}.{i}"), zip(range(len(args)), args, value)) if args else value)
+    return tuple(_each(lambda i, a, v: _coerce(a, v, f"{where}.{i}"), zip(range(len(args)), args, value, strict=True))
+                 if args else value)
 
 
 def _to_dict(hint: Any, args: tuple, value: Any, where: str) -> dict:
@@ -1008,7 +1059,7 @@ def _dataclass_of(hint: Any) -> Any:
     return hint if dataclasses.is_dataclass(hint) else None
 
 
-def _key_templates(cls: type = None, prefix: str = "") -> list[str]:
+def _key_templates(cls: type | None = None, prefix: str = "") -> list[str]:
     """Every dotted leaf key of the config tree, list items and mapping values as ``*``
     (``models.*.lr``, ``ray.resources.*.num_gpus``)."""
     cls = cls or Config
@@ -1042,7 +1093,7 @@ def nearest_key(key: str) -> str | None:
         r = max(difflib.SequenceMatcher(None, key, full).ratio(),
                 difflib.SequenceMatcher(None, parts[-1], full.split(".")[-1]).ratio())
         score[full] = r + 0.01 * full.startswith(".".join(parts[:-1]) + ".")   # same section wins a tie
-    best = max(score, key=score.get)
+    best = max(score, key=score.__getitem__)
     return best if score[best] >= 0.75 else None
 
 
@@ -1056,7 +1107,7 @@ def field_docs() -> dict[tuple[str, str], str]:
         if not isinstance(node, ast.ClassDef):
             continue
         body = node.body
-        for a, b in zip(body, body[1:]):
+        for a, b in zip(body, body[1:], strict=False):   # each statement and the next
             if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
                     and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
                 text = " ".join(b.value.value.replace("``", "`").split())
@@ -1088,7 +1139,10 @@ def _plain(value: Any) -> Any:
 
 
 def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    assert f.default_factory is not dataclasses.MISSING, f"{f.name}: every config field has a default or a factory"
+    return f.default_factory()
 
 
 def describe(cfg: Any) -> list[Setting]:
@@ -1129,8 +1183,8 @@ def show_config(cfg: Any) -> str:
     rows = [SHOW_COLUMNS] + [(s.key, _flow(s.value), _flow(s.default), s.accepts, s.description) for s in settings]
     marks = [" "] + ["*" if s.changed else " " for s in settings]
     widths = [min(max(len(r[i]) for r in rows), cap) for i, cap in enumerate((36, 28, 16, 28))]
-    return "\n".join(f"{mark} " + "".join(c.ljust(w) + "  " for c, w in zip(r, widths)) + r[-1]
-                     for mark, r in zip(marks, rows))
+    return "\n".join(f"{mark} " + "".join(c.ljust(w) + "  " for c, w in zip(r, widths, strict=False)) + r[-1]
+                     for mark, r in zip(marks, rows, strict=True))   # the last cell, unpadded, has no width
 
 
 def _flow(value: Any) -> str:
@@ -1289,7 +1343,10 @@ def _legacy_kind(mode: str, source: str, rule: Any) -> str:
 def _upgrade_exchange_kind(tree: dict) -> list[str]:
     """``exchange.mode`` / ``peer.source`` (and ``update.rule: hacpo`` without ``exchange.kind``) -> ``exchange.kind``,
     in place: the kind the config ran before the key existed. One notice, or none when there was nothing to do."""
-    sections = {name: tree.get(name) if isinstance(tree.get(name), dict) else {} for name in ("exchange", "peer", "update")}
+    sections: dict[str, dict] = {}
+    for name in ("exchange", "peer", "update"):
+        section = tree.get(name)
+        sections[name] = section if isinstance(section, dict) else {}
     old = {"exchange.mode": sections["exchange"].get("mode"), "peer.source": sections["peer"].get("source")}
     rule = sections["update"].get("rule")
     if all(v is None for v in old.values()) and (rule != "hacpo" or "kind" in sections["exchange"]):
@@ -1325,7 +1382,7 @@ def upgrade_tree(tree: dict) -> list[str]:
     notices = _upgrade_exchange_kind(tree)
     for old, (new, values) in LEGACY_KEYS.items():
         *path, leaf = old.split(".")
-        node = tree
+        node: object = tree
         for part in path:
             node = node.get(part) if isinstance(node, dict) else None
         if not isinstance(node, dict) or leaf not in node:

@@ -38,6 +38,7 @@ from graft.storage.checkpoint import (
 from graft.storage.lock import FolderLock
 from graft.types import Prompt
 
+
 def vllm_model_path(cfg, weights_from: str | None) -> str:
     """The folder (or hub id) vLLM should load for a model config / checkpoint, or an EvalError why none."""
     if weights_from is not None:
@@ -364,15 +365,15 @@ def compare_table(results: dict[str, dict]) -> str:
     pass@1 mean ± std of each, and every other model's difference from the first in points."""
     labels = list(results)
     ref = results[labels[0]]
-    head = "| dataset | prompts | " + " | ".join(f"{l} pass@1 (%)" for l in labels) + \
-        "".join(f" | {l} − {labels[0]} (points)" for l in labels[1:]) + " |"
+    head = "| dataset | prompts | " + " | ".join(f"{label} pass@1 (%)" for label in labels) + \
+        "".join(f" | {label} − {labels[0]} (points)" for label in labels[1:]) + " |"
     lines = [head, "|---|---:|" + "---:|" * (2 * len(labels) - 1)]
     rows: list[tuple[str, Any, tuple[str, ...]]] = [(name, d["num_prompts"], ("datasets", name))
                                                    for name, d in ref["datasets"].items()]
     if len(ref["datasets"]) > 1:
         rows.append(("macro average", f"{len(ref['datasets'])} sets", ("macro",)))
     for name, n, where in rows:
-        get = [functools.reduce(lambda d, k: d[k], where, results[l])["pass@1"] for l in labels]
+        get = [functools.reduce(lambda d, k: d[k], where, results[label])["pass@1"] for label in labels]
         cells = [pct(g) for g in get]
         diffs = [f"{100 * (g['mean'] - get[0]['mean']):+.1f}" for g in get[1:]]
         lines.append(f"| {name} | {n} | " + " | ".join(cells + diffs) + " |")

@@ -62,20 +62,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
-from graft.config import ANSWER_FORMS as LEGACY_ANSWER_FORMS
-from graft.config import ConfigError, EvalConfig, load_config, save_config, to_dict
+from graft.config import ANSWER_FORMS as LEGACY_ANSWER_FORMS, ConfigError, EvalConfig, load_config, save_config, to_dict
 from graft.data.arithmetic import FAMILIES, family_of
+from graft.domains.base import config_domain
+from graft.domains.math import WORKED_EQUATIONS
 from graft.errors import UserError
 from graft.evaluation import report as rep
 from graft.evaluation.analyze import analyze, compute_analysis, read_jsonl, summary_text, treatment
 from graft.evaluation.metrics import paired_interval, paired_verdict
 from graft.exchange.kinds import hands_over
-from graft.domains.base import config_domain
-from graft.domains.math import WORKED_EQUATIONS
 from graft.parsers import experiment_parser
 from graft.reward.shortcuts import FLAGS, chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
@@ -216,7 +215,7 @@ def load_plan(path: str | Path) -> Plan:
     return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models,
                 keep_checkpoints=_keep_checkpoints(path, raw.get("keep_checkpoints", True), members),
                 answer_form=forms.pop() if len(forms) == 1 else "mixed", common=common,
-                base=bool(raw.get("base", False)), stored_from=stored and stored["from"], **declared)
+                base=bool(raw.get("base", False)), stored_from=stored["from"] if stored else None, **declared)
 
 
 def _keep_checkpoints(path: Path, spec: Any, members: list[Member]) -> bool | frozenset[str]:
@@ -418,7 +417,8 @@ def eval_command(plan: Plan, model: str, config: Path, name: str, out: Path) -> 
     checkpoint folder, or ``base`` for the config's starting weights)."""
     cmd = [sys.executable, "-m", "graft.cli", "eval", "--model", model, "--config", str(config), "--model-name", name,
            "--out", str(out), "--no-progress", "--n", str(plan.eval.get("n", EvalConfig.n)),
-           "--repeats", str(plan.eval.get("repeats", EvalConfig.repeats)), "--temperature", str(plan.eval.get("temperature", EvalConfig.temperature)),
+           "--repeats", str(plan.eval.get("repeats", EvalConfig.repeats)),
+           "--temperature", str(plan.eval.get("temperature", EvalConfig.temperature)),
            "--top-p", str(plan.eval.get("top_p", EvalConfig.top_p)), "--seed", str(plan.eval.get("seed", 0))]
     for dname, dpath in plan.eval["data"].items():
         cmd += ["--data", f"{dname}={dpath}"]
@@ -488,9 +488,9 @@ def copy_small_files(m: Member) -> None:
             if (src / f).is_file():
                 (m.results_dir / "eval" / name).mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src / f, m.results_dir / "eval" / name / f)
-        for f in src.glob("*/repeat_*.jsonl"):   # the graded responses (~100 kB a set): every grade can be re-checked
-            (m.results_dir / "eval" / name / f.parent.name).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, m.results_dir / "eval" / name / f.parent.name / f.name)
+        for graded in src.glob("*/repeat_*.jsonl"):   # the graded responses (~100 kB a set): every grade can be re-checked
+            (m.results_dir / "eval" / name / graded.parent.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(graded, m.results_dir / "eval" / name / graded.parent.name / graded.name)
 
 
 def run_plan(plan: Plan, max_minutes: float | None = None, only: list[str] | None = None) -> list[Member]:
@@ -654,9 +654,9 @@ def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None
             questions += [problem or ""] * len(r["responses"])
             as_run += r["rewards"]
             strict_all += strict
-            for resp, old in zip(r["responses"], r["rewards"]):
+            for resp, old in zip(r["responses"], r["rewards"], strict=True):   # one reward per response
                 content = extract_boxed(resp)
-                expression = bool(content) and not is_number(content)
+                expression = bool(content and not is_number(content))
                 boxed += bool(content)
                 expr_boxed += expression
                 if old == 1.0:
@@ -664,7 +664,7 @@ def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None
                     expr_correct += expression
         if per_prompt:
             per_set.append(sum(per_prompt) / len(per_prompt))
-        skill = [p for r, p in zip(rows, per_prompt) if _mean(fams[eval_family(r["id"])]["chance"]) < CHANCE_FAMILY]
+        skill = [p for r, p in zip(rows, per_prompt, strict=True) if _below_chance_cut(fams[eval_family(r["id"])]["chance"])]
         if skill:
             per_set_skill.append(sum(skill) / len(skill))
     if not per_set:
@@ -744,17 +744,25 @@ def _peer_row_share(m: Member, model: str) -> float | None:
     return _mean(vals) if vals else None
 
 
-def _mean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    return sum(xs) / len(xs) if xs else None
+def _mean(xs: Sequence[float | None]) -> float | None:
+    """Mean of the values that are neither None nor NaN; None when there are none."""
+    kept = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return sum(kept) / len(kept) if kept else None
 
 
-def _std(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    if len(xs) < 2:
+def _below_chance_cut(chances: list[float]) -> bool:
+    """Whether a problem family's mean chance level is under :data:`CHANCE_FAMILY` (:func:`regraded_pass1`)."""
+    mean = _mean(chances)
+    assert mean is not None, "each prompt of a family adds its (finite) chance level before the family is read"
+    return mean < CHANCE_FAMILY
+
+
+def _std(xs: Sequence[float | None]) -> float | None:
+    kept = [x for x in xs if x is not None]
+    if len(kept) < 2:
         return None
-    mu = sum(xs) / len(xs)
-    return math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - 1))
+    mu = sum(kept) / len(kept)
+    return math.sqrt(sum((x - mu) ** 2 for x in kept) / (len(kept) - 1))
 
 
 def _clip_peer(m: Member, model_keys: list[str]) -> float | None:
@@ -885,25 +893,25 @@ def _paired_diff(arms: dict[str, list[Member]], c: Comparison, table: dict, mode
     (None where the baseline has no such seed or either run is missing)."""
     out = {}
     for a in models:
-        baseline = dict(zip((m.seed for m in arms[c.baseline]), table[c.baseline][a]))
+        baseline = dict(zip((m.seed for m in arms[c.baseline]), table[c.baseline][a], strict=True))   # a value per run
         out[a] = [None if x is None or baseline.get(m.seed) is None else x - baseline[m.seed]
-                  for m, x in zip(arms[c.arm], table[c.arm][a])]
+                  for m, x in zip(arms[c.arm], table[c.arm][a], strict=True)]
     return out
 
 
 def stored_vs_online(stored: float | None, baseline: float | None, online: float | None) -> dict:
     """Gain of training on a stored peer log and of exchanging online, both over the baseline of the same
     seed, and their ratio (the paper's "84 % of the online gain"): defined only when the online gain is > 0."""
-    have = None not in (stored, baseline, online)
-    s_gain = stored - baseline if have else None
-    o_gain = online - baseline if have else None
-    return {"stored_gain": s_gain, "online_gain": o_gain, "ratio": s_gain / o_gain if have and o_gain > 0 else None}
+    if stored is None or baseline is None or online is None:
+        return {"stored_gain": None, "online_gain": None, "ratio": None}
+    s_gain, o_gain = stored - baseline, online - baseline
+    return {"stored_gain": s_gain, "online_gain": o_gain, "ratio": s_gain / o_gain if o_gain > 0 else None}
 
 
 def _last_reward(m: Member, model: str, k: int = 4) -> float | None:
-    rows = [r.get(f"{model}/reward/mean") for r in _metrics(m)]
-    rows = [r for r in rows if r is not None]
-    return _mean(rows[-k:]) if rows else None
+    rewards = [r.get(f"{model}/reward/mean") for r in _metrics(m)]
+    logged = [x for x in rewards if x is not None]
+    return _mean(logged[-k:]) if logged else None
 
 
 def last_quarter(rows: list[dict], model: str) -> dict | None:
@@ -1067,7 +1075,7 @@ def _exchange_section(summary: dict) -> list[str]:
     for arm, ex in summary["exchanged"].items():
         tr = summary.get("transferred", {}).get(arm, {})
         md.append(f"- {arm}: admitted / transferred peer responses per seed " + "; ".join(
-            f"{d}: " + ", ".join("–" if a is None else f"{a}/{t}" for a, t in zip(v, tr.get(d, [None] * len(v))))
+            f"{d}: " + ", ".join("–" if a is None else f"{a}/{t}" for a, t in zip(v, tr.get(d, [None] * len(v)), strict=True))
             for d, v in ex.items()))
         corr = summary.get("admitted_correct", {}).get(arm, {})
         if corr:
@@ -1110,7 +1118,7 @@ def _last_quarter_table(summary: dict) -> list[str]:
     for arm, a, qs in cells:
         rewarded = sum(q["rewarded"] for q in qs)
         shares = [q["echo_or_copy_share"] for q in qs]
-        flagged = None if None in shares else sum(x * q["rewarded"] for x, q in zip(shares, qs))
+        flagged = None if None in shares else sum(x * q["rewarded"] for x, q in zip(shares, qs, strict=True))
         share = "–" if flagged is None else f"{100 * flagged / max(rewarded, 1):.0f} % of {rewarded}"
         distinct = [q["distinct_frac"] for q in qs]
         md.append(f"| {arm} | {a} | {qs[0]['steps'][0]}–{qs[0]['steps'][1]} | {_mean([q['reward'] for q in qs]):.3f} "

@@ -82,7 +82,11 @@ def upstream(path: str) -> dict | None:
     return EMBEDDED_MODELS.get(path[len(EMBEDDED_PREFIX):]) if path.startswith(EMBEDDED_PREFIX) else None
 
 
-def provenance(repo: Path = Path(__file__).resolve().parents[1]) -> dict:
+_REPO = Path(__file__).resolve().parents[1]
+"""The folder holding the ``graft`` package (a git checkout's root when graft runs from one)."""
+
+
+def provenance(repo: Path = _REPO) -> dict:
     """Versions of torch, transformers and graft, and graft's git commit (``None`` outside a git checkout)."""
 
 
@@ -104,7 +108,8 @@ def model_card(run_cfg: Config, mcfg: ModelConfig, step: int, source: Path, dtyp
     desc = describe_exchange(run_cfg)
     lines = _card_header(mcfg, step, desc.method)
     lines += [f"Exported by `graft export` from `{source}` (model `{mcfg.name}`, step {step} of {run_cfg.steps} "
-              f"configured), as `{dtype}` weights" + (" with the LoRA adapter merged into the base." if mcfg.lora.enabled else "."),
+              f"configured), as `{dtype}` weights"
+              + (" with the LoRA adapter merged into the base." if mcfg.lora.enabled else "."),
               "", "## Training", ""]
     lines += _card_training(run_cfg, mcfg, step, desc)
     lines += _card_prompt_format(mcfg, example_prompt)

@@ -154,13 +154,13 @@ class ReplayReceiver:
         self.cache: dict = {}
 
     def token_logprobs(self, prompt_ids, response_ids, chunk, micro_batch, temperature, progress=False):
-        keys = [(tuple(p), tuple(r)) for p, r in zip(prompt_ids, response_ids)]
+        keys = [(tuple(p), tuple(r)) for p, r in zip(prompt_ids, response_ids, strict=True)]   # a response per prompt
         todo = [i for i, k in enumerate(keys) if k not in self.cache]
         if todo:
             fresh = self.learner.token_logprobs([prompt_ids[i] for i in todo], [response_ids[i] for i in todo],
                                                 chunk=chunk, micro_batch=micro_batch, temperature=temperature,
                                                 progress=progress)
-            self.cache.update({keys[i]: lp for i, lp in zip(todo, fresh)})
+            self.cache.update({keys[i]: lp for i, lp in zip(todo, fresh, strict=True)})
         return [self.cache[k] for k in keys]
 
 

@@ -118,9 +118,9 @@ class RolloutGroup(GroupCounts):
             self.index = list(range(g))
         for name in ("token_ids", "old_logprobs", "gen_token_ids", "gen_logprobs", "finished"):
             assert len(getattr(self, name)) == g, f"{name} has {len(getattr(self, name))} entries, expected G={g}"
-        for t, lp in zip(self.token_ids, self.old_logprobs):
+        for t, lp in zip(self.token_ids, self.old_logprobs, strict=True):
             assert len(t) == len(lp), f"token_ids/old_logprobs length mismatch {len(t)} != {len(lp)}"
-        for t, lp in zip(self.gen_token_ids, self.gen_logprobs):
+        for t, lp in zip(self.gen_token_ids, self.gen_logprobs, strict=True):
             assert len(t) == len(lp), f"gen_token_ids/gen_logprobs length mismatch {len(t)} != {len(lp)}"
 
     @property

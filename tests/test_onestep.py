@@ -117,7 +117,10 @@ def test_the_committed_measurement_still_re_reads():
     assert new["treatment"] == old["treatment"]
     assert new["arms_version"] == [1]                  # measured with the spec's spliced batch (before issue 42)
     assert [e["command"] for e in read_commands(COMMITTED)] == old["commands"]
-    assert one_step_effect(old)["one_step_effect"] == one_step_effect({**old, **new})["one_step_effect"]
+    before, after = one_step_effect(old)["one_step_effect"], one_step_effect({**old, **new})["one_step_effect"]
+    for d, kinds in before.items():              # the same figures, plus the t-interval and the changed prompts
+        for kind, s in kinds.items():
+            assert {k: after[d][kind][k] for k in s} == s and set(after[d][kind]) - set(s) == {"t95", "differed"}
 
 
 def test_summarize_rows_counts_the_treatment():

@@ -160,7 +160,7 @@ def resolve_conflicts(keep: Tensor, k_source: Tensor, s_mean: Tensor, rule: str 
     out = keep.clone()
     S = keep.shape[0]
     for p in torch.nonzero(keep.sum(0) > 1).flatten().tolist():
-        def key(s: int) -> tuple:
+        def key(s: int, p: int = p) -> tuple:   # p bound now (B023); max() calls key within this iteration anyway
             return rank(int(k_source[s, p]), float(s_mean[s, p]), s)
         winner = max((s for s in range(S) if keep[s, p]), key=key)
         out[:, p] = False

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from graft.bench.common import PARTS, clean, environment, progress
 from graft.bench.args import bench_parser
+from graft.bench.common import PARTS, clean, environment, progress
 from graft.bench.graft_vs_grpo import bench_c
 from graft.bench.report import markdown
 from graft.bench.rollout_vs_generate import bench_b

@@ -154,6 +154,6 @@ def fmt(v: Any, unit: str = "", digits: int = 1) -> str:
 
 def steps_line(row: dict) -> str:
     """The phase times of one training-step row, for a progress line."""
-    parts = [f"{k.replace('_s', '')} {fmt(row.get(k), ' s')}" for k in ("step_s", "rollout_s", "score_s", "exchange_s", "update_s")
-             if row.get(k) is not None]
+    parts = [f"{k.replace('_s', '')} {fmt(row.get(k), ' s')}"
+             for k in ("step_s", "rollout_s", "score_s", "exchange_s", "update_s") if row.get(k) is not None]
     return ", ".join(parts)

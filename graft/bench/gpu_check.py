@@ -141,7 +141,7 @@ def load_learners(work: Path, device: str, dtype_name: DType, tiny: bool) -> tup
     """Learners ``A`` (random llama) and ``B`` (random gemma3), and their parameter counts."""
     learners, sizes = {}, {}
     t0 = time.time()
-    for name, kind in zip(("A", "B"), KINDS):
+    for name, kind in zip(("A", "B"), KINDS, strict=True):
         path, sizes[name] = build_model(kind, work / name, device, getattr(torch, dtype_name), tiny,
                                         seed=1 if name == "A" else 2)
         learners[name] = Learner.local(ModelConfig(name=name, path=path, template="plain", dtype=dtype_name, lr=1e-6),
@@ -164,7 +164,7 @@ def rollout_and_score(learners: dict, prompts, rc: RolloutConfig, sync: Callable
     for gs in groups.values():
         crafted_rewards(gs)
         adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), 1e-6, True)
-        for g, a in zip(gs, adv):
+        for g, a in zip(gs, adv, strict=True):
             g.advantages = a.tolist()
     return groups
 

@@ -64,6 +64,7 @@ class _PairSides:
 
     def grpo(self, i: int) -> dict:
         """Repetition ``i`` of the GRPO side."""
+        assert self.state is not None, "alternate() runs graft(i) first, which saves the state (--max-tries >= 1)"
         _switch_exchange(self.run, "none")
         try:
             return pair_row(rewound_step(self.run, self.state, next(self.steps)), self.names, 1)
@@ -80,7 +81,8 @@ def _ensured_by(base: Config, keep_balance: bool, max_tries: int) -> str:
 
 def bench_c(base: Config, reps: int, run_root: Path, keep_balance: bool, max_tries: int) -> dict:
     """Part (c): GRAFT and GRPO steps alternating on the config's pair."""
-    exchange = dataclasses.replace(base.exchange, kind="live", **({} if keep_balance else {"balance": "none"}))
+    balance = base.exchange.balance if keep_balance else "none"
+    exchange = dataclasses.replace(base.exchange, kind="live", balance=balance)
     cfg = dataclasses.replace(base, run_dir=str(run_root / "c"), exchange=exchange)
     progress(f"(c) loading {', '.join(m.path for m in cfg.models)}")
     run = setup(cfg)

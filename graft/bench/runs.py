@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Literal
 
 from graft.config import Config, ModelConfig
-from graft.trainer.backends import close_learners
 from graft.policy.loading import load_tokenizer
+from graft.trainer.backends import close_learners
 from graft.trainer.loop import train_step
 
 

@@ -7,8 +7,15 @@ from pathlib import Path
 
 from graft.bench.common import alternate, package_version, progress, steps_line, summarize
 from graft.bench.runs import close_run, model_entry, rewound_step, single_model_config, step_row
-from graft.bench.trl_settings import (TRL_ADV_EPS, TRL_DIFFERENCES, TRL_MATCHED, TrlUnsupported, micro_batch_difference,
-                                      trl_batch_problem, trl_unavailable_reason)
+from graft.bench.trl_settings import (
+    TRL_ADV_EPS,
+    TRL_DIFFERENCES,
+    TRL_MATCHED,
+    TrlUnsupported,
+    micro_batch_difference,
+    trl_batch_problem,
+    trl_unavailable_reason,
+)
 from graft.config import Config, ModelConfig
 from graft.trainer.loop import setup
 

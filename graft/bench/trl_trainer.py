@@ -84,7 +84,7 @@ class TrlBench:
             trainer = GRPOTrainer(
                 model=model, reward_funcs=self.graft_grader, processing_class=tokenizer, callbacks=[self._clock],
                 args=GRPOConfig(**self.config_kwargs),
-                train_dataset=Dataset.from_list([{"prompt": t, "answer": p.answer} for t, p in zip(texts, prompts)]))
+                train_dataset=Dataset.from_list([{"prompt": t, "answer": p.answer} for t, p in zip(texts, prompts, strict=True)]))
         trainer.remove_callback(PrinterCallback)   # it prints the end-of-train metrics on stdout
         for phase, method in (("rollout", "_generate"), ("score", "_calculate_rewards")):
             if hasattr(trainer, method):

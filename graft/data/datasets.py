@@ -181,7 +181,8 @@ def _library_rows(path: Path, suffix: str) -> Iterator[tuple[str, Any]]:
     try:
         ds = datasets.load_dataset(DATASETS_SUFFIXES[suffix], data_files=str(path), split="train", **kwargs)
     except Exception as e:  # noqa: BLE001 - the library raises many types for an unreadable file
-        raise DataError(f"{path}: not a readable {suffix[1:]} file: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        first_line = str(e).splitlines()[0] if str(e) else ""
+        raise DataError(f"{path}: not a readable {suffix[1:]} file: {type(e).__name__}: {first_line}") from None
     return ((f"row {i + 1}", rec) for i, rec in enumerate(ds))
 
 

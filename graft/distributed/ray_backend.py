@@ -35,7 +35,7 @@ REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 def _ray():
     """The ``ray`` module (an optional dependency: ``pip install 'graft[ray]'``)."""
-    import ray   # deferred: only backend=ray needs it, and it is heavy to import
+    import ray  # deferred: only backend=ray needs it, and it is heavy to import
     return ray
 
 
@@ -63,7 +63,8 @@ class RayWorkers:
         bundle = {"CPU": float(resources.num_cpus) if resources.num_cpus > 0 else 0.001}
         if resources.num_gpus:
             bundle["GPU"] = float(resources.num_gpus)
-        self._pg = ray.util.placement_group([dict(bundle) for _ in range(W)], strategy="PACK", name=f"graft-{cfg.name}-{os.getpid()}")
+        self._pg = ray.util.placement_group([dict(bundle) for _ in range(W)], strategy="PACK",
+                                            name=f"graft-{cfg.name}-{os.getpid()}")
         ready, _ = ray.wait([self._pg.ready()], timeout=self.timeout)
         if not ready:
             self.close()
@@ -79,7 +80,8 @@ class RayWorkers:
             opts = dict(num_cpus=bundle["CPU"], num_gpus=float(resources.num_gpus or 0), max_restarts=0,
                         max_task_retries=0, name=f"graft-{cfg.name}-rank{r}-{os.getpid()}-{id(self)}",
                         runtime_env={"env_vars": env},
-                        scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=r))
+                        scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+                            self._pg, placement_group_bundle_index=r))
             self.actors.append(actor_cls.options(**opts).remote(cfg.name, r, W, thr))
 
     def setup(self, cfg: ModelConfig, device: str, weights_from: str | None, seed: int, engine: str) -> list[dict]:
@@ -94,7 +96,7 @@ class RayWorkers:
         if self.failed:
             raise WorkerFailure(self.failed)
         assert len(args) == self.size, f"{method}: {self.size} ranks, {len(args)} argument tuples"
-        refs = [getattr(w, method).remote(*a) for w, a in zip(self.actors, args)]
+        refs = [getattr(w, method).remote(*a) for w, a in zip(self.actors, args, strict=True)]
         return self._wait(refs, what or method)
 
     def _wait(self, refs: list, what: str, ranks: list[int] | None = None) -> list:

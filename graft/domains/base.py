@@ -84,7 +84,8 @@ class Domain:
         ``None`` when nothing was rewarded."""
         n = len(responses)
         assert len(problems) == n and len(references) == n and len(rewards) == n, (n, len(problems), len(rewards))
-        hits = [self.response_flags(r, q, a) for r, q, a, x in zip(responses, problems, references, rewards) if x > 0.5]
+        hits = [self.response_flags(r, q, a)
+                for r, q, a, x in zip(responses, problems, references, rewards, strict=True) if x > 0.5]
         out: dict[str, float | None] = {"n": len(hits)}
         for f in self.flags:
             out[f] = sum(h[f] for h in hits) / len(hits) if hits else None

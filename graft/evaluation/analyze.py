@@ -35,16 +35,16 @@ import random
 import re
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import yaml
 
 from graft.config import ConfigError, load_config
 from graft.data.arithmetic import FAMILIES
+from graft.domains.base import config_domain
 from graft.evaluation.evaluate import best_checkpoint, json_clean
 from graft.evaluation.metrics import complementarity_counts
 from graft.exchange.kinds import ExchangeDescription, describe_exchange
-from graft.domains.base import config_domain
 from graft.parsers import analyze_parser
 from graft.reward.shortcuts import FLAGS, chance_level
 from graft.storage.trajectory_store import TrajectoryStore
@@ -121,7 +121,7 @@ def _mean(vals: Sequence[float | None]) -> float | None:
 
 
 def model_names(cfg: dict, rows: list[dict]) -> list[str]:
-    names = [m.get("name") for m in (cfg.get("models") or []) if isinstance(m, dict) and m.get("name")]
+    names: list[str] = [m["name"] for m in (cfg.get("models") or []) if isinstance(m, dict) and m.get("name")]
     if names:
         return names
     found = []
@@ -157,7 +157,7 @@ def read_store_counts(run_dir: Path, models: Sequence[str] | None = None) -> dic
     table = TrajectoryStore(root).read(models=models, columns=["model", "step", "prompt_id", "reward"])
     cols = {c: table[c].to_pylist() for c in ("model", "step", "prompt_id", "reward")}
     k: dict[tuple[str, int, str], int] = {}
-    for m, s, p, r in zip(cols["model"], cols["step"], cols["prompt_id"], cols["reward"]):
+    for m, s, p, r in zip(cols["model"], cols["step"], cols["prompt_id"], cols["reward"], strict=True):   # columns of one table
         key = (m, int(s), p)
         k[key] = k.get(key, 0) + (1 if r is not None and r > 0.5 else 0)
     return k
@@ -207,7 +207,7 @@ def exchange_stats(rows: list[dict], audit: list[dict], direction: str) -> dict:
     """Candidate-set sizes before/after balancing and admission per step, and totals."""
     src, recv = direction.split("->")
     recs = {int(r["step"]): r for r in audit if r.get("source") == src and r.get("receiver") == recv}
-    per_step = []
+    per_step: list[dict[str, Any]] = []
     for row in rows:
         step = int(row["step"])
         pre = f"exchange/{direction}"
@@ -216,7 +216,7 @@ def exchange_stats(rows: list[dict], audit: list[dict], direction: str) -> dict:
             continue
         if rec is not None:
             responses = rec.get("responses") or []
-            entry = {"step": step, "candidates": len(rec.get("candidates") or []), "m": rec.get("m"),
+            entry: dict[str, Any] = {"step": step, "candidates": len(rec.get("candidates") or []), "m": rec.get("m"),
                      "kept": len(rec.get("selected") or []), "transferred": len(responses),
                      "admitted": sum(1 for x in responses if x.get("admitted"))}
         else:
@@ -328,13 +328,13 @@ def eval_curves(rows: list[dict], extra_history: Sequence[dict] = ()) -> dict:
     return out
 
 
-def step_ranges(steps: Sequence[int], parts: int = 3) -> list[tuple[int, int]]:
+def step_ranges(steps: Iterable[int], parts: int = 3) -> list[tuple[int, int]]:
     """The logged steps cut into ``parts`` consecutive ranges of (nearly) equal length: [(first, last), ...]
     (fewer when there are fewer steps). 8 steps in thirds -> [(1, 3), (4, 5), (6, 8)]."""
-    steps = sorted(steps)
-    n = len(steps)
+    ordered = sorted(steps)
+    n = len(ordered)
     cuts = [round(i * n / parts) for i in range(parts + 1)]
-    return [(steps[a], steps[b - 1]) for a, b in zip(cuts, cuts[1:]) if b > a]
+    return [(ordered[a], ordered[b - 1]) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]   # each cut and the next
 
 
 def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, float] | None = None,
@@ -348,7 +348,7 @@ def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, floa
     out: dict[str, Any] = {"ranges": []}
     for lo, hi in step_ranges([r["step"] for r in logged]):
         part = [r for r in logged if lo <= r["step"] <= hi]
-        n = sum(_num(r[f"{model}/rewarded/n"]) for r in part)
+        n = sum(x for r in part if (x := _num(r[f"{model}/rewarded/n"])) is not None)   # all of them (``logged``)
         entry = {"steps": [lo, hi], "rewarded": int(n),
                  "distinct_frac": _mean([_num(r.get(f"{model}/distinct_frac")) for r in part])}
         for f in flags:
@@ -388,7 +388,7 @@ def compute_curve(rows: list[dict], models: list[str]) -> dict:
         steps.append(row["step"])
         wall.append(w)
         tok.append(t)
-    per_model = {m: [] for m in models}
+    per_model: dict[str, list[float]] = {m: [] for m in models}
     for m in models:
         acc = 0.0
         for row in rows:
@@ -433,7 +433,7 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
     comp = {}
     store_models = {k[0] for k in counts} if counts is not None else set()
     for d in dirs:
-        if set(d.split("->")) <= store_models:
+        if counts is not None and set(d.split("->")) <= store_models:
             comp[d] = {"source": "store", **complementarity_from_counts(counts, d)}
         else:
             comp[d] = {"source": "metrics", **complementarity_from_metrics(rows, d)}
@@ -500,7 +500,7 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
                 "mean_logp_receiver": _mean([x.get("mean_logp_receiver") for x in xs]),
                 "mean_logp_source": _mean([x.get("mean_logp_source") for x in xs])}
     first, last = (drift(*thirds[0]), drift(*thirds[-1])) if steps_t else (None, None)
-    share = [r.get(f"{recv}/peer_row_share") for r in rows if r.get(f"{recv}/peer_row_share") is not None]
+    share = [x for r in rows if (x := r.get(f"{recv}/peer_row_share")) is not None]
     return {
         "steps": len(recs),
         "steps_with_candidates": sum(1 for r in recs if r.get("candidates")),
@@ -510,7 +510,7 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
         "transferred_incorrect": len(wrong), "admitted_incorrect": sum(1 for x in wrong if x.get("admitted")),
         "first_third": first, "last_third": last,
         "s_median_ratio": (last["s_median"] / first["s_median"]
-                           if first and first["s_median"] and last["s_median"] is not None else None),
+                           if first and last and first["s_median"] and last["s_median"] is not None else None),
         "peer_row_share_mean": _mean(share),
         "peer_row_share_mean_when_exchanging": _mean([x for x in share if x > 0]),
     }
@@ -552,7 +552,7 @@ def _has_exchange(rows, audit, d) -> bool:
 
 
 def _s_metric_series(rows, d) -> dict:
-    out = {"steps": []}
+    out: dict[str, list[Any]] = {"steps": []}
     for q in ("s_p10", "s_p50", "s_p90", "s_mean"):
         out[q] = []
     for row in rows:

@@ -123,7 +123,8 @@ def read_records(path: Path, repair: bool = False) -> dict[str, PromptRecord]:
             except (ValueError, KeyError, TypeError) as e:
                 if end == len(data):
                     break  # torn last line that happens to end in a newline
-                raise EvalError(f"{path}:{lineno}: malformed record ({e}); delete the line or the file to regenerate it") from None
+                raise EvalError(f"{path}:{lineno}: malformed record ({e}); "
+                                "delete the line or the file to regenerate it") from None
             out[rec.id] = rec
         good_end = end
     if repair and good_end < len(data):
@@ -225,7 +226,7 @@ def _graded(todo: list[Prompt], samples: list[list], grader, n: int) -> list[Pro
     answers = [p.answer for p in todo for _ in range(n)]
     rewards, statuses = grader.grade(texts, answers, progress=False)
     out = []
-    for i, (p, group) in enumerate(zip(todo, samples)):
+    for i, (p, group) in enumerate(zip(todo, samples, strict=True)):   # a group of samples per prompt
         sl = slice(i * n, (i + 1) * n)
         out.append(PromptRecord(id=p.id, answer=p.answer, rewards=[float(r) for r in rewards[sl]],
                                 statuses=list(statuses[sl]), finished=[bool(s.finished) for s in group],
@@ -286,7 +287,7 @@ def summarize(records: dict[str, list[list[PromptRecord]]], ks: Sequence[int]) -
         entry: dict[str, Any] = {"num_prompts": len(repeats[0]) if repeats else 0, "repeats": len(repeats)}
         for k in ks:
             entry[f"pass@{k}"] = _stat([pass_at_k_from_rewards([r.rewards for r in rep], k) for rep in repeats])
-        flat = [(t, f, s) for rep in repeats for r in rep for t, f, s in zip(r.num_tokens, r.finished, r.statuses)]
+        flat = [(t, f, s) for rep in repeats for r in rep for t, f, s in zip(r.num_tokens, r.finished, r.statuses, strict=True)]
         entry["response_tokens_mean"] = sum(t for t, _, _ in flat) / len(flat) if flat else math.nan
         entry["truncated_frac"] = sum(not f for _, f, _ in flat) / len(flat) if flat else math.nan
         entry["verify_timeouts"] = sum(s == VERIFY_TIMEOUT for _, _, s in flat)

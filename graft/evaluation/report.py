@@ -25,15 +25,16 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from graft.evaluation.analyze import complementarity_matrix, AnalysisError, compute_analysis, read_config, read_metrics
+from graft.evaluation.analyze import AnalysisError, complementarity_matrix, compute_analysis, read_config, read_metrics
 from graft.parsers import report_parser
 
-PLOTS = ("rewards.png", "training.png", "eval.png", "complementarity.png", "s_hist.png", "clip_rates.png", "exchange.png", "compute.png")
+PLOTS = ("rewards.png", "training.png", "eval.png", "complementarity.png", "s_hist.png", "clip_rates.png", "exchange.png",
+         "compute.png")
 
 
 def _labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -63,7 +64,7 @@ def _step_axis(ax) -> None:
 
 
 def _pairs(steps, values):
-    pts = [(s, v) for s, v in zip(steps, values) if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    pts = [(s, v) for s, v in zip(steps, values, strict=True) if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return [s for s, _ in pts], [v for _, v in pts]
 
 
@@ -101,7 +102,7 @@ def training_figure(runs_rows) -> Figure:
     response-length panel shades each model's min-max range."""
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2, sharex=True).ravel()
-    for ax, (key, label) in zip(axes, TRAINING_PANELS):
+    for ax, (key, label) in zip(axes, TRAINING_PANELS, strict=True):
         any_data = False
         for run_label, models, rows in runs_rows:
             for m in models:
@@ -193,7 +194,7 @@ def plot_s_hist(runs, out: Path) -> str:
 def plot_clip_rates(runs, out: Path) -> str:
     fig = Figure(figsize=(10, 6), layout="constrained")
     axes = fig.subplots(2, 2, sharex=True)
-    for ax, kind in zip(axes.flat, ("own_low", "own_high", "peer_low", "peer_high")):
+    for ax, kind in zip(axes.flat, ("own_low", "own_high", "peer_low", "peer_high"), strict=True):
         any_data = False
         for label, a in runs:
             for m, c in a["clip"].items():
@@ -258,11 +259,11 @@ def plot_compute(runs, out: Path) -> str:
     any_data = False
     for label, a in runs:
         comp = a["compute"]
-        at = {s: (w, t) for s, w, t in zip(comp["steps"], comp["wall_s"], comp["tokens"])}
+        at = {s: (w, t) for s, w, t in zip(comp["steps"], comp["wall_s"], comp["tokens"], strict=True)}
         ylabel, series = _accuracy_series(a)
         ylabels.add(ylabel)
         for name, (steps, vals) in series.items():
-            pts = [(at[s], v) for s, v in zip(steps, vals) if s in at and v is not None]
+            pts = [(at[s], v) for s, v in zip(steps, vals, strict=True) if s in at and v is not None]
             if not pts:
                 continue
             ax1.plot([p[0][0] / 3600 for p in pts], [p[1] for p in pts], marker=".", label=f"{label}:{name}")
@@ -285,7 +286,7 @@ def plot_compute(runs, out: Path) -> str:
 
 
 def _flatten(d, prefix="") -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     if isinstance(d, dict):
         for k, v in d.items():
             out |= _flatten(v, f"{prefix}{k}.")
@@ -364,18 +365,18 @@ SECTIONS = [
 
 def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """Write ``out/report.md`` and its PNGs for one or more runs; returns the markdown path."""
-    run_dirs = [Path(p) for p in run_dirs]
-    if not run_dirs:
+    dirs = [Path(p) for p in run_dirs]
+    if not dirs:
         raise AnalysisError("give at least one run folder")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise AnalysisError(f"{out}: is a file; the report needs a folder (--out DIR)")
     out.mkdir(parents=True, exist_ok=True)
-    labels = _labels(run_dirs)
-    runs = [(label, compute_analysis(p)) for label, p in zip(labels, run_dirs)]
+    labels = _labels(dirs)
+    runs = [(label, compute_analysis(p)) for label, p in zip(labels, dirs, strict=True)]
     plots = {
         "rewards": plot_rewards(runs, out),
-        "training": plot_training([(label, a["models"], read_metrics(p)) for (label, a), p in zip(runs, run_dirs)], out),
+        "training": plot_training([(label, a["models"], read_metrics(p)) for (label, a), p in zip(runs, dirs, strict=True)], out),
         "eval": plot_eval(runs, out),
         "complementarity": plot_complementarity(runs, out),
         "s_hist": plot_s_hist(runs, out),
@@ -383,9 +384,9 @@ def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
         "exchange": plot_exchange(runs, out),
         "compute": plot_compute(runs, out),
     }
-    md = _summary_lines(runs, run_dirs)
+    md = _summary_lines(runs, dirs)
     if len(runs) > 1:
-        md += _config_diff_lines(config_differences([read_config(p) for p in run_dirs]), labels)
+        md += _config_diff_lines(config_differences([read_config(p) for p in dirs]), labels)
     for title, key, caption in SECTIONS:
         md += ["", f"## {title}", ""]
         if plots[key] is None:
@@ -402,7 +403,7 @@ def report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
 def _summary_lines(runs: list[tuple[str, dict]], run_dirs: list[Path]) -> list[str]:
     md = ["# graft report", ""]
     md += ["| run | folder | mode | models | steps logged |", "|---|---|---|---|---:|"]
-    for (label, a), p in zip(runs, run_dirs):
+    for (label, a), p in zip(runs, run_dirs, strict=True):
         md.append(f"| {label} | `{p}` | {a['mode']} | {', '.join(a['models'])} | {a['steps']} |")
     for label, a in runs:
         md += [f"- {label}: {line.strip()}" for line in a.get("exchange_description") or []]

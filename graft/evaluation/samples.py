@@ -161,7 +161,8 @@ def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, 
                     raise SamplesError(f"{path}:{i}: not an eval response row (id, answer, responses, rewards): "
                                        f"{type(e).__name__}: {e}") from None
                 out.extend(Sample("eval", name, None, None, path.parent.name, rec.id, problems.get(rec.id), rec.answer,
-                                  response, x) for response, x in zip(rec.responses, rec.rewards) if keep_reward(x, reward))
+                                  response, x)
+                           for response, x in zip(rec.responses, rec.rewards, strict=True) if keep_reward(x, reward))
     return out
 
 
@@ -218,7 +219,8 @@ def samples_main(argv: list[str]) -> int:
         return 0
     what = {"1": "rewarded ", "0": "unrewarded ", "any": ""}[args.reward]
     noun = {"train": "training rollouts", "peer": "admitted peer responses", "eval": "held-out responses"}[args.source]
-    print(f"{len(chosen)} of {len(everything)} {what}{noun}" + (f" {'into' if args.source == 'peer' else 'of'} {args.model}" if args.model else "")
+    print(f"{len(chosen)} of {len(everything)} {what}{noun}"
+          + (f" {'into' if args.source == 'peer' else 'of'} {args.model}" if args.model else "")
           + (f", steps {args.steps}" if args.steps else "") + f" (seed {args.seed})")
     for s in chosen:
         print(format_sample(s, domain, args.width))

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from graft.algos.advantages import success_counts
+from graft.exchange.handover import HandedRow
 from graft.types import DirectionAudit, RolloutGroup, TransferRow
 
 Grade = Callable[[list[RolloutGroup]], None]
@@ -61,7 +62,7 @@ def direction_audit(step: int, src: str, recv: str, groups_src: list[RolloutGrou
     }
 
 
-def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[dict],
+def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[TransferRow],
                       gate_metrics: dict, lost: int) -> dict:
     pre = f"exchange/{src}->{recv}"
     admitted = sum(r["admitted"] for r in rows)
@@ -76,9 +77,9 @@ def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tenso
     }
 
 
-def regrade(grade: Grade, peers: list[RolloutGroup], rows: list[TransferRow]) -> list[TransferRow]:
+def regrade(grade: Grade, peers: list[RolloutGroup], rows: list[HandedRow]) -> list[TransferRow]:
     """The receiver re-verifies the transferred responses it trains on (``peers``, in place); ``rows`` with its
     verdict (``reward_receiver``; None for a response not admitted)."""
     grade(peers)
-    verdict = {(g.prompt_id, i): r for g in peers for i, r in zip(g.index, g.rewards)}
+    verdict = {(g.prompt_id, i): r for g in peers for i, r in zip(g.index, g.rewards, strict=True)}
     return [{**row, "reward_receiver": verdict.get((row["prompt_id"], row["index"]))} for row in rows]

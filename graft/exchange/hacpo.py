@@ -8,17 +8,31 @@ of the peer weights is the HACPO update rule's (:mod:`graft.trainer.rules`). Def
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping, TypedDict
 
 import torch
 
 from graft.algos.advantages import RollingRate, hacpo_advantages
 from graft.config import ExchangeConfig
-from graft.exchange.handover import Receiver, Scoring, hand_over
 from graft.exchange.common import Grade, direction_metrics, regrade
-from graft.types import ExchangeResult, RolloutGroup
+from graft.exchange.handover import Receiver, Scoring, hand_over
+from graft.types import ExchangeResult, RolloutGroup, TransferRow
 
-HACPO_SHARING = {"delta": 0.0, "delta_by_length": {}, "admission": "all", "weighting": "compat",
-                 "successes_only": False, "pooled_rewards": False, "include_all_correct": False}
+
+class HacpoSharing(TypedDict):
+    """The ``exchange.<field>`` values of :data:`HACPO_SHARING` (typed as the fields of :class:`ExchangeConfig`)."""
+
+    delta: float
+    delta_by_length: dict[int, float]
+    admission: str
+    weighting: str
+    successes_only: bool
+    pooled_rewards: bool
+    include_all_correct: bool
+
+
+HACPO_SHARING: HacpoSharing = {"delta": 0.0, "delta_by_length": {}, "admission": "all", "weighting": "compat",
+                               "successes_only": False, "pooled_rewards": False, "include_all_correct": False}
 """The exchange settings HACPO's sharing uses in place of the configured ones (``exchange.<field>``): every
 response of every prompt joins the receiver, weighted ``min(s, 1)``, none dropped."""
 HACPO_UPDATE = {"rule": "hacpo", "loss_agg": "seq-mean-token-mean"}
@@ -26,7 +40,7 @@ HACPO_UPDATE = {"rule": "hacpo", "loss_agg": "seq-mean-token-mean"}
 config must name: ``update.rule=hacpo``) and the loss aggregation that rule uses in place of ``update.loss_agg``."""
 
 
-def hacpo_exchange(step: int, groups: dict[str, list[RolloutGroup]], receivers: dict[str, Receiver],
+def hacpo_exchange(step: int, groups: dict[str, list[RolloutGroup]], receivers: Mapping[str, Receiver],
                    rates: dict[str, RollingRate], ex: ExchangeConfig, scoring: Scoring, grade: Grade,
                    adv_norm: tuple[float, bool] = (1e-6, True)) -> ExchangeResult:
     """Share every group both ways between the two models of ``groups``; ``rates`` are updated in place.
@@ -50,8 +64,8 @@ def hacpo_exchange(step: int, groups: dict[str, list[RolloutGroup]], receivers: 
                                                  rates[src].value, adv_norm[0], unbiased=adv_norm[1])
             train_own[pg.prompt_id] = replace(own[pg.prompt_id], advantages=adv_own.tolist())
             peer.append(replace(pg, advantages=adv_peer.tolist()))
-        adv = {(p.prompt_id, i): x for p in peer for i, x in zip(p.index, p.advantages)}
-        rows = [{**row, "advantage": adv[row["prompt_id"], row["index"]]} for row in graded]
+        adv = {(p.prompt_id, i): x for p in peer for i, x in zip(p.index, p.advantages, strict=True)}
+        rows: list[TransferRow] = [{**row, "advantage": adv[row["prompt_id"], row["index"]]} for row in graded]
         result.train_groups[recv] = list(train_own.values()) + peer
         selected = torch.ones(len(g_src), dtype=torch.bool)
         result.audit.append({"step": step, "source": src, "receiver": recv, "candidates": [], "m": -1,

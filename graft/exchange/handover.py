@@ -7,7 +7,7 @@ does the plumbing around it and returns the audit rows that justify each decisio
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import torch
 
@@ -50,6 +50,23 @@ class Scoring:
                    bars(cfg.progress))
 
 
+class HandedRow(TypedDict):
+    """One transferred response as :func:`hand_over` records it: a :class:`graft.types.TransferRow` without the
+    receiver's verdict (``reward_receiver``), which :func:`graft.exchange.common.regrade` adds."""
+
+    prompt_id: str
+    index: int
+    reward_source: float
+    advantage: float
+    mean_logp_receiver: float
+    mean_logp_source: float
+    s: float
+    admitted: bool
+    weight: float
+    receiver_tokens: int
+    source_tokens: int
+
+
 @dataclass
 class HandOver:
     """The result of handing source groups to one receiver."""
@@ -57,7 +74,7 @@ class HandOver:
     groups: list[RolloutGroup]
     """[P'] peer groups held by the receiver: the admitted responses of each handed-over group
     (a group none of whose responses was admitted is absent)."""
-    rows: list[dict]
+    rows: list[HandedRow]
     """One audit row per transferred response (admitted or not)."""
     metrics: dict
     """Gate metrics over all transferred responses (:func:`gating.gate_metrics`)."""
@@ -91,7 +108,7 @@ def hand_over(groups: list[RolloutGroup], receiver: Receiver, ex: ExchangeConfig
         return HandOver([], [], gating.gate(torch.zeros(0), ex.delta)[2], {}, {})
     prompt_ids = [receiver.codec.encode_prompt(g.problem) for g in groups]
     resp_ids = [receiver.codec.encode_responses(g.responses, g.finished) for g in groups]
-    flat_prompts = [p for p, resp in zip(prompt_ids, resp_ids) for _ in resp]
+    flat_prompts = [p for p, resp in zip(prompt_ids, resp_ids, strict=True) for _ in resp]
     flat_resp = [r for resp in resp_ids for r in resp]
     recv_lp = receiver.token_logprobs(flat_prompts, flat_resp, chunk=scoring.chunk,    # [N] of [T_n]
                                       micro_batch=scoring.micro_batch, temperature=scoring.temperature,
@@ -103,8 +120,9 @@ def hand_over(groups: list[RolloutGroup], receiver: Receiver, ex: ExchangeConfig
     delta = gating.length_deltas(lengths, ex.delta_by_length, ex.delta) if ex.delta_by_length else ex.delta
     admitted, weights, metrics = gating.gate(s, delta, ex.weight_cap, ex.admission, ex.weighting, generator)
 
-    out, rows, s_mean, own_adv, offset = [], [], {}, {}, 0
-    for g, p_ids, r_ids in zip(groups, prompt_ids, resp_ids):
+    out, s_mean, own_adv, offset = [], {}, {}, 0
+    rows: list[HandedRow] = []
+    for g, p_ids, r_ids in zip(groups, prompt_ids, resp_ids, strict=True):
         sl = slice(offset, offset + g.size)
         offset += g.size
         advantages = list(g.advantages)

@@ -228,9 +228,15 @@ class StoredExchange(Exchange):
     kind, method, models = "stored", "GRAFT (stored peer)", (1, 1)
     settings = tuple(k for k in GATE_SETTINGS if k != "balance")   # no partner direction: peer.balance instead
 
+    peer: StoredPeer
+    """Never None here: ``__init__`` refuses to build a stored exchange without its stored peer."""
+
     def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
                  peer: StoredPeer | None = None) -> None:
-        super().__init__(cfg, receivers, grade, peer if peer is not None else open_peer_store(cfg))
+        peer = peer if peer is not None else open_peer_store(cfg)
+        if peer is None:   # open_peer_store follows cfg's exchange.kind, whose peer is the stored one only for "stored"
+            raise ConfigError(f"exchange.kind: a stored exchange needs exchange.kind=stored, got {exchange_kind(cfg)}")
+        super().__init__(cfg, receivers, grade, peer)
 
     def __call__(self, groups, step):
         (name, own), = groups.items()

@@ -13,13 +13,22 @@ own groups of those prompts.
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 import torch
 
 from graft.algos.selection import balanced_selection, candidate_mask, random_selection, resolve_conflicts
 from graft.config import ExchangeConfig
-from graft.exchange.common import (Grade, complementarity, counts, direction_audit, direction_metrics,  # noqa: F401
-                                   regrade, splice)   # complementarity, counts: graft.probe still imports them here
-from graft.exchange.handover import HandOver, Receiver, Scoring, hand_over
+from graft.exchange.common import (  # noqa: F401 -- complementarity, counts: graft.probe still imports them here
+    Grade,
+    complementarity,
+    counts,
+    direction_audit,
+    direction_metrics,
+    regrade,
+    splice,
+)
+from graft.exchange.handover import HandedRow, HandOver, Receiver, Scoring, hand_over
 from graft.types import ExchangeResult, RolloutGroup
 
 
@@ -43,7 +52,7 @@ def select(k: dict[str, torch.Tensor], n: int, ex: ExchangeConfig, generator: to
     return cand, keep, m
 
 
-def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: dict[str, Receiver], n: int,
+def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: Mapping[str, Receiver], n: int,
                   ex: ExchangeConfig, scoring: Scoring, grade: Grade, generator: torch.Generator | None = None,
                   adv_norm: tuple[float, bool] = (1e-6, True)) -> ExchangeResult:
     """Exchange among the models of ``groups`` (same prompts, same order for every model)."""
@@ -65,7 +74,9 @@ def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: d
         sources = [s for s in names if s != r]
         won = _resolve(sources, r, keep, k, handed, order, ex.conflict)
         conflicts = _conflict_records(sources, r, keep, won, k, handed, order)
-        peer, pooled, kept_rows = [], {}, {}
+        peer: list[RolloutGroup] = []
+        pooled: dict[str, list[float]] = {}
+        kept_rows: dict[str, list[HandedRow]] = {}
         for s in sources:
             ho, lost_ids = handed[s, r], {order[i] for i in torch.nonzero(keep[s, r] & ~won[s]).flatten().tolist()}
             peer += [g for g in ho.groups if g.prompt_id not in lost_ids]
@@ -92,7 +103,7 @@ def _resolve(sources: list[str], r: str, keep: dict, k: dict, handed: dict, orde
     k_m = torch.stack([k[s] for s in sources])
     s_m = torch.tensor([[handed[s, r].s_mean.get(p, 0.0) for p in order] for s in sources])
     won = resolve_conflicts(keep_m, k_m, s_m, rule)
-    return dict(zip(sources, won))
+    return dict(zip(sources, won, strict=True))   # won: [S,P], a row per source
 
 
 def _conflict_records(sources: list[str], r: str, keep: dict, won: dict, k: dict, handed: dict,

@@ -1,17 +1,20 @@
 """Exchange with a stored peer (spec §6): one receiver, peer groups replayed from a trajectory store."""
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from graft.algos.selection import candidate_mask, capped_selection
 from graft.config import ExchangeConfig
-from graft.exchange.handover import Receiver, Scoring, hand_over
 from graft.exchange.common import Grade, complementarity, counts, direction_audit, direction_metrics, regrade, splice
+from graft.exchange.handover import Receiver, Scoring, hand_over
 from graft.storage.trajectory_store import StoredGroup, select_stored_group
 from graft.types import ExchangeResult, RolloutGroup
 
 
-def stored_peer_groups(stored: dict[str, list[StoredGroup]], own: list[RolloutGroup], step: int, pick: str,
+def stored_peer_groups(stored: dict[str, list[StoredGroup]], own: list[RolloutGroup], step: int,
+                       pick: Literal["latest", "same_step", "any"],
                        include_all_correct: bool) -> list[RolloutGroup | None]:
     """The stored group that plays the peer for each of ``own``'s prompts at ``step`` (None: nothing stored).
 

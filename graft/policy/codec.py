@@ -57,7 +57,7 @@ class TextCodec:
         return ids + [self.eos_token_id] if eos else ids
 
     def encode_responses(self, texts: Sequence[str], finished: Sequence[bool]) -> list[list[int]]:
-        return [self.encode_response(t, f) for t, f in zip(texts, finished)]
+        return [self.encode_response(t, f) for t, f in zip(texts, finished, strict=True)]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` with special tokens stripped (no clean-up of spaces, so it re-encodes faithfully)."""

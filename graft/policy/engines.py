@@ -166,7 +166,7 @@ class HFBf16Engine(HFEngine):
     @torch.no_grad()
     def weights_updated(self, named_parameters=None) -> None:
         if self.sampling_model is not None:
-            for dst, src in zip(self.sampling_model.parameters(), self.policy.model.parameters()):
+            for dst, src in zip(self.sampling_model.parameters(), self.policy.model.parameters(), strict=True):
                 dst.copy_(src)
 
     def close(self) -> None:
@@ -299,9 +299,10 @@ class VllmEngine(RolloutEngine):
         tokenizer = self.codec.cfg.tokenizer or source
         util = gpu_memory_utilization or float(os.environ.get("GRAFT_VLLM_GPU_MEMORY_UTILIZATION",
                                                               "0.85" if folder is not None else "0.35"))
+        if enforce_eager is None:
+            enforce_eager = bool(int(os.environ.get("GRAFT_VLLM_EAGER", "0")))
         kwargs: dict[str, Any] = dict(model=source, tokenizer=tokenizer, dtype=self.codec.cfg.dtype, seed=0,
-                                      gpu_memory_utilization=util, enable_prefix_caching=True,
-                                      enforce_eager=bool(int(os.environ.get("GRAFT_VLLM_EAGER", "0"))) if enforce_eager is None else enforce_eager)
+                                      gpu_memory_utilization=util, enable_prefix_caching=True, enforce_eager=enforce_eager)
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         try:
@@ -353,7 +354,7 @@ class VllmEngine(RolloutEngine):
         codec = self.codec
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
         requests, params = [], []
-        for ids, s in zip(prompt_ids, seeds):
+        for ids, s in zip(prompt_ids, seeds, strict=True):
             for j in range(n):
                 requests.append({"prompt_token_ids": list(ids)})
                 params.append(SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
@@ -367,7 +368,7 @@ class VllmEngine(RolloutEngine):
                 o = outs[k].outputs[0]
                 k += 1
                 toks = list(o.token_ids)
-                lps = [_chosen_logprob(entry, t) for entry, t in zip(o.logprobs or [], toks)]
+                lps = [_chosen_logprob(entry, t) for entry, t in zip(o.logprobs or [], toks, strict=False)]
                 fin = o.finish_reason == "stop"
                 group.append(Sample(token_ids=toks, logprobs=lps, text=codec.decode(toks), finished=fin))
             samples.append(group)
@@ -381,7 +382,7 @@ class VllmEngine(RolloutEngine):
         rows = [(i, s) for i, group in enumerate(samples) for s in group if s.token_ids]
         lps = self.policy.token_logprobs([list(prompt_ids[i]) for i, _ in rows], [s.token_ids for _, s in rows],
                                          temperature=temperature)
-        for (_, s), lp in zip(rows, lps):
+        for (_, s), lp in zip(rows, lps, strict=True):
             s.logprobs = lp.tolist()
 
     def weights_updated(self, named_parameters=None) -> None:

@@ -393,7 +393,7 @@ def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> A
 
 def _peft():
     """The ``peft`` module: LoRA only (importing it takes seconds, which every process and Ray worker would pay)."""
-    import peft   # deferred: only LoRA models need it, and it is slow to import
+    import peft  # deferred: only LoRA models need it, and it is slow to import
     return peft
 
 

@@ -39,8 +39,7 @@ from graft.config import LoraConfig, ModelConfig
 from graft.files import writing
 from graft.policy.codec import TextCodec
 from graft.policy.kvcache import buffered_cache
-from graft.policy.loading import load_model, load_tokenizer
-from graft.policy.loading import unwrap as _unwrap
+from graft.policy.loading import load_model, load_tokenizer, unwrap as _unwrap
 from graft.policy.optim import LeanAdamW
 from graft.seeds import sample_seed
 from graft.types import Sample
@@ -213,8 +212,8 @@ class Policy:
 
         ``stop_strings``: a row also leaves the batch once its text contains one of them (it
         keeps ``finished=False`` and every token sampled so far; the rollout engine's
-        :func:`graft.policy.prompts.cut_at_stop` does the cutting). This only saves work: with per-sample ``seeds`` the cut samples are
-        the same as without it.
+        :func:`graft.policy.prompts.cut_at_stop` does the cutting). This only saves work: with
+        per-sample ``seeds`` the cut samples are the same as without it.
 
         ``seeds`` (one per prompt; overrides ``seed``): sample j of prompt i draws its random
         numbers from its own generator seeded by ``seeds.sample_seed(seeds[i], j)``, so it
@@ -241,7 +240,7 @@ class Policy:
                 samples = self._generate_batch([p for _, p in chunk], max_new_tokens, temperature, top_p,
                                                gen if row_gens is None else row_gens[start:start + batch_size],
                                                renormalize_top_p, bar, tuple(stop_strings), model)
-                for (i, _), s in zip(chunk, samples):
+                for (i, _), s in zip(chunk, samples, strict=True):
                     out[i].append(s)
                 if bar is not None:
                     bar.update(len(chunk))
@@ -271,10 +270,10 @@ class Policy:
             tok, lp, ent = self._sample(self._step_logits(h, temperature, head), top_p, g, renormalize_top_p)
             is_stop = torch.isin(tok, stop)
             leave = is_stop.clone()
-            for r, (orig, t, l, e, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), ent.tolist(),
-                                                       is_stop.tolist())):
+            for r, (orig, t, logp, e, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), ent.tolist(),
+                                                          is_stop.tolist(), strict=True)):
                 tokens[orig].append(t)
-                logps[orig].append(l)
+                logps[orig].append(logp)
                 ents[orig].append(e)
                 if s:
                     finished[orig] = True

@@ -27,6 +27,7 @@ from typing import Any
 from graft.config import ConfigError, ModelConfig
 from graft.domains import Domain, load_domain
 
+
 def _question(problem: str, instruction: str) -> str:
     problem = problem.strip()
     return f"{problem}\n{instruction.strip()}" if instruction and instruction.strip() else problem

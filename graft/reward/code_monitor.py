@@ -267,7 +267,7 @@ def _facts(tree: ast.AST) -> _Facts:
         elif isinstance(node, ast.match_case):
             facts.guarded.append((_keys_in([node.pattern]), _keys_in(node.body)))
         elif isinstance(node, ast.Dict):
-            for k, v in zip(node.keys, node.values):
+            for k, v in zip(node.keys, node.values, strict=True):
                 kv, vv = (_NO, _NO) if k is None else (_literal(k), _literal(v))
                 if kv is not _NO and vv is not _NO:
                     facts.entries.add((_key(kv), _key(vv)))
@@ -465,7 +465,7 @@ def code_shares(responses: Sequence[str], tests: Sequence[Sequence[str]],
     """
     N = len(responses)
     assert len(tests) == N and len(rewards) == N, (N, len(tests), len(rewards))
-    flags = [program_flags(extract_program(r), t) for r, t, x in zip(responses, tests, rewards) if x > 0.5]
+    flags = [program_flags(extract_program(r), t) for r, t, x in zip(responses, tests, rewards, strict=True) if x > 0.5]
     out: dict[str, float | None] = {"n": len(flags)}
     for f in CODE_FLAGS:
         out[f] = sum(fl[f] for fl in flags) / len(flags) if flags else None

@@ -160,7 +160,7 @@ def worker_main(conn, specs: list[str], sys_path: list[str]) -> None:
             return
         if msg is None:
             return
-        for fn, spec in zip(fns, specs):
+        for fn, spec in zip(fns, specs, strict=True):
             conn.send(_call(fn, spec, *msg))
 
 
@@ -242,7 +242,7 @@ class FunctionGrader:
     def _values(self, prompts, completions, columns) -> tuple[list[list], tuple[str, str] | None]:
         """Every function's values, or the first failure as ``(status, message)``."""
         if self._local is not None:
-            results = [_call(fn, s, prompts, completions, columns) for fn, s in zip(self._local, self.specs)]
+            results = [_call(fn, s, prompts, completions, columns) for fn, s in zip(self._local, self.specs, strict=True)]
         else:
             if self._proc is None or not self._proc.is_alive():
                 self._start()
@@ -264,7 +264,7 @@ class FunctionGrader:
     def _combine(self, values: list[list]) -> tuple[list[float], list[str]]:
         rewards, statuses = [], []
         for i in range(len(values[0])):
-            got = [(w, v[i]) for w, v in zip(self.weights, values) if v[i] is not None]
+            got = [(w, v[i]) for w, v in zip(self.weights, values, strict=True) if v[i] is not None]
             rewards.append(float(sum(w * x for w, x in got)))
             statuses.append(verifier.OK if got else verifier.NO_ANSWER)
         return rewards, statuses

@@ -40,10 +40,7 @@ from typing import TYPE_CHECKING, cast
 from tqdm import tqdm
 
 from graft.reward import worker
-from graft.reward.verifier import ERROR as VERIFY_ERROR
-from graft.reward.verifier import NO_ANSWER as VERIFY_NO_ANSWER
-from graft.reward.verifier import OK as VERIFY_OK
-from graft.reward.verifier import TIMEOUT as VERIFY_TIMEOUT
+from graft.reward.verifier import ERROR as VERIFY_ERROR, NO_ANSWER as VERIFY_NO_ANSWER, OK as VERIFY_OK, TIMEOUT as VERIFY_TIMEOUT
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext

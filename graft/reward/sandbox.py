@@ -215,7 +215,7 @@ def _same(expected: object, got: object) -> bool:
         return False
     if isinstance(expected, (list, tuple)):
         return (type(got) is type(expected) and len(got) == len(expected)
-                and all(_same(e, g) for e, g in zip(expected, got)))
+                and all(_same(e, g) for e, g in zip(expected, got, strict=True)))
     if isinstance(expected, dict):
         return (isinstance(got, dict) and got.keys() == expected.keys()
                 and all(_same(v, got[k]) for k, v in expected.items()))

@@ -55,7 +55,9 @@ def report(*fields) -> None:
 
 
 def _mount(libc, source, target, fstype, flags, data) -> None:
-    enc = (lambda s: None if s is None else s.encode())
+    def enc(s):
+        return None if s is None else s.encode()
+
     if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {target}: {os.strerror(err)}")

@@ -75,7 +75,7 @@ def shortcut_shares(responses: Sequence[str], problems: Sequence[str], rewards: 
     """
     N = len(responses)
     assert len(problems) == N and len(rewards) == N, (N, len(problems), len(rewards))
-    flags = [answer_flags(r, q, example_equations) for r, q, x in zip(responses, problems, rewards) if x > 0.5]
+    flags = [answer_flags(r, q, example_equations) for r, q, x in zip(responses, problems, rewards, strict=True) if x > 0.5]
     out: dict[str, float | None] = {"n": len(flags)}
     for f in FLAGS:
         out[f] = sum(fl[f] for fl in flags) / len(flags) if flags else None

@@ -147,8 +147,8 @@ def extract_boxed(text: str) -> str | None:
     if not isinstance(text, str):
         return None
     last = None
-    for last in _BOX_RE.finditer(text):
-        pass
+    for match in _BOX_RE.finditer(text):
+        last = match
     return _box_content(text, last.end()) if last is not None else None
 
 

@@ -66,7 +66,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal, Mapping, Protocol
 
 import numpy as np
 import torch
@@ -82,6 +82,13 @@ FORMAT_VERSION = 1
 _STEP_RE = re.compile(r"^step_(\d+)$")
 _HIDDEN_RE = re.compile(r"^\.(tmp|old|del)-step_(\d+)-(\d+)$")
 _RESERVED = {"state.pt", "config.yaml", "manifest.json"}
+
+
+class _HasStateDict(Protocol):
+    """What a checkpoint needs of an optimizer (``torch.optim.Optimizer``, graft's ``LeanAdamW`` and the learner's
+    wrapper all qualify)."""
+
+    def state_dict(self) -> dict: ...
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
@@ -190,7 +197,8 @@ def _verify(path: Path, manifest: dict, full: bool) -> None:
             raise CheckpointError(f"{path}: file {rel} is missing (listed in manifest.json)")
         size = f.stat().st_size
         if size != meta.get("size"):
-            raise CheckpointError(f"{path}: file {rel} has {size} bytes, manifest.json says {meta.get('size')} (truncated or replaced)")
+            raise CheckpointError(f"{path}: file {rel} has {size} bytes, manifest.json says {meta.get('size')} "
+                                  "(truncated or replaced)")
         if full and meta.get("sha256") and _sha256(f) != meta["sha256"]:
             raise CheckpointError(f"{path}: file {rel} does not match its sha256 in manifest.json (corrupt)")
 
@@ -309,7 +317,7 @@ def save_checkpoint(
     run_dir: str | Path,
     step: int,
     models: dict[str, Callable[[Path], None]],
-    optimizers: dict[str, torch.optim.Optimizer],
+    optimizers: Mapping[str, _HasStateDict],
     state: dict,
     config: dict | Any,
     keep_last: int = 2,
@@ -367,7 +375,7 @@ def save_checkpoint(
 
 
 def _write_contents(tmp: Path, root: Path, step: int, models: dict[str, Callable[[Path], None]],
-                    optimizers: dict[str, torch.optim.Optimizer], state: dict, config: dict) -> None:
+                    optimizers: Mapping[str, _HasStateDict], state: dict, config: dict) -> None:
     """Model folders, optimizer states, ``state.pt`` (checked to reload) and ``config.yaml`` into ``tmp``."""
     for mname, writer in models.items():
         (tmp / mname).mkdir(exist_ok=True)
@@ -391,7 +399,7 @@ def _write_contents(tmp: Path, root: Path, step: int, models: dict[str, Callable
     write_text(tmp / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
 
-def _file_manifest(tmp: Path, step: int, models: dict, optimizers: dict, hash_files: bool) -> dict:
+def _file_manifest(tmp: Path, step: int, models: Mapping, optimizers: Mapping, hash_files: bool) -> dict:
     """The manifest of the finished folder ``tmp``: every file (size, sha256 with ``hash_files``), after fsyncing them."""
     files = {}
     for f in sorted(p for p in tmp.rglob("*") if p.is_file()):

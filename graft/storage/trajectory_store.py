@@ -530,7 +530,7 @@ def _print_info(d: dict) -> None:
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     print()
     for line in lines:
-        print("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+        print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
 
 
 def store_main(argv: list[str]) -> int:

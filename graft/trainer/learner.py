@@ -82,8 +82,8 @@ class Learner:
         res = self.workers.call("logprobs", [([prompt_ids[i] for i in p], [response_ids[i] for i in p], chunk, micro_batch,
                                               temperature) for p in parts], "logprobs")
         out: list = [None] * len(response_ids)
-        for p, lps in zip(parts, res):
-            for i, lp in zip(p, lps):
+        for p, lps in zip(parts, res, strict=True):   # one result per part (rank), one log-prob row per response
+            for i, lp in zip(p, lps, strict=True):
                 out[i] = lp
         return out
 
@@ -106,7 +106,7 @@ class Learner:
                 gen_logprobs=[s.logprobs for s in ss], finished=[s.finished for s in ss],
                 weights=[1.0] * len(ss), compat=[1.0] * len(ss), step=step,
             )
-            for p, ids, ss in zip(prompts, prompt_ids, samples)
+            for p, ids, ss in zip(prompts, prompt_ids, samples, strict=True)
         ]
         seconds = time.perf_counter() - t0
         tokens = sum(len(t) for g in groups for t in g.token_ids)
@@ -121,7 +121,7 @@ class Learner:
         lps = self.token_logprobs([g.prompt_token_ids for g, _ in own], [g.token_ids[i] for g, i in own],
                                   chunk=uc.logprob_chunk, micro_batch=uc.micro_batch_size, temperature=temperature)
         total, count, worst = 0.0, 0, 0.0
-        for (g, i), lp in zip(own, lps):
+        for (g, i), lp in zip(own, lps, strict=True):
             gap = (lp.double() - torch.tensor(g.old_logprobs[i], dtype=torch.float64)).abs()
             if gap.numel():
                 total, count, worst = total + float(gap.sum()), count + gap.numel(), max(worst, float(gap.max()))

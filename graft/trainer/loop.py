@@ -2,7 +2,8 @@
 
 Departures from the paper's verl recipe, all deliberate and documented in the README:
 sampler log-probs serve as pi_theta_old for own tokens (``update.recompute_old_logprobs``
-switches to a forward pass right after sampling; required by the bf16 sampler ``rollout.engine=hf-bf16``); zero-advantage sequences are not forwarded in the update
+switches to a forward pass right after sampling; required by the bf16 sampler ``rollout.engine=hf-bf16``);
+zero-advantage sequences are not forwarded in the update
 (their loss and gradient are exactly zero; their tokens still count in token-mean).
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -24,15 +26,15 @@ from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, config_diff, save_config, to_dict, upgrade_tree
 from graft.data.arithmetic import family_of
 from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint
+from graft.domains import Domain
+from graft.domains.grading import load_data, make_grader, task_domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
-from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, open_peer_store
 from graft.exchange.common import complementarity, counts
+from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, open_peer_store
 from graft.files import dumps_json, write_text, writing
 from graft.policy.context import check_learner_context
 from graft.policy.loading import ModelLoadError, check_model_source, load_tokenizer, quiet_loading
-from graft.domains import Domain
-from graft.domains.grading import load_data, make_grader, task_domain
 from graft.reward.grader import Grader
 from graft.seeds import step_seed
 from graft.storage.checkpoint import (
@@ -66,7 +68,7 @@ from graft.trainer.rules import UpdateRule, make_rule
 from graft.trainer.stop import Diverged, Preempted, StopSignal
 from graft.trainer.tracking import check_trackers, open_trackers
 from graft.trainer.workers import process_memory
-from graft.types import VERIFY_TIMEOUT, ExchangeResult, RolloutGroup
+from graft.types import VERIFY_TIMEOUT, DirectionAudit, ExchangeResult, Prompt, RolloutGroup
 
 
 class GraderHang(UserError, RuntimeError):
@@ -94,21 +96,22 @@ class Run:
     store: TrajectoryStore
     rule: UpdateRule
     """The update rule (``update.rule``), with its state."""
-    exchange: Exchange | None = None
-    """Which groups each model trains on (:func:`graft.exchange.kinds.make_exchange`), with its state."""
+    lock: FolderLock
+    """The run folder's lock, held until :func:`train` ends."""
+    domain: Domain
+    """The task domain (``reward.domain``): its reward monitor runs on every step's rewarded responses."""
+    exchange: Exchange = field(init=False)
+    """Which groups each model trains on (:func:`graft.exchange.kinds.make_exchange`), with its state. Set by
+    :func:`setup` right after the Run is built (the exchange re-verifies with :meth:`grade`, a method of the Run)."""
     start_step: int = 1
-    val_prompts: list | None = None
+    val_prompts: list[Prompt] | None = None
     eval_history: list[dict] = field(default_factory=list)
     by_family: bool = False
     """The prompts are a mixture of problem families (``FAMILY-00017`` ids): rewards are also logged per family."""
-    lock: FolderLock | None = None
-    """The run folder's lock, held until :func:`train` ends."""
     nonfinite_streak: dict[str, int] = field(default_factory=dict)
     """Per model: consecutive steps with an update skipped for a non-finite loss or gradient norm."""
     completions: dict = field(default_factory=dict)
     """The last step's sample of completions for the trackers (model -> :func:`completion_rows` rows)."""
-    domain: Domain | None = None
-    """The task domain (``reward.domain``): its reward monitor runs on every step's rewarded responses."""
 
     @property
     def bars(self) -> bool:
@@ -129,7 +132,9 @@ def progress_bars(cfg: Config) -> bool:
 def rollout_phase(run: Run, prompts, step: int) -> tuple[dict[str, list[RolloutGroup]], dict]:
     """G samples per prompt from every model; with ``update.recompute_old_logprobs`` their behaviour
     log-probs then come from a forward pass (before the exchange, so ``s`` uses them too)."""
-    cfg, groups, metrics = run.cfg, {}, {}
+    cfg = run.cfg
+    groups: dict[str, list[RolloutGroup]] = {}
+    metrics: dict = {}
     for name, learner in run.learners.items():
         groups[name], m = learner.rollout(prompts, cfg.rollout, step, step_seed(cfg.seed, step, name), run.bars)
         if cfg.update.recompute_old_logprobs:
@@ -157,11 +162,11 @@ def grade(run: Run, groups: list[RolloutGroup]) -> None:
 def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
     """Verify every response and compute GRPO advantages per group."""
     grade(run, [g for gs in groups.values() for g in gs])
-    metrics = {}
+    metrics: dict = {}
     up = run.cfg.update
     for name, gs in groups.items():
         adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), up.adv_eps, up.adv_std == "unbiased")
-        for g, a in zip(gs, adv):
+        for g, a in zip(gs, adv, strict=True):   # adv: a row per group
             g.advantages = a.tolist()
         st = group_stats(gs) | in_group_reward_stats([g.rewards for g in gs])
         metrics |= prefixed(name, st | trl_aliases(st) | reward_monitor(run.domain, gs, run.by_family))
@@ -221,7 +226,7 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
 
 
 def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], step: int) -> dict:
-    metrics = {}
+    metrics: dict = {}
     for name in run.learners:
         m = update_model(run, name, train_groups[name], step)
         metrics |= prefixed(name, m | trl_aliases(m))
@@ -256,10 +261,10 @@ def train_step(run: Run, step: int) -> dict:
 
 
 def _tokenizer_names(run: Run) -> dict[str, str]:
-    return {n: l.cfg.tokenizer or l.cfg.path for n, l in run.learners.items()}
+    return {n: learner.cfg.tokenizer or learner.cfg.path for n, learner in run.learners.items()}
 
 
-def _peer_use(audit: list[dict]) -> dict:
+def _peer_use(audit: list[DirectionAudit]) -> dict:
     use: dict = {}
     for rec in audit:
         for row in rec["responses"]:
@@ -528,22 +533,22 @@ def save(run: Run, step: int) -> Path:
                            f"{', ...' if len(bad) > 3 else ''}); no checkpoint written, the last one is "
                            f"{latest_checkpoint(run.run_dir) or 'none'}")
     state = {"sampler": run.sampler.state_dict(), "step": step, "eval_history": run.eval_history,
-             "rule": run.rule.state_dict(), "exchange": run.exchange.state_dict(), "data_fingerprint": prompts_fingerprint(run.sampler.prompts),
-             "nonfinite_streak": run.nonfinite_streak}
+             "rule": run.rule.state_dict(), "exchange": run.exchange.state_dict(),
+             "data_fingerprint": prompts_fingerprint(run.sampler.prompts), "nonfinite_streak": run.nonfinite_streak}
     ck = run.cfg.checkpoint
     saved = {checkpoint_step(p) for p in list_checkpoints(run.run_dir)} | {step}
     keep = {s for s in saved if ck.keep_period and s % ck.keep_period == 0}
     if ck.keep_best and run.eval_history:   # the best-evaluated checkpoint of each model survives pruning
         keep |= {b for n in run.learners if (b := best_checkpoint(run.eval_history, f"eval/{n}/val/pass@1", saved)) is not None}
     with writing(run.run_dir / "checkpoints"):   # what no inner writer named: disk full, permissions
-        return save_checkpoint(run.run_dir, step, {n: l.save for n, l in run.learners.items()},
-                               {n: l.optimizer for n, l in run.learners.items()}, state, to_dict(run.cfg),
+        return save_checkpoint(run.run_dir, step, {n: learner.save for n, learner in run.learners.items()},
+                               {n: learner.optimizer for n, learner in run.learners.items()}, state, to_dict(run.cfg),
                                ck.keep_last, keep_optimizer=ck.keep_optimizer, keep_steps=keep)
 
 
 def evaluate_phase(run: Run, step: int) -> dict:
-
-    out = {}
+    assert run.val_prompts is not None, "evaluated only with validation prompts (_train checks run.val_prompts)"
+    out: dict = {}
     for name, learner in run.learners.items():
         # The same seed at every step: checkpoints are compared on the same random draws.
         res = evaluate_during_training(learner, {"val": run.val_prompts}, run.grader, run.cfg.eval,
@@ -636,11 +641,11 @@ def check_nonfinite_streak(run: Run, step: int, m: dict) -> None:
 
 def summarize(run: Run, seconds: float, final: Path | None) -> dict:
     rows = run.metrics.read()
-    out = {"run_dir": str(run.run_dir), "steps": len(rows), "wall_clock_s": round(seconds, 1),
+    out: dict[str, Any] = {"run_dir": str(run.run_dir), "steps": len(rows), "wall_clock_s": round(seconds, 1),
            "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
            "final_checkpoint": str(final) if final else None, "models": {}}
     for name in run.learners:
-        r = [x.get(f"{name}/reward/mean") for x in rows if x.get(f"{name}/reward/mean") is not None]
+        r = [v for x in rows if (v := x.get(f"{name}/reward/mean")) is not None]
         k = max(1, min(3, len(r) // 2))
         out["models"][name] = {
             "reward_first": r[0] if r else None, "reward_last": r[-1] if r else None,

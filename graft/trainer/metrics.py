@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Mapping
 
 from graft.files import OutputError, dumps_json, writing
 from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOUT, RolloutGroup
@@ -152,7 +153,7 @@ class JsonlWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(self, record: dict) -> None:
+    def write(self, record: Mapping[str, Any]) -> None:
         """Append ``record`` as one line (NaN/inf at any depth -> null; see :func:`json_safe`).
         A full disk or a permission problem is an :class:`OutputError` naming the file."""
         line = dumps_json(record)
@@ -175,7 +176,7 @@ class JsonlWriter:
                 keep.append(line)
         tmp = self.path.with_suffix(".tmp")
         with writing(self.path):
-            tmp.write_text("".join(l + "\n" for l in keep))
+            tmp.write_text("".join(line + "\n" for line in keep))
             os.replace(tmp, self.path)
 
     def read(self) -> list[dict]:

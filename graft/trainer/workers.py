@@ -63,6 +63,12 @@ def process_memory() -> dict[str, float]:
     return out
 
 
+def _local_shard(p: torch.Tensor) -> torch.Tensor:
+    """This rank's part of parameter ``p``: its local shard when sharded (a DTensor's ``to_local``), else ``p``."""
+    to_local = getattr(p, "to_local", None)
+    return to_local() if to_local is not None else p
+
+
 class PolicyWorker:
     """One rank of a model: its :class:`~graft.policy.policy.Policy`, optimizer and rollout engine."""
 
@@ -158,8 +164,7 @@ class PolicyWorker:
                     totals["tokens/update"] += sum(len(s.response_ids) for s in micro[j])
                     merge(totals, m)
                 else:
-                    tok = self.policy.pad_token_id
-                    fsdp.dummy_backward(model, lambda: self.policy.forward_logprobs([[tok]], [[tok]])[0])
+                    fsdp.dummy_backward(model, self._dummy_logprobs)
             totals["grad_norm"] = fsdp.clip_grad_norm_(params, self.policy.cfg.max_grad_norm) if shard.num_micro else 0.0
             finite = math.isfinite(totals["grad_norm"]) and math.isfinite(totals["loss"])
             totals["skipped_nonfinite"] = float(fsdp.any_rank(not finite, params[0].device if params else "cpu"))
@@ -169,6 +174,11 @@ class PolicyWorker:
             self.optimizer.zero_grad(set_to_none=True)   # no gradients held through rollout, exchange, the peer's update
             model.eval()
         return totals
+
+    def _dummy_logprobs(self) -> torch.Tensor:
+        """The log-probs of a one-token forward: a rank's zero-gradient dummy micro-batch (:func:`fsdp.dummy_backward`)."""
+        tok = self.policy.pad_token_id
+        return self.policy.forward_logprobs([[tok]], [[tok]])[0]
 
     def set_learning_rate(self, lr: float) -> None:
         """Optimiser steps from now on use learning rate ``lr``."""
@@ -181,7 +191,7 @@ class PolicyWorker:
     def nonfinite_parameters(self) -> list[str]:
         """Names of the parameters whose values on this rank (its shards, when sharded) hold NaN or inf."""
         return [n for n, p in self.policy.model.named_parameters()
-                if not bool(torch.isfinite(getattr(p, "to_local", lambda: p)().detach()).all())]
+                if not bool(torch.isfinite(_local_shard(p).detach()).all())]
 
     def set_engine(self, kind: str) -> None:
         """Sample with another rollout engine from now on (``hf``, ``hf-cb``, ``vllm``)."""
