@@ -142,14 +142,13 @@ class RolloutGroup(GroupCounts):
         )
 
 
-class TransferRow(TypedDict):
-    """One response handed from a source to a receiver (a row of an audit record's ``responses``)."""
+class HandedRow(TypedDict):
+    """One response handed from a source to a receiver as :func:`graft.exchange.handover.hand_over` records it:
+    a :class:`TransferRow` before :func:`graft.exchange.common.regrade` adds the receiver's verdict."""
 
     prompt_id: str
     index: int
     reward_source: float
-    reward_receiver: float | None
-    """The receiver's own verdict (None: the response was not admitted, so not re-verified)."""
     advantage: float
     mean_logp_receiver: float
     mean_logp_source: float
@@ -158,6 +157,13 @@ class TransferRow(TypedDict):
     weight: float
     receiver_tokens: int
     source_tokens: int
+
+
+class TransferRow(HandedRow):
+    """One response handed from a source to a receiver (a row of an audit record's ``responses``)."""
+
+    reward_receiver: float | None
+    """The receiver's own verdict (None: the response was not admitted, so not re-verified)."""
 
 
 class DirectionAudit(TypedDict):

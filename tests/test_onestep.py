@@ -325,12 +325,7 @@ def test_restore_through_the_learners_workers_is_exact(tmp_path, tiny_llama_dir,
     crafted_rewards(monkeypatch)
     run = loop.setup(tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=2"))
     try:
-        for step in (1, 2):
-            prompts, _ = run.sampler.next_batch()
-            groups, _ = loop.rollout_phase(run, prompts, step)
-            loop.score_phase(run, groups)
-            if step == 1:
-                loop.update_phase(run, groups, step)     # moments exist
+        groups = _step_2_with_moments(run)
         learner = run.learners["B"]
         snap = _snapshot(learner)
         moments = copy.deepcopy(learner.optimizer.state_dict())
@@ -346,6 +341,20 @@ def test_restore_through_the_learners_workers_is_exact(tmp_path, tiny_llama_dir,
         assert all(torch.equal(v, after[k]) for k, v in learner.policy.model.state_dict().items())
     finally:
         loop.close_run(run)
+
+
+def _step_2_with_moments(run) -> dict:
+    """Roll out and score steps 1 and 2 of ``run``, updating after step 1 (so the optimizer has moments); step 2's
+    groups, not yet updated on."""
+    from graft.trainer import loop
+
+    for step in (1, 2):
+        prompts, _ = run.sampler.next_batch()
+        groups, _ = loop.rollout_phase(run, prompts, step)
+        loop.score_phase(run, groups)
+        if step == 1:
+            loop.update_phase(run, groups, step)
+    return groups
 
 
 def test_the_arms_differ_by_the_peer_groups_only(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
@@ -365,12 +374,7 @@ def test_the_arms_differ_by_the_peer_groups_only(tmp_path, tiny_llama_dir, tiny_
     crafted_rewards(monkeypatch)
     run = loop.setup(tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=2", "exchange.delta=0.0"))
     try:
-        for step in (1, 2):
-            prompts, _ = run.sampler.next_batch()
-            groups, _ = loop.rollout_phase(run, prompts, step)
-            loop.score_phase(run, groups)
-            if step == 1:
-                loop.update_phase(run, groups, step)     # moments exist
+        groups = _step_2_with_moments(run)
         cfg, r = run.cfg, "B"
         ex = exchange_live(2, copy.deepcopy(groups), run.learners, cfg.rollout.n, cfg.exchange, Scoring.of(cfg), run.grade,
                            torch.Generator().manual_seed(step_seed(cfg.seed, 2, "exchange")),

@@ -12,8 +12,7 @@ from typing import Callable
 import torch
 
 from graft.algos.advantages import success_counts
-from graft.exchange.handover import HandedRow
-from graft.types import DirectionAudit, RolloutGroup, TransferRow
+from graft.types import DirectionAudit, HandedRow, RolloutGroup, TransferRow
 
 Grade = Callable[[list[RolloutGroup]], None]
 """Fills ``rewards`` and ``status`` of groups in place (the receiver's re-verification)."""

@@ -7,7 +7,7 @@ does the plumbing around it and returns the audit rows that justify each decisio
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol, TypedDict
+from typing import Protocol
 
 import torch
 
@@ -16,7 +16,7 @@ from graft.algos.advantages import all_correct_advantages, pooled_advantages
 from graft.config import Config, ExchangeConfig
 from graft.console import bars
 from graft.policy.codec import TextCodec
-from graft.types import RolloutGroup
+from graft.types import HandedRow, RolloutGroup
 
 
 class Receiver(Protocol):
@@ -48,23 +48,6 @@ class Scoring:
     def of(cls, cfg: Config) -> "Scoring":
         return cls(cfg.rollout.temperature, cfg.update.logprob_chunk, cfg.update.micro_batch_size,
                    bars(cfg.progress))
-
-
-class HandedRow(TypedDict):
-    """One transferred response as :func:`hand_over` records it: a :class:`graft.types.TransferRow` without the
-    receiver's verdict (``reward_receiver``), which :func:`graft.exchange.common.regrade` adds."""
-
-    prompt_id: str
-    index: int
-    reward_source: float
-    advantage: float
-    mean_logp_receiver: float
-    mean_logp_source: float
-    s: float
-    admitted: bool
-    weight: float
-    receiver_tokens: int
-    source_tokens: int
 
 
 @dataclass

@@ -28,8 +28,8 @@ from graft.exchange.common import (  # noqa: F401 -- complementarity, counts: gr
     regrade,
     splice,
 )
-from graft.exchange.handover import HandedRow, HandOver, Receiver, Scoring, hand_over
-from graft.types import ExchangeResult, RolloutGroup
+from graft.exchange.handover import HandOver, Receiver, Scoring, hand_over
+from graft.types import ExchangeResult, HandedRow, RolloutGroup
 
 
 def select(k: dict[str, torch.Tensor], n: int, ex: ExchangeConfig, generator: torch.Generator | None):
