@@ -9,15 +9,15 @@ import statistics
 from pathlib import Path
 from typing import Literal
 
-from graft.config import Config, ModelConfig
+from graft.config import CONFIGS, Config, ModelConfig
 from graft.policy.loading import load_tokenizer
 from graft.trainer.backends import close_learners
 from graft.trainer.loop import train_step
 
 
 def default_config_path() -> Path:
-    """``configs/default.yaml`` of this checkout."""
-    return Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+    """The packaged ``default`` preset (``configs/default.yaml`` in a checkout links it), also in an installed wheel."""
+    return CONFIGS / "default.yaml"
 
 
 def _slug(path: str) -> str:
