@@ -16,7 +16,7 @@ from typing import Any, Callable
 import yaml
 
 from graft.cli import COMMANDS
-from graft.config import Config, _dataclass_of, _describe, field_docs
+from graft.config import Config, _dataclass_of, _default, _describe, field_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: README.md and docs/ sit here."""
@@ -82,14 +82,9 @@ def cli_reference() -> str:
     return "\n".join(out)
 
 
-def _default(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
-        return ""
-    text = yaml.safe_dump(json.loads(json.dumps(value)), default_flow_style=True, width=10_000)
+def _default_cell(f: dataclasses.Field) -> str:
+    """The field's default (:func:`graft.config._default`) as inline YAML code."""
+    text = yaml.safe_dump(json.loads(json.dumps(_default(f))), default_flow_style=True, width=10_000)
     return "`" + text.strip().removesuffix("\n...").strip() + "`"
 
 
@@ -128,7 +123,7 @@ def config_reference() -> str:
         rows = [f for f in dataclasses.fields(cls) if _dataclass_of(hints[f.name]) is None]
         out += [f"## `{prefix.rstrip('.') or 'top level'}`", "", _plain(about), "",
                 "| key | accepts | default | description |", "|---|---|---|---|"]
-        out += [f"| `{prefix}{f.name}` | {_cell(_describe(hints[f.name]))} | {_cell(_default(f))} | "
+        out += [f"| `{prefix}{f.name}` | {_cell(_describe(hints[f.name]))} | {_cell(_default_cell(f))} | "
                 f"{_cell(docs.get((cls.__name__, f.name), ''))} |" for f in rows]
         out.append("")
     return "\n".join(out)
