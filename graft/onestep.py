@@ -69,6 +69,7 @@ import torch
 from graft.algos.minibatch import plan_minibatches
 from graft.config import ConfigError, load_config
 from graft.data.arithmetic import FAMILIES, family_of
+from graft.evaluation.analyze import read_jsonl
 from graft.evaluation.metrics import paired_interval
 from graft.exchange.handover import Scoring
 from graft.exchange.kinds import exchange_kind
@@ -465,14 +466,12 @@ def read_commands(out: Path) -> list[dict]:
         old = json.loads((out / "summary.json").read_text()).get("commands", []) if (out / "summary.json").exists() else []
         return [{"invocation": f"before-log-{i}", "command": c, "states": None} for i, c in enumerate(old)]
     by: dict[str, dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            e = json.loads(line)
-            rec = by.setdefault(e["invocation"], {"invocation": e["invocation"], "command": e["command"], "states": []})
-            if e.get("state") is None:
-                rec["states"] = None
-            elif rec["states"] is not None:
-                rec["states"].append(e["state"])
+    for e in read_jsonl(path):   # a line torn by a kill mid-append is skipped
+        rec = by.setdefault(e["invocation"], {"invocation": e["invocation"], "command": e["command"], "states": []})
+        if e.get("state") is None:
+            rec["states"] = None
+        elif rec["states"] is not None:
+            rec["states"].append(e["state"])
     return list(by.values())
 
 
@@ -483,8 +482,9 @@ def log_command(out: Path, invocation: str, command: list[str], seed: int, step:
     if not path.exists():
         head = [{"invocation": e["invocation"], "command": e["command"], "state": None} for e in read_commands(out)]
         _write_atomic(path, "".join(json.dumps(e) + "\n" for e in head))
-    with path.open("a") as f:
-        f.write(json.dumps({"invocation": invocation, "command": command, "state": [seed, step]}) + "\n")
+    torn = not path.read_bytes().endswith(b"\n") and path.stat().st_size > 0
+    with path.open("a") as f:   # after a torn last line, start a fresh one so this record stays readable
+        f.write(("\n" if torn else "") + json.dumps({"invocation": invocation, "command": command, "state": [seed, step]}) + "\n")
 
 
 def _check_arms_version(out: Path, measuring: bool) -> None:

@@ -86,6 +86,19 @@ def test_commands_log_every_invocation_that_recorded_a_state_and_carries_over_an
         {"invocation": "i2", "command": ["graft", "onestep", "a"], "states": [[4, 13], [5, 7]]}]
 
 
+def test_a_commands_line_torn_by_a_kill_is_skipped_and_the_next_record_stays_readable(tmp_path):
+    """A kill mid-append leaves half a line without its newline: reading skips it (no traceback), and the next
+    invocation's record starts on a line of its own instead of being glued to the torn one."""
+    from graft.onestep import log_command, read_commands
+
+    log_command(tmp_path, "i1", ["graft", "onestep", "a"], 4, 7)
+    with (tmp_path / "commands.jsonl").open("a") as f:
+        f.write('{"invocation": "i1", "command": ["graft", "on')                     # torn: killed mid-write
+    assert read_commands(tmp_path) == [{"invocation": "i1", "command": ["graft", "onestep", "a"], "states": [[4, 7]]}]
+    log_command(tmp_path, "i2", ["graft", "onestep", "a"], 4, 13)
+    assert read_commands(tmp_path)[-1] == {"invocation": "i2", "command": ["graft", "onestep", "a"], "states": [[4, 13]]}
+
+
 def test_states_are_not_added_to_a_folder_measured_with_other_arms(tmp_path):
     from graft.config import ConfigError
     from graft.onestep import ARMS_VERSION, _check_arms_version
