@@ -44,6 +44,7 @@ from graft.registry import (
     EXCHANGES,
     FAMILIES,
     LOSS_AGGS,
+    PAIRINGS,
     RULES,
     STYLES,
     TRACKERS,
@@ -414,7 +415,7 @@ class RewardConfig:
         _check(0 < self.max_timeout_frac <= 1, "max_timeout_frac", f"must be in (0, 1], got {self.max_timeout_frac}")
 
 
-@_registry_choices(balance=BALANCES, admission=ADMISSIONS, weighting=WEIGHTINGS, conflict=CONFLICTS)
+@_registry_choices(balance=BALANCES, admission=ADMISSIONS, weighting=WEIGHTINGS, conflict=CONFLICTS, pairing=PAIRINGS)
 @dataclass
 class ExchangeConfig:
     kind: str = "live"
@@ -461,6 +462,17 @@ class ExchangeConfig:
     prompt after balancing: ``most_successes`` (highest k_S, then highest mean s, then model order),
     ``most_compatible`` (highest mean s, then k_S, then model order) or ``model_order`` (the earlier model
     in ``models``). Every conflict is written into the audit log. Never arises with two models."""
+    pairing: str = "all"
+    """With three or more models (``exchange.kind: live``), which peers each receiver draws from at a step, a name of
+    :data:`graft.registry.PAIRINGS`: ``all`` (every peer, as before this key), ``complementary`` (the one peer that
+    solved, k_S >= 1, the most of the receiver's all-fail prompts over the last ``pairing_window`` steps) or
+    ``compatible`` (the one peer whose responses handed to the receiver over those steps have the highest median
+    s). Ties go to the earlier model in ``models``; the window includes the current step. Each decision, with its
+    evidence, is written into the audit log (``pairing``). Refused with two models and by the other kinds (a
+    receiver has one peer there)."""
+    pairing_window: int = 8
+    """``complementary``/``compatible`` pairing: how many steps of evidence (the current step and the ones before it)
+    a receiver's choice reads."""
 
     def __post_init__(self) -> None:
         _check(self.kind in EXCHANGES, "kind", f"{self.kind!r} is not one of {EXCHANGES.choices()}")
@@ -468,6 +480,7 @@ class ExchangeConfig:
         _check(self.weight_cap > 0, "weight_cap", f"must be > 0, got {self.weight_cap}")
         _check(self.balance_ratio >= 0, "balance_ratio", f"must be >= 0, got {self.balance_ratio}")
         _check(self.balance_floor >= 0, "balance_floor", f"must be >= 0, got {self.balance_floor}")
+        _check(self.pairing_window >= 1, "pairing_window", f"must be >= 1, got {self.pairing_window}")
         self.delta_by_length = {int(k): float(v) for k, v in dict(self.delta_by_length).items()}
         for k, v in self.delta_by_length.items():
             _check(k >= 1, f"delta_by_length.{k}", "a bucket bound is a token count and must be >= 1")

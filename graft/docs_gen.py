@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import yaml
 
-from graft.cli import COMMANDS
+from graft.commands.cli import COMMANDS
 from graft.config import Config, _dataclass_of, _default, _describe, field_docs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def cli_reference() -> str:
-    """docs/reference/cli.md: every command's --help, in the order of graft.cli's command table."""
+    """docs/reference/cli.md: every command's --help, in the order of graft.commands.cli's command table."""
     out = ["# Command reference", "",
            "Generated from the parsers the commands build (`graft/docs_gen.py`); `graft COMMAND --help` prints the "
            "same. `-v` (progress and info lines) and `-q` (errors only) go before or after any command.", ""]

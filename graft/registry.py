@@ -1,8 +1,8 @@
 """The names of graft's variants, and where each one is implemented: one registry per kind.
 
 The config validates every name against these (``update.rule``, ``rollout.engine``, ``exchange.kind``,
-``exchange.balance``, ``update.loss_agg``, ``logging.report_to``, ``data.arithmetic.families`` ...: its
-``Literal`` choices are built from them), and the code that runs a variant looks it up here,
+``exchange.balance``, ``exchange.pairing``, ``update.loss_agg``, ``logging.report_to``, ``data.arithmetic.families``
+...: its ``Literal`` choices are built from them), and the code that runs a variant looks it up here,
 so a name is written once. Entries are ``"module:attribute"`` strings, imported on first use:
 this module sits below everything it names, so the config can import it without importing
 the layers above.
@@ -112,6 +112,15 @@ WEIGHTINGS = Registry("weighting", {
     "none": "graft.algos.gating:weight_none",
 })
 """``exchange.weighting`` -> ``(s [N], admitted Bool[N], cap) -> weights [N]`` (:func:`graft.algos.gating.gate`)."""
+
+PAIRINGS = Registry("pairing", {
+    "all": "graft.exchange.pairing:pair_all",
+    "complementary": "graft.exchange.pairing:pair_complementary",
+    "compatible": "graft.exchange.pairing:pair_compatible",
+})
+"""``exchange.pairing`` -> ``(solved Int[W,S], s [S] of Float[N_S]) -> (chosen Bool[S], scores [S])``: which
+peers a receiver draws from at a step, from the evidence of the last ``exchange.pairing_window`` steps
+(:mod:`graft.exchange.pairing`)."""
 
 LOSS_AGGS = Registry("loss aggregation", {
     "token-mean": "graft.algos.losses:agg_token_mean",

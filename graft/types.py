@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 import torch
+from typing_extensions import NotRequired  # typing's from Python 3.11; typing_extensions is a dependency of torch
 
 VERIFY_OK = "ok"
 VERIFY_TIMEOUT = "timeout"
@@ -166,6 +167,30 @@ class TransferRow(HandedRow):
     """The receiver's own verdict (None: the response was not admitted, so not re-verified)."""
 
 
+class PairingEvidence(TypedDict):
+    """What one step tells about one direction S -> R (:mod:`graft.exchange.pairing`)."""
+
+    solved: int
+    """The receiver's all-fail prompts (k_R = 0) on which the source had >= 1 success."""
+    s: list[float]
+    """[N] s of every response the source handed to the receiver this step (before conflicts and pairing)."""
+
+
+class PairingRecord(TypedDict):
+    """The ``pairing`` field of an audit record S -> R (absent with ``exchange.pairing: all``)."""
+
+    rule: str
+    """``exchange.pairing``."""
+    window: int
+    """``exchange.pairing_window``."""
+    evidence: PairingEvidence
+    """This step's evidence of the direction."""
+    score: float | None
+    """The direction's score over the window (None: no evidence)."""
+    chosen: list[str]
+    """The peers the receiver draws from at this step."""
+
+
 class DirectionAudit(TypedDict):
     """One exchange direction S -> R at one step: a line of ``audit.jsonl`` (schema in the README)."""
 
@@ -179,6 +204,8 @@ class DirectionAudit(TypedDict):
     selected: list[str]
     responses: list[TransferRow]
     conflicts: list[dict]
+    pairing: NotRequired[PairingRecord]
+    """Which peers the receiver drew from and why (``exchange.pairing`` other than ``all``)."""
 
 
 @dataclass

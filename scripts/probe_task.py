@@ -1,4 +1,4 @@
-"""Step-0 probe of a config's models on its training task — now ``graft probe`` (:mod:`graft.probe`).
+"""Step-0 probe of a config's models on its training task — now ``graft probe`` (:mod:`graft.commands.probe`).
 
     python scripts/probe_task.py configs/default.yaml --prompts 64 [--compat] [key=value ...]
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 
-from graft.cli import main  # noqa: E402
+from graft.commands.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["probe", *sys.argv[1:]]))

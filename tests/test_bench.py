@@ -10,7 +10,7 @@ import torch
 
 from graft.bench.cli import bench_main
 from graft.bench import cli, common, graft_vs_grpo, rollout_vs_generate, step_vs_trl, trl_settings
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]

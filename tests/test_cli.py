@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from graft import cli
-from graft.cli import main, sweep_commands
+from graft.commands import cli
+from graft.commands.cli import main, sweep_commands
 from tests.patience import patient
-
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -159,15 +158,15 @@ def test_every_command_starts_its_error_with_the_same_prefix(argv, tmp_path, cap
 
 
 def _installed_as(monkeypatch, root: Path, checkout: bool) -> None:
-    """eval_cli as if imported from ``root/pkg/graft/eval_cli.py`` (a source checkout when ``checkout``), run
+    """eval_cli as if imported from ``root/pkg/graft/commands/eval_cli.py`` (a source checkout when ``checkout``), run
     from ``root/work/here``."""
-    from graft import eval_cli
+    from graft.commands import eval_cli
 
     (root / "pkg" / "graft").mkdir(parents=True)
     if checkout:
         (root / "pkg" / "pyproject.toml").write_text("")
     (root / "work" / "here").mkdir(parents=True)
-    monkeypatch.setattr(eval_cli, "__file__", str(root / "pkg" / "graft" / "eval_cli.py"))
+    monkeypatch.setattr(eval_cli, "__file__", str(root / "pkg" / "graft" / "commands" / "eval_cli.py"))
     monkeypatch.chdir(root / "work" / "here")
     monkeypatch.delenv("GRAFT_DATA_DIR", raising=False)
 
@@ -175,7 +174,7 @@ def _installed_as(monkeypatch, root: Path, checkout: bool) -> None:
 def test_eval_data_dir_of_an_installed_package_is_refused_naming_what_was_tried(tmp_path, monkeypatch, capsys):
     """issue 38: installed (no checkout around the package) and not beside a shared/data folder, `--data math500`
     names where it looked and how to say where the files are."""
-    from graft import eval_cli
+    from graft.commands import eval_cli
 
     _installed_as(monkeypatch, tmp_path, checkout=False)
     (tmp_path / "shared" / "data").mkdir(parents=True)   # beside the package, but it is no checkout
@@ -186,7 +185,7 @@ def test_eval_data_dir_of_an_installed_package_is_refused_naming_what_was_tried(
 
 
 def test_eval_data_dir_comes_from_the_environment_then_the_working_directory_then_the_checkout(tmp_path, monkeypatch):
-    from graft import eval_cli
+    from graft.commands import eval_cli
 
     _installed_as(monkeypatch, tmp_path, checkout=True)
     beside_checkout = tmp_path / "shared" / "data"
@@ -207,7 +206,7 @@ def test_help_of_every_command_does_not_import_torch():
     transformers, matplotlib); the command parses its arguments with the same parser."""
     assert list(cli.PARSERS) == list(cli.COMMANDS)
     argvs = [[cmd, "--help"] for cmd in cli.COMMANDS] + [["store", "info", "-h"], ["config", "show", "--help"]]
-    code = ("import json, sys\nfrom graft.cli import main\nfor argv in json.loads(sys.argv[1]):\n"
+    code = ("import json, sys\nfrom graft.commands.cli import main\nfor argv in json.loads(sys.argv[1]):\n"
             "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 0, argv\n"
             "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code, json.dumps(argvs)], capture_output=True, text=True, cwd=REPO)
@@ -217,9 +216,9 @@ def test_help_of_every_command_does_not_import_torch():
 
 
 def test_eval_and_export_parsers_agree_with_their_commands():
+    from graft.commands.export import DTYPES
+    from graft.commands.parsers import EVAL_MAX_NEW_TOKENS, export_parser
     from graft.evaluation.evaluate import DEFAULT_MAX_NEW_TOKENS
-    from graft.export import DTYPES
-    from graft.parsers import EVAL_MAX_NEW_TOKENS, export_parser
     assert EVAL_MAX_NEW_TOKENS == DEFAULT_MAX_NEW_TOKENS                # the limit eval's help states is the one used
     export_dtype = next(a for a in export_parser()._actions if a.dest == "dtype")
     assert list(export_dtype.choices) == list(DTYPES)

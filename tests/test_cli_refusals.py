@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.storage.lock import LOCK_NAME
 from tests.patience import patient
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import ConfigError, ConfigErrors, load_config
 
 REPO = Path(__file__).resolve().parents[1]

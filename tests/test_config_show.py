@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from graft.cli import COMMANDS, main
+from graft.commands.cli import COMMANDS, main
 from graft.config import ConfigError, describe, field_docs, load_config, nearest_key, to_dict
 
 REPO = Path(__file__).resolve().parents[1]

@@ -73,7 +73,7 @@ def test_probe_off_a_terminal_draws_no_bar(tmp_path, tiny_llama_dir, tiny_gemma_
 def test_no_progress_silences_the_loading_bars_on_a_terminal_too(tmp_path, tiny_llama_dir, monkeypatch):
     from transformers.utils import logging as hf_logging
 
-    from graft.eval_cli import eval_main
+    from graft.commands.eval_cli import eval_main
     monkeypatch.setattr(console, "on_terminal", lambda: True)
     for k in console.QUIET_ENV:
         monkeypatch.delenv(k, raising=False)

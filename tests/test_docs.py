@@ -18,7 +18,7 @@ from unittest import mock
 
 import pytest
 
-from graft.cli import COMMANDS, unknown_command
+from graft.commands.cli import COMMANDS, unknown_command
 from graft.config import _key_templates, load_config
 from graft.console import split_flags
 from graft.docs_gen import PAGES, command_parser, config_reference
@@ -48,6 +48,7 @@ END_TO_END = {
                    "tests/test_experiment.py::test_status_of_every_run_and_unknown_only_arms"],
     "onestep": ["tests/test_onestep.py::test_onestep_end_to_end_on_tiny_models",
                 "tests/test_onestep.py::test_from_a_finished_grpo_run_equals_training_the_trajectory"],
+    "splits": ["tests/test_task_splits.py::test_the_command_and_the_old_script_write_the_same_splits"],
     "bench": ["tests/test_bench.py::test_bench_runs_graft_sides_end_to_end"],
 }
 """Command -> the end-to-end tests that run it (on the tiny models, or on a run folder written like one)."""

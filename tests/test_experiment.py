@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from graft.config import ConfigError
-from graft.experiment import load_plan, run_plan, summarize, write_summary
+from graft.commands.experiment import load_plan, run_plan, summarize, write_summary
 
 COMPARED = {"title": "GRAFT vs GRPO",
             "comparisons": {"graft_minus_grpo_n8": {"arm": "graft_n8", "baseline": "grpo_n8"}},
@@ -88,7 +88,7 @@ def test_run_is_resumable_and_summarised(tmp_path, tiny_llama_dir, tiny_gemma_di
     assert run_plan(plan) == []
     # issue 40: a run another process finished between this one's "done?" check and its claim is skipped after
     # the claim (the old code went on into run_member and died with a RuntimeError traceback: no checkpoint left)
-    import graft.experiment as experiment
+    from graft.commands.experiment import run as experiment
     seen = set()
 
     def stale_once(real):
@@ -137,7 +137,7 @@ def test_exchange_totals_and_steps_from_metrics_and_audit(tmp_path):
     admitted response. The audit log's s of the transferred responses: steps 1-2 (first third) 0.9, 0.7, 0.6
     -> median 0.7; step 6 (last third; step 5 transferred nothing) 0.3, 0.5 -> median 0.4; the one correct
     admitted response (step 1) is admitted_correct. A run without metrics (not finished) gives None."""
-    from graft.experiment import Member, _admitted_correct, _exchange_steps, _exchange_total, _treatment
+    from graft.commands.experiment.summary import Member, _admitted_correct, _exchange_steps, _exchange_total, _treatment
     tr, ad, m = [8, 8, 0, 16, 0, 8], [3, 0, 0, 2, 0, 0], [1, 1, 0, 2, 0, 1]
     rows = [{"step": i + 1, "exchange/A->B/transferred": tr[i], "exchange/A->B/admitted": ad[i],
              "exchange/A->B/m": m[i]} for i in range(6)]
@@ -163,7 +163,7 @@ def test_peer_clip_rate_pools_the_steps_with_peer_data(tmp_path):
     """Hand-worked: step 1 — A trained on 2 peer responses, clip low 0.10 + high 0.05 = 0.15; B on none
     (its 0.9 is not counted). Step 2 — A 0.00 + 0.10 = 0.10; B 0.20 + no high logged = 0.20. Pooled over
     the three (step, model) pairs with peer data: (0.15 + 0.10 + 0.20) / 3 = 0.15; A alone 0.125, B 0.20."""
-    from graft.experiment import Member, _clip_peer
+    from graft.commands.experiment.summary import Member, _clip_peer
     rows = [{"step": 1, "A/peer_responses": 2, "A/clip_frac/peer_low": 0.10, "A/clip_frac/peer_high": 0.05,
              "B/peer_responses": 0, "B/clip_frac/peer_low": 0.9, "B/clip_frac/peer_high": 0.0},
             {"step": 2, "A/peer_responses": 1, "A/clip_frac/peer_low": 0.0, "A/clip_frac/peer_high": 0.10,
@@ -179,7 +179,7 @@ def test_peer_clip_rate_pools_the_steps_with_peer_data(tmp_path):
 def test_stored_vs_online_gain_and_ratio():
     """Hand-worked: baseline (GRPO) 0.30, online (GRAFT) 0.40 (online gain 0.10), stored 0.384 (stored gain
     0.084) -> ratio 0.84. A negative online gain leaves the ratio undefined; a missing run leaves everything None."""
-    from graft.experiment import stored_vs_online
+    from graft.commands.experiment.summary import stored_vs_online
     r = stored_vs_online(0.384, 0.30, 0.40)
     assert r["stored_gain"] == pytest.approx(0.084) and r["online_gain"] == pytest.approx(0.10)
     assert r["ratio"] == pytest.approx(0.84)
@@ -196,7 +196,7 @@ def test_regraded_pass1_with_the_strict_rule(tmp_path):
     \\boxed{228} (1, 1) -> 0.5; d2 = (0 + 0.5 + 0.5) / 3 = 1/3. Macro (0.5 + 1/3) / 2 = 5/12.
     Skill only drops the max prompt (chance 0.5): d2 = (0 + 0.5) / 2 = 0.25, macro (0.5 + 0.25) / 2 = 0.375.
     Counted correct by the run: 9 responses, 3 of them expressions (27*18, 117 div 9 twice) -> 1/3."""
-    from graft.experiment import Member, regraded_pass1
+    from graft.commands.experiment.summary import Member, regraded_pass1
     m = Member("grpo_n8", 1, [], tmp_path / "run", tmp_path / "res", ["A"])
     rows = {"d1": [{"id": "d1-mul-00000", "answer": "486", "responses": ["\\boxed{27*18}", "\\boxed{486}"], "rewards": [1.0, 1.0]},
                    {"id": "d1-add-00001", "answer": "5", "responses": ["\\boxed{5}", "\\boxed{4}"], "rewards": [1.0, 0.0]}],
@@ -224,7 +224,7 @@ def test_regraded_pass1_with_the_strict_rule(tmp_path):
 def test_report_of_a_numbers_only_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     """A plan's answer form is recorded (``mixed`` when arms differ); without kept eval responses the
     report has no strict re-grade section."""
-    from graft.experiment import report_markdown
+    from graft.commands.experiment.report import report_markdown
     path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     assert summarize(load_plan(path))["eval"]["answer_form"] == "any"
     raw = yaml.safe_load(path.read_text())
@@ -245,8 +245,8 @@ def test_report_of_a_numbers_only_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
 def test_status_of_every_run_and_unknown_only_arms(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys):
     """Each state built by hand: a finished run, one killed after its first step (metrics, no
     checkpoint), one whose small files were committed from another machine, an untouched one."""
-    from graft.cli import main
-    from graft.experiment import check_only, plan_status
+    from graft.commands.cli import main
+    from graft.commands.experiment.run import check_only, plan_status
 
     path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     plan = load_plan(path)
@@ -332,7 +332,7 @@ def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_d
     35.2 for both. Stored peers of GRPO seed 1: A 0.42,
     stored gain 0.42 − 0.30 = +12.0 beside the online gain +15.0, ratio 80 %; B 0.55, stored gain +5.0 beside
     an online gain of −5.0: no ratio."""
-    from graft.cli import main
+    from graft.commands.cli import main
     path = _seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     plan = load_plan(path)
     _record(plan, PASS1)
@@ -367,7 +367,7 @@ def test_a_pre_registered_decision_waits_for_its_pairs_then_gives_a_verdict(tmp_
     verdict waits (2 in); with 2 pairs A's interval [−19.3, +44.3] reaches below 0: not confirmed; with GRPO's
     seed-2 value lowered so that A's pairs are +15.0 and +14.0, mean +14.5, sd 0.707, half-width 12.706 * 0.5 =
     6.35 -> [+8.1, +20.9]: confirmed."""
-    from graft.experiment import report_markdown
+    from graft.commands.experiment.report import report_markdown
     def decided(pairs: int) -> tuple[dict, str]:
         compared = {**COMPARED, "comparisons": {"confirm": {"arm": "graft_n8", "baseline": "grpo_n8",
                                                             "decision": {"model": "A", "pairs": pairs}}}}
@@ -393,7 +393,7 @@ def test_a_pre_registered_decision_waits_for_its_pairs_then_gives_a_verdict(tmp_
 def test_strict_paired_table_only_where_it_differs(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     """A plan that already grades with the strict rule gets one paired table, not the same one twice; where the
     strict re-grade changes any seed's difference (A seed 1: +15.0 -> +5.0) both tables are printed."""
-    from graft.experiment import strict_section
+    from graft.commands.experiment.report import strict_section
     plan = load_plan(_seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
     _record(plan, PASS1)
     s = summarize(plan)
@@ -411,7 +411,7 @@ def test_strict_paired_table_only_where_it_differs(tmp_path, tiny_llama_dir, tin
 def test_a_plan_without_comparisons_reports_none(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     """The same runs, nothing declared: the arms' pass@1 are there, no difference, no stored-vs-online gain,
     no clip-rate comparison, and the heading claims no comparison."""
-    from graft.experiment import report_markdown
+    from graft.commands.experiment.report import report_markdown
     plan = load_plan(_seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared={}))
     _record(plan, PASS1)
     s = summarize(plan)
@@ -445,7 +445,7 @@ def test_a_plan_without_comparisons_reports_none(tmp_path, tiny_llama_dir, tiny_
     ({"keep_checkpoints": "grpo_n8"}, "keep_checkpoints"),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_a_bad_declaration_is_refused_in_one_line(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys, change, key):
-    from graft.cli import main
+    from graft.commands.cli import main
     path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **change}, sort_keys=False))
     assert main(["experiment", "summarize", str(path)]) == 2
@@ -457,8 +457,8 @@ def test_a_bad_declaration_is_refused_in_one_line(tmp_path, tiny_llama_dir, tiny
 def test_a_named_onestep_summary_becomes_one_step_effect(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     """The plan's ``onestep`` summary (rows hand-made: A->B replaced prompts +0.25 and +0.0 in two states,
     mean +12.5 points; gate off +0.0) is carried into summary.json in the issue's shape and into REPORT.md."""
-    from graft.experiment import report_markdown
-    from graft.onestep import summarize_rows
+    from graft.commands.experiment.report import report_markdown
+    from graft.commands.onestep import summarize_rows
     row = lambda step, kind, g, a: {"seed": 1, "step": step, "direction": "A->B", "kind": kind,  # noqa: E731
                                     "success": {"grpo": 0.5, "graft": 0.5 + g, "all": 0.5 + a},
                                     "admitted": {"graft": 3, "all": 8}, "admitted_correct": {"graft": 2, "all": 2}}
@@ -490,7 +490,7 @@ def test_a_named_onestep_summary_becomes_one_step_effect(tmp_path, tiny_llama_di
 def test_last_quarter_is_what_the_selection_rule_reads():
     """8 logged steps -> the last ceil(8/4) = 2 (steps 7-8): reward (0.5 + 0.3) / 2 = 0.4, distinct_frac
     (0.6 + 0.4) / 2 = 0.5; rewarded 4 + 6 = 10 responses, flagged 0.25 * 4 + 0.5 * 6 = 4 of them: 40 %."""
-    from graft.experiment import last_quarter
+    from graft.commands.experiment.summary import last_quarter
     rows = [{"step": s, "A/reward/mean": 0.1, "A/distinct_frac": 0.9, "A/rewarded/n": 2, "A/rewarded/echo": 1.0}
             for s in range(1, 7)]
     rows += [{"step": 7, "A/reward/mean": 0.5, "A/distinct_frac": 0.6, "A/rewarded/n": 4, "A/rewarded/echo": 0.25},
@@ -506,7 +506,7 @@ def test_last_quarter_is_what_the_selection_rule_reads():
 def test_last_quarter_table_averages_the_finished_seeds():
     """Seeds with reward 0.6 and 0.4 (one unfinished): mean 0.500 over [2]; distinct (0.3 + 0.5) / 2 = 0.40;
     flagged 0.1 * 100 + 0.4 * 50 = 30 of 150 rewarded: 20 %."""
-    from graft.experiment import _last_quarter_table
+    from graft.commands.experiment.report import _last_quarter_table
     q = lambda r, d, e, n: {"steps": [14, 18], "reward": r, "distinct_frac": d, "echo_or_copy_share": e, "rewarded": n}
     md = _last_quarter_table({"last_quarter": {"arm": {"A": [q(0.6, 0.3, 0.1, 100), None, q(0.4, 0.5, 0.4, 50)],
                                                        "B": [None, None]}}})
@@ -520,7 +520,7 @@ def test_a_command_killed_or_failing_stops_the_plan_in_one_line(monkeypatch):
     import subprocess
     from types import SimpleNamespace
 
-    from graft.experiment import RunFailed, _run
+    from graft.commands.experiment.run import RunFailed, _run
     from graft.trainer.stop import Preempted
 
     cmd = ["python", "-m", "graft.cli", "train", "cfg.yaml", "steps=18"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import ModelConfig, load_config, save_config
 from graft.storage.checkpoint import list_checkpoints, load_checkpoint
 from graft.trainer import loop
@@ -188,7 +188,7 @@ def test_lora_export_merges_the_adapter(tmp_path, tiny_llama_dir, tiny_gemma_dir
 
 
 def test_model_card_names_the_upstream_model_its_licence_versions_and_commit(graft_run):
-    from graft.export import model_card, provenance
+    from graft.commands.export import model_card, provenance
 
     _, cfg = graft_run
     versions = {"torch": "2.13.0", "transformers": "5.24.0", "graft": "0.1.0", "graft_commit": "abc123"}

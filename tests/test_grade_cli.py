@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from graft.cli import main
+from graft.commands.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graft.onestep import paired_summary, summarize_rows
+from graft.commands.onestep import paired_summary, summarize_rows
 
 COMMITTED = Path(__file__).resolve().parents[1] / "results" / "study" / "onestep"
 
@@ -27,7 +27,7 @@ def test_paired_summary_hand_worked():
 
 def test_state_t_interval_hand_worked():
     """Student t over state means, df = states - 1 (arithmetic in the comments)."""
-    from graft.onestep import state_t_interval
+    from graft.commands.onestep import state_t_interval
 
     # state means: (1, 1): (0.5 + 0.0) / 2 = 0.25; (2, 1): 0.25; (3, 1): -0.125 -> mean 0.375 / 3 = 0.125
     # deviations 0.125, 0.125, -0.25 -> sum of squares 0.015625 + 0.015625 + 0.0625 = 0.09375; / (3 - 1) = 0.046875
@@ -57,8 +57,8 @@ def test_summary_counts_the_prompts_that_changed_per_state_and_says_which_interv
 
 
 def test_fewer_than_16_samples_and_arms_that_would_differ_in_more_than_the_peer_groups_are_refused_in_one_line():
+    from graft.commands.onestep import _check_pair_task, _parse
     from graft.config import ConfigError, load_config
-    from graft.onestep import _check_pair_task, _parse
 
     with pytest.raises(ConfigError, match=r"^--samples 8: .* >= 16 times per arm$"):
         _parse(["configs/default.yaml", "--at", "1", "--samples", "8", "--out", "x"])
@@ -73,7 +73,7 @@ def test_fewer_than_16_samples_and_arms_that_would_differ_in_more_than_the_peer_
 def test_commands_log_every_invocation_that_recorded_a_state_and_carries_over_an_old_summary(tmp_path):
     """An invocation is listed with its states as it records them (an interrupted one too); a folder from before
     the log keeps its summary's commands, states unknown."""
-    from graft.onestep import log_command, read_commands
+    from graft.commands.onestep import log_command, read_commands
 
     (tmp_path / "summary.json").write_text(json.dumps({"commands": [["graft", "onestep", "old"]]}))
     assert read_commands(tmp_path) == [{"invocation": "before-log-0", "command": ["graft", "onestep", "old"], "states": None}]
@@ -89,7 +89,7 @@ def test_commands_log_every_invocation_that_recorded_a_state_and_carries_over_an
 def test_a_commands_line_torn_by_a_kill_is_skipped_and_the_next_record_stays_readable(tmp_path):
     """A kill mid-append leaves half a line without its newline: reading skips it (no traceback), and the next
     invocation's record starts on a line of its own instead of being glued to the torn one."""
-    from graft.onestep import log_command, read_commands
+    from graft.commands.onestep import log_command, read_commands
 
     log_command(tmp_path, "i1", ["graft", "onestep", "a"], 4, 7)
     with (tmp_path / "commands.jsonl").open("a") as f:
@@ -100,8 +100,8 @@ def test_a_commands_line_torn_by_a_kill_is_skipped_and_the_next_record_stays_rea
 
 
 def test_states_are_not_added_to_a_folder_measured_with_other_arms(tmp_path):
+    from graft.commands.onestep import ARMS_VERSION, _check_arms_version
     from graft.config import ConfigError
-    from graft.onestep import ARMS_VERSION, _check_arms_version
 
     (tmp_path / "rows.jsonl").write_text(json.dumps({"seed": 1, "step": 1}) + "\n")        # before issue 42: no version
     _check_arms_version(tmp_path, measuring=False)                                      # re-summarising is fine
@@ -114,8 +114,8 @@ def test_states_are_not_added_to_a_folder_measured_with_other_arms(tmp_path):
 def test_the_committed_measurement_still_re_reads():
     """results/study/onestep (measured before issue 42's arms): its rows re-summarise to the committed bootstrap
     figures, its commands load, and the plan summary reads both the old and the new summary."""
-    from graft.experiment import one_step_effect
-    from graft.onestep import read_commands
+    from graft.commands.experiment.summary import one_step_effect
+    from graft.commands.onestep import read_commands
 
     if not (COMMITTED / "rows.jsonl").exists():
         pytest.skip("no committed onestep measurement")
@@ -151,12 +151,12 @@ def test_onestep_end_to_end_on_tiny_models(tmp_path, tiny_llama_dir, tiny_gemma_
     """Crafted rewards make both directions exchange; the three arms' updates differ exactly where the
     peer groups do, and the trajectory continues on GRPO. An invocation stopped after recording a state and
     the one that resumes it are both in the summary's commands, each with the states it recorded."""
-    import graft.onestep
-    from graft.onestep import onestep_main
+    import graft.commands.onestep
+    from graft.commands.onestep import onestep_main
     from tests.trainer.helpers import crafted_rewards
 
     crafted_rewards(monkeypatch)
-    monkeypatch.setattr(graft.onestep, "MIN_SAMPLES", 2)   # speed: the refusal below 16 is tested on its own
+    monkeypatch.setattr(graft.commands.onestep, "MIN_SAMPLES", 2)   # speed: the refusal below 16 is tested on its own
     model_yaml = (f"[{{name: A, path: '{tiny_llama_dir}', template: plain, lr: 1.0e-3}}, "
                   f"{{name: B, path: '{tiny_gemma_dir}', template: plain, lr: 1.0e-3}}]")
     args = ["--at", "1", "2", "--samples", "2", "--unseen", "1", "--seeds", "3", "--out", str(tmp_path / "o"),
@@ -164,18 +164,18 @@ def test_onestep_end_to_end_on_tiny_models(tmp_path, tiny_llama_dir, tiny_gemma_
             "data.arithmetic.families=[add,mul]", "rollout.n=4", "rollout.max_new_tokens=6", "rollout.batch_size=16",
             "reward.workers=0", "data.shuffle=false", "update.num_minibatches=2", "update.micro_batch_size=8",
             "exchange.delta=0.0"]
-    measure = graft.onestep.measure_state
+    measure = graft.commands.onestep.measure_state
 
     def stopped_at_step_2(run, groups, step, *a):
         if step == 2:
             raise KeyboardInterrupt
         return measure(run, groups, step, *a)
 
-    monkeypatch.setattr(graft.onestep, "measure_state", stopped_at_step_2)
+    monkeypatch.setattr(graft.commands.onestep, "measure_state", stopped_at_step_2)
     with pytest.raises(KeyboardInterrupt):
         onestep_main(["configs/default.yaml", *args])
     assert json.loads((tmp_path / "o" / "measured.json").read_text()) == {"3": [1]}
-    monkeypatch.setattr(graft.onestep, "measure_state", measure)
+    monkeypatch.setattr(graft.commands.onestep, "measure_state", measure)
     assert onestep_main(["configs/default.yaml", *args]) == 0     # resumes: step 2 only
     rows = [json.loads(x) for x in (tmp_path / "o" / "rows.jsonl").read_text().splitlines()]
     assert {r["direction"] for r in rows} == {"A->B", "B->A"}
@@ -206,14 +206,14 @@ def test_from_a_finished_grpo_run_equals_training_the_trajectory(tmp_path, tiny_
     """Invariant: measuring along a finished GRPO run's checkpoints (``--from``) gives exactly the rows of
     training the same trajectory inside onestep (resume equals uninterrupted); a missing checkpoint, an
     exchanging run and a positional config with --from are refused in one line."""
-    import graft.onestep
-    from graft.cli import main
+    import graft.commands.onestep
+    from graft.commands.cli import main
+    from graft.commands.onestep import onestep_main
     from graft.config import ConfigError
-    from graft.onestep import onestep_main
     from tests.trainer.helpers import crafted_rewards
 
     crafted_rewards(monkeypatch)
-    monkeypatch.setattr(graft.onestep, "MIN_SAMPLES", 2)   # speed: the refusal below 16 is tested on its own
+    monkeypatch.setattr(graft.commands.onestep, "MIN_SAMPLES", 2)   # speed: the refusal below 16 is tested on its own
     model_yaml = (f"[{{name: A, path: '{tiny_llama_dir}', template: plain, lr: 1.0e-3}}, "
                   f"{{name: B, path: '{tiny_gemma_dir}', template: plain, lr: 1.0e-3}}]")
     regime = [f"models={model_yaml}", "batch_prompts=4", "progress=false", "data.arithmetic.num_prompts=16",
@@ -257,7 +257,7 @@ def test_snapshot_restore_round_trip_keeps_tied_weights_shared(tiny_gemma_dir):
 
     from transformers import AutoModelForCausalLM
 
-    from graft.onestep import _restore, _snapshot
+    from graft.commands.onestep import _restore, _snapshot
     from graft.trainer.workers import copy_optimizer_state
 
     model = AutoModelForCausalLM.from_pretrained(tiny_gemma_dir)
@@ -301,7 +301,7 @@ def test_restore_to_before_the_first_update_drops_the_moments(tiny_gemma_dir):
 
     from transformers import AutoModelForCausalLM
 
-    from graft.onestep import _restore, _snapshot
+    from graft.commands.onestep import _restore, _snapshot
     from graft.trainer.workers import copy_optimizer_state
 
     model = AutoModelForCausalLM.from_pretrained(tiny_gemma_dir)
@@ -331,7 +331,7 @@ def test_restore_through_the_learners_workers_is_exact(tmp_path, tiny_llama_dir,
     weights bit for bit."""
     import copy
 
-    from graft.onestep import _restore, _snapshot
+    from graft.commands.onestep import _restore, _snapshot
     from graft.trainer import loop
     from tests.trainer.helpers import crafted_rewards, tiny_config
 
@@ -377,9 +377,9 @@ def test_the_arms_differ_by_the_peer_groups_only(tmp_path, tiny_llama_dir, tiny_
     forwards GRPO's rows with GRPO's normalisers and adds the peer rows to the last minibatch (``peer_last``)."""
     import copy
 
+    from graft.commands.onestep import _restore, _snapshot, update_adding_peers
     from graft.exchange.handover import Scoring
     from graft.exchange.live import exchange_live
-    from graft.onestep import _restore, _snapshot, update_adding_peers
     from graft.seeds import step_seed
     from graft.trainer import loop
     from tests.trainer.helpers import crafted_rewards, tiny_config

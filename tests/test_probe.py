@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from graft.cli import main
+from graft.commands.cli import main
+from graft.commands.probe import batches, predict_exchange, predict_pairings, tables
 from graft.config import load_config
-from graft.probe import batches, predict_exchange, tables
 from graft.types import RolloutGroup
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,8 +46,7 @@ def test_probe_records_its_overrides_consistent_counts_and_a_prediction(tmp_path
 
 
 def test_checkpoint_weights_are_loaded(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
-    from graft.trainer import learner as learner_mod
-    from graft.trainer import loop
+    from graft.trainer import learner as learner_mod, loop
     from tests.trainer.helpers import crafted_rewards, tiny_config
 
     with monkeypatch.context() as mp:
@@ -156,6 +155,35 @@ def test_prediction_at_other_batch_sizes_from_the_same_samples():
     text = tables({"models": {}, "complementarity": {}, "predicted_exchange": two,
                    "predicted_exchange_by_batch": {"2": two, "4": four}})
     assert text.count("predicted exchange per step at batch_prompts=") == 2 and "batch_prompts=4" in text
+
+
+def test_what_each_pairing_chooses_hand_worked():
+    # Three models, one batch of 4 prompts (n = 4, response 0 correct, even responses admitted at s = 1, odd ones
+    # dropped at s = exp(-1) = 0.37):   k_A = [1, 0, 0, 0], k_B = [0, 1, 0, 0], k_C = [1, 0, 1, 1].
+    # Balanced selections: A->B {p0}, B->A {p1}; A<->C none (C_{A->C} is empty, m = 0); B->C {p1}, C->B {p0, p2, p3}
+    # (m = 1, every k_C ties at 1: all kept).
+    # complementary: A fails p1-p3: B solves 1, C 2 -> C (which hands A nothing: m = 0); B fails p0, p2, p3: A 1,
+    #   C 3 -> C (p0, p2, p3: 12 transferred, 6 admitted, 3 correct); C fails p1: A 0, B 1 -> B (2 admitted, 1 correct).
+    # compatible: every handed group has median s = (0.37 + 1) / 2; into A only B handed anything -> B; into B
+    #   A and C tie -> A (p0: 2 admitted, 1 correct); into C only B -> B.
+    # all: B is offered p0 by A and C (k 1 each, same mean s: model order -> A), so C->B hands p2, p3: 4 admitted, 2 correct.
+    groups = {m: [_group(m, f"p{i}", [1.0] * x + [0.0] * (4 - x)) for i, x in enumerate(k)]
+              for m, k in {"A": [1, 0, 0, 0], "B": [0, 1, 0, 0], "C": [1, 0, 1, 1]}.items()}
+    cfg = load_config(None, ["models=[{name: A, path: a}, {name: B, path: b}, {name: C, path: c}]", "rollout.n=4",
+                             "batch_prompts=4", "update.num_minibatches=1"])
+    recv = {m: _Receiver(m) for m in "ABC"}
+    got = predict_pairings(groups, cfg, recv, resamples=1, seed=0)["pairing"]
+    assert list(got) == ["all", "complementary", "compatible"]
+    comp, compat = got["complementary"]["directions"], got["compatible"]["directions"]
+    assert {d for d, v in comp.items() if v["paired"]} == {"C->A", "C->B", "B->C"}
+    assert (comp["C->B"]["admitted"], comp["C->B"]["admitted_correct"], comp["C->A"]["admitted"]) == (6, 3, 0)
+    assert {d for d, v in compat.items() if v["paired"]} == {"B->A", "A->B", "B->C"}
+    assert (compat["A->B"]["admitted"], compat["A->B"]["admitted_correct"], compat["C->B"]["admitted"]) == (2, 1, 0)
+    assert "paired" not in got["all"]["directions"]["A->B"]
+    text = tables({"models": {}, "complementarity": {}, "predicted_exchange": got["all"], "pairing": got})
+    assert "| C->B | 100% / 4.00 / 2.00 | 100% / 6.00 / 3.00 | 0% / 0.00 / 0.00 |" in text
+    assert predict_pairings(groups, cfg, None, resamples=1, seed=0) == {"pairing": None}     # needs --compat
+    assert predict_pairings({m: groups[m] for m in "AB"}, cfg, recv, resamples=1, seed=0) == {}   # nothing to choose
 
 
 def test_batches_partition_the_probed_prompts():

@@ -363,10 +363,9 @@ def test_resuming_after_the_data_file_changed_is_refused(tmp_path, tiny_llama_di
     on the new data; with rows removed it was a ValueError traceback. The checkpoint state holds a
     fingerprint of the training data and resuming on other data is a DataError naming data.train,
     raised before any model loads."""
-    from tests.trainer.helpers import tiny_config
-
     from graft.data.datasets import DataError
     from graft.trainer import loop
+    from tests.trainer.helpers import tiny_config
 
     data = _write_jsonl(tmp_path / "train.jsonl", 8)
     loop.train(tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, f"data.train={data}", "steps=1"))
@@ -405,7 +404,8 @@ def test_store_info_on_a_file_says_what_it_expects_and_accepts_a_step_file(tmp_p
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from graft.storage.trajectory_store import TrajectoryStore, store_main
+    from graft.commands.store import store_main
+    from graft.storage.trajectory_store import TrajectoryStore
     from graft.types import RolloutGroup
 
     store = TrajectoryStore(tmp_path / "run" / "trajectories", run_id="r")
@@ -495,7 +495,7 @@ def _fake_checkpoint(run_dir: Path, step: int, names=("A", "B")) -> None:
 def test_eval_model_run_dir_suggests_folders_that_exist(tmp_path):
     """issue 10: `graft eval --model RUN_DIR` suggested RUN_DIR/A, which does not exist; it names
     the latest checkpoint's model folders, or says there is no checkpoint."""
-    from graft.eval_cli import _model_cfg_for
+    from graft.commands.eval_cli import _model_cfg_for
     from graft.evaluation.evaluate import EvalError
 
     run = tmp_path / "run"

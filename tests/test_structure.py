@@ -14,7 +14,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("graft", "graft.errors"),
     ("graft.types", "graft.seeds", "graft.registry", "graft.files", "graft.console"),
     ("graft.config",),
-    ("graft.parsers",),
     ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),
     ("graft.domains",),
     ("graft.policy",),
@@ -22,7 +21,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("graft.exchange",),
     ("graft.evaluation",),
     ("graft.trainer",),
-    ("graft.bench", "graft.cli", "graft.eval_cli", "graft.grade_cli", "graft.experiment", "graft.export", "graft.onestep", "graft.probe"),
+    ("graft.bench",),
+    ("graft.commands",),   # the command layer: every command's entry point and parser (graft/commands/)
+    ("graft.cli", "graft.__main__"),   # `python -m graft.cli` / `python -m graft`: graft.commands.cli's main
     ("graft.docs_gen",),
 ]
 """Bottom to top. A module may import its own folder and any lower layer; nothing of its own layer's

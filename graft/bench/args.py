@@ -1,5 +1,5 @@
 """``graft bench``'s argument parser, in a module that does not import torch (graft/bench/cli.py does): ``graft bench
---help`` is answered from here (:data:`graft.cli.PARSERS`)."""
+--help`` is answered from here (:data:`graft.commands.cli.PARSERS`)."""
 from __future__ import annotations
 
 import argparse

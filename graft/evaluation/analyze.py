@@ -33,7 +33,6 @@ import json
 import math
 import random
 import re
-import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -45,7 +44,6 @@ from graft.domains.base import config_domain
 from graft.evaluation.evaluate import best_checkpoint, json_clean
 from graft.evaluation.metrics import complementarity_counts
 from graft.exchange.kinds import ExchangeDescription, describe_exchange
-from graft.parsers import analyze_parser
 from graft.reward.shortcuts import FLAGS, chance_level
 from graft.storage.trajectory_store import TrajectoryStore
 
@@ -685,21 +683,3 @@ def summary_text(a: dict) -> str:
     if comp["steps"]:
         lines.append(f"\ncompute: {comp['wall_s'][-1]:.0f} s wall-clock, {comp['tokens'][-1]:.0f} tokens generated")
     return "\n".join(lines)
-
-
-def analyze_main(argv: Sequence[str] | None = None) -> int:
-    """``graft analyze RUN_DIR [--against RUN_DIR2] [--json]``; returns the exit status."""
-    args = analyze_parser().parse_args(argv)
-    try:
-        a = analyze(args.run_dir, args.against)
-    except AnalysisError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:
-        if type(e).__name__ == "StoreError":
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
-    print(json.dumps(a, indent=1) if args.json else summary_text(a))
-    print(f"\nwritten: {Path(args.run_dir) / 'analysis.json'}", file=sys.stderr)
-    return 0

@@ -1,4 +1,4 @@
-"""pass@k of a :class:`~graft.policy.engines.Sampler` under the spec §5 protocol (the command: :mod:`graft.eval_cli`).
+"""pass@k of a :class:`~graft.policy.engines.Sampler` under the spec §5 protocol (the command: :mod:`graft.commands.eval_cli`).
 
 Protocol (defaults): temperature 0.6, top-p 0.95, ``n = 8`` samples per prompt, graded by
 the training grader (math_verify with a hard timeout). pass@1 of one repeat is the mean over

@@ -23,7 +23,6 @@ compute.png         accuracy (eval pass@1, else training reward) vs wall-clock a
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -31,7 +30,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from graft.evaluation.analyze import AnalysisError, complementarity_matrix, compute_analysis, read_config, read_metrics
-from graft.parsers import report_parser
 
 PLOTS = ("rewards.png", "training.png", "eval.png", "complementarity.png", "s_hist.png", "clip_rates.png", "exchange.png",
          "compute.png")
@@ -437,16 +435,3 @@ def _numbers_lines(label: str, a: dict) -> list[str]:
         md.append(f"- s {d}: n={s['count']}, p10 {_n(q['p10'])}, median {_n(q['p50'])}, p90 {_n(q['p90'])}, "
                   f"above δ {_p(s['above_delta_frac'], 1)}")
     return md
-
-
-def report_main(argv: Sequence[str] | None = None) -> int:
-    """``graft report RUN_DIR [RUN_DIR ...] [--out DIR]``; returns the exit status."""
-    args = report_parser().parse_args(argv)
-    out = Path(args.out) if args.out else (Path(args.run_dirs[0]) / "report" if len(args.run_dirs) == 1 else Path("report"))
-    try:
-        path = report(args.run_dirs, out)
-    except AnalysisError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"report written: {path}")
-    return 0

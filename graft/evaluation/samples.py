@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -30,7 +30,6 @@ from graft.domains import Domain
 from graft.domains.base import config_domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import PromptRecord
-from graft.parsers import samples_parser
 from graft.storage.trajectory_store import TrajectoryStore
 
 Source = Literal["train", "peer", "eval"]
@@ -201,27 +200,3 @@ def collect(run: Path, source: Source, model: str | None, steps: tuple[int, int]
             raise SamplesError("--steps applies to training rows (--from train or peer), not to --from eval")
         return eval_samples(run, model, reward, _problems(data))
     return store_samples(run, source, model, steps, reward)
-
-
-def samples_main(argv: list[str]) -> int:
-    try:
-        args = samples_parser().parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    if args.n < 0 or args.width < 2:
-        raise SamplesError(f"-n must be >= 0 and --width >= 2 (got -n {args.n}, --width {args.width})")
-    everything = collect(Path(args.run), args.source, args.model, parse_steps(args.steps), args.reward, args.data)
-    chosen = pick(everything, args.n, args.seed)
-    domain = run_domain(Path(args.run))
-    if args.json:
-        for s in chosen:
-            print(json.dumps(asdict(s) | {"flags": s.flags(domain)}))
-        return 0
-    what = {"1": "rewarded ", "0": "unrewarded ", "any": ""}[args.reward]
-    noun = {"train": "training rollouts", "peer": "admitted peer responses", "eval": "held-out responses"}[args.source]
-    print(f"{len(chosen)} of {len(everything)} {what}{noun}"
-          + (f" {'into' if args.source == 'peer' else 'of'} {args.model}" if args.model else "")
-          + (f", steps {args.steps}" if args.steps else "") + f" (seed {args.seed})")
-    for s in chosen:
-        print(format_sample(s, domain, args.width))
-    return 0

@@ -1,5 +1,6 @@
 """What every exchange kind shares: success counts, complementarity, the receiver's batch with peer groups spliced
-in, its re-verification of what it trains on, and the per-direction audit record and metrics (spec §3, §6, §8).
+in, its re-verification of what it trains on, and the per-direction audit record and metrics (spec §3, §6, §8), with
+the pairing's metrics (:mod:`graft.exchange.pairing`).
 
 Pure functions of groups and tensors; :mod:`graft.exchange.live`, :mod:`graft.exchange.stored`,
 :mod:`graft.exchange.hacpo` and the training loop import them from here.
@@ -12,7 +13,7 @@ from typing import Callable
 import torch
 
 from graft.algos.advantages import success_counts
-from graft.types import DirectionAudit, HandedRow, RolloutGroup, TransferRow
+from graft.types import DirectionAudit, HandedRow, PairingRecord, RolloutGroup, TransferRow
 
 Grade = Callable[[list[RolloutGroup]], None]
 """Fills ``rewards`` and ``status`` of groups in place (the receiver's re-verification)."""
@@ -74,6 +75,15 @@ def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tenso
         f"{pre}/conflicts_lost": lost,
         **{f"{pre}/{k}": v for k, v in gate_metrics.items() if k.startswith("s_")},
     }
+
+
+def pairing_metrics(src: str, recv: str, record: PairingRecord) -> dict:
+    """``exchange/S->R/paired`` (1: the receiver draws from S this step) and ``exchange/S->R/pairing_score`` (the
+    direction's score over the pairing window; NaN without evidence)."""
+    pre = f"exchange/{src}->{recv}"
+    score = record["score"]
+    return {f"{pre}/paired": int(src in record["chosen"]),
+            f"{pre}/pairing_score": float("nan") if score is None else score}
 
 
 def regrade(grade: Grade, peers: list[RolloutGroup], rows: list[HandedRow]) -> list[TransferRow]:

@@ -29,6 +29,7 @@ from graft.exchange.common import Grade
 from graft.exchange.hacpo import HACPO_SHARING, HACPO_UPDATE, hacpo_exchange
 from graft.exchange.handover import Receiver, Scoring
 from graft.exchange.live import exchange_live
+from graft.exchange.pairing import PairingWindow
 from graft.exchange.stored import exchange_stored, stored_peer_groups
 from graft.registry import EXCHANGES
 from graft.seeds import step_seed
@@ -106,6 +107,8 @@ class Exchange:
     """The ``update.rule`` it trains with, which the config must name (None: any rule no other kind claims)."""
     hands_over: ClassVar[bool] = True
     """Models may train on groups that are not their own (False: GRPO, each model alone)."""
+    pairs: ClassVar[bool] = False
+    """A receiver may have several peers, so ``exchange.pairing`` chooses among them (refused by the other kinds)."""
 
     def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
                  peer: StoredPeer | None = None) -> None:
@@ -124,6 +127,7 @@ class Exchange:
             want = f"exactly {low}" if low == high else f"at least {low}" if high is None else f"{low} to {high}"
             raise ConfigError(f"models: exchange.kind={cls.kind} trains {want} model(s), got {n}")
         _check_rule(cls, cfg)
+        _check_pairing(cls, cfg)
 
     @classmethod
     def effective(cls, cfg: Config) -> dict[str, Any]:
@@ -193,6 +197,19 @@ def _check_rule(kind: type[Exchange], cfg: Config) -> None:
                           f"(got exchange.kind={kind.kind})")
 
 
+def _check_pairing(kind: type[Exchange], cfg: Config) -> None:
+    """``exchange.pairing`` other than ``all`` needs a kind where a receiver has several peers to choose from."""
+    pairing = cfg.exchange.pairing
+    if pairing == "all":
+        return
+    if not kind.pairs:
+        raise ConfigError(f"exchange.pairing: {pairing} chooses among a receiver's peers, which only exchange.kind=live "
+                          f"has (got exchange.kind={kind.kind}); use exchange.pairing=all")
+    if len(cfg.models) < 3:
+        raise ConfigError(f"exchange.pairing: {pairing} chooses among a receiver's peers, but with {len(cfg.models)} "
+                          "models each receiver has one; use exchange.pairing=all or three or more models")
+
+
 class NoExchange(Exchange):
     """GRPO: every model trains on its own groups."""
 
@@ -209,17 +226,39 @@ class NoExchange(Exchange):
 class LiveExchange(Exchange):
     """GRAFT among the co-trained models (spec §3)."""
 
-    kind, method, models, settings = "live", "GRAFT", (2, None), GATE_SETTINGS + ("conflict",)
+    kind, method, models, settings = "live", "GRAFT", (2, None), GATE_SETTINGS + ("conflict", "pairing")
+    pairs = True
+
+    def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
+                 peer: StoredPeer | None = None) -> None:
+        super().__init__(cfg, receivers, grade, peer)
+        self.window = PairingWindow(cfg.exchange.pairing_window)
+        """The pairing evidence of the last ``exchange.pairing_window`` steps (unused with ``pairing: all``)."""
 
     def __call__(self, groups, step):
         return exchange_live(step, groups, self.receivers, self.cfg.rollout.n, self.cfg.exchange, self.scoring, self.grade,
-                             self.generator(step), self.adv_norm)
+                             self.generator(step), self.adv_norm, self.window)
+
+    @classmethod
+    def effective(cls, cfg):
+        used = super().effective(cfg)
+        return used if cfg.exchange.pairing == "all" else used | {"exchange.pairing_window": cfg.exchange.pairing_window}
 
     @classmethod
     def summary(cls, cfg):
         names = [m.name for m in cfg.models]
-        return (f"whole groups among {', '.join(names)} on the prompts where a receiver fails every sample, "
-                f"gated at s > {cfg.exchange.delta}")
+        ex = cfg.exchange
+        who = ("" if ex.pairing == "all" else
+               f", each receiver from the one peer chosen by exchange.pairing={ex.pairing} over {ex.pairing_window} steps")
+        return (f"whole groups among {', '.join(names)} on the prompts where a receiver fails every sample{who}, "
+                f"gated at s > {ex.delta}")
+
+    def state_dict(self) -> dict:
+        return {} if self.cfg.exchange.pairing == "all" else {"pairing": self.window.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "pairing" in state:
+            self.window.load_state_dict(state["pairing"])
 
 
 class StoredExchange(Exchange):

@@ -10,26 +10,34 @@ record. With two models there are no conflicts and this is exactly the paper's e
 The kept groups are handed to their receivers (:func:`graft.exchange.handover.hand_over`),
 re-verified by the receiver's grader, and spliced into the receiver's batch in place of its
 own groups of those prompts.
+
+``exchange.pairing`` (:mod:`graft.exchange.pairing`) chooses, per receiver and step, the peers it draws
+from, after every direction is selected and scored (so each rule sees every peer's evidence, ``s``
+included); the groups of the other peers are dropped like a lost conflict, and conflicts arise only among
+the chosen. ``all`` (every peer) is the exchange of before the key, bit for bit, and writes no ``pairing``
+field into the audit log.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
 import torch
 
 from graft.algos.selection import balanced_selection, candidate_mask, random_selection, resolve_conflicts
 from graft.config import ExchangeConfig
-from graft.exchange.common import (  # noqa: F401 -- complementarity, counts: graft.probe still imports them here
+from graft.exchange.common import (
     Grade,
-    complementarity,
     counts,
     direction_audit,
     direction_metrics,
+    pairing_metrics,
     regrade,
     splice,
 )
 from graft.exchange.handover import HandOver, Receiver, Scoring, hand_over
-from graft.types import ExchangeResult, HandedRow, RolloutGroup
+from graft.exchange.pairing import PairingWindow, decide
+from graft.types import ExchangeResult, HandedRow, PairingEvidence, PairingRecord, RolloutGroup
 
 
 def select(k: dict[str, torch.Tensor], n: int, ex: ExchangeConfig, generator: torch.Generator | None):
@@ -54,8 +62,11 @@ def select(k: dict[str, torch.Tensor], n: int, ex: ExchangeConfig, generator: to
 
 def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: Mapping[str, Receiver], n: int,
                   ex: ExchangeConfig, scoring: Scoring, grade: Grade, generator: torch.Generator | None = None,
-                  adv_norm: tuple[float, bool] = (1e-6, True)) -> ExchangeResult:
-    """Exchange among the models of ``groups`` (same prompts, same order for every model)."""
+                  adv_norm: tuple[float, bool] = (1e-6, True), window: PairingWindow | None = None) -> ExchangeResult:
+    """Exchange among the models of ``groups`` (same prompts, same order for every model).
+
+    ``window``: the pairing evidence of earlier steps (``exchange.pairing`` other than ``all``; updated in place;
+    None: this step's evidence alone)."""
     names = list(groups)
     order = [g.prompt_id for g in groups[names[0]]]
     assert all([g.prompt_id for g in gs] == order for gs in groups.values()), "every model must see the same prompts in order"
@@ -68,32 +79,68 @@ def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: M
                 chosen = [groups[s][i] for i in torch.nonzero(keep[s, r]).flatten().tolist()]
                 handed[s, r] = hand_over(chosen, receivers[r], ex, scoring, generator,
                                          own={g.prompt_id: g for g in groups[r]}, adv_norm=adv_norm)
-
+    peers, pairing = pair(ex, window, names, k, handed)
+    sel = Selection(k, cand, keep, m, handed, order)
     result = ExchangeResult({})
     for r in names:
-        sources = [s for s in names if s != r]
-        won = _resolve(sources, r, keep, k, handed, order, ex.conflict)
-        conflicts = _conflict_records(sources, r, keep, won, k, handed, order)
-        peer: list[RolloutGroup] = []
-        pooled: dict[str, list[float]] = {}
-        kept_rows: dict[str, list[HandedRow]] = {}
-        for s in sources:
-            ho, lost_ids = handed[s, r], {order[i] for i in torch.nonzero(keep[s, r] & ~won[s]).flatten().tolist()}
-            peer += [g for g in ho.groups if g.prompt_id not in lost_ids]
-            pooled |= {p: a for p, a in ho.own_advantages.items() if p not in lost_ids}
-            kept_rows[s] = [row for row in ho.rows if row["prompt_id"] not in lost_ids]
-        graded = iter(regrade(grade, peer, [row for s in sources for row in kept_rows[s]]))
-        rows = {s: [next(graded) for _ in kept_rows[s]] for s in sources}
-        replaced = {order[i] for s in sources for i in torch.nonzero(won[s]).flatten().tolist()}
-        result.train_groups[r] = splice(groups[r], peer, replaced, pooled)
-        for s in sources:
-            mine = [c for c in conflicts if s in c["contenders"]]
-            result.audit.append(direction_audit(step, s, r, groups[s], k[s], k[r], cand[s, r], keep[s, r], m[s, r],
-                                                rows[s], mine))
-            result.metrics |= direction_metrics(s, r, cand[s, r], keep[s, r], m[s, r], rows[s],
-                                                handed[s, r].metrics, sum(c["winner"] != s for c in mine))
+        _receive(step, r, peers[r], groups, sel, pairing, ex.conflict, grade, result)
     result.audit.sort(key=lambda rec: (names.index(rec["source"]), names.index(rec["receiver"])))
     return result
+
+
+def pair(ex: ExchangeConfig, window: PairingWindow | None, names: list[str], k: dict[str, torch.Tensor],
+         handed: dict[tuple[str, str], HandOver]) -> tuple[dict[str, list[str]], dict[tuple[str, str], PairingRecord]]:
+    """The peers each receiver draws from at this step (``exchange.pairing``) and each direction's audit record
+    (none under ``all``: every peer, and the audit log of before the key)."""
+    if ex.pairing == "all":
+        return {r: [s for s in names if s != r] for r in names}, {}
+    evidence: dict[tuple[str, str], PairingEvidence] = {
+        (s, r): {"solved": int(((k[r] == 0) & (k[s] > 0)).sum()), "s": [row["s"] for row in ho.rows]}
+        for (s, r), ho in handed.items()}
+    return decide(ex.pairing, window if window is not None else PairingWindow(ex.pairing_window), names, evidence)
+
+
+@dataclass
+class Selection:
+    """One step's selection: ``k[M]`` Int[P], ``cand``/``keep[(S, R)]`` Bool[P], ``m[(S, R)]``, the hand-overs and
+    the prompt ids in order [P]."""
+
+    k: dict[str, torch.Tensor]
+    cand: dict[tuple[str, str], torch.Tensor]
+    keep: dict[tuple[str, str], torch.Tensor]
+    m: dict[tuple[str, str], int]
+    handed: dict[tuple[str, str], HandOver]
+    order: list[str]
+
+
+def _receive(step: int, r: str, sources: list[str], groups: dict[str, list[RolloutGroup]], sel: Selection,
+             pairing: dict[tuple[str, str], PairingRecord], conflict: str, grade: Grade, result: ExchangeResult) -> None:
+    """Receiver ``r``'s batch, audit records and metrics: the groups of ``sources`` (its paired peers) after conflicts."""
+    k, keep, handed, order = sel.k, sel.keep, sel.handed, sel.order
+    peers = [s for s in groups if s != r]
+    won = _resolve(sources, r, keep, k, handed, order, conflict)
+    conflicts = _conflict_records(sources, r, keep, won, k, handed, order)
+    peer: list[RolloutGroup] = []
+    pooled: dict[str, list[float]] = {}
+    kept_rows: dict[str, list[HandedRow]] = {s: [] for s in peers}
+    for s in sources:
+        ho, lost_ids = handed[s, r], {order[i] for i in torch.nonzero(keep[s, r] & ~won[s]).flatten().tolist()}
+        peer += [g for g in ho.groups if g.prompt_id not in lost_ids]
+        pooled |= {p: a for p, a in ho.own_advantages.items() if p not in lost_ids}
+        kept_rows[s] = [row for row in ho.rows if row["prompt_id"] not in lost_ids]
+    graded = iter(regrade(grade, peer, [row for s in sources for row in kept_rows[s]]))
+    rows = {s: [next(graded) for _ in kept_rows[s]] for s in peers}
+    replaced = {order[i] for s in sources for i in torch.nonzero(won[s]).flatten().tolist()}
+    result.train_groups[r] = splice(groups[r], peer, replaced, pooled)
+    for s in peers:
+        mine = [c for c in conflicts if s in c["contenders"]]
+        rec = direction_audit(step, s, r, groups[s], k[s], k[r], sel.cand[s, r], keep[s, r], sel.m[s, r], rows[s], mine)
+        result.metrics |= direction_metrics(s, r, sel.cand[s, r], keep[s, r], sel.m[s, r], rows[s],
+                                            handed[s, r].metrics, sum(c["winner"] != s for c in mine))
+        if pairing:
+            rec["pairing"] = pairing[s, r]
+            result.metrics |= pairing_metrics(s, r, pairing[s, r])
+        result.audit.append(rec)
 
 
 def _resolve(sources: list[str], r: str, keep: dict, k: dict, handed: dict, order: list[str], rule: str

@@ -50,10 +50,8 @@ only later steps, so a torn earlier file would otherwise stay and fail every lat
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal
@@ -64,7 +62,6 @@ import pyarrow.parquet as pq
 
 from graft.errors import UserError
 from graft.files import dumps_json, fsync_path, writing
-from graft.parsers import store_parser
 from graft.storage.lock import FolderLock
 from graft.types import GroupCounts, RolloutGroup
 
@@ -502,54 +499,3 @@ def export_jsonl(path: str | Path, out: str | Path, models: Iterable[str] | None
     finally:
         tmp.unlink(missing_ok=True)
     return n
-
-
-def _human_size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
-def _print_info(d: dict) -> None:
-    steps = "none" if d["steps"] is None else f"{d['steps'][0]}..{d['steps'][1]} ({d['files']} files)"
-    print(f"store:          {d['path']}")
-    print(f"schema version: {d['schema_version']}")
-    print(f"run ids:        {', '.join(d['run_ids']) or '-'}")
-    print(f"steps:          {steps}")
-    print(f"rows:           {d['rows']}")
-    print(f"size on disk:   {_human_size(d['size_bytes'])}")
-    if not d["models"]:
-        return
-    header = ("model", "tokenizer", "rows", "prompts", "steps", "reward rate")
-    lines = [header] + [
-        (name, m["tokenizer"], str(m["rows"]), str(m["prompts"]), f"{m['steps'][0]}..{m['steps'][1]}", f"{m['reward_rate']:.3f}")
-        for name, m in d["models"].items()
-    ]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    print()
-    for line in lines:
-        print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
-
-
-def store_main(argv: list[str]) -> int:
-    """``graft store info PATH`` / ``graft store export PATH OUT.jsonl [--model M]``; argv excludes ``store``."""
-    try:
-        args = store_parser().parse_args(argv)
-    except SystemExit as e:  # argparse already printed the usage error
-        return int(e.code or 0)
-    try:
-        if args.cmd == "info":
-            d = info(args.path)
-            if args.json:
-                print(json.dumps(d, indent=1))
-            else:
-                _print_info(d)
-        else:
-            n = export_jsonl(args.path, args.out, args.model)
-            print(f"wrote {n} rows to {args.out}")
-    except (StoreError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from graft.evaluation.analyze import analyze, analyze_main, compute_analysis
+from graft.commands.analyze import analyze_main
+from graft.evaluation.analyze import analyze, compute_analysis
 
 
 def test_complementarity_from_store(graft_run):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from graft.cli import main
-from graft.eval_cli import compare_table
+from graft.commands.cli import main
+from graft.commands.eval_cli import compare_table
 from graft.evaluation.evaluate import best_checkpoint, eval_history
 from graft.storage.checkpoint import list_checkpoints
 from graft.trainer import loop

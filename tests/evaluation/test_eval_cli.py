@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from graft.eval_cli import eval_main
+from graft.commands.eval_cli import eval_main
 
 
 def _write_data(path, rows):
@@ -95,6 +95,7 @@ def test_vllm_backend_prompt_encoding_matches_policy(tmp_path, tiny_llama_dir, c
                     "--out", str(tmp_path / "ev")])
     err = capsys.readouterr().err
     import importlib.util
+
     import torch
     if importlib.util.find_spec("vllm") is None or not torch.cuda.is_available():
         assert rc == 2 and "backend vllm" in err

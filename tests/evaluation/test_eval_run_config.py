@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import graft.eval_cli as ev
-from graft.cli import main
+import graft.commands.eval_cli as ev
+from graft.commands.cli import main
 from graft.config import ConfigError
 from graft.policy import prompts
 from graft.storage.trajectory_store import TrajectoryStore

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from graft.commands.eval_cli import parse_data_args
 from graft.config import EvalConfig
-from graft.eval_cli import parse_data_args
 from graft.evaluation.evaluate import EvalError, best_checkpoint, evaluate, evaluate_during_training, read_records
 from graft.seeds import derive_seed
 from graft.types import Prompt
@@ -195,8 +195,8 @@ def test_parse_data_args(tmp_path):
 
 
 def test_vllm_backend_explains_why_it_cannot_run(monkeypatch):
+    from graft.commands.eval_cli import engine_sampler
     from graft.config import ModelConfig
-    from graft.eval_cli import engine_sampler
 
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(EvalError, match="backend vllm: .*not installed"):

@@ -2,7 +2,8 @@
 import json
 import re
 
-from graft.evaluation.report import PLOTS, report, report_main
+from graft.commands.report import report_main
+from graft.evaluation.report import PLOTS, report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.domains.math import MATH
 from graft.evaluation.samples import (Sample, SamplesError, collect, format_sample, parse_steps, pick)
 from graft.storage.trajectory_store import TrajectoryStore

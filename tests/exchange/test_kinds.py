@@ -106,7 +106,7 @@ def test_hacpo_states_the_settings_it_overrides():
 
 
 def test_the_model_card_uses_the_description():
-    from graft.export import model_card
+    from graft.commands.export import model_card
 
     cfg = load_config(None, HACPO)
     card = model_card(cfg, cfg.models[0], 3, "run", "float32", [], None)
@@ -173,7 +173,7 @@ def test_make_exchange_builds_the_registered_kind(tmp_path, tiny_llama_dir, tiny
 
 def test_a_hacpo_run_records_its_effective_settings_in_its_folder_and_model_card(tmp_path, tiny_llama_dir,
                                                                                  tiny_gemma_dir, monkeypatch):
-    from graft.cli import main
+    from graft.commands.cli import main
 
     crafted_rewards(monkeypatch)
     cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "steps=1", "exchange.kind=hacpo", "update.rule=hacpo")

@@ -6,9 +6,9 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from graft.commands.store import store_main
 from graft.storage.trajectory_store import (
     SCHEMA, SCHEMA_VERSION, StoredGroup, StoreError, TrajectoryStore, export_jsonl, info, select_stored_group,
-    store_main,
 )
 
 TOK = {"A": "tok-a", "B": "tok-b"}

@@ -22,7 +22,7 @@ import pytest
 import transformers
 from safetensors.torch import load_file
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import save_config
 from graft.evaluation import evaluate
 from graft.files import OutputError, output_error, write_text

@@ -5,7 +5,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import save_config
 from graft.storage.lock import LOCK_NAME
 from tests.trainer.helpers import crafted_rewards, tiny_config

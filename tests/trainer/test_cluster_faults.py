@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import ConfigError, ModelConfig, save_config, to_dict
 from graft.storage.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, verify_model_files
 from graft.storage.lock import LOCK_NAME, FolderLock
@@ -22,8 +22,7 @@ from graft.trainer import loop
 from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT
 from tests.patience import patient
 from tests.trainer.helpers import crafted_rewards, tiny_config
-from tests.trainer.test_resume import (REPO, _assert_same_steps, _final_params, _metrics, _spawn, _store_steps,
-                                       _wait_for)
+from tests.trainer.test_resume import REPO, _assert_same_steps, _final_params, _metrics, _spawn, _store_steps, _wait_for
 
 
 def _last_line(err: str) -> str:
@@ -107,7 +106,7 @@ def test_trajectory_store_has_one_writer(tmp_path):
 def test_experiment_runs_share_a_plan_by_claiming_runs(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
     """Two `experiment run` processes on one plan: a run (and the base evaluation) another process holds is
     skipped, not started a second time, and reported unfinished; the next unclaimed run is taken."""
-    from graft import experiment
+    from graft.commands.experiment import run as experiment
     from tests.test_experiment import _plan
 
     plan = experiment.load_plan(_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
@@ -244,7 +243,7 @@ def test_second_signal_stops_at_once(tmp_path, tiny_llama_dir, tiny_gemma_dir):
 
 
 def test_experiment_run_stops_after_its_current_run(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
-    from graft import experiment
+    from graft.commands.experiment import run as experiment
     from graft.trainer.stop import Preempted
     from tests.test_experiment import _plan
 

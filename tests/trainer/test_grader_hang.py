@@ -1,7 +1,7 @@
 """A grader that hangs stops the run with a clear message and a non-zero exit, writing no step."""
 from __future__ import annotations
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import save_config
 from graft.reward.grader import Grader
 from graft.trainer import loop

@@ -88,7 +88,7 @@ if {slow_save}:
         _save(self, path)
         time.sleep(3)
     learner.Learner.save = slow_save
-from graft.cli import main
+from graft.commands.cli import main
 sys.exit(main(["train", {config!r}] + sys.argv[1:]))
 """
 

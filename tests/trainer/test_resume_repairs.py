@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import save_config
 from graft.storage.lock import LOCK_NAME
 from tests.trainer.helpers import crafted_rewards, tiny_config

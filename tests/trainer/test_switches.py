@@ -38,7 +38,7 @@ def test_every_shipped_config_loads(path):
     """Run configs load as configs; experiment plans (configs/experiments/) load as plans, which
     validates every member's config."""
     if path.parent.name == "experiments":
-        from graft.experiment import load_plan
+        from graft.commands.experiment import load_plan
         assert load_plan(path).members
     else:
         load_config(path)

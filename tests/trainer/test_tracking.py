@@ -68,7 +68,7 @@ def test_unknown_tracker_names_the_field():
 def test_missing_tracker_package_is_a_one_line_error_before_models_load(tmp_path, monkeypatch, capsys):
     import importlib.util
 
-    from graft.cli import main
+    from graft.commands.cli import main
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     run_dir = tmp_path / "run"
@@ -242,7 +242,7 @@ def test_wandb_key_without_network_falls_back_offline_in_one_line_before_models_
                                                                                   tiny_gemma_dir, monkeypatch, capsys):
     import time
 
-    from graft.cli import main
+    from graft.commands.cli import main
     crafted_rewards(monkeypatch)
     monkeypatch.setattr(tracking, "_WANDB_PROBES", {})
     monkeypatch.delenv("WANDB_MODE", raising=False)

@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import save_config
 from graft.domains import Domain
 from graft.domains.grading import make_grader
-from graft.eval_cli import eval_main
+from graft.commands.eval_cli import eval_main
 from graft.registry import DOMAINS
 from graft.reward.functions import row_reference
 from graft.trainer import loop

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graft.cli import main
+from graft.commands.cli import main
 from graft.config import save_config
 from graft.storage.checkpoint import list_checkpoints, load_checkpoint
 from graft.trainer import loop

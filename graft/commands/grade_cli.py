@@ -12,10 +12,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from graft.commands.parsers import grade_parser
 from graft.config import load_config
 from graft.domains.grading import load_data, make_grader, task_domain
 from graft.errors import UserError
-from graft.parsers import grade_parser
 from graft.types import Prompt
 
 

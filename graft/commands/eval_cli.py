@@ -18,12 +18,12 @@ from typing import Any, Sequence
 import torch
 from transformers import AutoConfig
 
+from graft.commands.parsers import BENCHMARKS, DATA_DIR_ENV, eval_parser
 from graft.config import ConfigError, ModelConfig, RewardConfig, load_config
 from graft.console import bars, quiet_bars
 from graft.data.datasets import load_prompts
 from graft.domains.grading import make_grader, reference_of
 from graft.evaluation.evaluate import DEFAULT_MAX_NEW_TOKENS, EvalError, check_name, evaluate, pct, select_checkpoint
-from graft.parsers import BENCHMARKS, DATA_DIR_ENV, eval_parser
 from graft.policy.codec import TextCodec
 from graft.policy.context import check_context, max_positions
 from graft.policy.engines import EngineUnavailable, Sampler, VllmEngine, make_engine
@@ -75,7 +75,7 @@ def data_dir_candidates() -> list[Path]:
     ``../shared/data`` from the working directory, then beside the source checkout graft runs from (none for an
     installed package)."""
     candidates = [Path.cwd().parent / "shared" / "data"]
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     if (repo / "pyproject.toml").is_file():
         candidates.append(repo.parent / "shared" / "data")
     return candidates

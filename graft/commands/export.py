@@ -38,10 +38,10 @@ import transformers
 from transformers import GenerationConfig
 
 from graft import __version__
+from graft.commands.parsers import export_parser
 from graft.config import Config, ModelConfig, load_config
 from graft.evaluation.evaluate import eval_history, select_checkpoint
 from graft.exchange.kinds import ExchangeDescription, describe_exchange
-from graft.parsers import export_parser
 from graft.policy import prompts
 from graft.policy.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, load_model, load_tokenizer, looks_like_hub_id
 from graft.registry import RULES
@@ -82,7 +82,7 @@ def upstream(path: str) -> dict | None:
     return EMBEDDED_MODELS.get(path[len(EMBEDDED_PREFIX):]) if path.startswith(EMBEDDED_PREFIX) else None
 
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 """The folder holding the ``graft`` package (a git checkout's root when graft runs from one)."""
 
 

@@ -23,6 +23,9 @@ and reports:
   (HACPO shares groups by its own rule, which is not predicted). ``--batch-prompts 8 16 ...`` predicts it at
   each of those batch sizes from the same samples (``predicted_exchange_by_batch``), with the admitted correct
   responses per 100 training prompts so that sizes compare at an equal prompt budget.
+- with three or more models and ``--compat``: what each ``exchange.pairing`` chooses (``pairing``): the same
+  replay under every registered pairing, the batches taken as consecutive steps of one pairing window, with the
+  share of steps each receiver drew from each source and what it admitted.
 
 ``--checkpoint RUN/checkpoints/step_N`` loads each model's weights of that checkpoint (to measure ``s``
 along a run). Prints JSON, then short tables; ``--out`` writes the JSON to a file.
@@ -33,21 +36,25 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from graft.algos.gating import gate_metrics
+from graft.commands.parsers import probe_parser
 from graft.config import ConfigError, load_config
 from graft.console import bars, quiet_bars
 from graft.data.arithmetic import family_of
 from graft.data.datasets import PromptSampler
 from graft.domains.grading import load_data, make_grader
+from graft.exchange.common import complementarity, counts
 from graft.exchange.handover import Scoring, hand_over
-from graft.exchange.live import complementarity, counts, exchange_live, select
-from graft.parsers import probe_parser
+from graft.exchange.live import exchange_live, select
+from graft.exchange.pairing import PairingWindow
 from graft.policy.context import check_learner_context
+from graft.registry import PAIRINGS
 from graft.seeds import step_seed
 from graft.storage.checkpoint import CheckpointError, load_checkpoint
 from graft.trainer.learner import Learner
@@ -126,6 +133,7 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
     sizes = dict.fromkeys([cfg.batch_prompts, *(batch_sizes or [])])
     by_size = {b: predict_exchange(groups, cfg, learners or None, resamples, seed, batch_prompts=b) for b in sizes}
     results["predicted_exchange"] = by_size[cfg.batch_prompts]
+    results |= predict_pairings(groups, cfg, learners or None, resamples, seed)
     if batch_sizes:
         results["predicted_exchange_by_batch"] = {str(b): by_size[b] for b in dict.fromkeys(batch_sizes)}
     return results
@@ -191,20 +199,23 @@ def batches(P: int, size: int, resamples: int, seed: int) -> list[list[int]]:
 
 
 def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int,
-                     seed: int, batch_prompts: int | None = None) -> dict:
+                     seed: int, batch_prompts: int | None = None, pairing: str | None = None) -> dict:
     """Predicted exchange per training step at ``batch_prompts`` (default ``cfg.batch_prompts``; module
     docstring): per direction ``S->R`` the mean over the replayed batches of candidates, m, kept prompts and,
     with ``receivers`` (``--compat``), transferred, admitted and admitted-correct responses (and the latter per
     100 training prompts), and the share of steps with any exchange; and a ``verdict`` (None unless the pair
-    would exchange almost nothing)."""
+    would exchange almost nothing). ``pairing`` (with ``receivers``; default ``exchange.pairing``): the replayed
+    batches are consecutive steps of one pairing window, and ``paired`` is the share of steps R drew from S."""
 
     names = list(groups)
     P = len(groups[names[0]])
     size = min(P, batch_prompts or cfg.batch_prompts)
     plan = batches(P, size, resamples, seed)
     gen = torch.Generator().manual_seed(seed)
+    ex = replace(cfg.exchange, pairing=pairing or cfg.exchange.pairing)
+    window = PairingWindow(ex.pairing_window)
     rows: dict[str, list[dict]] = {f"{s}->{r}": [] for s in names for r in names if s != r}
-    for idx in plan:
+    for step, idx in enumerate(plan):
         sub = {n: [groups[n][i] for i in idx] for n in names}
         if receivers is None:
             cand, keep, m = select({n: counts(gs) for n, gs in sub.items()}, cfg.rollout.n, cfg.exchange, gen)
@@ -212,8 +223,8 @@ def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict
                 rows[f"{s}->{r}"].append({"candidates": int(cand[s, r].sum()), "m": m[s, r],
                                           "kept_prompts": int(keep[s, r].sum())})
             continue
-        res = exchange_live(0, sub, receivers, cfg.rollout.n, cfg.exchange, Scoring.of(cfg), lambda peers: None, gen,
-                            (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"))
+        res = exchange_live(step, sub, receivers, cfg.rollout.n, ex, Scoring.of(cfg), lambda peers: None, gen,
+                            (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"), window)
         for rec in res.audit:
             d = f"{rec['source']}->{rec['receiver']}"
             pre = f"exchange/{d}"
@@ -221,7 +232,8 @@ def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict
                             "kept_prompts": res.metrics[f"{pre}/kept_prompts"],
                             "transferred": res.metrics[f"{pre}/transferred"],
                             "admitted": res.metrics[f"{pre}/admitted"],
-                            "admitted_correct": sum(x["admitted"] and x["reward_source"] > 0.5 for x in rec["responses"])})
+                            "admitted_correct": sum(x["admitted"] and x["reward_source"] > 0.5 for x in rec["responses"]),
+                            **({} if ex.pairing == "all" else {"paired": res.metrics[f"{pre}/paired"]})})
     key = "admitted" if receivers is not None else "kept_prompts"
     directions = {d: {**{k: sum(x[k] for x in xs) / len(xs) for k in xs[0]},
                       "steps_exchanging": sum(x[key] > 0 for x in xs) / len(xs)} for d, xs in rows.items()}
@@ -230,6 +242,18 @@ def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict
             v["admitted_correct_per_100_prompts"] = 100 * v["admitted_correct"] / size
     return {"batch_prompts": size, "batches": len(plan), "counted": key,
             "directions": directions, "verdict": verdict(directions, key, size)}
+
+
+def predict_pairings(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int,
+                     seed: int) -> dict:
+    """With three or more models, ``{"pairing": ...}``: with ``receivers`` (``--compat``; a pairing may read ``s``)
+    the predicted exchange at ``batch_prompts`` under every pairing of :data:`graft.registry.PAIRINGS`
+    (``exchange.pairing``), the replayed batches being consecutive steps of one window of
+    ``exchange.pairing_window``; None without. With two models (nothing to choose): ``{}``."""
+    if len(groups) < 3:
+        return {}
+    return {"pairing": None if receivers is None else
+            {name: predict_exchange(groups, cfg, receivers, resamples, seed, pairing=name) for name in PAIRINGS}}
 
 
 def verdict(directions: dict[str, dict], key: str, batch_prompts: int) -> str | None:
@@ -296,7 +320,25 @@ def tables(results: dict) -> str:
                     if pe["batch_prompts"] != predictions[0]["batch_prompts"]]
     for pe in predictions:
         lines += _prediction_table(pe)
+    if "pairing" in results:
+        lines += _pairing_table(results["pairing"])
     return "\n".join(lines)
+
+
+def _pairing_table(pairing: dict | None) -> list[str]:
+    """Per direction and pairing: the share of replayed steps the receiver drew from the source, and the admitted
+    (correct) responses per step."""
+    if pairing is None:
+        return ["", "(what each exchange.pairing chooses needs --compat: a pairing may read s)"]
+    first = next(iter(pairing.values()))
+    lines = ["", f"exchange.pairing at batch_prompts={first['batch_prompts']} over {first['batches']} replayed steps: "
+                 "share of steps the receiver drew from the source / admitted / admitted correct per step", "",
+             "| direction | " + " | ".join(pairing) + " |", "|---|" + "---:|" * len(pairing)]
+    for d in first["directions"]:
+        cells = [pe["directions"][d] for pe in pairing.values()]
+        lines.append(f"| {d} | " + " | ".join(f"{c.get('paired', 1.0):.0%} / {c['admitted']:.2f} / "
+                                              f"{c['admitted_correct']:.2f}" for c in cells) + " |")
+    return lines
 
 
 def _prediction_table(pe: dict) -> list[str]:

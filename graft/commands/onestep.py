@@ -67,6 +67,7 @@ from pathlib import Path
 import torch
 
 from graft.algos.minibatch import plan_minibatches
+from graft.commands.parsers import onestep_parser
 from graft.config import ConfigError, load_config
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.evaluation.analyze import read_jsonl
@@ -74,7 +75,6 @@ from graft.evaluation.metrics import paired_interval
 from graft.exchange.handover import Scoring
 from graft.exchange.kinds import exchange_kind
 from graft.exchange.live import exchange_live
-from graft.parsers import onestep_parser
 from graft.seeds import step_seed
 from graft.storage.checkpoint import checkpoint_step, list_checkpoints
 from graft.trainer import loop

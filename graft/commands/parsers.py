@@ -1,6 +1,6 @@
 """The argument parsers of the ``graft`` commands (``<command>_parser()``; ``graft bench``'s is in graft/bench/args.py),
 in a module that imports neither torch nor the commands' own modules: ``graft COMMAND --help`` is answered from here
-(:data:`graft.cli.PARSERS`) without loading the command, whose entry point parses its arguments with the same
+(:data:`graft.commands.cli.PARSERS`) without loading the command, whose entry point parses its arguments with the same
 parser."""
 from __future__ import annotations
 
@@ -225,4 +225,20 @@ def onestep_parser() -> argparse.ArgumentParser:
     ap.add_argument("--samples", type=int, default=16, help="samples per prompt and arm (>= 16)")
     ap.add_argument("--unseen", type=int, default=4, help="unseen prompts of the same family per replaced prompt")
     ap.add_argument("--out", required=True)
+    return ap
+
+
+def splits_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="graft splits", description="Held-out evaluation splits of a config's procedural "
+                                 "task, disjoint from its training prompts and from each other.")
+    ap.add_argument("config", help=CONFIG_HELP)
+    ap.add_argument("--out", required=True, help="the folder test.jsonl and test_hard.jsonl are written to")
+    ap.add_argument("--test", type=int, default=64, help="prompts in test.jsonl")
+    ap.add_argument("--hard", type=int, default=64, help="prompts in test_hard.jsonl")
+    ap.add_argument("--hard-scale", type=int, default=3, help="operand range multiplier of the hard split")
+    ap.add_argument("--seed", type=int, default=777, help="seed of the test splits (the training task's is data.arithmetic.seed)")
+    ap.add_argument("--exclude", action="append", default=[], metavar="JSONL",
+                    help="an earlier split whose problems the new ones must not repeat (besides the training "
+                         "prompts); repeat the option for several")
+    ap.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     return ap
