@@ -705,6 +705,14 @@ class Config:
     """``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
     threads: int | None = None
     """torch intra-op threads on CPU (``None``: torch's default)."""
+    threads_per_model: dict[str, int] = field(default_factory=dict)
+    """Run the models side by side in a phase: ``{rollout: K, update: K}`` (either or both) gives every model its own
+    Python thread in that phase, each with K torch threads of its own (``backend: ray``: every model's worker
+    calls are launched before any is awaited; K is then unused, the workers keep their threads). Empty (the
+    default): one model after the other, each on ``threads``. Each model computes what it computes alone on K
+    threads; a thread count other than ``threads`` rounds matmuls differently (so, from the first sampled token
+    that flips, another run). The default stays sequential until 1 vs 2 threads per model per phase are measured on
+    two idle cores (``benchmarks/issue39_paths.md`` measured the overlap on one busy core only)."""
     resume: str | bool = False
     """``true`` resumes from the newest checkpoint in ``run_dir`` that verifies (sha256 of every file; a damaged
     newer one is reported and skipped; none at all in a folder that holds metrics is an error); a path resumes
@@ -757,6 +765,9 @@ class Config:
                    f"{self.batch_prompts} exceeds the {self.data.arithmetic.num_prompts} prompts of the arithmetic task "
                    "(data.arithmetic.num_prompts): a batch would repeat prompts")
         _check(self.threads is None or self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
+        for phase, k in self.threads_per_model.items():
+            _check(phase in ("rollout", "update"), "threads_per_model", f"{phase!r} is not a phase: rollout, update")
+            _check(k >= 1, f"threads_per_model.{phase}", f"must be >= 1, got {k}")
         _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)), "device",
                f"{self.device!r} is not one of auto, cpu, cuda, cuda:N")
         _check(bool(str(self.run_dir).strip()), "run_dir", "is required")

@@ -110,18 +110,22 @@ class RolloutEngine:
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds: Sequence[int] | None = None,
-                 progress: bool = False, desc: str = "", stop_strings: Sequence[str] | None = None) -> list[list[Any]]:
+                 progress: bool = False, desc: str = "", stop_strings: Sequence[str] | None = None,
+                 entropy: bool = False) -> list[list[Any]]:
         """``n`` samples per prompt, ``[P][G]``, each ended at its first stop string
         (:func:`graft.policy.prompts.cut_at_stop`; ``stop_strings=None``: the policy's configured ones,
-        ``ModelConfig.stop_strings()``). Rollouts, evaluation and probes all sample through here."""
+        ``ModelConfig.stop_strings()``). Rollouts, evaluation and probes all sample through here.
+        ``entropy``: also record each token's entropy where the backend can (``hf``, ``hf-bf16``; the rollout asks
+        for it, for its logged ``entropy/mean``); off, the sampler skips computing it."""
         codec = self.codec
         stops = codec.stops if stop_strings is None else tuple(stop_strings)
         out = self._sample(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                           batch_size=batch_size, seed=seed, seeds=seeds, progress=progress, desc=desc, stop_strings=stops)
+                           batch_size=batch_size, seed=seed, seeds=seeds, progress=progress, desc=desc, stop_strings=stops,
+                           entropy=entropy)
         return [[codec.cut(s, stops) for s in group] for group in out]
 
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
-                stop_strings) -> list[list[Any]]:
+                stop_strings, entropy=False) -> list[list[Any]]:
         """The backend's samples (``stop_strings`` may end rows early; :meth:`generate` does the cutting)."""
         raise NotImplementedError
 
@@ -142,10 +146,11 @@ class HFEngine(RolloutEngine):
     """The model to sample from instead of the policy's own (a subclass's copy); ``None``: the policy's."""
 
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
-                stop_strings):
+                stop_strings, entropy=False):
         return self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                     batch_size=batch_size, seed=seed, seeds=None if seeds is None else list(seeds),
-                                    progress=progress, desc=desc, stop_strings=stop_strings, model=self.sampling_model)
+                                    progress=progress, desc=desc, stop_strings=stop_strings, model=self.sampling_model,
+                                    entropy=entropy)
 
 
 class HFBf16Engine(HFEngine):
@@ -192,7 +197,7 @@ class ContinuousBatchingEngine(RolloutEngine):
             raise EngineUnavailable(f"rollout.engine=hf-cb: {reason}; use rollout.engine=hf")
 
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
-                stop_strings):
+                stop_strings, entropy=False):
 
         pol = self.policy
         if not prompt_ids:
@@ -349,7 +354,7 @@ class VllmEngine(RolloutEngine):
         return tmp.name
 
     def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
-                stop_strings):
+                stop_strings, entropy=False):
         SamplingParams = _vllm().SamplingParams
         codec = self.codec
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))

@@ -44,41 +44,59 @@ from graft.policy.optim import LeanAdamW
 from graft.seeds import sample_seed
 from graft.types import Sample
 
+HEAD_KEEP_BYTES = 1 << 30
+"""Memory bound of :class:`_HeadLogProb`'s kept logits: one :meth:`Policy.forward_logprobs` call (one
+micro-batch) keeps the fp32 logits of its chunks for backward while their total stays within this many bytes
+(``n x V x 4`` per chunk: the default job's largest micro-batch, 8 x 48 tokens of Gemma-3's 262k vocabulary, is
+0.4 GB); the chunks beyond it recompute their logits in backward. 0: always recompute."""
+
 
 class _HeadLogProb(torch.autograd.Function):
     """``log_softmax(z)[target]`` with ``z = softcap(h W^T + b) / T`` for a plain ``nn.Linear`` head.
 
-    Saves only ``h``, the targets and the log-normaliser; backward recomputes the logits
-    chunk in place (one n x V fp32 buffer, two with softcapping) instead of keeping the
-    logits, their exp and their gradient as autograd would. The weight gradient is skipped
-    when the head is frozen (LoRA).
+    Shapes: ``hidden`` [n, H], ``weight`` [V, H], ``bias`` [V] or None, ``targets`` [n] -> [n].
+
+    ``keep=False`` saves only ``h``, the targets and the log-normaliser; backward recomputes the logits
+    chunk in place (one n x V fp32 buffer, two with softcapping) instead of keeping the logits, their exp
+    and their gradient as autograd would: 4 head matmuls per chunk. ``keep=True`` saves the forward's
+    fp32 logits ``z`` [n, V] (with softcapping, the raw ``tanh`` [n, V] that backward derives ``z`` from)
+    and backward works on them in place: 3 head matmuls, the same values bit for bit (backward computes
+    from the very tensor it used to recompute), one n x V buffer held from forward to backward
+    (:data:`HEAD_KEEP_BYTES` bounds them). Such a node is differentiated once: a second backward
+    (``retain_graph``) fails autograd's check of tensors saved and then modified in place.
+    The weight gradient is skipped when the head is frozen (LoRA).
     """
 
     @staticmethod
     def forward(ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
-                softcap: float | None, temperature: float) -> Tensor:
+                softcap: float | None, temperature: float, keep: bool = False) -> Tensor:
+        assert hidden.dim() == 2 and targets.shape == hidden.shape[:1], (hidden.shape, targets.shape)
         z = torch.nn.functional.linear(hidden, weight, bias).float()
+        t = None
         if softcap:
-            z.div_(softcap).tanh_().mul_(softcap)
+            t = z.div_(softcap).tanh_()
+            z = t * softcap if keep else t.mul_(softcap)
         if temperature != 1.0:
             z.div_(temperature)
         picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         m = z.amax(dim=-1, keepdim=True)
-        lse = z.sub_(m).exp_().sum(dim=-1).log_() + m.squeeze(-1)
-        ctx.save_for_backward(hidden, weight, bias, targets, lse)
-        ctx.softcap, ctx.temperature = softcap, temperature
+        e = (z - m) if keep and t is None else z.sub_(m)
+        lse = e.exp_().sum(dim=-1).log_() + m.squeeze(-1)
+        kept = (t if t is not None else z) if keep else None
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, kept)
+        ctx.softcap, ctx.temperature, ctx.keep = softcap, temperature, keep
         return picked - lse
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        hidden, weight, bias, targets, lse, kept = ctx.saved_tensors
         softcap, temperature = ctx.softcap, ctx.temperature
-        z = torch.nn.functional.linear(hidden, weight, bias).float()
+        z = kept if ctx.keep else torch.nn.functional.linear(hidden, weight, bias).float()
         t = None
         if softcap:
-            t = z.div_(softcap).tanh_()  # the raw tanh, kept for the derivative
+            t = z if ctx.keep else z.div_(softcap).tanh_()  # the raw tanh, kept for the derivative
             z = t * (softcap / temperature)
-        elif temperature != 1.0:
+        elif temperature != 1.0 and not ctx.keep:
             z.div_(temperature)
         # d/dz [z_target - lse] = onehot - softmax(z); times the incoming grad, / T for dz/dlogits
         g = (grad.float() / temperature).unsqueeze(-1)
@@ -91,7 +109,7 @@ class _HeadLogProb(torch.autograd.Function):
         gh = gz @ weight if need_h else None
         gw = gz.t() @ hidden if need_w else None
         gb = gz.sum(0) if need_b and bias is not None else None
-        return gh, gw, gb, None, None, None
+        return gh, gw, gb, None, None, None, None
 
 
 def entropy_of(z: Tensor, e: Tensor) -> Tensor:
@@ -104,6 +122,52 @@ def entropy_of(z: Tensor, e: Tensor) -> Tensor:
     if not bool(torch.isfinite(ez).all()):
         ez = torch.where(e > 0, e * z, 0.0).sum(dim=-1)
     return s.log() - ez / s
+
+
+class DecodeBuffers:
+    """The sampler's per-step fp32 tensors, allocated once per :meth:`Policy.generate` call and reused at every
+    decoding step: the logits ``z`` [B, V] and their exp ``e`` [B, V] (B: the generation batch; a step with b <= B
+    rows alive uses the first b rows, contiguous). Over Gemma-3's 262k vocabulary and 64 rows each is 64 MiB that
+    the allocator would otherwise map and fault in afresh twice per step. Filled by the same kernels as the
+    allocating path (``torch.mm``/``addmm``/``exp`` with ``out=``), so every value is bit-identical to it.
+
+    ``entropy``: record the per-token entropy of the sampling distribution (:func:`entropy_of`); off, the
+    samples carry ``entropies=None`` and the sampler skips its two passes over [b, V] (the rollout asks for it:
+    ``MODEL/entropy/mean`` is logged every step; evaluation, probes and benchmarks read no entropy).
+    ``reuse=False`` allocates per step as before (kept for the side-by-side test and benchmark)."""
+
+    def __init__(self, entropy: bool = True, reuse: bool = True) -> None:
+        self.entropy, self.reuse = entropy, reuse
+        self._z: Tensor | None = None
+        self._e: Tensor | None = None
+
+    def _rows(self, name: str, b: int, V: int, like: Tensor) -> Tensor:
+        buf = getattr(self, name)
+        if buf is None or buf.shape[0] < b or buf.shape[1] != V or buf.device != like.device:
+            buf = torch.empty((b, V), dtype=torch.float32, device=like.device)
+            setattr(self, name, buf)
+        return buf[:b]
+
+    def logits(self, head: Any, hidden: Tensor) -> Tensor:
+        """``head(hidden).float()`` [b, V] for ``hidden`` [b, H]; into the reused buffer when ``head`` is a plain
+        fp32 ``nn.Linear`` (the only kind whose kernel ``F.linear`` is known: ``mm`` / ``addmm``) and no gradient
+        is recorded (``out=`` has none)."""
+        assert hidden.dim() == 2, hidden.shape
+        w = getattr(head, "weight", None)
+        if not (self.reuse and not torch.is_grad_enabled() and type(head) is torch.nn.Linear and isinstance(w, Tensor)
+                and type(w) in (Tensor, torch.nn.Parameter) and w.dtype == hidden.dtype == torch.float32):
+            return head(hidden).float()
+        out = self._rows("_z", hidden.shape[0], w.shape[0], hidden)
+        if head.bias is None:
+            return torch.mm(hidden, w.t(), out=out)
+        return torch.addmm(head.bias, hidden, w.t(), out=out)
+
+    def exp(self, z: Tensor) -> Tensor:
+        """``exp(z)`` [b, V] for ``z`` [b, V], into the reused buffer."""
+        assert z.dim() == 2, z.shape
+        if not self.reuse or z.dtype != torch.float32:
+            return torch.exp(z)
+        return torch.exp(z, out=self._rows("_e", z.shape[0], z.shape[1], z))
 
 
 def scoring_order(prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[int]:
@@ -139,6 +203,11 @@ class Policy:
         self.softcap: float | None = getattr(text_cfg, "final_logit_softcapping", None) or None
         self.fused_head: bool = True
         """Use the fused head log-prob backward (:class:`_HeadLogProb`) when the head is a plain Linear."""
+        self.decode_buffers: bool = True
+        """The sampler reuses its per-step [B, V] tensors (:class:`DecodeBuffers`; same values as allocating them)."""
+        self.head_keep_bytes: int = HEAD_KEEP_BYTES
+        """The fused head keeps a chunk's forward logits for backward (3 head matmuls instead of 4, same values)
+        while one :meth:`forward_logprobs` call's kept logits stay within this many bytes (:data:`HEAD_KEEP_BYTES`)."""
         self.codec = TextCodec(cfg, tokenizer)
         """Template, tokenizer and stop strings (the text side, shared with weight-less processes)."""
         self.eos_token_id: int = self.codec.eos_token_id
@@ -200,7 +269,7 @@ class Policy:
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "",
                  renormalize_top_p: bool = False, seeds: Sequence[int] | None = None,
-                 stop_strings: Sequence[str] = (), model: Any = None) -> list[list[Sample]]:
+                 stop_strings: Sequence[str] = (), model: Any = None, entropy: bool = True) -> list[list[Sample]]:
         """``n`` samples for each prompt: result ``[P][G]``.
 
         Own batched loop with a KV cache: prompts left-padded, position ids counted over real
@@ -223,8 +292,11 @@ class Policy:
         ``model``: sample from this copy of the policy's model instead (same architecture and
         tokenizer, e.g. a bf16 copy: :class:`graft.policy.engines.HFBf16Engine`); log-probs are then
         that copy's.
+
+        ``entropy``: record each token's entropy (``Sample.entropies``; ``None`` when off, see :class:`DecodeBuffers`).
         """
         _check_sampling(prompt_ids, temperature, top_p, seeds)
+        bufs = DecodeBuffers(entropy=entropy, reuse=self.decode_buffers)
         flat = [(i, list(p)) for i, p in enumerate(prompt_ids) for _ in range(n)]
         out: list[list[Sample]] = [[] for _ in prompt_ids]
         gen = torch.Generator(device=self.device)
@@ -239,7 +311,7 @@ class Policy:
                 chunk = flat[start:start + batch_size]
                 samples = self._generate_batch([p for _, p in chunk], max_new_tokens, temperature, top_p,
                                                gen if row_gens is None else row_gens[start:start + batch_size],
-                                               renormalize_top_p, bar, tuple(stop_strings), model)
+                                               renormalize_top_p, bar, tuple(stop_strings), model, bufs)
                 for (i, _), s in zip(chunk, samples, strict=True):
                     out[i].append(s)
                 if bar is not None:
@@ -251,7 +323,9 @@ class Policy:
 
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
                         gen: torch.Generator | list[torch.Generator], renormalize_top_p: bool, bar: Any,
-                        stop_strings: tuple[str, ...] = (), model: Any = None) -> list[Sample]:
+                        stop_strings: tuple[str, ...] = (), model: Any = None, bufs: DecodeBuffers | None = None
+                        ) -> list[Sample]:
+        bufs = bufs or DecodeBuffers()
         dev, B = self.device, len(prompts)
         base = _unwrap(self.model if model is None else model)
         decoder, head = base.get_decoder(), base.get_output_embeddings()
@@ -267,10 +341,11 @@ class Policy:
             h, attn, next_pos, cache = self._prefill(base, decoder, prompts, max_new_tokens)
         for step in range(max_new_tokens):
             g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
-            tok, lp, ent = self._sample(self._step_logits(h, temperature, head), top_p, g, renormalize_top_p)
+            tok, lp, ent = self._sample(self._step_logits(h, temperature, head, bufs), top_p, g, renormalize_top_p, bufs)
             is_stop = torch.isin(tok, stop)
             leave = is_stop.clone()
-            for r, (orig, t, logp, e, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), ent.tolist(),
+            ent_l = ent.tolist() if ent is not None else [0.0] * len(tok)
+            for r, (orig, t, logp, e, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), ent_l,
                                                           is_stop.tolist(), strict=True)):
                 tokens[orig].append(t)
                 logps[orig].append(logp)
@@ -294,7 +369,7 @@ class Policy:
                               use_cache=True, **{self._cache_kw: cache}).last_hidden_state[:, -1]
             next_pos = next_pos + 1
         return [Sample(token_ids=tokens[b], logprobs=logps[b], text=self.decode(tokens[b]), finished=finished[b],
-                       entropies=ents[b]) for b in range(B)]
+                       entropies=ents[b] if bufs.entropy else None) for b in range(B)]
 
     def _prefill(self, base: Any, decoder: Any, prompts: list[list[int]], max_new_tokens: int):
         """Forward the left-padded prompts once each (a distinct prompt's KV cache is then copied to its rows).
@@ -321,11 +396,14 @@ class Policy:
             h, attn, next_pos = h[expand], attn[expand], next_pos[expand]
         return h, attn, next_pos, cache
 
-    def _step_logits(self, hidden: Tensor, temperature: float, head: Any = None) -> Tensor:
+    def _step_logits(self, hidden: Tensor, temperature: float, head: Any = None, bufs: DecodeBuffers | None = None
+                     ) -> Tensor:
         """:meth:`_logits` for one decoding step [b, H] -> [b, V] (fp32 whatever ``head``'s dtype), with the
         elementwise work done in place (over Gemma's 262k vocabulary each extra [b, V] temporary costs
-        milliseconds per step)."""
-        z = (self._head if head is None else head)(hidden).float()
+        milliseconds per step); into ``bufs``' reused logits buffer when given."""
+        assert hidden.dim() == 2, hidden.shape
+        head = self._head if head is None else head
+        z = head(hidden).float() if bufs is None else bufs.logits(head, hidden)
         if self.softcap:
             z.div_(self.softcap).tanh_().mul_(self.softcap)
         if temperature != 1.0:
@@ -333,11 +411,12 @@ class Policy:
         return z
 
     @staticmethod
-    def _sample(logits: Tensor, top_p: float, gen: torch.Generator | list[torch.Generator], renormalize_top_p: bool
-                ) -> tuple[Tensor, Tensor, Tensor]:
+    def _sample(logits: Tensor, top_p: float, gen: torch.Generator | list[torch.Generator], renormalize_top_p: bool,
+                bufs: DecodeBuffers | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """One token per row of ``logits`` [b, V] (already / temperature; overwritten), its log-prob and
         the entropy [b] of the sampling distribution (:func:`entropy_of`: full vocabulary, at the sampling
-        temperature, before top-p; read off the same logits, it changes no token and no log-prob).
+        temperature, before top-p; read off the same logits, it changes no token and no log-prob); the
+        entropy is ``None`` when ``bufs`` says it is not wanted. ``exp`` goes into ``bufs``' reused buffer.
 
         Inverse-CDF sampling (one uniform number per row: ``torch.multinomial`` and a full
         sort cost seconds per step over Gemma's 262k vocabulary on CPU) on the unnormalised
@@ -348,8 +427,8 @@ class Policy:
         """
         b, V = logits.shape
         z = logits.sub_(logits.amax(dim=-1, keepdim=True))     # [b, V], max 0
-        e = torch.exp(z)
-        ent = entropy_of(z, e)
+        e = torch.exp(z) if bufs is None else bufs.exp(z)
+        ent = entropy_of(z, e) if bufs is None or bufs.entropy else None
         if isinstance(gen, torch.Generator):
             u = 1.0 - torch.rand((b, 1), generator=gen, device=logits.device)  # (0, 1]: never picks a 0-prob token
         else:  # one CPU generator per row (``seeds``)
@@ -391,10 +470,12 @@ class Policy:
         the cache). Both give the same values and gradients up to float summation
         order (tested). The LM head + log-softmax then run on the valid response
         positions only, ``chunk`` positions at a time, so no more than chunk x V logits exist at
-        once. With gradients on, no chunk's logits are kept for backward: a plain ``nn.Linear``
-        head uses a fused log-prob function whose backward recomputes them (:class:`_HeadLogProb`),
-        any other head (LoRA on ``lm_head``, FSDP-sharded) a checkpointed chunk; so the chunk x V
-        bound holds for backward too.
+        once. With gradients on, a plain ``nn.Linear`` head uses a fused log-prob function
+        (:class:`_HeadLogProb`) that keeps a chunk's fp32 logits for backward while the call's kept
+        logits stay within ``self.head_keep_bytes`` (3 head matmuls) and recomputes them in backward
+        beyond it (4), with the same values either way; any other head (LoRA on ``lm_head``,
+        FSDP-sharded) runs a checkpointed chunk. Held for backward: at most ``head_keep_bytes`` plus
+        chunk x V.
         """
         if len(prompt_ids) != len(response_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
@@ -417,24 +498,30 @@ class Policy:
             hidden = self._hidden_shared([list(k) for k in row_of], inv, resp, mask)
         else:
             hidden = self._hidden_joint(prompt_ids, resp, mask)     # [B, T, H]: row t predicts response token t
-        hv, targets = hidden[mask], resp[mask]                      # [N, H], [N]
-        chunk = max(1, int(chunk))
+        vals = self._head_logprobs(hidden[mask], resp[mask], max(1, int(chunk)), temperature)   # [N, H], [N] -> [N]
+        logp = torch.zeros((B, T), dtype=vals.dtype, device=dev).masked_scatter(mask, vals)
+        return logp, mask.float()
+
+    def _head_logprobs(self, hv: Tensor, targets: Tensor, chunk: int, temperature: float) -> Tensor:
+        """Log-probs [N] of ``targets`` [N] after hidden states ``hv`` [N, H], ``chunk`` rows at a time (see
+        :meth:`forward_logprobs`: fused with kept logits up to ``head_keep_bytes``, checkpointed, or no-grad)."""
+        assert hv.dim() == 2 and targets.shape == hv.shape[:1], (hv.shape, targets.shape)
         grad = torch.is_grad_enabled()
         head = self._head
         fused = self.fused_head and type(head) is torch.nn.Linear and \
             type(head.weight) in (torch.Tensor, torch.nn.Parameter)  # not LoRA-wrapped, not a DTensor
-        parts = []
+        parts, kept, V = [], 0, head.weight.shape[0] if fused else 0
         for i in range(0, hv.shape[0], chunk):
             h_c, t_c = hv[i:i + chunk], targets[i:i + chunk]
             if grad and fused:
-                parts.append(_HeadLogProb.apply(h_c, head.weight, head.bias, t_c, self.softcap, temperature))
+                keep = kept + 4 * h_c.shape[0] * V <= self.head_keep_bytes   # fp32 [n, V] held until backward
+                kept += 4 * h_c.shape[0] * V if keep else 0
+                parts.append(_HeadLogProb.apply(h_c, head.weight, head.bias, t_c, self.softcap, temperature, keep))
             elif grad:
                 parts.append(checkpoint(self._gather_logp, h_c, t_c, temperature, use_reentrant=False))
             else:
                 parts.append(self._gather_logp(h_c, t_c, temperature))
-        vals = torch.cat(parts)
-        logp = torch.zeros((B, T), dtype=vals.dtype, device=dev).masked_scatter(mask, vals)
-        return logp, mask.float()
+        return torch.cat(parts)
 
     def _checkpointing(self) -> bool:
         """Gradient checkpointing is active now: it drops the KV cache the shared-prefix pass needs."""

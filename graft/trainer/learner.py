@@ -58,15 +58,16 @@ class Learner:
     # --------------------------------------------------------------- primitives over the ranks
     def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds=None, progress: bool = False,
-                 desc: str = "", stop_strings=None, **_) -> list[list]:
+                 desc: str = "", stop_strings=None, entropy: bool = False, **_) -> list[list]:
         """``n`` samples per prompt, ``[P][G]``: prompts in blocks of whole generation batches per rank,
-        prompt i sampling with ``seeds[i]`` (default: derived from ``seed`` and i), results in prompt order."""
+        prompt i sampling with ``seeds[i]`` (default: derived from ``seed`` and i), results in prompt order.
+        ``entropy``: also record each token's entropy (the rollout's ``entropy/mean``)."""
         W = self.workers.size
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
         per_batch = batch_size // n if batch_size % n == 0 else 1
         order = scatter(list(range(len(prompt_ids))), W, per_batch, even=True)
         kw = dict(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, batch_size=batch_size,
-                  desc=desc or f"{self.name} generate", stop_strings=stop_strings)
+                  desc=desc or f"{self.name} generate", stop_strings=stop_strings, **({"entropy": True} if entropy else {}))
         parts = self.workers.call("generate", [([prompt_ids[i] for i in idx], [seeds[i] for i in idx],
                                                 {**kw, "progress": progress and r == 0}) for r, idx in enumerate(order)],
                                   "generate")
@@ -96,7 +97,7 @@ class Learner:
         prompt_ids = [self.codec.encode_prompt(p.problem) for p in prompts]
         samples = self.generate(prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature,
                                 top_p=rc.top_p, batch_size=rc.batch_size, seeds=prompt_seeds(seed, 0, len(prompts)),
-                                progress=progress, desc=f"{self.name} rollout")
+                                progress=progress, desc=f"{self.name} rollout", entropy=True)
         groups = [
             RolloutGroup(
                 prompt_id=p.id, problem=p.problem, answer=p.answer, source=self.name, holder=self.name,

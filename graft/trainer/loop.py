@@ -14,9 +14,10 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -69,6 +70,8 @@ from graft.trainer.stop import Diverged, Preempted, StopSignal
 from graft.trainer.tracking import check_trackers, open_trackers
 from graft.trainer.workers import process_memory
 from graft.types import VERIFY_TIMEOUT, DirectionAudit, ExchangeResult, Prompt, RolloutGroup
+
+T = TypeVar("T")
 
 
 class GraderHang(UserError, RuntimeError):
@@ -129,18 +132,46 @@ def progress_bars(cfg: Config) -> bool:
 
 # ============================================================================ phases
 
+def per_model(run: Run, phase: str, fn: Callable[[str], T]) -> dict[str, T]:
+    """``{name: fn(name)}`` for every model, in the models' order. Without ``threads_per_model[phase]``: one model
+    after the other on this thread (each using ``threads``). With it: side by side, one Python thread per model,
+    each running its torch intra-op work on ``threads_per_model[phase]`` threads of its own (OpenMP's thread count
+    is per calling thread; every model samples from its own generators, so what each computes is what it computes
+    alone with that many threads). ``backend: ray``: every model's worker calls are in flight before any is
+    awaited. The first model's exception (in the models' order) is raised after all have finished."""
+    k = run.cfg.threads_per_model.get(phase)
+    names = list(run.learners)
+    if not k or len(names) < 2:
+        return {n: fn(n) for n in names}
+
+    def task(name: str) -> T:
+        torch.set_num_threads(k)   # this Python thread's OpenMP team only
+        return fn(name)
+
+    with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix=f"graft-{phase}") as pool:
+        futures = {n: pool.submit(task, n) for n in names}
+        wait(list(futures.values()))
+    return {n: futures[n].result() for n in names}
+
+
 def rollout_phase(run: Run, prompts, step: int) -> tuple[dict[str, list[RolloutGroup]], dict]:
-    """G samples per prompt from every model; with ``update.recompute_old_logprobs`` their behaviour
-    log-probs then come from a forward pass (before the exchange, so ``s`` uses them too)."""
+    """G samples per prompt from every model (side by side with ``threads_per_model.rollout``: :func:`per_model`);
+    with ``update.recompute_old_logprobs`` their behaviour log-probs then come from a forward pass (before the
+    exchange, so ``s`` uses them too)."""
     cfg = run.cfg
-    groups: dict[str, list[RolloutGroup]] = {}
-    metrics: dict = {}
-    for name, learner in run.learners.items():
-        groups[name], m = learner.rollout(prompts, cfg.rollout, step, step_seed(cfg.seed, step, name), run.bars)
+
+    def one(name: str) -> tuple[list[RolloutGroup], dict]:
+        learner = run.learners[name]
+        gs, m = learner.rollout(prompts, cfg.rollout, step, step_seed(cfg.seed, step, name), run.bars)
         if cfg.update.recompute_old_logprobs:
-            m |= learner.recompute_old_logprobs(groups[name], cfg.update, cfg.rollout.temperature)
+            m |= learner.recompute_old_logprobs(gs, cfg.update, cfg.rollout.temperature)
+        return gs, m
+
+    done = per_model(run, "rollout", one)
+    metrics: dict = {}
+    for name, (_, m) in done.items():
         metrics |= prefixed(name, m)
-    return groups, metrics
+    return {name: gs for name, (gs, _) in done.items()}, metrics
 
 
 def grade(run: Run, groups: list[RolloutGroup]) -> None:
@@ -226,9 +257,9 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
 
 
 def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], step: int) -> dict:
+    """Every model's update (side by side with ``threads_per_model.update``: :func:`per_model`)."""
     metrics: dict = {}
-    for name in run.learners:
-        m = update_model(run, name, train_groups[name], step)
+    for name, m in per_model(run, "update", lambda name: update_model(run, name, train_groups[name], step)).items():
         metrics |= prefixed(name, m | trl_aliases(m))
     return metrics
 
