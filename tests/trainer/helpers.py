@@ -20,6 +20,19 @@ def tiny_config(tmp_path, llama_dir, gemma_dir, *overrides, models=("A", "B")):
     return load_config(None, [*base, *overrides])
 
 
+def grade_by(solvers):
+    """A stand-in for ``loop.grade``: ``solvers(p)`` maps prompt number p to {model: k}; samples 0..k-1 of that
+    model's group succeed, everything else fails (peer responses are re-graded by the same rule: it reads the source)."""
+
+    def grade(run, groups):
+        for g in groups:
+            k = solvers(int(g.prompt_id.split("-")[-1])).get(g.source, 0)
+            g.rewards = [1.0 if i < k else 0.0 for i in g.index]
+            g.status = ["ok"] * g.size
+
+    return grade
+
+
 def crafted_rewards(monkeypatch):
     """Replace verification by a rule on (source, prompt, sample): A solves even-numbered
     prompts, B odd ones, with k = 1 + (p // 2) % 3 successes (samples 0..k-1) out of n = 4;
@@ -40,7 +53,7 @@ def crafted_rewards(monkeypatch):
 
 def params(run_or_learners) -> dict[str, torch.Tensor]:
     learners = run_or_learners.learners if hasattr(run_or_learners, "learners") else run_or_learners
-    return {f"{n}.{k}": v.detach().clone() for n, l in learners.items() for k, v in l.policy.model.named_parameters()}
+    return {f"{n}.{k}": v.detach().clone() for n, lrn in learners.items() for k, v in lrn.policy.model.named_parameters()}
 
 
 def install_crafted_rewards() -> None:
