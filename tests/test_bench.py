@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graft.bench.cli import bench_main
 from graft.bench import cli, common, graft_vs_grpo, rollout_vs_generate, step_vs_trl, trl_settings
+from graft.bench.cli import bench_main
 from graft.commands.cli import main
 from graft.config import ConfigError, load_config
 
@@ -135,6 +135,10 @@ def test_bench_runs_graft_sides_end_to_end(tmp_path, tiny_llama_dir, tiny_gemma_
     assert raw["step_s"] >= raw["rollout_s"] + raw["update_s"] - 1e-6
     assert raw["tokens_update"] > 0     # the crafted rewards give A's prompt 0 a group with signal
     assert raw["rollout_tokens_per_s"] == pytest.approx(raw["tokens_generated"] / raw["rollout_s"])
+    assert raw["metrics"]["A/tokens/prompt"] > 0 and raw["step_gflop"] == raw["rollout_gflop"] + raw["update_gflop"] > 0
+    assert raw["step_gflops"] == pytest.approx(raw["step_gflop"] / raw["step_s"])
+    assert res["environment"]["matmul_peak_gflops"] > 0
+    assert "step GFLOP/s" in md and "of the measured matmul peak" in md and "fp32 matmul peak on this host" in md
 
     assert set(res["b"]) == {tiny_llama_dir, tiny_gemma_dir}
     for m in res["b"].values():
@@ -184,7 +188,7 @@ def test_bench_trl_side_on_the_tiny_llama(tmp_path, tiny_llama_dir, tiny_gemma_d
 def test_a_trl_without_a_matching_setting_is_refused_before_loading(monkeypatch):
     from types import SimpleNamespace
 
-    from graft.bench import trl_trainer   # imports TRL
+    from graft.bench import trl_trainer  # imports TRL
 
     monkeypatch.setattr(trl_trainer, "trl_config_kwargs", lambda *a: {"loss_type": "bnpo", "no_such_grpo_field": 1})
     learner = SimpleNamespace(policy=SimpleNamespace(device=torch.device("cpu")))

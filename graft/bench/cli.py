@@ -12,6 +12,7 @@ import torch
 
 from graft.bench.args import bench_parser
 from graft.bench.common import PARTS, clean, environment, progress
+from graft.bench.flops import matmul_peak_gflops
 from graft.bench.graft_vs_grpo import bench_c
 from graft.bench.report import markdown
 from graft.bench.rollout_vs_generate import bench_b
@@ -111,7 +112,8 @@ def bench_main(argv: list[str]) -> int:
         check_inputs(args, base, parts)
         if base.threads:
             torch.set_num_threads(base.threads)
-        result: dict = {"settings": _settings(args, base, parts), "environment": environment()}
+        result: dict = {"settings": _settings(args, base, parts),
+                        "environment": environment() | {"matmul_peak_gflops": matmul_peak_gflops()}}
         _run_parts(args, base, parts, run_root, result)
     result = clean(result)
     md = markdown(result)

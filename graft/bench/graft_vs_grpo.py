@@ -7,13 +7,14 @@ import itertools
 from pathlib import Path
 
 from graft.bench.common import alternate, progress, series, steps_line, summarize
-from graft.bench.runs import close_run, rewound_step, step_row
+from graft.bench.flops import ModelShape
+from graft.bench.runs import close_run, rewound_step, run_shapes, step_row
 from graft.config import Config
 from graft.exchange.kinds import make_exchange
 from graft.trainer.loop import setup, train_step
 
 PAIR_KEYS = ("step_s", "rollout_s", "score_s", "exchange_s", "update_s", "exchange_share", "transferred", "admitted",
-             "peer_responses", "tries", "peak_rss_gb")
+             "peer_responses", "tries", "peak_rss_gb", "rollout_gflops", "update_gflops", "step_gflops")
 
 
 def exchange_counts(metrics: dict) -> dict:
@@ -22,9 +23,10 @@ def exchange_counts(metrics: dict) -> dict:
     return {"transferred": pick("/transferred"), "admitted": pick("/admitted")}
 
 
-def pair_row(metrics: dict, names: list[str], tries: int) -> dict:
+def pair_row(metrics: dict, shapes: dict[str, ModelShape], tries: int) -> dict:
     """:func:`~graft.bench.runs.step_row` of a pair's step with its exchange counts and share."""
-    row = step_row(metrics, names) | exchange_counts(metrics)
+    names = list(shapes)
+    row = step_row(metrics, shapes) | exchange_counts(metrics)
     row["peer_responses"] = sum(metrics.get(f"{n}/peer_responses", 0) or 0 for n in names)
     row["exchange_share"] = (row["exchange_s"] or 0.0) / row["step_s"] if row["step_s"] else None
     row["tries"] = tries
@@ -43,7 +45,7 @@ class _PairSides:
 
     def __init__(self, run, max_tries: int):
         self.run, self.max_tries = run, max_tries
-        self.names = list(run.learners)
+        self.shapes = run_shapes(run)
         self.steps = itertools.count(1)
         self.state: dict | None = None   # sampler state before the GRAFT step that the next GRPO side repeats
 
@@ -60,14 +62,14 @@ class _PairSides:
                 break
             progress(f"(c) rep {i + 1}: GRAFT step {t}/{self.max_tries} handed nothing over"
                      + ("; trying the next prompts" if t < self.max_tries else "; this repetition has no exchange"))
-        return pair_row(m, self.names, t) | {"attempts": tried}
+        return pair_row(m, self.shapes, t) | {"attempts": tried}
 
     def grpo(self, i: int) -> dict:
         """Repetition ``i`` of the GRPO side."""
         assert self.state is not None, "alternate() runs graft(i) first, which saves the state (--max-tries >= 1)"
         _switch_exchange(self.run, "none")
         try:
-            return pair_row(rewound_step(self.run, self.state, next(self.steps)), self.names, 1)
+            return pair_row(rewound_step(self.run, self.state, next(self.steps)), self.shapes, 1)
         finally:
             _switch_exchange(self.run, "live")
 

@@ -6,10 +6,15 @@ from graft.bench.common import PARTS, fmt
 
 A_ROWS = (("step_s", "step"), ("rollout_s", "rollout"), ("score_s", "score"), ("update_s", "update"),
           ("tokens_generated", "tokens generated"), ("rollout_tokens_per_s", "rollout tokens/s"),
+          ("rollout_gflops", "rollout GFLOP/s"), ("update_gflops", "update GFLOP/s"), ("step_gflops", "step GFLOP/s"),
           ("peak_rss_gb", "peak RSS (GiB)"))
 C_ROWS = (("step_s", "step s"), ("rollout_s", "rollout s"), ("score_s", "score s"), ("exchange_s", "exchange s"),
           ("update_s", "update s"), ("transferred", "responses transferred"), ("admitted", "responses admitted"),
+          ("rollout_gflops", "rollout GFLOP/s"), ("update_gflops", "update GFLOP/s"), ("step_gflops", "step GFLOP/s"),
           ("peak_rss_gb", "peak RSS (GiB)"))
+GFLOPS_NOTE = ("GFLOP/s: model FLOPs of the phase (`graft/bench/flops.py`: 2 x decoder parameters per position, 2 x H x V "
+               "per position with a head, x3 in the update for the backward; attention products left out) over its "
+               "seconds; graft's side only.")
 
 
 def _median(part: dict, side: str, key: str):
@@ -31,7 +36,20 @@ def _header(result: dict) -> list[str]:
             f"transformers {env['transformers']}, TRL {env['trl'] or 'not installed'}; {s['reps']} repetitions, "
             f"alternating; {s['prompts']} prompts x {s['n']} samples, {s['max_new_tokens']} new tokens"
             + (f", temperature {s['temperature']}" if "temperature" in s else "") + ". "
-            "Medians; every raw value is in bench.json.", ""]
+            "Medians; every raw value is in bench.json." + _peak_line(env), ""]
+
+
+def _peak_line(env: dict) -> str:
+    """The host's measured fp32 matmul rate, the limit the GFLOP/s rows are compared with."""
+    peak = env.get("matmul_peak_gflops")
+    return "" if peak is None else (f" fp32 matmul peak on this host ({env['torch_threads']} threads, "
+                                    f"[1024, 1024] @ [1024, 1024], best of ~2 s): {peak:.1f} GFLOP/s.")
+
+
+def _of_peak(result: dict, gflops) -> str:
+    """``gflops`` as a share of the measured matmul peak ("" when either is missing)."""
+    share = _ratio(gflops, result["environment"].get("matmul_peak_gflops"))
+    return "" if share is None else f"{100 * share:.0f} % of the measured matmul peak"
 
 
 def _section_a(a: dict) -> list[str]:
@@ -101,15 +119,24 @@ def _section_d(result: dict) -> list[str]:
     return lines + [f"| {part} | {side} | {fmt(peak, digits=2)} |" for part, side, peak in peak_rows(result)]
 
 
+def _rate_lines(result: dict, part: str, side: str, what: str) -> list[str]:
+    """The whole step's model GFLOP/s against the host's matmul peak, and how the rates are counted."""
+    step = _median(result[part], side, "step_gflops")
+    if step is None:
+        return []
+    share = _of_peak(result, step)
+    return [f"Achieved over {what}: {step:.1f} GFLOP/s" + (f", {share}." if share else "."), "", GFLOPS_NOTE, ""]
+
+
 def markdown(result: dict) -> str:
     """``bench.md`` of a (JSON-clean) bench result."""
     lines = _header(result)
     if result.get("a"):
-        lines += _section_a(result["a"])
+        lines += _section_a(result["a"]) + _rate_lines(result, "a", "graft", "graft's GRPO step")
     if result.get("b"):
         lines += _section_b(result["b"])
     if result.get("c"):
-        lines += _section_c(result["c"], result["settings"]["reps"])
+        lines += _section_c(result["c"], result["settings"]["reps"]) + _rate_lines(result, "c", "graft", "the GRAFT step")
     return "\n".join(lines + _section_d(result)) + "\n"
 
 

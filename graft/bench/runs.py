@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Literal
 
+from graft.bench.flops import ModelShape, model_shape, phase_rates
 from graft.config import CONFIGS, Config, ModelConfig
 from graft.policy.loading import load_tokenizer
 from graft.trainer.backends import close_learners
@@ -50,14 +51,21 @@ def close_run(run) -> None:
     close_learners(run.learners)
 
 
-def step_row(metrics: dict, names: list[str]) -> dict:
-    """Timings and counts of one :func:`graft.trainer.loop.train_step` result (summed over models)."""
+def run_shapes(run) -> dict[str, ModelShape]:
+    """The FLOP-count sizes of every model of a local Run (:func:`graft.bench.flops.model_shape`)."""
+    return {name: model_shape(learner.policy.model) for name, learner in run.learners.items()}
+
+
+def step_row(metrics: dict, shapes: dict[str, ModelShape]) -> dict:
+    """Timings, counts and model GFLOP/s per phase (:func:`graft.bench.flops.phase_rates`) of one
+    :func:`graft.trainer.loop.train_step` result of the models ``shapes`` names (summed over them)."""
+    names = list(shapes)
     total = lambda key: sum(metrics.get(f"{n}/{key}", 0) or 0 for n in names)  # noqa: E731
     row = {f"{ph}_s": metrics.get(f"time/{ph}_s") for ph in ("step", "rollout", "score", "exchange", "update")}
     row |= {"tokens_generated": total("tokens/generated"), "tokens_update": total("tokens/update"),
             "reward_mean": statistics.mean(metrics.get(f"{n}/reward/mean", 0.0) for n in names),
             "metrics": metrics}
-    return row
+    return row | phase_rates(metrics, shapes)
 
 
 def rewound_step(run, state: dict, step: int) -> dict:

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from graft.bench.common import alternate, package_version, progress, steps_line, summarize
-from graft.bench.runs import close_run, model_entry, rewound_step, single_model_config, step_row
+from graft.bench.runs import close_run, model_entry, rewound_step, run_shapes, single_model_config, step_row
 from graft.bench.trl_settings import (
     TRL_ADV_EPS,
     TRL_DIFFERENCES,
@@ -20,7 +20,7 @@ from graft.config import Config, ModelConfig
 from graft.trainer.loop import setup
 
 GRAFT_STEP_KEYS = ("step_s", "rollout_s", "score_s", "update_s", "tokens_generated", "rollout_tokens_per_s",
-                   "tokens_update", "reward_mean", "peak_rss_gb")
+                   "tokens_update", "reward_mean", "peak_rss_gb", "rollout_gflops", "update_gflops", "step_gflops")
 TRL_STEP_KEYS = ("step_s", "rollout_s", "score_s", "update_s", "train_call_s", "tokens_generated", "rollout_tokens_per_s",
                  "reward_mean", "peak_rss_gb")
 
@@ -59,7 +59,8 @@ def bench_a(base: Config, model: str, reps: int, run_root: Path) -> dict:
         trl, reason = _trl_side(cfg, entry, prompts, run, run_root / "a-trl")
         if trl is not None:
             out["prompt_ids_match"] = trl.prompt_ids_match
-        sides = [("graft", lambda i: rollout_rate(step_row(rewound_step(run, state, i + 1), [entry.name])))]
+        shapes = run_shapes(run)
+        sides = [("graft", lambda i: rollout_rate(step_row(rewound_step(run, state, i + 1), shapes)))]
         if trl is not None:
             sides.append(("trl", lambda i: rollout_rate(trl.step())))
         rows = alternate(reps, sides, "a", steps_line)

@@ -111,7 +111,8 @@ class Learner:
         ]
         seconds = time.perf_counter() - t0
         tokens = sum(len(t) for g in groups for t in g.token_ids)
-        return groups, {"tokens/generated": tokens, "tokens_per_s/rollout": tokens / max(seconds, 1e-9),
+        return groups, {"tokens/generated": tokens, "tokens/prompt": sum(len(ids) for ids in prompt_ids),
+                        "tokens_per_s/rollout": tokens / max(seconds, 1e-9),
                         "entropy/mean": mean_entropy([s for ss in samples for s in ss])}
 
     def recompute_old_logprobs(self, groups: list[RolloutGroup], uc: UpdateConfig, temperature: float) -> dict:
