@@ -24,6 +24,12 @@ def counts(groups: list[RolloutGroup]) -> torch.Tensor:
     return success_counts(torch.stack([g.rewards_tensor() for g in groups]))
 
 
+def solved_count(k_src: torch.Tensor, k_recv: torch.Tensor) -> int:
+    """How many of the receiver's all-fail prompts (k_recv = 0) the source solved (k_src >= 1); k_src, k_recv Int[P]."""
+    assert k_src.shape == k_recv.shape, (k_src.shape, k_recv.shape)
+    return int(((k_recv == 0) & (k_src > 0)).sum())
+
+
 def complementarity(k_src: torch.Tensor, k_recv: torch.Tensor) -> float:
     """Fraction of the receiver's all-fail prompts on which the source had >= 1 success (NaN if none)."""
     fail = k_recv == 0

@@ -33,6 +33,7 @@ from graft.exchange.common import (
     direction_metrics,
     pairing_metrics,
     regrade,
+    solved_count,
     splice,
 )
 from graft.exchange.handover import HandOver, Receiver, Scoring, hand_over
@@ -95,7 +96,7 @@ def pair(ex: ExchangeConfig, window: PairingWindow | None, names: list[str], k: 
     if ex.pairing == "all":
         return {r: [s for s in names if s != r] for r in names}, {}
     evidence: dict[tuple[str, str], PairingEvidence] = {
-        (s, r): {"solved": int(((k[r] == 0) & (k[s] > 0)).sum()), "s": [row["s"] for row in ho.rows]}
+        (s, r): {"solved": solved_count(k[s], k[r]), "s": [row["s"] for row in ho.rows]}
         for (s, r), ho in handed.items()}
     return decide(ex.pairing, window if window is not None else PairingWindow(ex.pairing_window), names, evidence)
 
