@@ -76,25 +76,35 @@ def prepare() -> None:
 
 def model_config(kind: TinyKind, tok, tiny: bool) -> LlamaConfig | Gemma3TextConfig:
     """The transformers config of a random ``kind`` model: the embedded model's shape, or a tiny one."""
-    size: dict[str, Any]
     special: dict[str, Any] = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                    pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
     if kind == "llama":
-        size = (dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     num_key_value_heads=2, head_dim=8) if tiny else   # SmolLM2-135M shape
-                dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                     num_key_value_heads=3, head_dim=64))
-        # rope_theta: an __init__ argument in transformers 4.x; 5.x takes it through **kwargs (into
-        # rope_parameters), which its typed signature does not show.
-        return LlamaConfig(vocab_size=len(tok), max_position_embeddings=8192, tie_word_embeddings=True,
-                           rms_norm_eps=1e-5, rope_theta=100000.0, **size, **special)  # type: ignore[call-arg]
-    size = (dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
-                 head_dim=8, query_pre_attn_scalar=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"])
-            if tiny else   # Gemma-3-270M shape
-            dict(hidden_size=640, intermediate_size=2048, num_hidden_layers=18, num_attention_heads=4,
-                 num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512,
-                 layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3))
-    return Gemma3TextConfig(vocab_size=len(tok), max_position_embeddings=32768, tie_word_embeddings=True, **size,
+        return _llama_config(len(tok), tiny, special)
+    return _gemma3_config(len(tok), tiny, special)
+
+
+def _llama_config(vocab_size: int, tiny: bool, special: dict[str, Any]) -> LlamaConfig:
+    """A random llama model's config: SmolLM2-135M's shape, or a tiny one; ``special``: the token ids."""
+    size: dict[str, Any] = (dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, head_dim=8) if tiny else   # SmolLM2-135M shape
+                            dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                                 num_key_value_heads=3, head_dim=64))
+    # rope_theta: an __init__ argument in transformers 4.x; 5.x takes it through **kwargs (into
+    # rope_parameters), which its typed signature does not show.
+    return LlamaConfig(vocab_size=vocab_size, max_position_embeddings=8192, tie_word_embeddings=True,
+                       rms_norm_eps=1e-5, rope_theta=100000.0, **size, **special)  # type: ignore[call-arg]
+
+
+def _gemma3_config(vocab_size: int, tiny: bool, special: dict[str, Any]) -> Gemma3TextConfig:
+    """A random gemma3 model's config: Gemma-3-270M's shape, or a tiny one; ``special``: the token ids."""
+    size: dict[str, Any] = (
+        dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+             head_dim=8, query_pre_attn_scalar=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"])
+        if tiny else   # Gemma-3-270M shape
+        dict(hidden_size=640, intermediate_size=2048, num_hidden_layers=18, num_attention_heads=4,
+             num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512,
+             layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3))
+    return Gemma3TextConfig(vocab_size=vocab_size, max_position_embeddings=32768, tie_word_embeddings=True, **size,
                             **special)
 
 

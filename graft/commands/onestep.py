@@ -79,7 +79,7 @@ from graft.seeds import step_seed
 from graft.storage.checkpoint import checkpoint_step, list_checkpoints
 from graft.trainer import loop
 from graft.trainer.batch import prepare_minibatch
-from graft.types import Prompt, RolloutGroup
+from graft.types import ExchangeResult, Prompt, RolloutGroup
 
 ARMS = ("grpo", "graft", "all")
 ARMS_VERSION = 2
@@ -296,47 +296,68 @@ def unseen_pool(cfg, train: list[Prompt], per_family: int = 64) -> dict[str, lis
 def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, samples: int, unseen: int) -> list[dict]:
     """The three updates of every receiver at this state and their success rates; leaves every model
     updated with its own groups (the GRPO trajectory)."""
-    cfg, names = run.cfg, list(run.learners)
-    adv = (cfg.update.adv_eps, cfg.update.adv_std == "unbiased")
-    ex = {arm: exchange_live(step, copy.deepcopy(groups), run.learners, cfg.rollout.n,
-                             cfg.exchange if arm == "graft" else replace(cfg.exchange, admission="all"), Scoring.of(cfg),
-                             run.grade, torch.Generator().manual_seed(step_seed(cfg.seed, step, "exchange")), adv)
-          for arm in ("graft", "all")}
-    rng = random.Random(step_seed(cfg.seed, step, "onestep/unseen"))
+    names = list(run.learners)
+    ex = _exchange_arms(run, groups, step)
+    rng = random.Random(step_seed(run.cfg.seed, step, "onestep/unseen"))
     rows = []
     for r in names:
-        audits = {arm: [a for a in e.audit if a["receiver"] == r] for arm, e in ex.items()}
-        targets = []   # (direction, prompt, kind, admitted per arm, admitted correct per arm, k_source)
-        for a in audits["graft"]:
-            d = f"{a['source']}->{r}"
-            other = next(x for x in audits["all"] if x["source"] == a["source"])
-            for pid in a["selected"]:
-                g = next(g for g in groups[r] if g.prompt_id == pid)
-                counts = {arm: [x for x in au["responses"] if x["prompt_id"] == pid and x["admitted"]]
-                          for arm, au in (("graft", a), ("all", other))}
-                k_src = next(c["k_source"] for c in a["candidates"] if c["prompt_id"] == pid)
-                base = dict(direction=d, admitted={k: len(v) for k, v in counts.items()},
-                            admitted_correct={k: sum(x["reward_source"] > 0.5 for x in v) for k, v in counts.items()},
-                            k_source=k_src)
-                targets.append((Prompt(pid, g.problem, g.answer), "replaced", base))
-                fam = pool.get(family_of(pid), [])
-                for q in rng.sample(fam, min(unseen, len(fam))):
-                    targets.append((q, "unseen", {**base, "replaced_by": pid}))
-        snap = _snapshot(run.learners[r])
-        success = {}
-        for arm in ("graft", "all", "grpo"):   # grpo last: the trajectory keeps it
-            _restore(run.learners[r], snap)
-            if arm == "grpo":
-                loop.update_model(run, r, groups[r], step)
-            else:   # R's own groups as in grpo (the all-fail ones too), plus the peer groups
-                update_adding_peers(run, r, groups[r], [g for g in ex[arm].train_groups[r] if g.is_peer], step)
-            success[arm] = success_rates(run, run.learners[r], [t[0] for t in targets], samples, step)
-        del snap   # before the next receiver's snapshot is taken
+        targets = _targets(r, ex, groups, pool, unseen, rng)
+        success = _arm_success(run, r, groups, ex, [t[0] for t in targets], samples, step)
         for i, (p, kind, base) in enumerate(targets):
             rows.append({"step": step, "prompt_id": p.id, "family": family_of(p.id.removeprefix("unseen-")),
                          "kind": kind, **base, "success": {arm: success[arm][i] for arm in ARMS},
                          "arms_version": ARMS_VERSION})
     return rows
+
+
+def _exchange_arms(run, groups: dict[str, list[RolloutGroup]], step: int) -> dict[str, ExchangeResult]:
+    """The exchange of this state under the graft arm's admission and under ``admission=all``."""
+    cfg = run.cfg
+    adv = (cfg.update.adv_eps, cfg.update.adv_std == "unbiased")
+    return {arm: exchange_live(step, copy.deepcopy(groups), run.learners, cfg.rollout.n,
+                               cfg.exchange if arm == "graft" else replace(cfg.exchange, admission="all"), Scoring.of(cfg),
+                               run.grade, torch.Generator().manual_seed(step_seed(cfg.seed, step, "exchange")), adv)
+            for arm in ("graft", "all")}
+
+
+def _targets(r: str, ex: dict[str, ExchangeResult], groups: dict[str, list[RolloutGroup]], pool, unseen: int,
+             rng: random.Random) -> list[tuple[Prompt, str, dict]]:
+    """The prompts measured for receiver ``r``: (prompt, kind, the row's exchange fields) for each prompt the
+    graft arm selected (``replaced``) and up to ``unseen`` unseen ones of its family (``unseen``)."""
+    audits = {arm: [a for a in e.audit if a["receiver"] == r] for arm, e in ex.items()}
+    targets = []   # (direction, prompt, kind, admitted per arm, admitted correct per arm, k_source)
+    for a in audits["graft"]:
+        d = f"{a['source']}->{r}"
+        other = next(x for x in audits["all"] if x["source"] == a["source"])
+        for pid in a["selected"]:
+            g = next(g for g in groups[r] if g.prompt_id == pid)
+            counts = {arm: [x for x in au["responses"] if x["prompt_id"] == pid and x["admitted"]]
+                      for arm, au in (("graft", a), ("all", other))}
+            k_src = next(c["k_source"] for c in a["candidates"] if c["prompt_id"] == pid)
+            base = dict(direction=d, admitted={k: len(v) for k, v in counts.items()},
+                        admitted_correct={k: sum(x["reward_source"] > 0.5 for x in v) for k, v in counts.items()},
+                        k_source=k_src)
+            targets.append((Prompt(pid, g.problem, g.answer), "replaced", base))
+            fam = pool.get(family_of(pid), [])
+            for q in rng.sample(fam, min(unseen, len(fam))):
+                targets.append((q, "unseen", {**base, "replaced_by": pid}))
+    return targets
+
+
+def _arm_success(run, r: str, groups: dict[str, list[RolloutGroup]], ex: dict[str, ExchangeResult],
+                 prompts: list[Prompt], samples: int, step: int) -> dict[str, list[float]]:
+    """Receiver ``r``'s success rates on ``prompts`` after each arm's update from the same state; ``r`` keeps
+    the grpo arm's update (and its snapshot is freed before the next receiver's is taken)."""
+    snap = _snapshot(run.learners[r])
+    success = {}
+    for arm in ("graft", "all", "grpo"):   # grpo last: the trajectory keeps it
+        _restore(run.learners[r], snap)
+        if arm == "grpo":
+            loop.update_model(run, r, groups[r], step)
+        else:   # R's own groups as in grpo (the all-fail ones too), plus the peer groups
+            update_adding_peers(run, r, groups[r], [g for g in ex[arm].train_groups[r] if g.is_peer], step)
+        success[arm] = success_rates(run, run.learners[r], prompts, samples, step)
+    return success
 
 
 def run_seed(cfg, at: list[int], samples: int, unseen: int, record, log) -> None:

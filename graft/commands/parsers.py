@@ -60,6 +60,15 @@ def sweep_parser() -> argparse.ArgumentParser:
 
 def eval_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="graft eval", description="pass@k of a model or checkpoint (spec §5 protocol).")
+    _add_eval_model_args(ap)
+    _add_eval_protocol_args(ap)
+    _add_eval_backend_args(ap)
+    _add_eval_grading_args(ap)
+    return ap
+
+
+def _add_eval_model_args(ap: argparse.ArgumentParser) -> None:
+    """``graft eval``'s model arguments and prompt format."""
     ap.add_argument("--model", default=None,
                     help="hub id, local HF folder, .gguf, embedded:NAME, or RUN/checkpoints/step_N/MODEL; with --config "
                          "also best (default: the best-evaluated checkpoint of the run, else its latest), latest, or "
@@ -77,6 +86,10 @@ def eval_parser() -> argparse.ArgumentParser:
     ap.add_argument("--stop", action="append", default=None,
                     help="stop string (repeatable; \\n and \\t are a newline and a tab; --stop '' for none)")
     ap.add_argument("--instruction", default=None, help="sentence appended to every problem (overrides the run's)")
+
+
+def _add_eval_protocol_args(ap: argparse.ArgumentParser) -> None:
+    """``graft eval``'s data sets, sampling protocol (n, repeats, temperature, top-p, response limit) and output folder."""
     ap.add_argument("--data", action="append", default=None,
                     help="NAME=PATH (jsonl/parquet/hub:NAME[:split]/arithmetic) or one of " + ", ".join(BENCHMARKS)
                          + " (default with --config: the run's data.val, as 'val', limited to its data.val_limit)")
@@ -92,6 +105,10 @@ def eval_parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, default=None, help="only the first N prompts of each dataset")
     ap.add_argument("--out", default=None, help="output folder (default runs/eval/MODEL; with --compare one "
                                                   "subfolder per model, named as in the table)")
+
+
+def _add_eval_backend_args(ap: argparse.ArgumentParser) -> None:
+    """``graft eval``'s sampler: engine, seed, batch size, device and dtype."""
     ap.add_argument("--backend", choices=list(ENGINES), default="hf",
                     help="hf: graft's sampler; hf-bf16: the same over a bf16 copy (~2x faster on CPUs with bf16 "
                          "matmuls); vllm: GPU")
@@ -99,6 +116,10 @@ def eval_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=64, help="sequences per generate call (hf)")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
     ap.add_argument("--dtype", choices=DTYPES, default=None)
+
+
+def _add_eval_grading_args(ap: argparse.ArgumentParser) -> None:
+    """``graft eval``'s grading and progress arguments."""
     ap.add_argument("--verify-timeout", type=float, default=5.0, help="seconds per grading")
     ap.add_argument("--verify-workers", type=int, default=2)
     ap.add_argument("--domain", choices=list(DOMAINS), default=None,
@@ -110,7 +131,6 @@ def eval_parser() -> argparse.ArgumentParser:
     ap.add_argument("--on-bad-row", choices=["error", "skip"], default="error")
     ap.add_argument("--no-progress", action="store_true",
                     help="no progress bars, not even on a terminal (off one there are none)")
-    return ap
 
 
 def grade_parser() -> argparse.ArgumentParser:

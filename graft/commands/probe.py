@@ -59,7 +59,7 @@ from graft.seeds import step_seed
 from graft.storage.checkpoint import CheckpointError, load_checkpoint
 from graft.trainer.learner import Learner
 from graft.trainer.metrics import group_stats
-from graft.types import RolloutGroup
+from graft.types import ExchangeResult, Prompt, RolloutGroup
 
 ALMOST_NOTHING = 1.0
 """The verdict fires when no direction is predicted to admit (or, without ``--compat``, keep) at least this
@@ -96,6 +96,24 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
     results: dict = {"config": config, "overrides": list(overrides), "checkpoint": checkpoint, "prompts": len(batch),
                      "n": cfg.rollout.n, "max_new_tokens": cfg.rollout.max_new_tokens, "models": {},
                      "complementarity": {}}
+    groups, learners = _sample_models(cfg, batch, weights, seed, compat, results["models"])
+    names = list(groups)
+    for s in names:
+        for r in names:
+            if s != r:
+                results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
+                if compat:
+                    results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], cfg)
+    if cfg.data.train == "code_task" or (cfg.data.arithmetic.families and cfg.data.train == "arithmetic"):
+        results["families"] = _by_family(groups)
+    results |= _predictions(groups, cfg, learners or None, resamples, seed, batch_sizes)
+    return results
+
+
+def _sample_models(cfg, batch: list[Prompt], weights: dict[str, Path], seed: int, compat: bool,
+                   stats: dict) -> tuple[dict[str, list[RolloutGroup]], dict[str, ReplayReceiver]]:
+    """Every model's graded rollout of ``batch`` (its statistics into ``stats``), and with ``compat`` each
+    model as a :class:`ReplayReceiver`."""
     groups, learners = {}, {}
     with make_grader(cfg.reward) as grader:
         for m in cfg.models:
@@ -109,7 +127,7 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
                 g.rewards, g.status = rewards[i * g.size:(i + 1) * g.size], statuses[i * g.size:(i + 1) * g.size]
                 g.advantages = [0.0] * g.size   # the exchange copies the source's advantages; any values do here
             st = group_stats(gs)
-            results["models"][m.name] = {
+            stats[m.name] = {
                 "template": m.template, "reward_mean": st["reward/mean"],
                 "prompts_solved": sum(g.num_correct > 0 for g in gs) / len(gs),
                 "all_fail_frac": st["all_fail_frac"], "all_correct_frac": st["all_correct_frac"],
@@ -121,22 +139,21 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
                 learners[m.name] = ReplayReceiver(learner)
             else:
                 del learner
-    names = list(groups)
-    for s in names:
-        for r in names:
-            if s != r:
-                results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
-                if compat:
-                    results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], cfg)
-    if cfg.data.train == "code_task" or (cfg.data.arithmetic.families and cfg.data.train == "arithmetic"):
-        results["families"] = _by_family(groups)
+    return groups, learners
+
+
+def _predictions(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int, seed: int,
+                 batch_sizes: list[int] | None) -> dict:
+    """The probe's predicted exchange at ``batch_prompts`` (and at each of ``batch_sizes``) and, with three or
+    more models, per pairing (:func:`predict_exchange`, :func:`predict_pairings`)."""
+    out: dict = {}
     sizes = dict.fromkeys([cfg.batch_prompts, *(batch_sizes or [])])
-    by_size = {b: predict_exchange(groups, cfg, learners or None, resamples, seed, batch_prompts=b) for b in sizes}
-    results["predicted_exchange"] = by_size[cfg.batch_prompts]
-    results |= predict_pairings(groups, cfg, learners or None, resamples, seed)
+    by_size = {b: predict_exchange(groups, cfg, receivers, resamples, seed, batch_prompts=b) for b in sizes}
+    out["predicted_exchange"] = by_size[cfg.batch_prompts]
+    out |= predict_pairings(groups, cfg, receivers, resamples, seed)
     if batch_sizes:
-        results["predicted_exchange_by_batch"] = {str(b): by_size[b] for b in dict.fromkeys(batch_sizes)}
-    return results
+        out["predicted_exchange_by_batch"] = {str(b): by_size[b] for b in dict.fromkeys(batch_sizes)}
+    return out
 
 
 def _checkpoint_dirs(checkpoint: str | None, names: list[str]) -> dict[str, Path]:
@@ -218,30 +235,51 @@ def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict
     for step, idx in enumerate(plan):
         sub = {n: [groups[n][i] for i in idx] for n in names}
         if receivers is None:
-            cand, keep, m = select({n: counts(gs) for n, gs in sub.items()}, cfg.rollout.n, cfg.exchange, gen)
-            for (s, r) in cand:
-                rows[f"{s}->{r}"].append({"candidates": int(cand[s, r].sum()), "m": m[s, r],
-                                          "kept_prompts": int(keep[s, r].sum())})
-            continue
-        res = exchange_live(step, sub, receivers, cfg.rollout.n, ex, Scoring.of(cfg), lambda peers: None, gen,
-                            (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"), window)
-        for rec in res.audit:
-            d = f"{rec['source']}->{rec['receiver']}"
-            pre = f"exchange/{d}"
-            rows[d].append({"candidates": res.metrics[f"{pre}/candidates"], "m": res.metrics[f"{pre}/m"],
-                            "kept_prompts": res.metrics[f"{pre}/kept_prompts"],
-                            "transferred": res.metrics[f"{pre}/transferred"],
-                            "admitted": res.metrics[f"{pre}/admitted"],
-                            "admitted_correct": sum(x["admitted"] and x["reward_source"] > 0.5 for x in rec["responses"]),
-                            **({} if ex.pairing == "all" else {"paired": res.metrics[f"{pre}/paired"]})})
+            step_rows = _selected_rows(sub, cfg, gen)
+        else:
+            res = exchange_live(step, sub, receivers, cfg.rollout.n, ex, Scoring.of(cfg), lambda peers: None, gen,
+                                (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"), window)
+            step_rows = _exchanged_rows(res, ex.pairing)
+        for d, row in step_rows:
+            rows[d].append(row)
     key = "admitted" if receivers is not None else "kept_prompts"
+    directions = _direction_means(rows, key, size)
+    return {"batch_prompts": size, "batches": len(plan), "counted": key,
+            "directions": directions, "verdict": verdict(directions, key, size)}
+
+
+def _selected_rows(sub: dict[str, list[RolloutGroup]], cfg, gen: torch.Generator) -> list[tuple[str, dict]]:
+    """Per direction of one replayed step's selection (:func:`graft.exchange.live.select`, without ``s``), its
+    candidates, m and kept prompts."""
+    cand, keep, m = select({n: counts(gs) for n, gs in sub.items()}, cfg.rollout.n, cfg.exchange, gen)
+    return [(f"{s}->{r}", {"candidates": int(cand[s, r].sum()), "m": m[s, r], "kept_prompts": int(keep[s, r].sum())})
+            for (s, r) in cand]
+
+
+def _exchanged_rows(res: ExchangeResult, pairing: str) -> list[tuple[str, dict]]:
+    """Per direction of one replayed step's exchange, its numbers (``paired`` unless ``pairing`` is ``all``)."""
+    out = []
+    for rec in res.audit:
+        d = f"{rec['source']}->{rec['receiver']}"
+        pre = f"exchange/{d}"
+        out.append((d, {"candidates": res.metrics[f"{pre}/candidates"], "m": res.metrics[f"{pre}/m"],
+                        "kept_prompts": res.metrics[f"{pre}/kept_prompts"],
+                        "transferred": res.metrics[f"{pre}/transferred"],
+                        "admitted": res.metrics[f"{pre}/admitted"],
+                        "admitted_correct": sum(x["admitted"] and x["reward_source"] > 0.5 for x in rec["responses"]),
+                        **({} if pairing == "all" else {"paired": res.metrics[f"{pre}/paired"]})}))
+    return out
+
+
+def _direction_means(rows: dict[str, list[dict]], key: str, size: int) -> dict[str, dict]:
+    """Per direction, the mean of each number over the replayed steps, the share of steps whose ``key`` is
+    positive, and the admitted correct responses per 100 training prompts (batches of ``size``)."""
     directions = {d: {**{k: sum(x[k] for x in xs) / len(xs) for k in xs[0]},
                       "steps_exchanging": sum(x[key] > 0 for x in xs) / len(xs)} for d, xs in rows.items()}
     for v in directions.values():
         if "admitted_correct" in v:
             v["admitted_correct_per_100_prompts"] = 100 * v["admitted_correct"] / size
-    return {"batch_prompts": size, "batches": len(plan), "counted": key,
-            "directions": directions, "verdict": verdict(directions, key, size)}
+    return directions
 
 
 def predict_pairings(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int,

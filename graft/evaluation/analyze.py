@@ -212,39 +212,48 @@ def exchange_stats(rows: list[dict], audit: list[dict], direction: str) -> dict:
         rec = recs.get(step)
         if rec is None and not any(k.startswith(pre + "/") for k in row):
             continue
-        if rec is not None:
-            responses = rec.get("responses") or []
-            entry: dict[str, Any] = {"step": step, "candidates": len(rec.get("candidates") or []), "m": rec.get("m"),
-                     "kept": len(rec.get("selected") or []), "transferred": len(responses),
-                     "admitted": sum(1 for x in responses if x.get("admitted"))}
-        else:
-            entry = {"step": step, "candidates": _int(row.get(f"{pre}/candidates")), "m": _int(row.get(f"{pre}/m")),
-                     "kept": _int(row.get(f"{pre}/kept_prompts")), "transferred": _int(row.get(f"{pre}/transferred")),
-                     "admitted": _int(row.get(f"{pre}/admitted"))}
-        t, a = entry["transferred"], entry["admitted"]
-        entry["admitted_frac"] = a / t if t and a is not None else None
-        per_step.append(entry)
+        per_step.append(_audit_entry(step, rec) if rec is not None else _metrics_entry(step, row, pre))
     steps_seen = {e["step"] for e in per_step}
     for step, rec in sorted(recs.items()):  # audit records of steps missing from metrics (still running)
         if step not in steps_seen:
-            responses = rec.get("responses") or []
-            adm = sum(1 for x in responses if x.get("admitted"))
-            per_step.append({"step": step, "candidates": len(rec.get("candidates") or []), "m": rec.get("m"),
-                             "kept": len(rec.get("selected") or []), "transferred": len(responses), "admitted": adm,
-                             "admitted_frac": adm / len(responses) if responses else None})
+            per_step.append(_audit_entry(step, rec))
     per_step.sort(key=lambda e: e["step"])
+    return {"per_step": per_step, "totals": _exchange_totals(per_step)}
+
+
+def _audit_entry(step: int, rec: dict) -> dict[str, Any]:
+    """:func:`exchange_stats`' numbers of one step, from the step's audit record of the direction."""
+    responses = rec.get("responses") or []
+    adm = sum(1 for x in responses if x.get("admitted"))
+    return {"step": step, "candidates": len(rec.get("candidates") or []), "m": rec.get("m"),
+            "kept": len(rec.get("selected") or []), "transferred": len(responses), "admitted": adm,
+            "admitted_frac": adm / len(responses) if responses else None}
+
+
+def _metrics_entry(step: int, row: dict, pre: str) -> dict[str, Any]:
+    """:func:`exchange_stats`' numbers of one step, from its metrics row (the ``pre/...`` keys)."""
+    entry: dict[str, Any] = {
+        "step": step, "candidates": _int(row.get(f"{pre}/candidates")), "m": _int(row.get(f"{pre}/m")),
+        "kept": _int(row.get(f"{pre}/kept_prompts")), "transferred": _int(row.get(f"{pre}/transferred")),
+        "admitted": _int(row.get(f"{pre}/admitted"))}
+    t, a = entry["transferred"], entry["admitted"]
+    entry["admitted_frac"] = a / t if t and a is not None else None
+    return entry
+
+
+def _exchange_totals(per_step: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`exchange_stats`' totals over its steps (a number missing from a step counts as none)."""
 
     def total(key):
         return sum(e[key] for e in per_step if e[key] is not None)
 
     transferred, admitted = total("transferred"), total("admitted")
-    return {"per_step": per_step,
-            "totals": {"steps": len(per_step), "candidates": total("candidates"), "kept": total("kept"),
-                       "transferred": transferred, "admitted": admitted,
-                       "admitted_frac": admitted / transferred if transferred else None,
-                       "mean_candidates": _mean([e["candidates"] for e in per_step]),
-                       "mean_kept": _mean([e["kept"] for e in per_step]),
-                       "steps_with_exchange": sum(1 for e in per_step if (e["kept"] or 0) > 0)}}
+    return {"steps": len(per_step), "candidates": total("candidates"), "kept": total("kept"),
+            "transferred": transferred, "admitted": admitted,
+            "admitted_frac": admitted / transferred if transferred else None,
+            "mean_candidates": _mean([e["candidates"] for e in per_step]),
+            "mean_kept": _mean([e["kept"] for e in per_step]),
+            "steps_with_exchange": sum(1 for e in per_step if (e["kept"] or 0) > 0)}
 
 
 def quantile(sorted_vals: Sequence[float], q: float) -> float:

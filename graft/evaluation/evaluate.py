@@ -172,16 +172,7 @@ def run_repeat(sampler: Sampler, prompts: Sequence[Prompt], grader, *, path: Pat
     Seeds: one per prompt, ``derive_seed(seed, repeat, prompt_id)``, so a prompt's samples do not depend
     on chunking, batch size, ``--limit`` or resuming.
     """
-    done = read_records(path, repair=True) if path is not None else {}
-    for rec in done.values():
-        if len(rec.rewards) != n:
-            raise EvalError(f"{path}: prompt {rec.id} has {len(rec.rewards)} samples, this evaluation uses n={n}")
-    if len({p.id for p in prompts}) != len(prompts):
-        raise EvalError(f"{desc or 'dataset'}: prompt ids are not unique")
-    fixed = _regraded([p for p in prompts if p.id in done and done[p.id].answer != p.answer], done, grader)
-    if fixed and path is not None:
-        _append(path, fixed)  # a later line for the same id replaces the earlier one
-    done.update((r.id, r) for r in fixed)
+    done = _resumed(path, prompts, grader, n, desc)
     bar = _bar(len(prompts), sum(1 for p in prompts if p.id in done), desc, progress)
     try:
         for start in range(0, len(prompts), chunk_prompts):
@@ -202,6 +193,22 @@ def run_repeat(sampler: Sampler, prompts: Sequence[Prompt], grader, *, path: Pat
     finally:
         bar.close()
     return [done[p.id] for p in prompts]
+
+
+def _resumed(path: Path | None, prompts: Sequence[Prompt], grader, n: int, desc: str) -> dict[str, PromptRecord]:
+    """The finished prompts of a repeat: read back from ``path`` (none without), checked against ``n`` samples
+    and ``prompts``' unique ids, those whose reference answer changed regraded (and appended)."""
+    done = read_records(path, repair=True) if path is not None else {}
+    for rec in done.values():
+        if len(rec.rewards) != n:
+            raise EvalError(f"{path}: prompt {rec.id} has {len(rec.rewards)} samples, this evaluation uses n={n}")
+    if len({p.id for p in prompts}) != len(prompts):
+        raise EvalError(f"{desc or 'dataset'}: prompt ids are not unique")
+    fixed = _regraded([p for p in prompts if p.id in done and done[p.id].answer != p.answer], done, grader)
+    if fixed and path is not None:
+        _append(path, fixed)  # a later line for the same id replaces the earlier one
+    done.update((r.id, r) for r in fixed)
+    return done
 
 
 def _regraded(stale: list[Prompt], done: dict[str, PromptRecord], grader) -> list[PromptRecord]:
@@ -378,23 +385,31 @@ def evaluate(sampler: Sampler, datasets: dict[str, list[Prompt]], grader, out_di
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         _check_protocol(out, protocol)
-    records: dict[str, list[list[PromptRecord]]] = {}
-    for name, prompts in datasets.items():
-        records[name] = []
-        for r in range(repeats):
-            path = None
-            if out is not None:
-                (out / name).mkdir(parents=True, exist_ok=True)
-                path = out / name / f"repeat_{r}.jsonl"
-            records[name].append(run_repeat(
-                sampler, prompts, grader, path=path, n=n, temperature=temperature, top_p=top_p,
-                max_new_tokens=max_new_tokens, seed=seed, repeat=r, batch_size=batch_size,
-                chunk_prompts=chunk_prompts, progress=progress, desc=f"{name} r{r}"))
+    records = _all_repeats(sampler, datasets, grader, out, protocol, batch_size, chunk_prompts, progress)
     results = {"protocol": protocol, "ks": ks, **summarize(records, ks)}
     if out is not None:
         write_text(out / "results.json", json.dumps(json_clean(results), indent=2) + "\n")
         write_text(out / "results.md", results_markdown(results))
     return results
+
+
+def _all_repeats(sampler: Sampler, datasets: dict[str, list[Prompt]], grader, out: Path | None, protocol: dict,
+                 batch_size: int, chunk_prompts: int, progress: bool) -> dict[str, list[list[PromptRecord]]]:
+    """Every dataset's ``protocol["repeats"]`` repeats (:func:`run_repeat` with the protocol's n, temperature,
+    top_p, max_new_tokens and seed), each kept in ``out/DATASET/repeat_R.jsonl`` when ``out`` is given."""
+    records: dict[str, list[list[PromptRecord]]] = {}
+    for name, prompts in datasets.items():
+        records[name] = []
+        for r in range(protocol["repeats"]):
+            path = None
+            if out is not None:
+                (out / name).mkdir(parents=True, exist_ok=True)
+                path = out / name / f"repeat_{r}.jsonl"
+            records[name].append(run_repeat(
+                sampler, prompts, grader, path=path, n=protocol["n"], temperature=protocol["temperature"],
+                top_p=protocol["top_p"], max_new_tokens=protocol["max_new_tokens"], seed=protocol["seed"], repeat=r,
+                batch_size=batch_size, chunk_prompts=chunk_prompts, progress=progress, desc=f"{name} r{r}"))
+    return records
 
 
 def evaluate_during_training(sampler: Sampler, datasets: dict[str, list[Prompt]] | list[Prompt], grader,

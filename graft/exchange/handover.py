@@ -91,15 +91,11 @@ def hand_over(groups: list[RolloutGroup], receiver: Receiver, ex: ExchangeConfig
         return HandOver([], [], gating.gate(torch.zeros(0), ex.delta)[2], {}, {})
     prompt_ids = [receiver.codec.encode_prompt(g.problem) for g in groups]
     resp_ids = [receiver.codec.encode_responses(g.responses, g.finished) for g in groups]
-    flat_prompts = [p for p, resp in zip(prompt_ids, resp_ids, strict=True) for _ in resp]
-    flat_resp = [r for resp in resp_ids for r in resp]
-    recv_lp = receiver.token_logprobs(flat_prompts, flat_resp, chunk=scoring.chunk,    # [N] of [T_n]
-                                      micro_batch=scoring.micro_batch, temperature=scoring.temperature,
-                                      progress=scoring.progress)
+    recv_lp = _receiver_logprobs(receiver, prompt_ids, resp_ids, scoring)   # [N] of [T_n]
     mean_r = torch.tensor([_mean_or_neg_inf(lp) for lp in recv_lp], dtype=torch.float64)
     mean_s = torch.tensor([_mean_or_neg_inf(lp) for g in groups for lp in g.gen_logprobs], dtype=torch.float64)
     s = torch.nan_to_num(gating.compatibility_scores(mean_r, mean_s), nan=0.0, posinf=0.0).float()   # [N]
-    lengths = torch.tensor([len(r) for r in flat_resp], dtype=torch.long)
+    lengths = torch.tensor([len(r) for resp in resp_ids for r in resp], dtype=torch.long)
     delta = gating.length_deltas(lengths, ex.delta_by_length, ex.delta) if ex.delta_by_length else ex.delta
     admitted, weights, metrics = gating.gate(s, delta, ex.weight_cap, ex.admission, ex.weighting, generator)
 
@@ -108,24 +104,57 @@ def hand_over(groups: list[RolloutGroup], receiver: Receiver, ex: ExchangeConfig
     for g, p_ids, r_ids in zip(groups, prompt_ids, resp_ids, strict=True):
         sl = slice(offset, offset + g.size)
         offset += g.size
-        advantages = list(g.advantages)
-        if ex.include_all_correct and g.num_correct == g.size:
-            advantages = all_correct_advantages(g.size, ex.all_correct_advantage).tolist()
-        if ex.pooled_rewards and own and g.prompt_id in own:
-            mine, theirs = pooled_advantages(own[g.prompt_id].rewards_tensor(), g.rewards_tensor(), *adv_norm)
-            own_adv[g.prompt_id], advantages = mine.tolist(), theirs.tolist()
-        peer = replace(g, holder=receiver.name, prompt_text=receiver.codec.render_prompt(g.problem), prompt_token_ids=p_ids,
-                       token_ids=r_ids, old_logprobs=[lp.tolist() for lp in recv_lp[sl]], advantages=advantages,
-                       weights=weights[sl].tolist(), compat=s[sl].tolist())
+        advantages, mine = _peer_advantages(g, ex, own, adv_norm)
+        if mine is not None:
+            own_adv[g.prompt_id] = mine
+        peer = _held(g, receiver, p_ids, r_ids, recv_lp[sl], advantages, weights[sl], s[sl])
         keep = [i for i in range(g.size) if bool(admitted[sl][i]) and (not ex.successes_only or g.rewards[i] > 0.5)]
-        rows += [
-            {"prompt_id": g.prompt_id, "index": g.index[i], "reward_source": g.rewards[i], "advantage": advantages[i],
-             "mean_logp_receiver": float(mean_r[sl][i]), "mean_logp_source": float(mean_s[sl][i]),
-             "s": float(s[sl][i]), "admitted": i in keep, "weight": float(weights[sl][i]) if i in keep else 0.0,
-             "receiver_tokens": len(r_ids[i]), "source_tokens": len(g.gen_token_ids[i])}
-            for i in range(g.size)
-        ]
+        rows += _audit_rows(g, r_ids, advantages, keep, mean_r[sl], mean_s[sl], s[sl], weights[sl])
         s_mean[g.prompt_id] = float(s[sl].double().mean())
         if keep:
             out.append(peer.subset(keep))
     return HandOver(out, rows, metrics, s_mean, own_adv)
+
+
+def _receiver_logprobs(receiver: Receiver, prompt_ids: list[list[int]], resp_ids: list[list[list[int]]],
+                       scoring: Scoring) -> list[torch.Tensor]:
+    """The receiver's token log-probs of every response of every group, in one batch (``[N]`` of ``[T_n]``)."""
+    flat_prompts = [p for p, resp in zip(prompt_ids, resp_ids, strict=True) for _ in resp]
+    flat_resp = [r for resp in resp_ids for r in resp]
+    return receiver.token_logprobs(flat_prompts, flat_resp, chunk=scoring.chunk, micro_batch=scoring.micro_batch,
+                                   temperature=scoring.temperature, progress=scoring.progress)
+
+
+def _held(g: RolloutGroup, receiver: Receiver, p_ids: list[int], r_ids: list[list[int]], recv_lp: list[torch.Tensor],
+          advantages: list[float], weights: torch.Tensor, s: torch.Tensor) -> RolloutGroup:
+    """``g`` as ``receiver`` holds it: in its prompt format and tokens, with its log-probs as the old ones, and
+    the peer advantages, weights and ``s`` of the responses."""
+    return replace(g, holder=receiver.name, prompt_text=receiver.codec.render_prompt(g.problem), prompt_token_ids=p_ids,
+                   token_ids=r_ids, old_logprobs=[lp.tolist() for lp in recv_lp], advantages=advantages,
+                   weights=weights.tolist(), compat=s.tolist())
+
+
+def _peer_advantages(g: RolloutGroup, ex: ExchangeConfig, own: dict[str, RolloutGroup] | None,
+                     adv_norm: tuple[float, bool]) -> tuple[list[float], list[float] | None]:
+    """The advantages of ``g``'s responses in the receiver's hands, and the receiver's own advantages of the
+    prompt where they change (the pooled-rewards ablation; else None): the source's advantages, a handed-over
+    all-correct group's ``ex.all_correct_advantage``, or under ``ex.pooled_rewards`` both sides normalised jointly."""
+    advantages = list(g.advantages)
+    if ex.include_all_correct and g.num_correct == g.size:
+        advantages = all_correct_advantages(g.size, ex.all_correct_advantage).tolist()
+    if ex.pooled_rewards and own and g.prompt_id in own:
+        mine, theirs = pooled_advantages(own[g.prompt_id].rewards_tensor(), g.rewards_tensor(), *adv_norm)
+        return theirs.tolist(), mine.tolist()
+    return advantages, None
+
+
+def _audit_rows(g: RolloutGroup, r_ids: list[list[int]], advantages: list[float], keep: list[int],
+                mean_r: torch.Tensor, mean_s: torch.Tensor, s: torch.Tensor, weights: torch.Tensor) -> list[HandedRow]:
+    """One audit row per response of ``g`` (``mean_r``, ``mean_s``, ``s``, ``weights``: the group's slices)."""
+    return [
+        {"prompt_id": g.prompt_id, "index": g.index[i], "reward_source": g.rewards[i], "advantage": advantages[i],
+         "mean_logp_receiver": float(mean_r[i]), "mean_logp_source": float(mean_s[i]),
+         "s": float(s[i]), "admitted": i in keep, "weight": float(weights[i]) if i in keep else 0.0,
+         "receiver_tokens": len(r_ids[i]), "source_tokens": len(g.gen_token_ids[i])}
+        for i in range(g.size)
+    ]

@@ -204,12 +204,7 @@ class ContinuousBatchingEngine(RolloutEngine):
             return []
         gc = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,
                               num_return_sequences=n, eos_token_id=sorted(pol.stop_ids), pad_token_id=pol.pad_token_id)
-        seed = int(seeds[0]) if seeds else int(seed)
-        # Size the paged cache for the requests at hand: left to itself, transformers sizes it from
-        # free memory (up to 90% of it), which on a CPU host is most of the machine's RAM.
-        per_seq = -(-(max(len(p) for p in prompt_ids) + max_new_tokens) // 256)
-        cbc = ContinuousBatchingConfig(return_logprobs=True, seed=seed % (2**31), max_requests_per_batch=max(1, batch_size),
-                                       num_blocks=max(1, batch_size) * per_seq + 1, max_batch_tokens=4096)
+        cbc = _paged_config(prompt_ids, max_new_tokens, batch_size, int(seeds[0]) if seeds else int(seed))
         model = _unwrap(pol.model)
         was_training = model.training
         model.eval()
@@ -219,20 +214,32 @@ class ContinuousBatchingEngine(RolloutEngine):
                                            continuous_batching_config=cbc, progress_bar=progress, warmup=False)
         finally:
             model.train(was_training)
-        outs = list(res.values())
-        if len(outs) != len(prompt_ids) * n:
+        return self._samples(list(res.values()), len(prompt_ids), n)
+
+    def _samples(self, outs: list, prompts: int, n: int) -> list[list[Sample]]:
+        """``generate_batch``'s outputs (``n`` per prompt, in prompt order) as ``[P][G]`` samples."""
+        if len(outs) != prompts * n:
             failed = [o.error for o in outs if getattr(o, "error", None)]
-            raise RuntimeError(f"continuous batching returned {len(outs)} of {len(prompt_ids) * n} samples {failed[:3]}")
+            raise RuntimeError(f"continuous batching returned {len(outs)} of {prompts * n} samples {failed[:3]}")
         samples = []
-        for i in range(len(prompt_ids)):
+        for i in range(prompts):
             group = []
             for o in outs[i * n:(i + 1) * n]:
                 toks = list(o.generated_tokens)
-                fin = bool(toks) and toks[-1] in pol.stop_ids
+                fin = bool(toks) and toks[-1] in self.policy.stop_ids
                 group.append(Sample(token_ids=toks, logprobs=[float(x) for x in o.logprobs[:len(toks)]],
                                     text=self.codec.decode(toks), finished=fin))
             samples.append(group)
         return samples
+
+
+def _paged_config(prompt_ids: list[list[int]], max_new_tokens: int, batch_size: int, seed: int) -> ContinuousBatchingConfig:
+    """The continuous-batching config of one call, its paged cache sized for the requests at hand: left to
+    itself, transformers sizes it from free memory (up to 90% of it), which on a CPU host is most of the
+    machine's RAM."""
+    per_seq = -(-(max(len(p) for p in prompt_ids) + max_new_tokens) // 256)
+    return ContinuousBatchingConfig(return_logprobs=True, seed=seed % (2**31), max_requests_per_batch=max(1, batch_size),
+                                    num_blocks=max(1, batch_size) * per_seq + 1, max_batch_tokens=4096)
 
 
 def continuous_batching_unavailable_reason(model: Any = None) -> str | None:

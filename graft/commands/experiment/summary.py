@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -59,47 +60,73 @@ def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None
     user's: the strict rule means nothing there; its monitor is in each run's ``analyze.txt``)."""
     if _run_domain(m) not in ("math", "number"):
         return None
-    per_set, per_set_skill, correct, expr_correct, boxed, expr_boxed = [], [], 0, 0, 0, 0
-    texts, questions, as_run, strict_all = [], [], [], []
-    fams: dict[str, dict[str, list[float]]] = {}
+    tally = _Regrade()
     for path in sorted((m.results_dir / "eval" / model).glob("*/repeat_*.jsonl")):
         rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-        per_prompt, skill = [], []
-        for r in rows:
-            problem = r.get("problem") or (problems or {}).get(r["id"])
-            strict = [verify_number(resp, r["answer"])[0] for resp in r["responses"]]
-            per_prompt.append(sum(strict) / len(strict))
-            chance = chance_level(problem, r["answer"]) if problem else 0.0
-            f = fams.setdefault(eval_family(r["id"]), {"pass@1": [], "chance": []})
-            f["pass@1"].append(per_prompt[-1])
-            f["chance"].append(chance)
-            texts += r["responses"]
-            questions += [problem or ""] * len(r["responses"])
-            as_run += r["rewards"]
-            strict_all += strict
-            for resp, old in zip(r["responses"], r["rewards"], strict=True):   # one reward per response
-                content = extract_boxed(resp)
-                expression = bool(content and not is_number(content))
-                boxed += bool(content)
-                expr_boxed += expression
-                if old == 1.0:
-                    correct += 1
-                    expr_correct += expression
+        per_prompt = [tally.add_row(r, problems) for r in rows]
         if per_prompt:
-            per_set.append(sum(per_prompt) / len(per_prompt))
-        skill = [p for r, p in zip(rows, per_prompt, strict=True) if _below_chance_cut(fams[eval_family(r["id"])]["chance"])]
+            tally.per_set.append(sum(per_prompt) / len(per_prompt))
+        skill = [p for r, p in zip(rows, per_prompt, strict=True)
+                 if _below_chance_cut(tally.fams[eval_family(r["id"])]["chance"])]
         if skill:
-            per_set_skill.append(sum(skill) / len(skill))
-    if not per_set:
-        return None
-    return {"pass@1": sum(per_set) / len(per_set),
-            "pass@1_skill": sum(per_set_skill) / len(per_set_skill) if per_set_skill else None,
-            "expression_share_of_correct": expr_correct / correct if correct else None,
-            "expression_share_of_boxed": expr_boxed / boxed if boxed else None,
-            "monitor": {"as_run": shortcut_shares(texts, questions, as_run, WORKED_EQUATIONS),
-                        "strict": shortcut_shares(texts, questions, strict_all, WORKED_EQUATIONS)},
-            "families": {f: {"pass@1": _mean(v["pass@1"]), "chance": _mean(v["chance"]), "prompts": len(v["pass@1"])}
-                         for f, v in sorted(fams.items())}}
+            tally.per_set_skill.append(sum(skill) / len(skill))
+    return tally.summary() if tally.per_set else None
+
+
+@dataclass
+class _Regrade:
+    """What :func:`regraded_pass1` gathers over a run's eval files."""
+
+    per_set: list[float] = field(default_factory=list)
+    """Strict pass@1 of each eval file (data set and repeat)."""
+    per_set_skill: list[float] = field(default_factory=list)
+    """The same over the prompts of the families under the chance cut (files that have some)."""
+    fams: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Problem family -> its prompts' strict pass@1 and chance levels."""
+    texts: list[str] = field(default_factory=list)
+    questions: list[str] = field(default_factory=list)
+    as_run: list[float] = field(default_factory=list)
+    strict: list[float] = field(default_factory=list)
+    """Every response, its question, the run's own reward and the strict one (the monitor's input)."""
+    boxed: int = 0
+    expr_boxed: int = 0
+    correct: int = 0
+    expr_correct: int = 0
+    """Responses with a non-empty box / an expression in it, among all and among those the run counted correct."""
+
+    def add_row(self, r: dict, problems: dict[str, str] | None) -> float:
+        """Re-grade one prompt's responses; returns its strict pass@1."""
+        problem = r.get("problem") or (problems or {}).get(r["id"])
+        strict = [verify_number(resp, r["answer"])[0] for resp in r["responses"]]
+        pass1 = sum(strict) / len(strict)
+        chance = chance_level(problem, r["answer"]) if problem else 0.0
+        f = self.fams.setdefault(eval_family(r["id"]), {"pass@1": [], "chance": []})
+        f["pass@1"].append(pass1)
+        f["chance"].append(chance)
+        self.texts += r["responses"]
+        self.questions += [problem or ""] * len(r["responses"])
+        self.as_run += r["rewards"]
+        self.strict += strict
+        for resp, old in zip(r["responses"], r["rewards"], strict=True):   # one reward per response
+            content = extract_boxed(resp)
+            expression = bool(content and not is_number(content))
+            self.boxed += bool(content)
+            self.expr_boxed += expression
+            if old == 1.0:
+                self.correct += 1
+                self.expr_correct += expression
+        return pass1
+
+    def summary(self) -> dict:
+        """:func:`regraded_pass1`'s result."""
+        return {"pass@1": sum(self.per_set) / len(self.per_set),
+                "pass@1_skill": sum(self.per_set_skill) / len(self.per_set_skill) if self.per_set_skill else None,
+                "expression_share_of_correct": self.expr_correct / self.correct if self.correct else None,
+                "expression_share_of_boxed": self.expr_boxed / self.boxed if self.boxed else None,
+                "monitor": {"as_run": shortcut_shares(self.texts, self.questions, self.as_run, WORKED_EQUATIONS),
+                            "strict": shortcut_shares(self.texts, self.questions, self.strict, WORKED_EQUATIONS)},
+                "families": {f: {"pass@1": _mean(v["pass@1"]), "chance": _mean(v["chance"]), "prompts": len(v["pass@1"])}
+                             for f, v in sorted(self.fams.items())}}
 
 
 def _run_domain(m: Member) -> str:
