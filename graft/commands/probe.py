@@ -393,7 +393,6 @@ def _prediction_table(pe: dict) -> list[str]:
     if pe["verdict"]:
         lines += ["", f"verdict: {pe['verdict']}"]
     return lines
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
