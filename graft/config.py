@@ -18,6 +18,7 @@ embedded CPU job lives in ``configs/default.yaml``.
 from __future__ import annotations
 
 import ast
+import contextvars
 import dataclasses
 import difflib
 import inspect
@@ -89,9 +90,17 @@ def _each(check: Any, items: Any) -> list:
     return out
 
 
+_BROKEN: contextvars.ContextVar[list[ConfigError] | None] = contextvars.ContextVar("graft_config_broken", default=None)
+"""While :func:`_build` runs a dataclass's ``__post_init__``: the invariants found broken so far (:func:`_check`
+records each and lets the checks after it run); outside it, ``None`` and a broken invariant raises at once."""
+
+
 def _check(ok: bool, field: str, reason: str) -> None:
     if not ok:
-        raise _FieldError(field, reason)
+        broken = _BROKEN.get()
+        if broken is None:
+            raise _FieldError(field, reason)
+        broken.append(_FieldError(field, reason))
 
 
 _Cls = typing.TypeVar("_Cls", bound=type)
@@ -793,8 +802,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
     type (:func:`_coerce`) and every error names the dotted field (``where`` is the path of ``cls``).
 
     Every unknown key and every field's type error is reported, in every section (:class:`ConfigErrors`); the
-    ``__post_init__`` invariants of a dataclass run only when all of its fields are well typed, and stop at the first
-    broken one (so a section reports at most one invariant, and the top level's run only when every section built)."""
+    ``__post_init__`` invariants of a dataclass run only when all of its fields are well typed, and every broken one
+    is reported (:func:`_construct`); the top level's run only when every section built."""
     if not dataclasses.is_dataclass(cls):
         return data
     if isinstance(data, cls):
@@ -816,12 +825,31 @@ def _build(cls: type, data: Any, where: str) -> Any:
                           + f" (the keys of {where or 'the top level'} are {', '.join(known)})")
 
     kwargs = dict(zip(data, _each(check, data.items()), strict=True))   # every field's errors, before any invariant
+    return _construct(cls, kwargs, where)
+
+
+def _construct(cls: type, kwargs: dict, where: str) -> Any:
+    """``cls(**kwargs)`` with every broken invariant of its ``__post_init__`` reported together (:data:`_BROKEN`),
+    each prefixed with ``where``. An exception other than a :class:`ConfigError` after an invariant broke is its
+    consequence (a check guarding the code after it) and is dropped; without one it is raised as before."""
+    broken: list[ConfigError] = []
+    token = _BROKEN.set(broken)
     try:
-        return cls(**kwargs)
-    except _FieldError as e:
-        raise ConfigError(f"{_join(where, e.field)}: {e.reason}") from None
+        made = cls(**kwargs)
+    except ConfigError as e:
+        broken += e.errors if isinstance(e, ConfigErrors) else [e]
     except TypeError as e:
-        raise ConfigError(f"{where or 'config'}: {e}") from None
+        if not broken:
+            raise ConfigError(f"{where or 'config'}: {e}") from None
+    except Exception:
+        if not broken:
+            raise
+    finally:
+        _BROKEN.reset(token)
+    errors = [ConfigError(f"{_join(where, e.field)}: {e.reason}") if isinstance(e, _FieldError) else e for e in broken]
+    if errors:
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+    return made
 
 
 def _join(where: str, name: Any) -> str:
@@ -1300,9 +1328,9 @@ def _overlay(base: Any, top: Any, where: str) -> Any:
 
 
 def read_yaml_tree(path: str | Path, _seen: tuple = ()) -> dict:
-    """A YAML config as a dict; ``include: other.yaml`` or ``include: [a.yaml, b.yaml]`` (relative to the file)
-    is read first, each file overlaid by the next and all by this file's keys, so presets such as
-    configs/baselines/*.yaml stay one-liners."""
+    """A YAML config as a dict; ``include: other.yaml`` or ``include: [a.yaml, b.yaml]`` (relative to the file, or
+    a packaged config's name: :func:`_include_path`) is read first, each file overlaid by the next and all by this
+    file's keys, so presets such as configs/baselines/*.yaml stay one-liners."""
     p = Path(path)
     if p.resolve() in _seen:
         raise ConfigError(f"{p}: include cycle")
@@ -1316,8 +1344,18 @@ def read_yaml_tree(path: str | Path, _seen: tuple = ()) -> dict:
         print(f"{notice} ({p})", file=sys.stderr)
     base: dict = {}
     for name in _includes(p, tree.pop("include", None)):
-        base = _merge(base, read_yaml_tree(p.parent / name, (*_seen, p.resolve())))
+        base = _merge(base, read_yaml_tree(_include_path(p, name), (*_seen, p.resolve())))
     return _merge(base, tree)
+
+
+def _include_path(p: Path, name: str) -> Path:
+    """The file that config ``p``'s ``include: name`` reads: ``name`` beside ``p`` if it is there, else the packaged
+    config of that name (``default`` or ``default.yaml``), so a user's own file anywhere can build on a preset."""
+    beside = p.parent / name
+    packaged = name.removesuffix(".yaml").removesuffix(".yml")
+    if not beside.exists() and packaged in packaged_configs():
+        return CONFIGS / f"{packaged}.yaml"
+    return beside
 
 
 def _config_text(p: Path) -> str:

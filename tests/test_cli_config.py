@@ -70,3 +70,15 @@ def test_the_including_yaml_changes_one_entry_by_index(tmp_path):
     child.write_text(f"include: {REPO / 'configs' / 'default.yaml'}\nmodels: {{2: {{lr: 5.0e-6}}}}\n")
     with pytest.raises(ConfigError, match=r"^models.2: index out of range: the included models has 2 entries$"):
         load_config(child)
+
+
+def test_a_users_file_anywhere_includes_a_preset_by_its_name(tmp_path):
+    (tmp_path / "mine.yaml").write_text("include: default\nsteps: 3\n")
+    (tmp_path / "also.yaml").write_text("include: [baselines/grpo_n16.yaml]\nrun_dir: runs/mine\n")
+    assert load_config(tmp_path / "mine.yaml").steps == 3
+    assert load_config(tmp_path / "also.yaml").rollout.n == 16
+    (tmp_path / "mine.yaml").write_text("include: default.yaml\nsteps: 3\n")
+    assert load_config(tmp_path / "mine.yaml").steps == 3                 # default.yaml: not beside it, so the preset
+    (tmp_path / "default.yaml").write_text("include: ../nowhere.yaml\n")      # a file beside it wins over the preset
+    with pytest.raises(ConfigError, match="^config file not found: .*nowhere.yaml$"):
+        load_config(tmp_path / "mine.yaml")
