@@ -1,5 +1,6 @@
-"""The ``graft`` command: train, eval, grade, probe, config, export, analyze, samples, report, store, sweep, experiment,
-onestep, splits, bench.
+"""graft: RL with verifiable rewards for several models that hand each other rollout groups.
+Commands: train, eval, grade, probe, config, export, analyze, samples, report, store, sweep, experiment, onestep,
+splits, bench.
 
     graft --version
     graft [-v | -q] COMMAND ...   (-v: progress and info lines, -q: errors only; also after COMMAND)
