@@ -210,6 +210,13 @@ class ModelConfig:
     """Recompute each decoder layer's activations in backward instead of storing them (transformers'
     ``gradient_checkpointing_enable``, non-reentrant; with LoRA too): less memory, about one more forward pass of
     time per update micro-batch. The update then forwards prompt and response together, each row its own prompt."""
+    common_prefix: bool = False
+    """Forward the tokens that all prompts of a generation batch or update micro-batch begin with (the template and
+    its worked examples) once, as one row whose KV cache the prompts share, and then only each prompt's rest. The
+    same samples and log-probs up to float rounding, which can still move a sampled token to its neighbour at a
+    CDF boundary (hence off by default: a run is then not token for token today's). Not used where a layer's
+    sliding window is shorter than prompt plus response (the prompts are forwarded whole, as when off), nor by an
+    FSDP-sharded update."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Optional LoRA adapter."""
     revision: str | None = None

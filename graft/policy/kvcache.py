@@ -90,6 +90,22 @@ class BufferedSlidingLayer(_Buffers, DynamicSlidingWindowLayer):
         return self.keys, self.values
 
 
+def attention_span(cache: DynamicCache) -> float:
+    """How many positions back every layer of ``cache`` attends: ``inf`` when all layers attend to every earlier
+    position, else the narrowest sliding (or chunked) window; 0 when a layer is of another kind (a recurrent state
+    would run over padding). A forward whose rows are at most this long sees the same keys whatever columns the
+    padding takes."""
+    span = float("inf")
+    for layer in cache.layers:
+        if type(layer) in (DynamicLayer, BufferedLayer):
+            continue
+        if not isinstance(layer, DynamicSlidingWindowLayer) or type(layer) not in (DynamicSlidingWindowLayer,
+                                                                                   BufferedSlidingLayer):
+            return 0.0
+        span = min(span, layer.sliding_window)
+    return span
+
+
 def buffered_cache(config, capacity: int):
     """A ``DynamicCache`` for ``config`` whose plain and sliding-window layers append in place
     (buffers of ``capacity`` positions: prompt + new tokens). Other layer kinds are kept as they are."""

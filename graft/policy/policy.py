@@ -14,7 +14,8 @@ the model's own distribution; with top-p < 1 the recorded value equals what
 ``forward_logprobs`` gives for the same tokens, so old and new log-probs stay comparable.
 
 Where the sampler's log-probs differ from a forward pass: generation runs incrementally
-with a KV cache over left-padded batches, ``forward_logprobs`` runs one pass over
+with a KV cache over left-padded batches (with ``Policy.common_prefix``, the prompts' common prefix
+forwarded once: :meth:`Policy._forward_prompts`), ``forward_logprobs`` runs one pass over
 response-aligned batches, so the two differ by float rounding only: < 1e-4 in fp32
 (tested), but ~1e-2 per token in bf16. ``update.recompute_old_logprobs`` replaces them
 with a forward pass when that matters.
@@ -27,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import torch
 from torch import Tensor
@@ -38,7 +39,8 @@ from transformers import DynamicCache
 from graft.config import LoraConfig, ModelConfig
 from graft.files import writing
 from graft.policy.codec import TextCodec
-from graft.policy.kvcache import buffered_cache
+from graft.policy.fsdp import is_sharded
+from graft.policy.kvcache import attention_span, buffered_cache
 from graft.policy.loading import load_model, load_tokenizer, unwrap as _unwrap
 from graft.policy.optim import LeanAdamW
 from graft.seeds import sample_seed
@@ -170,6 +172,33 @@ class DecodeBuffers:
         return torch.exp(z, out=self._rows("_e", z.shape[0], z.shape[1], z))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Decoding:
+    """What every generation batch of one :meth:`Policy.generate` call samples with (see there)."""
+
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    renormalize_top_p: bool
+    stop_strings: tuple[str, ...]
+    model: Any
+    bufs: DecodeBuffers
+
+
+class _Trace:
+    """What one generation batch has sampled so far, per original row [B]: tokens, log-probs, entropies, finished."""
+
+    def __init__(self, B: int) -> None:
+        self.tokens: list[list[int]] = [[] for _ in range(B)]
+        self.logps: list[list[float]] = [[] for _ in range(B)]
+        self.ents: list[list[float]] = [[] for _ in range(B)]
+        self.finished = [False] * B
+
+    def samples(self, decode: Callable[[Sequence[int]], str], entropy: bool) -> list[Sample]:
+        return [Sample(token_ids=t, logprobs=lp, text=decode(t), finished=f, entropies=e if entropy else None)
+                for t, lp, e, f in zip(self.tokens, self.logps, self.ents, self.finished, strict=True)]
+
+
 def scoring_order(prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[int]:
     """Row order for no-grad scoring in micro-batches: longest prompts first, the rows of one prompt
     together (its prefix is then forwarded once per micro-batch), longest responses first within it."""
@@ -208,6 +237,9 @@ class Policy:
         self.head_keep_bytes: int = HEAD_KEEP_BYTES
         """The fused head keeps a chunk's forward logits for backward (3 head matmuls instead of 4, same values)
         while one :meth:`forward_logprobs` call's kept logits stay within this many bytes (:data:`HEAD_KEEP_BYTES`)."""
+        self.common_prefix: bool = cfg.common_prefix
+        """Prefill and the update forward the tokens all prompts of a call begin with once (:meth:`_common_length`;
+        ``models.I.common_prefix``; same values up to float rounding)."""
         self.codec = TextCodec(cfg, tokenizer)
         """Template, tokenizer and stop strings (the text side, shared with weight-less processes)."""
         self.eos_token_id: int = self.codec.eos_token_id
@@ -297,66 +329,59 @@ class Policy:
         """
         _check_sampling(prompt_ids, temperature, top_p, seeds)
         bufs = DecodeBuffers(entropy=entropy, reuse=self.decode_buffers)
-        flat = [(i, list(p)) for i, p in enumerate(prompt_ids) for _ in range(n)]
-        out: list[list[Sample]] = [[] for _ in prompt_ids]
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(int(seed))
-        row_gens = None if seeds is None else [torch.Generator().manual_seed(sample_seed(int(seeds[i]), j))
-                                               for i in range(len(prompt_ids)) for j in range(n)]
-        bar = None
-        if progress:
-            bar = tqdm(total=len(flat), desc=desc or f"{self.name} generate", unit="seq", leave=False)
+        how = _Decoding(max_new_tokens, temperature, top_p, renormalize_top_p, tuple(stop_strings), model, bufs)
+        flat = [list(p) for p in prompt_ids for _ in range(n)]
+        gens = self._generators(seed, seeds, n)
+        bar = tqdm(total=len(flat), desc=desc or f"{self.name} generate", unit="seq", leave=False) if progress else None
         try:
-            for start in range(0, len(flat), max(1, batch_size)):
-                chunk = flat[start:start + batch_size]
-                samples = self._generate_batch([p for _, p in chunk], max_new_tokens, temperature, top_p,
-                                               gen if row_gens is None else row_gens[start:start + batch_size],
-                                               renormalize_top_p, bar, tuple(stop_strings), model, bufs)
-                for (i, _), s in zip(chunk, samples, strict=True):
-                    out[i].append(s)
-                if bar is not None:
-                    bar.update(len(chunk))
+            samples = self._generate_rows(flat, gens, max(1, batch_size), how, bar)
         finally:
             if bar is not None:
                 bar.close()
+        return [samples[i * n:(i + 1) * n] for i in range(len(prompt_ids))]
+
+    def _generators(self, seed: int, seeds: Sequence[int] | None, n: int) -> torch.Generator | list[torch.Generator]:
+        """The call's generator on the device, seeded by ``seed``; with ``seeds``, one CPU generator per sample
+        (sample j of prompt i: ``sample_seed(seeds[i], j)``)."""
+        if seeds is not None:
+            return [torch.Generator().manual_seed(sample_seed(int(s), j)) for s in seeds for j in range(n)]
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(int(seed))
+        return gen
+
+    def _generate_rows(self, prompts: list[list[int]], gens: torch.Generator | list[torch.Generator], batch_size: int,
+                       how: _Decoding, bar: Any) -> list[Sample]:
+        """One sample per row of ``prompts``, ``batch_size`` rows at a time (``gens``: the call's generator, or one
+        per row)."""
+        out: list[Sample] = []
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start:start + batch_size]
+            out += self._generate_batch(chunk, gens if isinstance(gens, torch.Generator) else
+                                        gens[start:start + batch_size], how, bar)
+            if bar is not None:
+                bar.update(len(chunk))
         return out
 
-    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
-                        gen: torch.Generator | list[torch.Generator], renormalize_top_p: bool, bar: Any,
-                        stop_strings: tuple[str, ...] = (), model: Any = None, bufs: DecodeBuffers | None = None
-                        ) -> list[Sample]:
-        bufs = bufs or DecodeBuffers()
-        dev, B = self.device, len(prompts)
-        base = _unwrap(self.model if model is None else model)
+    def _generate_batch(self, prompts: list[list[int]], gen: torch.Generator | list[torch.Generator], how: _Decoding,
+                        bar: Any) -> list[Sample]:
+        """One generation batch, one row per prompt [B]: prefill (:meth:`_prefill`), then one token per step for
+        the rows still in the batch (``gen``: the call's generator, or one per row)."""
+        dev, B, bufs = self.device, len(prompts), how.bufs
+        base = _unwrap(self.model if how.model is None else how.model)
         decoder, head = base.get_decoder(), base.get_output_embeddings()
         stop = torch.tensor(sorted(self.stop_ids), dtype=torch.long, device=dev)
-        # a stop string lies within the last `window` tokens (>= 1 byte per token, <= 4 bytes per char)
-        window = 4 * max((len(x) for x in stop_strings), default=0) + 4
-        tokens: list[list[int]] = [[] for _ in range(B)]
-        logps: list[list[float]] = [[] for _ in range(B)]
-        ents: list[list[float]] = [[] for _ in range(B)]
-        finished = [False] * B
+        trace = _Trace(B)
         alive = torch.arange(B, device=dev)  # original row of each row still in the batch
-        if max_new_tokens > 0:
-            h, attn, next_pos, cache = self._prefill(base, decoder, prompts, max_new_tokens)
-        for step in range(max_new_tokens):
+        if how.max_new_tokens > 0:
+            h, attn, next_pos, cache = self._prefill(base, decoder, prompts, how.max_new_tokens)
+        for step in range(how.max_new_tokens):
             g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
-            tok, lp, ent = self._sample(self._step_logits(h, temperature, head, bufs), top_p, g, renormalize_top_p, bufs)
-            is_stop = torch.isin(tok, stop)
-            leave = is_stop.clone()
-            ent_l = ent.tolist() if ent is not None else [0.0] * len(tok)
-            for r, (orig, t, logp, e, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), ent_l,
-                                                          is_stop.tolist(), strict=True)):
-                tokens[orig].append(t)
-                logps[orig].append(logp)
-                ents[orig].append(e)
-                if s:
-                    finished[orig] = True
-                elif stop_strings and any(x in self.decode(tokens[orig][-window:]) for x in stop_strings):
-                    leave[r] = True
+            logits = self._step_logits(h, how.temperature, head, bufs)
+            tok, lp, ent = self._sample(logits, how.top_p, g, how.renormalize_top_p, bufs)
+            leave = self._record_step(trace, alive, tok, lp, ent, stop, how.stop_strings)
             if bar is not None and step % 8 == 0:
-                bar.set_postfix_str(f"tokens {step + 1}/{max_new_tokens}, alive {len(alive)}", refresh=False)
-            if step == max_new_tokens - 1:
+                bar.set_postfix_str(f"tokens {step + 1}/{how.max_new_tokens}, alive {len(alive)}", refresh=False)
+            if step == how.max_new_tokens - 1:
                 break
             keep = (~leave).nonzero().squeeze(-1)
             if keep.numel() == 0:
@@ -366,35 +391,85 @@ class Policy:
                 alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
             attn = torch.cat([attn, attn.new_ones((len(alive), 1))], dim=1)
             h = decoder(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                              use_cache=True, **{self._cache_kw: cache}).last_hidden_state[:, -1]
+                        use_cache=True, **{self._cache_kw: cache}).last_hidden_state[:, -1]
             next_pos = next_pos + 1
-        return [Sample(token_ids=tokens[b], logprobs=logps[b], text=self.decode(tokens[b]), finished=finished[b],
-                       entropies=ents[b] if bufs.entropy else None) for b in range(B)]
+        return trace.samples(self.decode, bufs.entropy)
+
+    def _record_step(self, trace: _Trace, alive: Tensor, tok: Tensor, lp: Tensor, ent: Tensor | None, stop: Tensor,
+                     stop_strings: tuple[str, ...]) -> Tensor:
+        """Append one step's tokens, log-probs and entropies [b] to the ``trace`` of the rows ``alive`` [b]; returns
+        which rows leave the batch [b]: those that sampled a stop token (finished) or whose text holds a stop string."""
+        is_stop = torch.isin(tok, stop)
+        leave = is_stop.clone()
+        # a stop string lies within the last `window` tokens (>= 1 byte per token, <= 4 bytes per char)
+        window = 4 * max((len(x) for x in stop_strings), default=0) + 4
+        ent_l = ent.tolist() if ent is not None else [0.0] * len(tok)
+        for r, (orig, t, logp, e, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), ent_l,
+                                                      is_stop.tolist(), strict=True)):
+            trace.tokens[orig].append(t)
+            trace.logps[orig].append(logp)
+            trace.ents[orig].append(e)
+            if s:
+                trace.finished[orig] = True
+            elif stop_strings and any(x in self.decode(trace.tokens[orig][-window:]) for x in stop_strings):
+                leave[r] = True
+        return leave
 
     def _prefill(self, base: Any, decoder: Any, prompts: list[list[int]], max_new_tokens: int):
-        """Forward the left-padded prompts once each (a distinct prompt's KV cache is then copied to its rows).
-        Returns the last hidden state, attention mask and next position of every row ``[B]``, and the cache."""
+        """Forward each distinct prompt once (:meth:`_forward_prompts`; the prefix they all begin with once, where
+        :meth:`_common_length` allows) and copy its KV cache to its rows. Returns the last hidden state, attention
+        mask and next position of every row ``[B]``, and the cache."""
         dev, B = self.device, len(prompts)
         row_of: dict[tuple[int, ...], int] = {}
         inv = [row_of.setdefault(tuple(p), len(row_of)) for p in prompts]
         uniq = [list(k) for k in row_of]
-        L = max(len(p) for p in uniq)
-        ids = torch.full((len(uniq), L), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((len(uniq), L), dtype=torch.long)
-        for b, p in enumerate(uniq):
-            ids[b, L - len(p):] = torch.tensor(p, dtype=torch.long)
-            attn[b, L - len(p):] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        cache = buffered_cache(base.config, L + max_new_tokens)
-        h = decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                    **{self._cache_kw: cache}).last_hidden_state[:, -1]
-        next_pos = pos[:, -1] + 1
+        cache = buffered_cache(base.config, max(len(p) for p in uniq) + max_new_tokens)
+        h, attn, next_pos = self._forward_prompts(decoder, uniq, cache, self._common_length(uniq, max_new_tokens, cache))
         if len(uniq) < B:
             expand = torch.tensor(inv, dtype=torch.long, device=dev)
             cache.batch_select_indices(expand)
             h, attn, next_pos = h[expand], attn[expand], next_pos[expand]
         return h, attn, next_pos, cache
+
+    def _common_length(self, prompts: list[list[int]], extra: int, cache: Any) -> int:
+        """How many tokens :meth:`_forward_prompts` forwards once for the distinct ``prompts`` [U]: the prefix they all
+        begin with, at most the shortest prompt less one token (every row keeps a suffix to forward).
+
+        0 (one left-padded pass, as without the switch) when ``self.common_prefix`` is off, for a single prompt (nothing
+        to share), without a common token, or when a layer of ``cache`` attends to a window shorter than the longest
+        prompt plus the ``extra`` positions forwarded after it (new tokens, responses): the padding between prefix and
+        suffix would then shift what that sliding window sees (:func:`~graft.policy.kvcache.attention_span`)."""
+        if not self.common_prefix or len(prompts) < 2 or max(len(p) for p in prompts) + extra > attention_span(cache):
+            return 0
+        c = 0
+        for column in zip(*prompts, strict=False):   # up to the shortest prompt
+            if len(set(column)) > 1:
+                break
+            c += 1
+        return min(c, min(len(p) for p in prompts) - 1)
+
+    def _forward_prompts(self, decoder: Any, prompts: list[list[int]], cache: Any, c: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The distinct ``prompts`` [U] through ``decoder`` into ``cache``: ``(h [U, H], attn [U, L], next_pos [U])``,
+        the state at each prompt's last token, the attention mask of the L cached columns and the next position.
+
+        ``c = 0``: one pass over the left-padded prompts (row: [padding][prompt]). ``c > 0`` (:meth:`_common_length`):
+        the c tokens every prompt begins with run once, as one row [1, c]; their cache is expanded to the U rows and
+        the suffixes run against it (row: [prefix][padding][suffix], mask 0 on the padding, positions counting real
+        tokens only). Each real token sees the same keys, values and positions in both layouts (of the same length
+        L), so the states agree up to float rounding; a gradient reaches the prefix through the cache."""
+        dev, U = self.device, len(prompts)
+        ids, attn = self._left_pad([p[c:] for p in prompts], self.pad_token_id)
+        ids, attn = ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0) + c
+        if c:
+            prefix = torch.tensor([prompts[0][:c]], dtype=torch.long, device=dev)
+            decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), position_ids=torch.arange(c, device=dev)[None],
+                    use_cache=True, **{self._cache_kw: cache})
+            cache.batch_select_indices(torch.zeros(U, dtype=torch.long, device=dev))
+            attn = torch.cat([attn.new_ones((U, c)), attn], dim=1)
+        h = decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                    **{self._cache_kw: cache}).last_hidden_state[:, -1]
+        return h, attn, pos[:, -1] + 1
 
     def _step_logits(self, hidden: Tensor, temperature: float, head: Any = None, bufs: DecodeBuffers | None = None
                      ) -> Tensor:
@@ -463,12 +538,13 @@ class Policy:
 
         Differentiable. Each distinct prompt is forwarded once, with gradients, and the responses
         attend to its key/value states expanded to their rows (:meth:`_hidden_shared`): a GRPO
-        group's prompt costs Lp positions instead of G x Lp. Every call makes exactly two decoder
-        passes (prompts, then responses), so FSDP ranks issue the same collectives whatever their
-        rows. ``shared_prefix=False`` runs the reference instead: one pass over [B, Lp + T - 1]
-        (:meth:`_hidden_joint`), also taken while gradient checkpointing is active (checkpointed layers drop
-        the cache). Both give the same values and gradients up to float summation
-        order (tested). The LM head + log-softmax then run on the valid response
+        group's prompt costs Lp positions instead of G x Lp, and the prefix all the call's prompts begin
+        with is forwarded once (``self.common_prefix``, :meth:`_forward_prompts`). On an FSDP-sharded model
+        every call with gradients makes exactly two decoder passes (prompts, then responses), so the ranks
+        issue the same collectives whatever their rows. ``shared_prefix=False`` runs the reference instead:
+        one pass over [B, Lp + T - 1] (:meth:`_hidden_joint`), also taken while gradient checkpointing is
+        active (checkpointed layers drop the cache). All give the same values and gradients up to float
+        summation order (tested). The LM head + log-softmax then run on the valid response
         positions only, ``chunk`` positions at a time, so no more than chunk x V logits exist at
         once. With gradients on, a plain ``nn.Linear`` head uses a fused log-prob function
         (:class:`_HeadLogProb`) that keeps a chunk's fp32 logits for backward while the call's kept
@@ -554,25 +630,24 @@ class Policy:
     def _hidden_shared(self, prompts: list[list[int]], inv: list[int], resp: Tensor, mask: Tensor) -> Tensor:
         """Decoder states [B, T, H] predicting the response tokens, each distinct prompt forwarded once.
 
-        The U distinct prompts (left-padded) run through the decoder with a KV cache; the cache is
-        expanded to the B rows (``inv[b]`` = row b's prompt); the responses then run against it with
-        position ids continuing each prompt. The gradient reaches the prompt's states through the
-        cache, so it equals the joint forward's.
+        The U distinct prompts run through the decoder into a KV cache (:meth:`_forward_prompts`: left-padded, or the
+        prefix they all begin with once and then their suffixes, where :meth:`_common_length` allows, but never on an
+        FSDP-sharded model with gradients on, whose ranks must make the same passes whatever their rows); the cache is
+        expanded to the B rows (``inv[b]`` = row b's prompt); the responses then run against it with position ids
+        continuing each prompt. The gradient reaches the prompt's states through the cache, so it equals the joint
+        forward's.
         """
-
         dev, T = resp.device, resp.shape[1]
-        ids, attn = self._left_pad(prompts, self.pad_token_id)
-        ids, attn = ids.to(dev), attn.to(dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=_unwrap(self.model).config)
-        h_prompt = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                                 **{self._cache_kw: cache}).last_hidden_state[:, -1]      # [U, H] predicts token 0
+        uniform = is_sharded(self.model) and torch.is_grad_enabled()
+        c = 0 if uniform else self._common_length(prompts, T, cache)
+        h_prompt, attn, next_pos = self._forward_prompts(self._decoder, prompts, cache, c)    # [U, H] predicts token 0
         rows = torch.tensor(inv, dtype=torch.long, device=dev)
         first = h_prompt[rows][:, None]                                                   # [B, 1, H]
         cache.batch_select_indices(rows)
-        n_in = max(T - 1, 1)   # all responses of one token: one position anyway, so every call makes two passes
+        n_in = max(T - 1, 1)   # all responses of one token: one position anyway, so the pass count is the same
         full_attn = torch.cat([attn[rows], mask[:, :n_in].long() if T > 1 else torch.zeros_like(mask[:, :1]).long()], dim=1)
-        resp_pos = pos[rows, -1:] + 1 + torch.arange(n_in, device=dev)[None]
+        resp_pos = next_pos[rows, None] + torch.arange(n_in, device=dev)[None]
         h_resp = self._decoder(input_ids=resp[:, :n_in], attention_mask=full_attn, position_ids=resp_pos, use_cache=True,
                                **{self._cache_kw: cache}).last_hidden_state                # [B, n_in, H]
         return torch.cat([first, h_resp[:, :T - 1]], dim=1)
