@@ -1,2 +1,3 @@
 """GRAFT: cross-model trajectory exchange for RLVR."""
+
 __version__ = "0.1.0"

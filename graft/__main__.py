@@ -1,4 +1,5 @@
 """``python -m graft``: the ``graft`` command (:mod:`graft.commands.cli`)."""
+
 import sys
 
 from graft.commands.cli import main

@@ -15,6 +15,7 @@ which checks wait for which). A config is a file or the name of a packaged one (
 Defaults follow the paper (spec §3–§4) except where a field says otherwise; the
 embedded CPU job lives in ``configs/default.yaml``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -118,6 +119,7 @@ def _registry_choices(**registries: Registry) -> Callable[[_Cls], _Cls]:
     module like every other annotation here (``from __future__ import annotations``): ``typing.get_type_hints``
     (:func:`_build`, :func:`field_hint`, the docs) builds the ``Literal`` from the registry as it is at that moment.
     Apply it above ``@dataclass``."""
+
     def apply(cls: _Cls) -> _Cls:
         for name, registry in registries.items():
             declared = cls.__annotations__.get(name)
@@ -128,6 +130,7 @@ def _registry_choices(**registries: Registry) -> Callable[[_Cls], _Cls]:
             hint = f"Literal[tuple(_CHOICES[{key!r}])]"
             cls.__annotations__[name] = hint if declared == "str" else f"list[{hint}]"
         return cls
+
     return apply
 
 
@@ -223,10 +226,15 @@ class ModelConfig:
     """Hub revision (branch, tag or commit) when ``path`` is a hub id."""
 
     def __post_init__(self) -> None:
-        _check(bool(self.name) and "/" not in self.name and not self.name.startswith(".")
-               and self.name not in ("state.pt", "config.yaml", "manifest.json"), "name",
-               f"{self.name!r} must be non-empty, contain no '/', not start with '.' and not be a checkpoint file name "
-               "(it names checkpoint folders)")
+        _check(
+            bool(self.name)
+            and "/" not in self.name
+            and not self.name.startswith(".")
+            and self.name not in ("state.pt", "config.yaml", "manifest.json"),
+            "name",
+            f"{self.name!r} must be non-empty, contain no '/', not start with '.' and not be a checkpoint file name "
+            "(it names checkpoint folders)",
+        )
         _check(bool(self.path), "path", f"is required (model {self.name})")
         _check(self.lr >= 0, "lr", f"must be >= 0, got {self.lr} (model {self.name})")
         _check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
@@ -234,16 +242,28 @@ class ModelConfig:
         _check(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas", f"must be two numbers in [0, 1), got {list(betas)}")
         self.betas = (betas[0], betas[1])
         _check(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0 (0 disables clipping), got {self.max_grad_norm}")
-        _check(self.lr_schedule in LR_SCHEDULES, "lr_schedule",
-               f"{self.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)} (model {self.name})")
+        _check(
+            self.lr_schedule in LR_SCHEDULES,
+            "lr_schedule",
+            f"{self.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)} (model {self.name})",
+        )
         _check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0 (0: no warm-up), got {self.warmup_steps}")
-        _check(math.isfinite(self.kl_coef) and self.kl_coef >= 0, "kl_coef",
-               f"must be a finite number >= 0 (0: no KL penalty), got {self.kl_coef} (model {self.name})")
-        _check(self.kl_loss_type in KL_ESTIMATORS, "kl_loss_type",
-               f"{self.kl_loss_type!r} is not one of {', '.join(KL_ESTIMATORS)} (model {self.name})")
+        _check(
+            math.isfinite(self.kl_coef) and self.kl_coef >= 0,
+            "kl_coef",
+            f"must be a finite number >= 0 (0: no KL penalty), got {self.kl_coef} (model {self.name})",
+        )
+        _check(
+            self.kl_loss_type in KL_ESTIMATORS,
+            "kl_loss_type",
+            f"{self.kl_loss_type!r} is not one of {', '.join(KL_ESTIMATORS)} (model {self.name})",
+        )
         _check(self.fewshot is None or self.fewshot >= 0, "fewshot", f"must be >= 0, got {self.fewshot} (model {self.name})")
-        _check(self.template != "plain" or not self.fewshot, "fewshot",
-               f"model {self.name}: fewshot examples need template fewshot or chat, not plain")
+        _check(
+            self.template != "plain" or not self.fewshot,
+            "fewshot",
+            f"model {self.name}: fewshot examples need template fewshot or chat, not plain",
+        )
 
     domain_name = "math"
     """The task domain whose instruction and worked examples the templates use: ``reward.domain``, bound by
@@ -282,19 +302,30 @@ class ArithmeticConfig:
 
     def __post_init__(self) -> None:
         _check(self.num_prompts > 0, "num_prompts", f"must be positive, got {self.num_prompts}")
-        _check(self.families is None or (len(self.families) > 0 and set(self.families) <= set(FAMILIES)), "families",
-               f"must be a non-empty list of {', '.join(FAMILIES)}; got {self.families}")
+        _check(
+            self.families is None or (len(self.families) > 0 and set(self.families) <= set(FAMILIES)),
+            "families",
+            f"must be a non-empty list of {', '.join(FAMILIES)}; got {self.families}",
+        )
         _check(self.max_operand >= 0, "max_operand", f"must be >= 0, got {self.max_operand}")
-        _check(set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, "ops",
-               f"must be a non-empty subset of + - *, got {self.ops}")
+        _check(
+            set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, "ops", f"must be a non-empty subset of + - *, got {self.ops}"
+        )
         template = STYLES.get(self.style, self.style)
         try:
-            fits = "{a}" in template and "{b}" in template and bool(
-                template.format(a=1, b=2, op="+", op_word="plus", op_latex="+", op_unicode="+"))
+            fits = (
+                "{a}" in template
+                and "{b}" in template
+                and bool(template.format(a=1, b=2, op="+", op_word="plus", op_latex="+", op_unicode="+"))
+            )
         except (KeyError, IndexError, ValueError):
             fits = False
-        _check(fits, "style", f"unknown arithmetic style {self.style!r}: use one of {', '.join(STYLES)} or a format "
-               "string with {a} and {b} (and optionally {op}, {op_word}, {op_latex}, {op_unicode})")
+        _check(
+            fits,
+            "style",
+            f"unknown arithmetic style {self.style!r}: use one of {', '.join(STYLES)} or a format "
+            "string with {a} and {b} (and optionally {op}, {op_word}, {op_latex}, {op_unicode})",
+        )
 
 
 @dataclass
@@ -365,8 +396,11 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         _check(self.n >= 2, "n", f"must be >= 2: GRPO normalises inside a group, got {self.n}")
-        _check(self.max_new_tokens > 0, "max_new_tokens",
-               f"must be > 0, got {self.max_new_tokens} (an empty response cannot be trained on)")
+        _check(
+            self.max_new_tokens > 0,
+            "max_new_tokens",
+            f"must be > 0, got {self.max_new_tokens} (an empty response cannot be trained on)",
+        )
         _check(self.temperature > 0, "temperature", "must be > 0 (log-probs of greedy decoding are not a sampling distribution)")
         _check(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1 (sequences per generation call), got {self.batch_size}")
@@ -413,15 +447,24 @@ class RewardConfig:
     (a hanging grader), instead of training on a batch of zeros."""
 
     def __post_init__(self) -> None:
-        _check(self.domain in DOMAINS or ":" in self.domain, "domain",
-               f"unknown domain {self.domain!r}; valid: {DOMAINS.choices()} (or 'module:ATTR' / 'file.py:ATTR')")
+        _check(
+            self.domain in DOMAINS or ":" in self.domain,
+            "domain",
+            f"unknown domain {self.domain!r}; valid: {DOMAINS.choices()} (or 'module:ATTR' / 'file.py:ATTR')",
+        )
         if isinstance(self.function, str):
             self.function = [self.function]
         for i, f in enumerate(self.function):
-            _check(":" in f and bool(f.rpartition(":")[2]), f"function.{i}",
-                   f"{f!r} must look like 'package.module:callable' or 'path/to/file.py:callable'")
-        _check(self.weights is None or len(self.weights) == len(self.function), "weights",
-               f"gives {len(self.weights or [])} weights for {len(self.function)} reward function(s)")
+            _check(
+                ":" in f and bool(f.rpartition(":")[2]),
+                f"function.{i}",
+                f"{f!r} must look like 'package.module:callable' or 'path/to/file.py:callable'",
+            )
+        _check(
+            self.weights is None or len(self.weights) == len(self.function),
+            "weights",
+            f"gives {len(self.weights or [])} weights for {len(self.function)} reward function(s)",
+        )
         _check(self.weights is None or all(math.isfinite(w) for w in self.weights), "weights", "must be finite")
         _check(self.function_timeout_s > 0, "function_timeout_s", f"must be > 0, got {self.function_timeout_s}")
         _check(self.test_timeout_s > 0, "test_timeout_s", f"must be > 0, got {self.test_timeout_s}")
@@ -522,8 +565,11 @@ class PeerConfig:
     """Apply balancing in stored-peer mode (there is no partner direction, so the default is off)."""
 
     def __post_init__(self) -> None:
-        _check(self.max_replacements is None or self.max_replacements >= 0, "max_replacements",
-               f"must be >= 0, got {self.max_replacements}")
+        _check(
+            self.max_replacements is None or self.max_replacements >= 0,
+            "max_replacements",
+            f"must be >= 0, got {self.max_replacements}",
+        )
 
 
 @_registry_choices(rule=RULES, loss_agg=LOSS_AGGS)
@@ -635,8 +681,9 @@ class EvalConfig:
         _check(self.n >= 1, "n", f"must be >= 1, got {self.n}")
         _check(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
         _check(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
-        _check(self.max_new_tokens is None or self.max_new_tokens > 0, "max_new_tokens",
-               f"must be > 0, got {self.max_new_tokens}")
+        _check(
+            self.max_new_tokens is None or self.max_new_tokens > 0, "max_new_tokens", f"must be > 0, got {self.max_new_tokens}"
+        )
         _check(self.repeats >= 1, "repeats", f"must be >= 1, got {self.repeats}")
 
 
@@ -667,7 +714,7 @@ class LoggingConfig:
     the first response of the step's first prompts, with prompt, reward and advantage; 0 sends none."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.report_to, str):   # `logging.report_to=tensorboard` on the command line
+        if isinstance(self.report_to, str):  # `logging.report_to=tensorboard` on the command line
             self.report_to = [self.report_to]
         self.report_to = list(self.report_to or [])
         bad = [t for t in self.report_to if t not in TRACKERS]
@@ -702,8 +749,10 @@ class RayConfig:
     """A remote call that does not answer within this many seconds stops the run."""
 
     def __post_init__(self) -> None:
-        self.resources = {k: v if isinstance(v, ResourceConfig) else _build(ResourceConfig, v, f"resources.{k}")
-                          for k, v in dict(self.resources).items()}
+        self.resources = {
+            k: v if isinstance(v, ResourceConfig) else _build(ResourceConfig, v, f"resources.{k}")
+            for k, v in dict(self.resources).items()
+        }
         _check(self.actor_timeout_s > 0, "actor_timeout_s", f"must be > 0, got {self.actor_timeout_s}")
 
 
@@ -767,42 +816,62 @@ class Config:
         for m in self.models:
             m.bind_domain(self.reward.domain)
         _check(len(set(names)) == len(names), "models", f"model names must be unique, got {names}")
-        EXCHANGES[self.exchange.kind].check(self)   # the kind's own settings: models, peer.*, update.rule
+        EXCHANGES[self.exchange.kind].check(self)  # the kind's own settings: models, peer.*, update.rule
         _check(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         _check(self.steps >= 0, "steps", f"must be >= 0, got {self.steps}")
         _check(self.batch_prompts >= 1, "batch_prompts", f"must be >= 1, got {self.batch_prompts}")
-        _check(self.batch_prompts >= self.update.num_minibatches, "batch_prompts",
-               f"{self.batch_prompts} must be >= update.num_minibatches ({self.update.num_minibatches}): groups are never split")
+        _check(
+            self.batch_prompts >= self.update.num_minibatches,
+            "batch_prompts",
+            f"{self.batch_prompts} must be >= update.num_minibatches ({self.update.num_minibatches}): groups are never split",
+        )
         if self.data.train == "code_task":
-            _check(self.reward.domain == "code" or bool(self.reward.function), "reward.domain",
-                   f"is {self.reward.domain!r} but data.train=code_task has tests, not answers: set reward.domain=code")
+            _check(
+                self.reward.domain == "code" or bool(self.reward.function),
+                "reward.domain",
+                f"is {self.reward.domain!r} but data.train=code_task has tests, not answers: set reward.domain=code",
+            )
         if self.data.train == "arithmetic":
-            _check(self.batch_prompts <= self.data.arithmetic.num_prompts, "batch_prompts",
-                   f"{self.batch_prompts} exceeds the {self.data.arithmetic.num_prompts} prompts of the arithmetic task "
-                   "(data.arithmetic.num_prompts): a batch would repeat prompts")
+            _check(
+                self.batch_prompts <= self.data.arithmetic.num_prompts,
+                "batch_prompts",
+                f"{self.batch_prompts} exceeds the {self.data.arithmetic.num_prompts} prompts of the arithmetic task "
+                "(data.arithmetic.num_prompts): a batch would repeat prompts",
+            )
         _check(self.threads is None or self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
         for phase, k in self.threads_per_model.items():
             _check(phase in ("rollout", "update"), "threads_per_model", f"{phase!r} is not a phase: rollout, update")
             _check(k >= 1, f"threads_per_model.{phase}", f"must be >= 1, got {k}")
-        _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)), "device",
-               f"{self.device!r} is not one of auto, cpu, cuda, cuda:N")
+        _check(
+            bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)),
+            "device",
+            f"{self.device!r} is not one of auto, cpu, cuda, cuda:N",
+        )
         _check(bool(str(self.run_dir).strip()), "run_dir", "is required")
-        _check(not self.eval.every or self.data.val is not None, "eval.every",
-               f"is {self.eval.every} but data.val is not set: there is nothing to evaluate on "
-               "(set data.val, or eval.every=0)")
+        _check(
+            not self.eval.every or self.data.val is not None,
+            "eval.every",
+            f"is {self.eval.every} but data.val is not set: there is nothing to evaluate on (set data.val, or eval.every=0)",
+        )
         if self.rollout.engine == "hf-bf16":
-            _check(self.update.recompute_old_logprobs, "update.recompute_old_logprobs",
-                   "must be true with rollout.engine=hf-bf16: the bf16 sampler's log-probs differ from the training "
-                   "forward by up to ~0.4 nats per token, so the behaviour log-probs must come from a forward pass")
+            _check(
+                self.update.recompute_old_logprobs,
+                "update.recompute_old_logprobs",
+                "must be true with rollout.engine=hf-bf16: the bf16 sampler's log-probs differ from the training "
+                "forward by up to ~0.4 nats per token, so the behaviour log-probs must come from a forward pass",
+            )
         if self.backend == "ray":
             for name in self.ray.resources:
                 _check(name in names, f"ray.resources.{name}", f"names no model; models: {names}")
-                _check(self.rollout.engine != "hf-bf16" or self.ray.resources[name].num_workers == 1,
-                       f"ray.resources.{name}.num_workers",
-                       "must be 1 with rollout.engine=hf-bf16 (its bf16 copy is of an unsharded model)")
+                _check(
+                    self.rollout.engine != "hf-bf16" or self.ray.resources[name].num_workers == 1,
+                    f"ray.resources.{name}.num_workers",
+                    "must be 1 with rollout.engine=hf-bf16 (its bf16 copy is of an unsharded model)",
+                )
 
 
 # ----------------------------------------------------------------------------- I/O
+
 
 def _build(cls: type, data: Any, where: str) -> Any:
     """Build dataclass ``cls`` from nested dicts; every value is checked against its field's
@@ -824,14 +893,17 @@ def _build(cls: type, data: Any, where: str) -> Any:
         if name in known:
             return _coerce(hints[name], value, _join(where, name))
         key = _join(where, name)
-        while isinstance(value, dict) and len(value) == 1:   # a misspelt section: `chekpoint.keep_last=3`
-            (sub, value), = value.items()
+        while isinstance(value, dict) and len(value) == 1:  # a misspelt section: `chekpoint.keep_last=3`
+            ((sub, value),) = value.items()
             key = f"{key}.{sub}"
         near = nearest_key(key)
-        raise ConfigError(f"{key}: unknown config key" + (f"; did you mean {near}?" if near else "")
-                          + f" (the keys of {where or 'the top level'} are {', '.join(known)})")
+        raise ConfigError(
+            f"{key}: unknown config key"
+            + (f"; did you mean {near}?" if near else "")
+            + f" (the keys of {where or 'the top level'} are {', '.join(known)})"
+        )
 
-    kwargs = dict(zip(data, _each(check, data.items()), strict=True))   # every field's errors, before any invariant
+    kwargs = dict(zip(data, _each(check, data.items()), strict=True))  # every field's errors, before any invariant
     return _construct(cls, kwargs, where)
 
 
@@ -1018,7 +1090,7 @@ def _to_list(hint: Any, args: tuple, value: Any, where: str) -> list:
     if value is None:
         return []
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        value = [value]   # one item: `logging.report_to=tensorboard`, `models.0.stop=END`
+        value = [value]  # one item: `logging.report_to=tensorboard`, `models.0.stop=END`
     if not isinstance(value, (list, tuple)):
         raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
     return _each(lambda i, v: _coerce(args[0], v, f"{where}.{i}"), enumerate(value)) if args else list(value)
@@ -1031,8 +1103,9 @@ def _to_tuple(hint: Any, args: tuple, value: Any, where: str) -> tuple:
         return tuple(_each(lambda i, v: _coerce(args[0], v, f"{where}.{i}"), enumerate(value)))
     if args and len(value) != len(args):
         raise ConfigError(f"{where}: expected {_describe(hint)}, got {len(value)} item(s)")
-    return tuple(_each(lambda i, a, v: _coerce(a, v, f"{where}.{i}"), zip(range(len(args)), args, value, strict=True))
-                 if args else value)
+    return tuple(
+        _each(lambda i, a, v: _coerce(a, v, f"{where}.{i}"), zip(range(len(args)), args, value, strict=True)) if args else value
+    )
 
 
 def _to_dict(hint: Any, args: tuple, value: Any, where: str) -> dict:
@@ -1044,10 +1117,10 @@ def _to_dict(hint: Any, args: tuple, value: Any, where: str) -> dict:
         raise ConfigError(f"{where}: expected {_describe(hint)}, got {_show(value)}")
     key_t, val_t = args if args else (Any, Any)
     if any(v is None for v in value.values()) and not _accepts_none(val_t):
-        raise ConfigError(f"{where}: a key has no value ({value!r}); in YAML write a space after each "
-                          "colon, e.g. {8: 0.01, 12: 0.9}")
-    return dict(_each(lambda k, v: (_coerce(key_t, k, f"{where} key {k!r}"), _coerce(val_t, v, f"{where}.{k}")),
-                      value.items()))
+        raise ConfigError(
+            f"{where}: a key has no value ({value!r}); in YAML write a space after each colon, e.g. {{8: 0.01, 12: 0.9}}"
+        )
+    return dict(_each(lambda k, v: (_coerce(key_t, k, f"{where} key {k!r}"), _coerce(val_t, v, f"{where}.{k}")), value.items()))
 
 
 _SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
@@ -1072,7 +1145,7 @@ def parse_flow_mapping(text: str, where: str = "") -> dict:
         raise ConfigError(f"{where}: expected a mapping such as {{8: 0.01, 12: 0.9}}, got {text!r}")
     out: dict = {}
     body = t[1:-1].strip()
-    for item in (body.split(",") if body else []):
+    for item in body.split(",") if body else []:
         k, sep, v = item.partition(":")
         if not sep or not k.strip() or not v.strip():
             raise ConfigError(f"{where}: {item.strip()!r} in {text!r} is not key:value")
@@ -1145,13 +1218,19 @@ def nearest_key(key: str) -> str | None:
     filled = []
     for t in templates:
         tp = t.split(".")
-        filled.append(".".join(parts[i] if p == "*" and i < len(parts) and parts[i].isdigit() else
-                               "0" if p == "*" else p for i, p in enumerate(tp)))
+        filled.append(
+            ".".join(
+                parts[i] if p == "*" and i < len(parts) and parts[i].isdigit() else "0" if p == "*" else p
+                for i, p in enumerate(tp)
+            )
+        )
     score = {}
     for full in filled:
-        r = max(difflib.SequenceMatcher(None, key, full).ratio(),
-                difflib.SequenceMatcher(None, parts[-1], full.split(".")[-1]).ratio())
-        score[full] = r + 0.01 * full.startswith(".".join(parts[:-1]) + ".")   # same section wins a tie
+        r = max(
+            difflib.SequenceMatcher(None, key, full).ratio(),
+            difflib.SequenceMatcher(None, parts[-1], full.split(".")[-1]).ratio(),
+        )
+        score[full] = r + 0.01 * full.startswith(".".join(parts[:-1]) + ".")  # same section wins a tie
     best = max(score, key=score.__getitem__)
     return best if score[best] >= 0.75 else None
 
@@ -1166,9 +1245,14 @@ def field_docs() -> dict[tuple[str, str], str]:
         if not isinstance(node, ast.ClassDef):
             continue
         body = node.body
-        for a, b in zip(body, body[1:], strict=False):   # each statement and the next
-            if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
-                    and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
+        for a, b in zip(body, body[1:], strict=False):  # each statement and the next
+            if (
+                isinstance(a, ast.AnnAssign)
+                and isinstance(a.target, ast.Name)
+                and isinstance(b, ast.Expr)
+                and isinstance(b.value, ast.Constant)
+                and isinstance(b.value.value, str)
+            ):
                 text = " ".join(b.value.value.replace("``", "`").split())
                 out[(node.name, a.target.id)] = re.split(r"(?<=\.)\s+(?=[A-Z`(])", text, maxsplit=1)[0]
     return out
@@ -1223,8 +1307,9 @@ def describe(cfg: Any) -> list[Setting]:
                 for k, v in value.items():
                     rows += walk(v, f"{key}.{k}.")
             else:
-                rows.append(Setting(key, value, _default(f), _describe(hints[f.name]),
-                                    docs.get((type(obj).__name__, f.name), "")))
+                rows.append(
+                    Setting(key, value, _default(f), _describe(hints[f.name]), docs.get((type(obj).__name__, f.name), ""))
+                )
         return rows
 
     return walk(cfg, "")
@@ -1242,8 +1327,10 @@ def show_config(cfg: Any) -> str:
     rows = [SHOW_COLUMNS] + [(s.key, _flow(s.value), _flow(s.default), s.accepts, s.description) for s in settings]
     marks = [" "] + ["*" if s.changed else " " for s in settings]
     widths = [min(max(len(r[i]) for r in rows), cap) for i, cap in enumerate((36, 28, 16, 28))]
-    return "\n".join(f"{mark} " + "".join(c.ljust(w) + "  " for c, w in zip(r, widths, strict=False)) + r[-1]
-                     for mark, r in zip(marks, rows, strict=True))   # the last cell, unpadded, has no width
+    return "\n".join(
+        f"{mark} " + "".join(c.ljust(w) + "  " for c, w in zip(r, widths, strict=False)) + r[-1]
+        for mark, r in zip(marks, rows, strict=True)
+    )  # the last cell, unpadded, has no width
 
 
 def _flow(value: Any) -> str:
@@ -1278,7 +1365,7 @@ def _parse_value(text: str, key: str = "") -> Any:
     if hint is str and not isinstance(value, str):
         return text
     if hint == str | None and value is not None and not isinstance(value, (str, list)):
-        return text   # an optional text (models.0.instruction=Say: x) keeps what YAML would read as a mapping
+        return text  # an optional text (models.0.instruction=Say: x) keeps what YAML would read as a mapping
     return value
 
 
@@ -1375,8 +1462,7 @@ def _config_text(p: Path) -> str:
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
-                          "save it as UTF-8") from None
+        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); save it as UTF-8") from None
     except OSError as e:
         raise ConfigError(f"cannot read {p}: {e.strerror or e}") from None
 
@@ -1433,9 +1519,12 @@ def _upgrade_exchange_kind(tree: dict) -> list[str]:
         return [f"notice: {given} dropped: exchange.kind={sections['exchange']['kind']} names the exchange"]
     tree["exchange"] = {**sections["exchange"], "kind": kind}
     if not given:
-        return [f"notice: update.rule=hacpo without exchange.kind is now exchange.kind={kind} (before exchange.kind, "
-                "the rule chose the exchange)"]
+        return [
+            f"notice: update.rule=hacpo without exchange.kind is now exchange.kind={kind} (before exchange.kind, "
+            "the rule chose the exchange)"
+        ]
     return [f"notice: {given}{' with update.rule=hacpo' if rule == 'hacpo' else ''} is now exchange.kind={kind}"]
+
 
 MATH_INSTRUCTION = "Put your final answer within \\boxed{}."
 """The instruction every model had before ``reward.domain``: in a config of that time it means ``null``."""
@@ -1447,7 +1536,7 @@ def upgrade_tree(tree: dict) -> list[str]:
     ``reward.domain`` was written before domains (for math or number, whose instruction is the math one) and has the
     math instruction written out: it means ``null``."""
     reward = tree.get("reward")
-    before_domains = isinstance(reward, dict) and "domain" not in reward   # so for math or number
+    before_domains = isinstance(reward, dict) and "domain" not in reward  # so for math or number
     notices = _upgrade_exchange_kind(tree)
     for old, (new, values) in LEGACY_KEYS.items():
         *path, leaf = old.split(".")
@@ -1487,8 +1576,9 @@ def config_path(name: str | Path) -> Path:
         return p
     if str(name) in packaged_configs():
         return CONFIGS / f"{name}.yaml"
-    raise ConfigError(f"config {str(name)!r}: no such file and no packaged config of that name "
-                      f"(packaged: {', '.join(packaged_configs())})")
+    raise ConfigError(
+        f"config {str(name)!r}: no such file and no packaged config of that name (packaged: {', '.join(packaged_configs())})"
+    )
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -7,6 +7,7 @@ other tqdm bar that keeps tqdm's defaults (:func:`quiet_bars`, inherited by chil
 environment). Long phases report instead with an occasional plain line at INFO level (``graft -v``).
 Importing this module loads neither torch nor transformers.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,9 +23,7 @@ QUIET_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1", "HF_DATAS
 
 LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
 
-HARMLESS_WARNINGS = (
-    (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
-)
+HARMLESS_WARNINGS = ((FutureWarning, r"`is_gradient_checkpointing` is deprecated"),)
 """(category, message regex) of third-party warnings that say nothing about a graft run: filtered out."""
 
 
@@ -32,7 +31,7 @@ def on_terminal() -> bool:
     """Whether stderr is a terminal (a person watching, who can take ``\\r`` progress bars)."""
     try:
         return sys.stderr.isatty()
-    except (AttributeError, ValueError):   # replaced by an object without a file, or closed
+    except (AttributeError, ValueError):  # replaced by an object without a file, or closed
         return False
 
 

@@ -2,6 +2,7 @@
 the config tree's field docs (:func:`graft.config.field_docs`), the command reference from the parsers the
 commands' entry points build, and the home page from README.md. ``docs/hooks.py`` adds them to the MkDocs site
 at build time; nothing generated is committed."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,6 +45,7 @@ def command_parser(name: str) -> tuple[argparse.ArgumentParser, Callable[[list[s
     def stopper(method: str) -> Callable:
         def stop(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
             raise _Built(self, _PARSE_METHODS[method])
+
         return stop
 
     try:
@@ -65,15 +67,23 @@ def _help(parser: argparse.ArgumentParser) -> str:
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return {name: sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
-            for name, sub in action.choices.items()}
+    return {
+        name: sub
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, sub in action.choices.items()
+    }
 
 
 def cli_reference() -> str:
     """docs/reference/cli.md: every command's --help, in the order of graft.commands.cli's command table."""
-    out = ["# Command reference", "",
-           "Generated from the parsers the commands build (`graft/docs_gen.py`); `graft COMMAND --help` prints the "
-           "same. `-v` (progress and info lines) and `-q` (errors only) go before or after any command.", ""]
+    out = [
+        "# Command reference",
+        "",
+        "Generated from the parsers the commands build (`graft/docs_gen.py`); `graft COMMAND --help` prints the "
+        "same. `-v` (progress and info lines) and `-q` (errors only) go before or after any command.",
+        "",
+    ]
     for name in COMMANDS:
         parser, _ = command_parser(name)
         out += [f"## graft {name}", "", "```text", _help(parser), "```", ""]
@@ -104,8 +114,9 @@ def _sections(cls: type, prefix: str, about: str, docs: dict) -> list[tuple[str,
     for name, hint in typing.get_type_hints(cls).items():
         sub = _dataclass_of(hint)
         if sub is not None:
-            out += _sections(sub, f"{prefix}{name}." if sub is hint else f"{prefix}{name}.*.",
-                             docs.get((cls.__name__, name), ""), docs)
+            out += _sections(
+                sub, f"{prefix}{name}." if sub is hint else f"{prefix}{name}.*.", docs.get((cls.__name__, name), ""), docs
+            )
     return out
 
 
@@ -113,18 +124,31 @@ def config_reference() -> str:
     """docs/reference/config.md: every key of the config tree with what it accepts, its default and its
     description, one table per section."""
     docs = field_docs()
-    out = ["# Configuration reference", "",
-           "Generated from `graft/config.py`, where every field is documented once (`graft/docs_gen.py` writes "
-           "this page; `graft config show CONFIG` prints the same descriptions beside a config's resolved values). "
-           "`*` is a list index (`models.0.lr`) or a mapping key (`ray.resources.qwen3.num_gpus`). Defaults are the "
-           "dataclass defaults; `configs/default.yaml` and the other presets override many.", ""]
+    out = [
+        "# Configuration reference",
+        "",
+        "Generated from `graft/config.py`, where every field is documented once (`graft/docs_gen.py` writes "
+        "this page; `graft config show CONFIG` prints the same descriptions beside a config's resolved values). "
+        "`*` is a list index (`models.0.lr`) or a mapping key (`ray.resources.qwen3.num_gpus`). Defaults are the "
+        "dataclass defaults; `configs/default.yaml` and the other presets override many.",
+        "",
+    ]
     for prefix, cls, about in _sections(Config, "", "The run as a whole.", docs):
         hints = typing.get_type_hints(cls)
         rows = [f for f in dataclasses.fields(cls) if _dataclass_of(hints[f.name]) is None]
-        out += [f"## `{prefix.rstrip('.') or 'top level'}`", "", _plain(about), "",
-                "| key | accepts | default | description |", "|---|---|---|---|"]
-        out += [f"| `{prefix}{f.name}` | {_cell(_describe(hints[f.name]))} | {_cell(_default_cell(f))} | "
-                f"{_cell(docs.get((cls.__name__, f.name), ''))} |" for f in rows]
+        out += [
+            f"## `{prefix.rstrip('.') or 'top level'}`",
+            "",
+            _plain(about),
+            "",
+            "| key | accepts | default | description |",
+            "|---|---|---|---|",
+        ]
+        out += [
+            f"| `{prefix}{f.name}` | {_cell(_describe(hints[f.name]))} | {_cell(_default_cell(f))} | "
+            f"{_cell(docs.get((cls.__name__, f.name), ''))} |"
+            for f in rows
+        ]
         out.append("")
     return "\n".join(out)
 
@@ -134,14 +158,19 @@ _LINK = re.compile(r"\]\(([^)\s#][^)\s]*)\)")
 
 def home_page() -> str:
     """docs/index.md: README.md, its links re-pointed from the repository root to docs/."""
+
     def repoint(m: re.Match) -> str:
         target = m.group(1)
         if "://" in target:
             return m.group(0)
         return f"]({target.removeprefix('docs/') if target.startswith('docs/') else '../' + target})"
+
     return _LINK.sub(repoint, (ROOT / "README.md").read_text())
 
 
-PAGES: dict[str, Callable[[], str]] = {"index.md": home_page, "reference/config.md": config_reference,
-                                       "reference/cli.md": cli_reference}
+PAGES: dict[str, Callable[[], str]] = {
+    "index.md": home_page,
+    "reference/config.md": config_reference,
+    "reference/cli.md": cli_reference,
+}
 """The generated pages: their path under docs/ -> the function that writes them."""

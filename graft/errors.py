@@ -1,4 +1,5 @@
 """The base of every error that means bad input or an unusable environment, not a bug."""
+
 from __future__ import annotations
 
 

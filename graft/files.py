@@ -1,5 +1,6 @@
 """File helpers below storage and trainer: JSON that never holds NaN, fsync of a path, and the one-line error
 for an output that cannot be written."""
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,7 @@ def json_safe(v):
         return {(k if isinstance(k, str) else str(k)): json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [json_safe(x) for x in v]
-    if hasattr(v, "tolist"):   # NumPy scalars and arrays, tensors
+    if hasattr(v, "tolist"):  # NumPy scalars and arrays, tensors
         return json_safe(v.tolist())
     if hasattr(v, "__float__") and not isinstance(v, (str, bytes)):
         return json_safe(float(v))
@@ -52,8 +53,19 @@ class OutputError(UserError, RuntimeError):
 
 
 # errno values that mean "this output cannot be written here", as opposed to a bug.
-OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
-                           errno.EISDIR, errno.ENAMETOOLONG, errno.EFBIG})
+OUTPUT_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ENAMETOOLONG,
+        errno.EFBIG,
+    }
+)
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 

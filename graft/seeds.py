@@ -4,6 +4,7 @@ A stream's seed is a function of (seed, what it is for) only, so resuming replay
 samples the same whether it trains alone or in a pair, and a sample does not depend on the batch
 size or on how prompts are split over workers.
 """
+
 from __future__ import annotations
 
 import hashlib

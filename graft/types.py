@@ -10,6 +10,7 @@ receiver, re-tokenized with the receiver's tokenizer (``token_ids``), scored by 
 receiver's behaviour policy (``old_logprobs``) and carrying the source's generation
 tokens and log-probs (``gen_token_ids``/``gen_logprobs``) and advantages.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -136,10 +137,18 @@ class RolloutGroup(GroupCounts):
         pick = lambda xs: [xs[i] for i in keep] if xs else xs  # noqa: E731
         return replace(
             self,
-            responses=pick(self.responses), token_ids=pick(self.token_ids), old_logprobs=pick(self.old_logprobs),
-            gen_token_ids=pick(self.gen_token_ids), gen_logprobs=pick(self.gen_logprobs), finished=pick(self.finished),
-            rewards=pick(self.rewards), status=pick(self.status), advantages=pick(self.advantages),
-            weights=pick(self.weights), compat=pick(self.compat), index=pick(self.index),
+            responses=pick(self.responses),
+            token_ids=pick(self.token_ids),
+            old_logprobs=pick(self.old_logprobs),
+            gen_token_ids=pick(self.gen_token_ids),
+            gen_logprobs=pick(self.gen_logprobs),
+            finished=pick(self.finished),
+            rewards=pick(self.rewards),
+            status=pick(self.status),
+            advantages=pick(self.advantages),
+            weights=pick(self.weights),
+            compat=pick(self.compat),
+            index=pick(self.index),
         )
 
 

@@ -3,6 +3,7 @@
 Shape letters: ``P`` prompts, ``G`` samples per group. Rewards are binary in GRAFT but
 nothing here assumes it except :func:`success_counts` (reward > 0.5 is a success).
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -54,7 +55,7 @@ def pooled_advantages(own: Tensor, peer: Tensor, eps: float = 1e-6, unbiased: bo
     assert own.dim() == 1 and peer.dim() == 1, f"own/peer must be 1-D, got {tuple(own.shape)}, {tuple(peer.shape)}"
     joint = torch.cat([own.float(), peer.float()])[None]
     adv = grpo_advantages(joint, eps=eps, unbiased=unbiased)[0]
-    return adv[: own.numel()], adv[own.numel():]
+    return adv[: own.numel()], adv[own.numel() :]
 
 
 def all_correct_advantages(G: int, value: float) -> Tensor:

@@ -2,6 +2,7 @@
 
 Shape letters: ``B`` sequences, ``T`` tokens, ``N`` a flat list of transferred responses.
 """
+
 from __future__ import annotations
 
 import torch
@@ -57,7 +58,9 @@ def gate_metrics(s: Tensor, admitted: Tensor) -> dict:
         "admitted": int(admitted.sum()),
         "admitted_frac": float(admitted.float().mean()),
         "s_mean": float(s.double().mean()),
-        "s_p10": float(q[0]), "s_p50": float(q[1]), "s_p90": float(q[2]),
+        "s_p10": float(q[0]),
+        "s_p50": float(q[1]),
+        "s_p90": float(q[2]),
     }
 
 
@@ -110,7 +113,7 @@ def gate(
     assert s.dim() == 1, f"s must be [N], got {tuple(s.shape)}"
     delta = torch.as_tensor(delta, dtype=s.dtype, device=s.device)
     assert delta.dim() == 0 or delta.shape == s.shape, f"delta must be scalar or [N], got {tuple(delta.shape)}"
-    admit, weigh = ADMISSIONS[admission], WEIGHTINGS[weighting]   # unknown names: UnknownName (a ValueError)
+    admit, weigh = ADMISSIONS[admission], WEIGHTINGS[weighting]  # unknown names: UnknownName (a ValueError)
     admitted = admit(s > delta, generator)
     return admitted, weigh(s, admitted, cap), gate_metrics(s, admitted)
 

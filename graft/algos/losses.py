@@ -11,6 +11,7 @@ trainer merges across micro-batches, minibatches and ranks with :func:`merge`, p
 :func:`summarize` (``clip_frac/*``, ``ratio/mean|max``, ...), which the trainer recomputes from
 the merged totals.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -57,9 +58,10 @@ def aggregate(
     Passing the GLOBAL count of a batch split across micro-batches or ranks makes the parts sum to the
     full-batch value.
     """
-    assert loss_mat.dim() == 2 and mask.shape == loss_mat.shape, \
+    assert loss_mat.dim() == 2 and mask.shape == loss_mat.shape, (
         f"expected [B,T] twice, got {tuple(loss_mat.shape)}, {tuple(mask.shape)}"
-    reduce = LOSS_AGGS[mode]   # unknown mode: UnknownName (a ValueError) listing the valid ones
+    )
+    reduce = LOSS_AGGS[mode]  # unknown mode: UnknownName (a ValueError) listing the valid ones
     mask = mask.bool()
     return reduce(torch.where(mask, loss_mat, torch.zeros_like(loss_mat)), mask, num_tokens, num_seqs)
 
@@ -100,8 +102,11 @@ def summarize(totals: dict) -> dict:
     """
     t = totals
     frac = lambda num, den: t.get(num, 0.0) / t[den] if t.get(den) else 0.0  # noqa: E731
-    out = {f"clip_frac/{pop}_{side}": frac(f"count/{pop}_clip_{side}", f"tokens/{pop}")
-           for pop in ("own", "peer") for side in ("low", "high")}
+    out = {
+        f"clip_frac/{pop}_{side}": frac(f"count/{pop}_clip_{side}", f"tokens/{pop}")
+        for pop in ("own", "peer")
+        for side in ("low", "high")
+    }
     valid = t.get("tokens/own", 0.0) + t.get("tokens/peer", 0.0)
     if "sum/ratio" in t:
         out["ratio/mean"] = t["sum/ratio"] / valid if valid else 1.0
@@ -125,8 +130,9 @@ def merge(totals: dict, part: dict) -> dict:
     return totals
 
 
-def _clip_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, is_peer: Tensor, clip_low: float, clip_high: float,
-                  peer_clipped: bool) -> dict:
+def _clip_metrics(
+    ratio: Tensor, adv: Tensor, mask: Tensor, is_peer: Tensor, clip_low: float, clip_high: float, peer_clipped: bool
+) -> dict:
     """Token counts where clipping is ACTIVE (TRL convention): low = ρ < 1−ε_low and Â < 0,
     high = ρ > 1+ε_high and Â > 0; per population (own / peer rows); the ratio's sum and max
     over valid tokens; and their :func:`summarize`. One host sync."""
@@ -137,7 +143,7 @@ def _clip_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, is_peer: Tensor, cli
     counts = torch.stack([(mask & rows).sum((1, 2)), (low & rows).sum((1, 2)), (high & rows).sum((1, 2))])
     ratio_sum = torch.where(mask, ratio, torch.zeros_like(ratio)).sum()
     ratio_max = torch.where(mask, ratio, torch.full_like(ratio, -torch.inf)).max() if mask.numel() else ratio_sum
-    n, (ratio_sum, ratio_max) = counts.tolist(), torch.stack([ratio_sum, ratio_max]).tolist()   # n: [3][2] ints
+    n, (ratio_sum, ratio_max) = counts.tolist(), torch.stack([ratio_sum, ratio_max]).tolist()  # n: [3][2] ints
     out: dict = {"sum/ratio": ratio_sum, "max/ratio": ratio_max}
     for i, pop in enumerate(("own", "peer")):
         active = peer_clipped or pop == "own"
@@ -307,8 +313,9 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tens
     """Per-token estimate [B,T] of KL(π_θ || π_ref) from ``logp`` and ``ref_logp`` [B,T], with d = logp − ref_logp
     (Schulman's k1/k2/k3; verl's ``kl_penalty``): ``k1``/``kl`` d; ``k2``/``mse`` d²/2; ``k3``/``low_var_kl``
     exp(−d) + d − 1 with d clamped to ±20 and the result to [−10, 10]; ``abs`` |d|. Masked positions hold garbage."""
-    assert logp.dim() == 2 and ref_logp.shape == logp.shape, \
+    assert logp.dim() == 2 and ref_logp.shape == logp.shape, (
         f"expected [B,T] twice, got {tuple(logp.shape)}, {tuple(ref_logp.shape)}"
+    )
     estimator = KL_ESTIMATES.get(KL_ALIASES.get(kind, kind))
     if estimator is None:
         raise ValueError(f"unknown KL estimator {kind!r}; valid: {', '.join([*KL_ESTIMATES, *KL_ALIASES])}")
@@ -320,20 +327,32 @@ def _k3(d: Tensor) -> Tensor:
     return (torch.exp(-d) + d - 1).clamp(-10.0, 10.0)
 
 
-KL_ESTIMATES: dict[str, Callable[[Tensor], Tensor]] = {"k1": lambda d: d, "k2": lambda d: 0.5 * d.square(), "k3": _k3,
-                                                      "abs": torch.abs}
+KL_ESTIMATES: dict[str, Callable[[Tensor], Tensor]] = {
+    "k1": lambda d: d,
+    "k2": lambda d: 0.5 * d.square(),
+    "k3": _k3,
+    "abs": torch.abs,
+}
 """KL estimator name -> per-token estimate of d = logp − ref_logp (:func:`kl_penalty`)."""
 
 
-def kl_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, kind: str = "low_var_kl", agg: str = "token-mean",
-            num_tokens: float | None = None, num_seqs: float | None = None) -> tuple[Tensor, dict]:
+def kl_loss(
+    logp: Tensor,
+    ref_logp: Tensor,
+    mask: Tensor,
+    kind: str = "low_var_kl",
+    agg: str = "token-mean",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> tuple[Tensor, dict]:
     """The KL penalty of a micro-batch: :func:`kl_penalty` [B,T] over the valid tokens of ``mask`` [B,T],
     reduced by :func:`aggregate` (``agg``, the minibatch's global ``num_tokens``/``num_seqs``, as the policy loss).
     Unweighted by advantages or gate weights. Metrics: ``sum/kl``, ``tokens/kl`` and their :func:`summarize`
     (``kl``, the token mean)."""
     mask = mask.bool()
-    assert logp.dim() == 2 and ref_logp.shape == logp.shape, \
+    assert logp.dim() == 2 and ref_logp.shape == logp.shape, (
         f"expected [B,T] twice, got {tuple(logp.shape)}, {tuple(ref_logp.shape)}"
+    )
     assert mask.shape == logp.shape, f"mask must match logp [B,T], got {tuple(mask.shape)}, {tuple(logp.shape)}"
     zero = torch.zeros_like(logp)
     kl = torch.where(mask, kl_penalty(torch.where(mask, logp, zero), torch.where(mask, ref_logp, zero), kind), zero)

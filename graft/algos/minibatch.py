@@ -1,4 +1,5 @@
 """Minibatch planning over whole groups (spec §3.5: peer-last; ablations §8: peer-first, random)."""
+
 from __future__ import annotations
 
 import torch

@@ -3,6 +3,7 @@
 Shape letter ``P``: prompts of the step, in the same order for both models. A direction
 S->R has ``k_source`` = k_S and ``candidates`` = C_{S->R} as BoolTensor[P].
 """
+
 from __future__ import annotations
 
 import math
@@ -92,9 +93,12 @@ def balanced_selection(
     keep_ab = top_with_ties(k_src_ab, cand_ab, m_ab)
     keep_ba = top_with_ties(k_src_ba, cand_ba, m_ba)
     metrics = {
-        "m_ab": m_ab, "m_ba": m_ba,
-        "candidates_ab": size_ab, "candidates_ba": size_ba,
-        "kept_ab": int(keep_ab.sum()), "kept_ba": int(keep_ba.sum()),
+        "m_ab": m_ab,
+        "m_ba": m_ba,
+        "candidates_ab": size_ab,
+        "candidates_ba": size_ba,
+        "kept_ab": int(keep_ab.sum()),
+        "kept_ba": int(keep_ba.sum()),
     }
     return keep_ab, keep_ba, metrics
 
@@ -156,12 +160,14 @@ def resolve_conflicts(keep: Tensor, k_source: Tensor, s_mean: Tensor, rule: str 
     """
     assert keep.dim() == 2 and keep.dtype == torch.bool, f"keep must be Bool[S,P], got {keep.dtype} {tuple(keep.shape)}"
     assert k_source.shape == keep.shape and s_mean.shape == keep.shape, "k_source and s_mean must be [S,P] like keep"
-    rank = CONFLICTS[rule]   # (k_S, mean s, source index) -> sort key; unknown rule: UnknownName (a ValueError)
+    rank = CONFLICTS[rule]  # (k_S, mean s, source index) -> sort key; unknown rule: UnknownName (a ValueError)
     out = keep.clone()
     S = keep.shape[0]
     for p in torch.nonzero(keep.sum(0) > 1).flatten().tolist():
-        def key(s: int, p: int = p) -> tuple:   # p bound now (B023); max() calls key within this iteration anyway
+
+        def key(s: int, p: int = p) -> tuple:  # p bound now (B023); max() calls key within this iteration anyway
             return rank(int(k_source[s, p]), float(s_mean[s, p]), s)
+
         winner = max((s for s in range(S) if keep[s, p]), key=key)
         out[:, p] = False
         out[winner, p] = True

@@ -1,4 +1,5 @@
 """The ``graft bench`` command: its parser, input checks, the parts in order, and the output files."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,14 @@ def parse_only(text: str) -> tuple[str, ...]:
 def bench_config(args: argparse.Namespace, run_root: Path) -> Config:
     """The config every part starts from: ``--config`` + overrides + the bench's sizes and switches."""
     path = args.config or default_config_path()
-    sets = [f"batch_prompts={args.prompts}", f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}",
-            "progress=false", "resume=false", f"run_dir={run_root / 'base'}"]
+    sets = [
+        f"batch_prompts={args.prompts}",
+        f"rollout.n={args.n}",
+        f"rollout.max_new_tokens={args.max_new_tokens}",
+        "progress=false",
+        "resume=false",
+        f"run_dir={run_root / 'base'}",
+    ]
     if args.threads is not None:
         sets.append(f"threads={args.threads}")
     if args.device is not None:
@@ -63,21 +70,33 @@ def check_inputs(args: argparse.Namespace, cfg: Config, parts: tuple[str, ...]) 
     paths = ([args.model] if "a" in parts else []) + (list(models_for_b(args, cfg)) if "b" in parts else [])
     for p in paths:
         resolve_model_path(p)
-    if "c" in parts and len(cfg.models) != 2:   # a stored-peer config (exchange.kind=stored) trains one model
-        raise ConfigError("part c compares GRAFT with GRPO on a pair: the config needs exactly two models "
-                          "(use --only a,b otherwise)")
+    if "c" in parts and len(cfg.models) != 2:  # a stored-peer config (exchange.kind=stored) trains one model
+        raise ConfigError(
+            "part c compares GRAFT with GRPO on a pair: the config needs exactly two models (use --only a,b otherwise)"
+        )
 
 
 def _settings(args: argparse.Namespace, base: Config, parts: tuple[str, ...]) -> dict:
     """The ``settings`` block of ``bench.json``."""
-    return {"parts": list(parts), "reps": args.reps, "model": args.model,
-            "models": list(models_for_b(args, base)) if "b" in parts else [],
-            "config": str(args.config or default_config_path()), "overrides": args.overrides,
-            "prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens,
-            "threads": base.threads, "device": base.device, "keep_balance": args.keep_balance,
-            "max_tries": args.max_tries, "temperature": base.rollout.temperature,
-            "top_p": base.rollout.top_p, "num_minibatches": base.update.num_minibatches,
-            "micro_batch_size": base.update.micro_batch_size}
+    return {
+        "parts": list(parts),
+        "reps": args.reps,
+        "model": args.model,
+        "models": list(models_for_b(args, base)) if "b" in parts else [],
+        "config": str(args.config or default_config_path()),
+        "overrides": args.overrides,
+        "prompts": args.prompts,
+        "n": args.n,
+        "max_new_tokens": args.max_new_tokens,
+        "threads": base.threads,
+        "device": base.device,
+        "keep_balance": args.keep_balance,
+        "max_tries": args.max_tries,
+        "temperature": base.rollout.temperature,
+        "top_p": base.rollout.top_p,
+        "num_minibatches": base.update.num_minibatches,
+        "micro_batch_size": base.update.micro_batch_size,
+    }
 
 
 def _run_parts(args: argparse.Namespace, base: Config, parts: tuple[str, ...], run_root: Path, result: dict) -> None:
@@ -112,8 +131,10 @@ def bench_main(argv: list[str]) -> int:
         check_inputs(args, base, parts)
         if base.threads:
             torch.set_num_threads(base.threads)
-        result: dict = {"settings": _settings(args, base, parts),
-                        "environment": environment() | {"matmul_peak_gflops": matmul_peak_gflops()}}
+        result: dict = {
+            "settings": _settings(args, base, parts),
+            "environment": environment() | {"matmul_peak_gflops": matmul_peak_gflops()},
+        }
         _run_parts(args, base, parts, run_root, result)
     result = clean(result)
     md = markdown(result)

@@ -1,5 +1,6 @@
 """What every part of ``graft bench`` shares: the alternation of sides, medians, peak RSS, the
 machine's description, and number formatting."""
+
 from __future__ import annotations
 
 import math
@@ -108,26 +109,36 @@ def cpu_features(cpuinfo: str | None = None) -> str:
         key, _, value = line.partition(":")
         first[key.strip()] = value.strip()
     flags = set(first.get("flags", "").split())
-    return (f"family {first.get('cpu family', '?')} model {first.get('model', '?')}: "
-            + (" ".join(f for f in SIMD_FLAGS if f in flags) or "no AVX2"))
+    return f"family {first.get('cpu family', '?')} model {first.get('model', '?')}: " + (
+        " ".join(f for f in SIMD_FLAGS if f in flags) or "no AVX2"
+    )
 
 
 def environment() -> dict:
     """Versions, CPU, threads and GPU of this machine and process."""
     env = {
-        "python": platform.python_version(), "platform": platform.platform(),
-        "torch": torch.__version__, "transformers": package_version("transformers"), "trl": package_version("trl"),
-        "graft": package_version("graft"), "cpu_model": cpu_model(), "cpu_features": cpu_features(), "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "cuda": torch.cuda.is_available(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "transformers": package_version("transformers"),
+        "trl": package_version("trl"),
+        "graft": package_version("graft"),
+        "cpu_model": cpu_model(),
+        "cpu_features": cpu_features(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "cuda": torch.cuda.is_available(),
     }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
 
 
-def alternate(reps: int, sides: Sequence[tuple[str, Callable[[int], dict]]], part: str,
-              describe: Callable[[dict], str]) -> dict[str, list[dict]]:
+def alternate(
+    reps: int, sides: Sequence[tuple[str, Callable[[int], dict]]], part: str, describe: Callable[[dict], str]
+) -> dict[str, list[dict]]:
     """Run ``reps`` rounds of every side in order (A, B, A, B, ...); each side's rows get the
     peak RSS of their own run (``peak_rss_gb``), the resident size after it (``rss_gb``) and the
     torch thread count it ran with."""
@@ -136,8 +147,12 @@ def alternate(reps: int, sides: Sequence[tuple[str, Callable[[int], dict]]], par
         for name, fn in sides:
             scoped = reset_peak_rss()
             row = fn(i)
-            row |= {"peak_rss_gb": peak_rss_gb(), "peak_rss_scope": "side" if scoped else "process", "rss_gb": rss_gb(),
-                    "torch_threads": torch.get_num_threads()}
+            row |= {
+                "peak_rss_gb": peak_rss_gb(),
+                "peak_rss_scope": "side" if scoped else "process",
+                "rss_gb": rss_gb(),
+                "torch_threads": torch.get_num_threads(),
+            }
             out[name].append(row)
             progress(f"({part}) rep {i + 1}/{reps} {name}: {describe(row)}")
     return out
@@ -154,6 +169,9 @@ def fmt(v: Any, unit: str = "", digits: int = 1) -> str:
 
 def steps_line(row: dict) -> str:
     """The phase times of one training-step row, for a progress line."""
-    parts = [f"{k.replace('_s', '')} {fmt(row.get(k), ' s')}"
-             for k in ("step_s", "rollout_s", "score_s", "exchange_s", "update_s") if row.get(k) is not None]
+    parts = [
+        f"{k.replace('_s', '')} {fmt(row.get(k), ' s')}"
+        for k in ("step_s", "rollout_s", "score_s", "exchange_s", "update_s")
+        if row.get(k) is not None
+    ]
     return ", ".join(parts)

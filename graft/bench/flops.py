@@ -14,6 +14,7 @@ about 5 % of ``2 * body`` at the default task's ~200-token contexts), so the rat
   once per micro-batch group plus every response) and the head on every trained response token
   (``tokens/update``).
 """
+
 from __future__ import annotations
 
 import time
@@ -60,8 +61,10 @@ def phase_rates(metrics: dict, shapes: dict[str, ModelShape]) -> dict:
     """Model GFLOP and GFLOP/s of one step's rollout and update, summed over the models, from its metrics
     (``M/tokens/prompt``, ``M/tokens/generated``, ``M/tokens/forwarded``, ``M/tokens/update``, ``time/*_s``)."""
     get = lambda name, key: int(metrics.get(f"{name}/{key}") or 0)  # noqa: E731
-    work = {"rollout": sum(rollout_flops(s, get(n, "tokens/prompt"), get(n, "tokens/generated")) for n, s in shapes.items()),
-            "update": sum(update_flops(s, get(n, "tokens/forwarded"), get(n, "tokens/update")) for n, s in shapes.items())}
+    work = {
+        "rollout": sum(rollout_flops(s, get(n, "tokens/prompt"), get(n, "tokens/generated")) for n, s in shapes.items()),
+        "update": sum(update_flops(s, get(n, "tokens/forwarded"), get(n, "tokens/update")) for n, s in shapes.items()),
+    }
     work["step"] = work["rollout"] + work["update"]
     out: dict[str, float | None] = {}
     for phase, flops in work.items():
@@ -82,4 +85,4 @@ def matmul_peak_gflops(n: int = 1024, seconds: float = 2.0) -> float:
         t0 = time.perf_counter()
         torch.mm(a, b, out=out)
         best = min(best, time.perf_counter() - t0)
-    return 2.0 * n ** 3 / best / 1e9
+    return 2.0 * n**3 / best / 1e9

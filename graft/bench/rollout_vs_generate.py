@@ -1,5 +1,6 @@
 """Part (b) of ``graft bench``: graft's rollout against plain ``model.generate`` on the same loaded
 model and prompts, plus graft's bf16 sampler followed by the fp32 recompute of the log-probs."""
+
 from __future__ import annotations
 
 import gc
@@ -35,25 +36,42 @@ def generated_lengths(gen: torch.Tensor, stop_ids: set[int], pad_id: int) -> lis
 
 
 @torch.no_grad()
-def hf_generate(policy, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float, top_p: float,
-                batch_size: int, stop_strings: list[str]) -> int:
+def hf_generate(
+    policy,
+    prompt_ids: list[list[int]],
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    batch_size: int,
+    stop_strings: list[str],
+) -> int:
     """``n`` samples per prompt with plain ``model.generate`` (``batch_size`` sequences per call,
     prompts left-padded); returns the number of generated tokens."""
     per_call = max(1, batch_size // n)
     extra = {"stop_strings": stop_strings, "tokenizer": policy.tokenizer} if stop_strings else {}
     tokens = 0
     for s in range(0, len(prompt_ids), per_call):
-        chunk = prompt_ids[s:s + per_call]
+        chunk = prompt_ids[s : s + per_call]
         L = max(len(p) for p in chunk)
         ids = torch.full((len(chunk), L), policy.pad_token_id, dtype=torch.long)
         attn = torch.zeros((len(chunk), L), dtype=torch.long)
         for b, p in enumerate(chunk):
-            ids[b, L - len(p):] = torch.tensor(p)
-            attn[b, L - len(p):] = 1
-        out = policy.model.generate(input_ids=ids.to(policy.device), attention_mask=attn.to(policy.device),
-                                    do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                                    max_new_tokens=max_new_tokens, num_return_sequences=n,
-                                    pad_token_id=policy.pad_token_id, eos_token_id=sorted(policy.stop_ids), **extra)
+            ids[b, L - len(p) :] = torch.tensor(p)
+            attn[b, L - len(p) :] = 1
+        out = policy.model.generate(
+            input_ids=ids.to(policy.device),
+            attention_mask=attn.to(policy.device),
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=n,
+            pad_token_id=policy.pad_token_id,
+            eos_token_id=sorted(policy.stop_ids),
+            **extra,
+        )
         tokens += sum(generated_lengths(out[:, L:], policy.stop_ids, policy.pad_token_id))
     return tokens
 
@@ -82,7 +100,7 @@ def _generate_rollout(policy, prompt_ids: list[list[int]], cfg: Config, name: st
 def _bf16_rollout(learner, prompts, cfg: Config, name: str, i: int) -> dict:
     """Repetition ``i`` of graft's sampler on the bf16 copy, then the fp32 recompute of its log-probs."""
     rc = cfg.rollout
-    learner.workers.call("set_engine", [("hf-bf16",)], "set_engine")   # the bf16 copy, untimed
+    learner.workers.call("set_engine", [("hf-bf16",)], "set_engine")  # the bf16 copy, untimed
     try:
         t0 = time.perf_counter()
         groups, _ = learner.rollout(prompts, rc, i + 1, step_seed(cfg.seed, i + 1, name))
@@ -92,16 +110,27 @@ def _bf16_rollout(learner, prompts, cfg: Config, name: str, i: int) -> dict:
     finally:
         learner.workers.call("set_engine", [("hf",)], "set_engine")
     tokens = sum(len(t) for g in groups for t in g.token_ids)
-    return _rate(t1 - t0, tokens) | {"recompute_s": t2 - t1, "tokens_per_s_with_recompute": tokens / (t2 - t0),
-                                     "logprob_gap_mean": gap["logprob_gap/mean_abs"],
-                                     "logprob_gap_max": gap["logprob_gap/max_abs"]}
+    return _rate(t1 - t0, tokens) | {
+        "recompute_s": t2 - t1,
+        "tokens_per_s_with_recompute": tokens / (t2 - t0),
+        "logprob_gap_mean": gap["logprob_gap/mean_abs"],
+        "logprob_gap_max": gap["logprob_gap/max_abs"],
+    }
 
 
 def _generate_kwargs(rc: RolloutConfig, policy, stops: list[str]) -> dict:
     """The ``model.generate`` settings of (b), for the JSON."""
-    return {"do_sample": True, "temperature": rc.temperature, "top_p": rc.top_p, "top_k": 0,
-            "max_new_tokens": rc.max_new_tokens, "num_return_sequences": rc.n, "eos_token_id": sorted(policy.stop_ids),
-            "stop_strings": stops, "prompts_per_call": max(1, rc.batch_size // rc.n)}
+    return {
+        "do_sample": True,
+        "temperature": rc.temperature,
+        "top_p": rc.top_p,
+        "top_k": 0,
+        "max_new_tokens": rc.max_new_tokens,
+        "num_return_sequences": rc.n,
+        "eos_token_id": sorted(policy.stop_ids),
+        "stop_strings": stops,
+        "prompts_per_call": max(1, rc.batch_size // rc.n),
+    }
 
 
 def _bench_model(run, cfg: Config, entry: ModelConfig, reps: int) -> dict:
@@ -111,16 +140,23 @@ def _bench_model(run, cfg: Config, entry: ModelConfig, reps: int) -> dict:
     policy = learner.policy
     prompt_ids = [learner.codec.encode_prompt(p.problem) for p in prompts]
     stops = entry.stop_strings()
-    sides = [("graft", partial(_graft_rollout, learner, prompts, cfg, entry.name)),
-             ("graft_bf16", partial(_bf16_rollout, learner, prompts, cfg, entry.name)),
-             ("generate", partial(_generate_rollout, policy, prompt_ids, cfg, entry.name, stops))]
-    rows = alternate(reps, sides, f"b {entry.name}",
-                     lambda r: f"{r['seconds']:.1f} s, {r['tokens']} tokens, {r['tokens_per_s']:.1f} tok/s")
-    return {"name": entry.name, "template": entry.template, "stop_strings": stops,
-            "graft": summarize(rows["graft"], ROLLOUT_KEYS) | {"raw": rows["graft"]},
-            "graft_bf16": summarize(rows["graft_bf16"], ROLLOUT_KEYS + BF16_KEYS) | {"raw": rows["graft_bf16"]},
-            "generate": summarize(rows["generate"], ROLLOUT_KEYS) | {"raw": rows["generate"]},
-            "generate_kwargs": _generate_kwargs(cfg.rollout, policy, stops)}
+    sides = [
+        ("graft", partial(_graft_rollout, learner, prompts, cfg, entry.name)),
+        ("graft_bf16", partial(_bf16_rollout, learner, prompts, cfg, entry.name)),
+        ("generate", partial(_generate_rollout, policy, prompt_ids, cfg, entry.name, stops)),
+    ]
+    rows = alternate(
+        reps, sides, f"b {entry.name}", lambda r: f"{r['seconds']:.1f} s, {r['tokens']} tokens, {r['tokens_per_s']:.1f} tok/s"
+    )
+    return {
+        "name": entry.name,
+        "template": entry.template,
+        "stop_strings": stops,
+        "graft": summarize(rows["graft"], ROLLOUT_KEYS) | {"raw": rows["graft"]},
+        "graft_bf16": summarize(rows["graft_bf16"], ROLLOUT_KEYS + BF16_KEYS) | {"raw": rows["graft_bf16"]},
+        "generate": summarize(rows["generate"], ROLLOUT_KEYS) | {"raw": rows["generate"]},
+        "generate_kwargs": _generate_kwargs(cfg.rollout, policy, stops),
+    }
 
 
 def bench_b(base: Config, models: tuple[str, ...], reps: int, run_root: Path) -> dict:

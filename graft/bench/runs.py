@@ -1,5 +1,6 @@
 """The configs and live Runs that ``graft bench`` times (also used by ``scripts/profile_rollout.py``),
 and the timings of one training step."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,9 +41,14 @@ def model_entry(cfg: Config, path: str) -> ModelConfig:
 
 def single_model_config(cfg: Config, entry: ModelConfig, run_dir: Path, **update) -> Config:
     """``cfg`` training ``entry`` alone with GRPO, in-process (``backend: local``)."""
-    return dataclasses.replace(cfg, models=[entry], run_dir=str(run_dir), backend="local",
-                               exchange=dataclasses.replace(cfg.exchange, kind="none"),   # GRPO
-                               update=dataclasses.replace(cfg.update, **update))
+    return dataclasses.replace(
+        cfg,
+        models=[entry],
+        run_dir=str(run_dir),
+        backend="local",
+        exchange=dataclasses.replace(cfg.exchange, kind="none"),  # GRPO
+        update=dataclasses.replace(cfg.update, **update),
+    )
 
 
 def close_run(run) -> None:
@@ -62,9 +68,12 @@ def step_row(metrics: dict, shapes: dict[str, ModelShape]) -> dict:
     names = list(shapes)
     total = lambda key: sum(metrics.get(f"{n}/{key}", 0) or 0 for n in names)  # noqa: E731
     row = {f"{ph}_s": metrics.get(f"time/{ph}_s") for ph in ("step", "rollout", "score", "exchange", "update")}
-    row |= {"tokens_generated": total("tokens/generated"), "tokens_update": total("tokens/update"),
-            "reward_mean": statistics.mean(metrics.get(f"{n}/reward/mean", 0.0) for n in names),
-            "metrics": metrics}
+    row |= {
+        "tokens_generated": total("tokens/generated"),
+        "tokens_update": total("tokens/update"),
+        "reward_mean": statistics.mean(metrics.get(f"{n}/reward/mean", 0.0) for n in names),
+        "metrics": metrics,
+    }
     return row | phase_rates(metrics, shapes)
 
 

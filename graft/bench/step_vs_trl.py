@@ -1,5 +1,6 @@
 """Part (a) of ``graft bench``: graft's GRPO step against TRL's ``GRPOTrainer`` on one model, same
 prompts, alternating (TRL's side is skipped, with the reason, where TRL is missing or cannot match)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,10 +20,31 @@ from graft.bench.trl_settings import (
 from graft.config import Config, ModelConfig
 from graft.trainer.loop import setup
 
-GRAFT_STEP_KEYS = ("step_s", "rollout_s", "score_s", "update_s", "tokens_generated", "rollout_tokens_per_s",
-                   "tokens_update", "reward_mean", "peak_rss_gb", "rollout_gflops", "update_gflops", "step_gflops")
-TRL_STEP_KEYS = ("step_s", "rollout_s", "score_s", "update_s", "train_call_s", "tokens_generated", "rollout_tokens_per_s",
-                 "reward_mean", "peak_rss_gb")
+GRAFT_STEP_KEYS = (
+    "step_s",
+    "rollout_s",
+    "score_s",
+    "update_s",
+    "tokens_generated",
+    "rollout_tokens_per_s",
+    "tokens_update",
+    "reward_mean",
+    "peak_rss_gb",
+    "rollout_gflops",
+    "update_gflops",
+    "step_gflops",
+)
+TRL_STEP_KEYS = (
+    "step_s",
+    "rollout_s",
+    "score_s",
+    "update_s",
+    "train_call_s",
+    "tokens_generated",
+    "rollout_tokens_per_s",
+    "reward_mean",
+    "peak_rss_gb",
+)
 
 
 def rollout_rate(row: dict) -> dict:
@@ -53,8 +75,14 @@ def bench_a(base: Config, model: str, reps: int, run_root: Path) -> dict:
     run = setup(cfg)
     state = run.sampler.state_dict()
     prompts, _ = run.sampler.next_batch()
-    out: dict = {"model": model, "name": entry.name, "template": entry.template, "prompts": [p.id for p in prompts],
-                 "matched": list(TRL_MATCHED), "differences": list(TRL_DIFFERENCES) + micro_batch_difference(cfg)}
+    out: dict = {
+        "model": model,
+        "name": entry.name,
+        "template": entry.template,
+        "prompts": [p.id for p in prompts],
+        "matched": list(TRL_MATCHED),
+        "differences": list(TRL_DIFFERENCES) + micro_batch_difference(cfg),
+    }
     try:
         trl, reason = _trl_side(cfg, entry, prompts, run, run_root / "a-trl")
         if trl is not None:
@@ -66,8 +94,11 @@ def bench_a(base: Config, model: str, reps: int, run_root: Path) -> dict:
         rows = alternate(reps, sides, "a", steps_line)
         out["graft"] = summarize(rows["graft"], GRAFT_STEP_KEYS) | {"raw": rows["graft"]}
         if trl is not None:
-            out["trl"] = summarize(rows["trl"], TRL_STEP_KEYS) | {"raw": rows["trl"], "version": package_version("trl"),
-                                                                  "config": trl.config_kwargs}
+            out["trl"] = summarize(rows["trl"], TRL_STEP_KEYS) | {
+                "raw": rows["trl"],
+                "version": package_version("trl"),
+                "config": trl.config_kwargs,
+            }
         else:
             out["trl"] = {"skipped": reason}
             progress(f"(a) TRL side skipped: {reason}")

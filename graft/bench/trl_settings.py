@@ -1,5 +1,6 @@
 """TRL's ``GRPOConfig`` for part (a) of ``graft bench``, matched to graft's config, and what still
 differs; none of it imports TRL (:mod:`graft.bench.trl_trainer` does)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -85,8 +86,10 @@ def trl_batch_problem(cfg: Config) -> str | None:
     """Why TRL cannot take graft's batch as M equal minibatches of whole groups, or None."""
     M, P = cfg.update.num_minibatches, cfg.batch_prompts
     if P % M:
-        return (f"{P} prompts do not split into update.num_minibatches={M} equal minibatches "
-                "(TRL needs equal ones; choose --prompts a multiple of it)")
+        return (
+            f"{P} prompts do not split into update.num_minibatches={M} equal minibatches "
+            "(TRL needs equal ones; choose --prompts a multiple of it)"
+        )
     return None
 
 
@@ -95,8 +98,10 @@ def micro_batch_difference(cfg: Config) -> list[str]:
     rows = cfg.batch_prompts * cfg.rollout.n // cfg.update.num_minibatches
     if cfg.update.micro_batch_size >= rows:
         return []
-    return [f"micro-batches: graft forwards each minibatch of {rows} completions in micro-batches of "
-            f"update.micro_batch_size={cfg.update.micro_batch_size}, TRL all {rows} at once"]
+    return [
+        f"micro-batches: graft forwards each minibatch of {rows} completions in micro-batches of "
+        f"update.micro_batch_size={cfg.update.micro_batch_size}, TRL all {rows} at once"
+    ]
 
 
 def trl_config_kwargs(cfg: Config, entry: ModelConfig, out_dir: Path, on_cpu: bool, fields: set[str]) -> dict:
@@ -105,17 +110,47 @@ def trl_config_kwargs(cfg: Config, entry: ModelConfig, out_dir: Path, on_cpu: bo
     M = up.num_minibatches
     ckpt = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     kw = dict(
-        output_dir=str(out_dir), seed=cfg.seed, max_steps=M, report_to="none", save_strategy="no",
-        logging_steps=10**9, disable_tqdm=True, dataloader_num_workers=0, use_cpu=on_cpu, bf16=False, fp16=False,
-        num_generations=rc.n, per_device_train_batch_size=cfg.batch_prompts * rc.n // M, steps_per_generation=M,
-        gradient_accumulation_steps=1, num_iterations=up.epochs, max_completion_length=rc.max_new_tokens,
-        temperature=rc.temperature, top_p=rc.top_p, top_k=0,
-        loss_type="bnpo", beta=0.0, epsilon=up.clip_low, epsilon_high=up.clip_high, importance_sampling_level="token",
-        scale_rewards="group", mask_truncated_completions=False,
-        learning_rate=entry.lr, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
-        adam_beta1=entry.betas[0], adam_beta2=entry.betas[1], adam_epsilon=1e-8, weight_decay=entry.weight_decay,
-        max_grad_norm=entry.max_grad_norm, use_vllm=False, disable_dropout=True, log_completions=False,
-        remove_unused_columns=False, shuffle_dataset=True,
+        output_dir=str(out_dir),
+        seed=cfg.seed,
+        max_steps=M,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=10**9,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        use_cpu=on_cpu,
+        bf16=False,
+        fp16=False,
+        num_generations=rc.n,
+        per_device_train_batch_size=cfg.batch_prompts * rc.n // M,
+        steps_per_generation=M,
+        gradient_accumulation_steps=1,
+        num_iterations=up.epochs,
+        max_completion_length=rc.max_new_tokens,
+        temperature=rc.temperature,
+        top_p=rc.top_p,
+        top_k=0,
+        loss_type="bnpo",
+        beta=0.0,
+        epsilon=up.clip_low,
+        epsilon_high=up.clip_high,
+        importance_sampling_level="token",
+        scale_rewards="group",
+        mask_truncated_completions=False,
+        learning_rate=entry.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_torch",
+        adam_beta1=entry.betas[0],
+        adam_beta2=entry.betas[1],
+        adam_epsilon=1e-8,
+        weight_decay=entry.weight_decay,
+        max_grad_norm=entry.max_grad_norm,
+        use_vllm=False,
+        disable_dropout=True,
+        log_completions=False,
+        remove_unused_columns=False,
+        shuffle_dataset=True,
     )
     kw[ckpt] = False
     return kw

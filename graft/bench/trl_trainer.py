@@ -1,6 +1,7 @@
 """TRL's side of part (a) of ``graft bench``: a ``GRPOTrainer`` set up as
 :mod:`graft.bench.trl_settings` says, timed step by step. Imports TRL: import this module only
 when :func:`~graft.bench.trl_settings.trl_unavailable_reason` is None."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,12 +38,14 @@ class _StepClock(TrainerCallback):
 
 def _timed(fn: Callable, sink: list[float]) -> Callable:
     """``fn`` that appends the seconds of every call to ``sink``."""
+
     def wrapper(*args, **kwargs):
         t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
             sink.append(time.perf_counter() - t0)
+
     return wrapper
 
 
@@ -56,13 +59,16 @@ class TrlBench:
         self.config_kwargs = trl_config_kwargs(cfg, entry, out_dir, device.type == "cpu", fields)
         missing = sorted(set(self.config_kwargs) - fields)
         if missing:
-            raise TrlUnsupported(f"TRL {package_version('trl')} has no GRPOConfig field(s) {', '.join(missing)}; "
-                                 "the bench cannot match graft's settings with it (tested with trl 1.16)")
+            raise TrlUnsupported(
+                f"TRL {package_version('trl')} has no GRPOConfig field(s) {', '.join(missing)}; "
+                "the bench cannot match graft's settings with it (tested with trl 1.16)"
+            )
         tokenizer = load_tokenizer(entry)
         model = load_model(entry, device=str(device))
         texts = [learner.codec.render_prompt(p.problem) for p in prompts]
-        self.prompt_ids_match = [list(ids) for ids in tokenizer(text=texts)["input_ids"]] == \
-            [learner.codec.encode_prompt(p.problem) for p in prompts]
+        self.prompt_ids_match = [list(ids) for ids in tokenizer(text=texts)["input_ids"]] == [
+            learner.codec.encode_prompt(p.problem) for p in prompts
+        ]
         self._grader = grader
         self._rewards: list[list[float]] = []
         self._tokens: list[int] = []
@@ -82,10 +88,14 @@ class TrlBench:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             trainer = GRPOTrainer(
-                model=model, reward_funcs=self.graft_grader, processing_class=tokenizer, callbacks=[self._clock],
+                model=model,
+                reward_funcs=self.graft_grader,
+                processing_class=tokenizer,
+                callbacks=[self._clock],
                 args=GRPOConfig(**self.config_kwargs),
-                train_dataset=Dataset.from_list([{"prompt": t, "answer": p.answer} for t, p in zip(texts, prompts, strict=True)]))
-        trainer.remove_callback(PrinterCallback)   # it prints the end-of-train metrics on stdout
+                train_dataset=Dataset.from_list([{"prompt": t, "answer": p.answer} for t, p in zip(texts, prompts, strict=True)]),
+            )
+        trainer.remove_callback(PrinterCallback)  # it prints the end-of-train metrics on stdout
         for phase, method in (("rollout", "_generate"), ("score", "_calculate_rewards")):
             if hasattr(trainer, method):
                 setattr(trainer, method, _timed(getattr(trainer, method), self._spans[phase]))
@@ -93,8 +103,14 @@ class TrlBench:
 
     def step(self) -> dict:
         """One ``trainer.train()`` call: its step, rollout, scoring and update seconds, and counts."""
-        for sink in (self._clock.begin, self._clock.end, self._spans["rollout"], self._spans["score"],
-                     self._rewards, self._tokens):
+        for sink in (
+            self._clock.begin,
+            self._clock.end,
+            self._spans["rollout"],
+            self._spans["score"],
+            self._rewards,
+            self._tokens,
+        ):
             sink.clear()
         t0 = time.perf_counter()
         with warnings.catch_warnings():
@@ -105,7 +121,13 @@ class TrlBench:
         rollout = sum(self._spans["rollout"]) if self._spans["rollout"] else None
         score = sum(self._spans["score"]) if self._spans["score"] else None
         rewards = [r for rs in self._rewards for r in rs]
-        return {"step_s": step, "rollout_s": rollout, "score_s": score,
-                "update_s": step - (rollout or 0.0) - (score or 0.0) if rollout is not None else None,
-                "train_call_s": call, "optimizer_steps": len(self._clock.end),
-                "tokens_generated": sum(self._tokens), "reward_mean": statistics.mean(rewards) if rewards else None}
+        return {
+            "step_s": step,
+            "rollout_s": rollout,
+            "score_s": score,
+            "update_s": step - (rollout or 0.0) - (score or 0.0) if rollout is not None else None,
+            "train_call_s": call,
+            "optimizer_steps": len(self._clock.end),
+            "tokens_generated": sum(self._tokens),
+            "reward_mean": statistics.mean(rewards) if rewards else None,
+        }

@@ -1,5 +1,6 @@
 """``graft analyze RUN_DIR [--against RUN_DIR2] [--json]``: the command of :mod:`graft.evaluation.analyze` (the
 numbers and their definitions are there)."""
+
 from __future__ import annotations
 
 import json

@@ -21,6 +21,7 @@ splits, bench.
     graft splits CONFIG.yaml --out DIR [--test 64] [--hard 64] [--seed 777] [--exclude FILE ...] [key=value ...]
     graft bench [--only a,b,c] [--reps 3] [--model M] [--models M1,M2] [--config CFG] [--out DIR] [key=value ...]
 """
+
 from __future__ import annotations
 
 import difflib
@@ -45,7 +46,7 @@ USAGE = __doc__
 
 def train_main(argv: list[str]) -> int:
     args = train_parser().parse_args(argv)
-    train = importlib.import_module("graft.trainer.loop").train   # deferred: torch, transformers
+    train = importlib.import_module("graft.trainer.loop").train  # deferred: torch, transformers
     train(load_config(args.config, args.overrides))
     return 0
 
@@ -107,8 +108,9 @@ COMMANDS = {
 """Command name -> (module, function) of its entry point, imported on use: ``graft --help``, ``graft config`` and
 ``graft COMMAND --help`` (:data:`PARSERS`) do not load torch and transformers."""
 
-PARSERS = ({name: ("graft.commands.parsers", f"{name}_parser") for name in COMMANDS}
-           | {"bench": ("graft.bench.args", "bench_parser")})
+PARSERS = {name: ("graft.commands.parsers", f"{name}_parser") for name in COMMANDS} | {
+    "bench": ("graft.bench.args", "bench_parser")
+}
 """Command name -> (module, function) building its argument parser, in a module that imports no torch: the parser its
 entry point parses with, and that answers ``graft COMMAND --help`` alone."""
 
@@ -125,7 +127,7 @@ def _dispatch(cmd: str, argv: list[str]) -> int:
     if cmd not in COMMANDS:
         print(f"error: {unknown_command(cmd)}", file=sys.stderr)
         return 2
-    if "-h" in argv or "--help" in argv:   # answered by the parser alone: the command's module (torch) stays unloaded
+    if "-h" in argv or "--help" in argv:  # answered by the parser alone: the command's module (torch) stays unloaded
         module, func = PARSERS[cmd]
         getattr(importlib.import_module(module), func)().parse_args(argv)
     module, func = COMMANDS[cmd]
@@ -148,7 +150,7 @@ def _stdout_reader_gone() -> bool:
         poll = select.poll()
         poll.register(sys.stdout.fileno(), select.POLLOUT)
         return any(events & select.POLLERR for _, events in poll.poll(0))
-    except (OSError, ValueError, AttributeError):   # no real file behind stdout (captured, closed)
+    except (OSError, ValueError, AttributeError):  # no real file behind stdout (captured, closed)
         return False
 
 
@@ -170,24 +172,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = _setup_output(sys.argv[1:] if argv is None else argv)
     try:
         rc = _run(argv)
-        sys.stdout.flush()   # a reader gone early (`| head`) surfaces here, in the handler below, not at exit
+        sys.stdout.flush()  # a reader gone early (`| head`) surfaces here, in the handler below, not at exit
         return rc
-    except Preempted as e:   # a SIGTERM/SIGINT: the finished steps are checkpointed
+    except Preempted as e:  # a SIGTERM/SIGINT: the finished steps are checkpointed
         print(e, file=sys.stderr)
         return PREEMPTED_EXIT
     except Diverged as e:
         print(f"error: {e}", file=sys.stderr)
         return DIVERGED_EXIT
     except (UserError, FileNotFoundError) as e:
-        for error in e.errors if isinstance(e, ConfigErrors) else [e]:   # a config's errors, one line each
+        for error in e.errors if isinstance(e, ConfigErrors) else [e]:  # a config's errors, one line each
             print(f"error: {error}", file=sys.stderr)
         return 2
-    except BrokenPipeError:   # `graft ... | head` closed the pipe: stop quietly, as `cat` would
-        if not _stdout_reader_gone():   # another pipe broke (a worker's): not the reader's doing
+    except BrokenPipeError:  # `graft ... | head` closed the pipe: stop quietly, as `cat` would
+        if not _stdout_reader_gone():  # another pipe broke (a worker's): not the reader's doing
             raise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the exit-time flush must not fail again
-        return 128 + 13   # SIGPIPE's exit status
-    except OSError as e:   # disk full, permissions, a file where a folder should be: one line, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush must not fail again
+        return 128 + 13  # SIGPIPE's exit status
+    except OSError as e:  # disk full, permissions, a file where a folder should be: one line, no traceback
         err = output_error(e, e.filename or "?")
         if err is None:
             raise

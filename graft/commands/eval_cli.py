@@ -4,6 +4,7 @@ The command line of evaluation: resolving ``--model`` / ``--config`` / ``--model
 best, latest or base model), the datasets (``--data``, the shared benchmarks, the run's ``data.val``), the sampler
 (``--backend``: an in-memory Policy through a rollout engine, or vLLM serving a folder), and the tables it prints.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,10 +44,12 @@ def vllm_model_path(cfg, weights_from: str | None) -> str:
     """The folder (or hub id) vLLM should load for a model config / checkpoint, or an EvalError why none."""
     if weights_from is not None:
         if (Path(weights_from) / "adapter_config.json").is_file():
-            raise EvalError(f"backend vllm: {weights_from} holds a LoRA adapter, not a full model; "
-                            "use --backend hf (it merges the adapter)")
+            raise EvalError(
+                f"backend vllm: {weights_from} holds a LoRA adapter, not a full model; use --backend hf (it merges the adapter)"
+            )
         return str(weights_from)
     return str(cfg.path)
+
 
 def engine_sampler(backend: str, cfg: ModelConfig, weights_from: str | None, device: str) -> tuple[Sampler, int | None]:
     """The sampler ``graft eval --backend`` uses for model ``cfg`` (weights from ``weights_from`` when given), and the
@@ -55,7 +58,7 @@ def engine_sampler(backend: str, cfg: ModelConfig, weights_from: str | None, dev
     try:
         if backend == "vllm":
             folder = vllm_model_path(cfg, weights_from)
-            VllmEngine.check(folder)   # before the tokenizer loads
+            VllmEngine.check(folder)  # before the tokenizer loads
             return VllmEngine(None, folder=folder, codec=TextCodec.load(cfg, weights_from)), _folder_max_positions(folder)
         policy = Policy.load(cfg, device=device, weights_from=weights_from)
         return make_engine(backend, policy), max_positions(policy.model.config)
@@ -91,8 +94,10 @@ def default_data_dir() -> Path | None:
 
 def _no_data_dir(item: str) -> EvalError:
     tried = ", ".join(str(c) for c in dict.fromkeys(data_dir_candidates()))
-    return EvalError(f"--data {item}: no data folder found (tried {tried}); pass --data-dir DIR or set "
-                     f"{DATA_DIR_ENV} (the folder holding {item}.jsonl)")
+    return EvalError(
+        f"--data {item}: no data folder found (tried {tried}); pass --data-dir DIR or set "
+        f"{DATA_DIR_ENV} (the folder holding {item}.jsonl)"
+    )
 
 
 def parse_data_args(specs: Sequence[str], data_dir: Path | None) -> dict[str, str]:
@@ -158,11 +163,13 @@ def run_model(config: str, model_name: str | None, which: str | None) -> tuple[s
     if which == "base":
         return base.path, f"{run_dir.name}-{base.name}-base"
     if not list_checkpoints(run_dir):
-        raise EvalError(f"--config {config}: the run {run_dir} has no complete checkpoint; pass --model base for the "
-                        "starting weights, or a model folder")
+        raise EvalError(
+            f"--config {config}: the run {run_dir} has no complete checkpoint; pass --model base for the "
+            "starting weights, or a model folder"
+        )
     try:
         step_dir = select_checkpoint(run_dir, which, base.name)
-    except CheckpointError:   # no in-training evaluation: the latest checkpoint is the best we know
+    except CheckpointError:  # no in-training evaluation: the latest checkpoint is the best we know
         step_dir = select_checkpoint(run_dir, "latest", base.name)
     if not (step_dir / base.name).is_dir():
         raise EvalError(f"{step_dir} holds no folder of model {base.name}")
@@ -181,8 +188,15 @@ def _pick_model(run_cfg, config: str, model_name: str | None):
     return run_cfg.models[names.index(name)]
 
 
-def _model_cfg_for(model: str, template: str | None = None, config: str | None = None, model_name: str | None = None,
-                   fewshot: int | None = None, stop: Sequence[str] | None = None, instruction: str | None = None):
+def _model_cfg_for(
+    model: str,
+    template: str | None = None,
+    config: str | None = None,
+    model_name: str | None = None,
+    fewshot: int | None = None,
+    stop: Sequence[str] | None = None,
+    instruction: str | None = None,
+):
     """``(ModelConfig, weights folder or None, run Config or None)`` for ``graft eval --model``.
 
     The prompt format (template, worked examples, instruction, stop strings), tokenizer and dtype
@@ -196,7 +210,7 @@ def _model_cfg_for(model: str, template: str | None = None, config: str | None =
     """
 
     p = Path(model)
-    if p.is_dir() and (p / "config.yaml").is_file() and not (p / "config.json").is_file():   # a run or step folder
+    if p.is_dir() and (p / "config.yaml").is_file() and not (p / "config.json").is_file():  # a run or step folder
         raise EvalError(_which_model_folder(p, [m.name for m in load_config(p / "config.yaml").models]))
     in_checkpoint = p.is_dir() and (p.parent / "manifest.json").is_file() and (p.parent / "config.yaml").is_file()
     run_cfg, base = None, None
@@ -205,7 +219,7 @@ def _model_cfg_for(model: str, template: str | None = None, config: str | None =
         base = _pick_model(run_cfg, config, model_name)
     elif model_name is not None:
         raise ConfigError("--model-name needs --config RUN_DIR/config.yaml (the run whose model it names)")
-    elif in_checkpoint:   # RUN/checkpoints/step_N/A: the checkpoint's own run config
+    elif in_checkpoint:  # RUN/checkpoints/step_N/A: the checkpoint's own run config
         run_cfg = load_config(p.parent / "config.yaml")
         base = next((m for m in run_cfg.models if m.name == p.name), None)
         if base is None:
@@ -214,11 +228,11 @@ def _model_cfg_for(model: str, template: str | None = None, config: str | None =
         verify_model_files(p)
     changes: dict[str, Any] = {}
     if base is not None:
-        cfg = dataclasses.replace(base, lora=dataclasses.replace(base.lora, enabled=False))   # merged for inference
+        cfg = dataclasses.replace(base, lora=dataclasses.replace(base.lora, enabled=False))  # merged for inference
         if in_checkpoint or (p / "adapter_config.json").is_file():
-            weights_from = str(p)       # the run's base path gives the architecture (and the LoRA base)
+            weights_from = str(p)  # the run's base path gives the architecture (and the LoRA base)
         else:
-            weights_from = None         # the base model itself, an exported folder or a hub id
+            weights_from = None  # the base model itself, an exported folder or a hub id
             if model != base.path:
                 changes.update(path=model, revision=None)
     else:
@@ -230,8 +244,8 @@ def _model_cfg_for(model: str, template: str | None = None, config: str | None =
     if instruction is not None:
         changes["instruction"] = instruction
     if stop is not None:
-        changes["stop"] = [_unescape(x) for x in stop if x != ""]   # --stop "" alone: no stop strings
-    cfg = dataclasses.replace(cfg, **changes)   # re-validated (e.g. --fewshot with template plain)
+        changes["stop"] = [_unescape(x) for x in stop if x != ""]  # --stop "" alone: no stop strings
+    cfg = dataclasses.replace(cfg, **changes)  # re-validated (e.g. --fewshot with template plain)
     return cfg, weights_from, run_cfg
 
 
@@ -260,8 +274,16 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # data / store / config errors carry their own message
-        if type(e).__name__ in ("DataError", "ConfigError", "ModelLoadError", "GraderError", "StoreError", "LockError",
-                                  "DomainError", "RewardFunctionError"):
+        if type(e).__name__ in (
+            "DataError",
+            "ConfigError",
+            "ModelLoadError",
+            "GraderError",
+            "StoreError",
+            "LockError",
+            "DomainError",
+            "RewardFunctionError",
+        ):
             print(f"error: {e}", file=sys.stderr)
             return 2
         raise
@@ -269,8 +291,10 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
 
 def _eval_main(args) -> int:
     if args.config is None and (args.model is None or args.compare is not None or args.data is None):
-        raise EvalError("--model and --data are required without --config (--compare needs --config too); "
-                        "with --config RUN/config.yaml they default to the run's best checkpoint and data.val")
+        raise EvalError(
+            "--model and --data are required without --config (--compare needs --config too); "
+            "with --config RUN/config.yaml they default to the run's best checkpoint and data.val"
+        )
     reward = _eval_reward(args)
     datasets = _datasets(args, reward)
     runs = ([_resolve(args, args.compare)] if args.compare is not None else []) + [_resolve(args, args.model)]
@@ -278,8 +302,7 @@ def _eval_main(args) -> int:
         raise EvalError(f"--compare {args.compare}: that is the model already evaluated ({runs[0][1]})")
     results = {}
     for model, label in runs:
-        out = Path(args.out) / label if args.out and len(runs) > 1 else \
-            Path(args.out) if args.out else Path("runs/eval") / label
+        out = Path(args.out) / label if args.out and len(runs) > 1 else Path(args.out) if args.out else Path("runs/eval") / label
         res, cfg = _evaluate_one(args, model, datasets, out, reward)
         print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
         print(summary_table(res, cfg))
@@ -306,8 +329,7 @@ def _eval_reward(args) -> RewardConfig:
     run_cfg = _run_config(args.config) if args.config else None
     reward = dataclasses.replace(run_cfg.reward) if run_cfg is not None else RewardConfig()
     domain = args.domain or {"any": "math", "number": "number", None: None}[args.answer_form]
-    return dataclasses.replace(reward, domain=domain or reward.domain, timeout_s=args.verify_timeout,
-                               workers=args.verify_workers)
+    return dataclasses.replace(reward, domain=domain or reward.domain, timeout_s=args.verify_timeout, workers=args.verify_workers)
 
 
 def _datasets(args, reward: RewardConfig) -> dict[str, list[Prompt]]:
@@ -315,25 +337,34 @@ def _datasets(args, reward: RewardConfig) -> dict[str, list[Prompt]]:
     the run reads them (its ``data.fields``, its domain's references)."""
     run_cfg = _run_config(args.config) if args.config else None
     fields = run_cfg.data.fields if run_cfg is not None else {}
-    read = functools.partial(load_prompts, on_bad_row=args.on_bad_row, skip_hint=_SKIP_HINT, fields=fields,
-                             reference=reference_of(reward))
+    read = functools.partial(
+        load_prompts, on_bad_row=args.on_bad_row, skip_hint=_SKIP_HINT, fields=fields, reference=reference_of(reward)
+    )
     if args.data is None:
         assert run_cfg is not None, "_eval_main requires --data without --config"
         if run_cfg.data.val is None:
-            raise EvalError(f"--config {args.config} has no data.val; name the set to evaluate on with --data "
-                            f"(NAME=PATH, arithmetic, or one of {', '.join(BENCHMARKS)})")
-        return {"val": read(run_cfg.data.val, arithmetic=run_cfg.data.arithmetic, code_task=run_cfg.data.code_task,
-                            limit=args.limit or run_cfg.data.val_limit)[0]}
+            raise EvalError(
+                f"--config {args.config} has no data.val; name the set to evaluate on with --data "
+                f"(NAME=PATH, arithmetic, or one of {', '.join(BENCHMARKS)})"
+            )
+        return {
+            "val": read(
+                run_cfg.data.val,
+                arithmetic=run_cfg.data.arithmetic,
+                code_task=run_cfg.data.code_task,
+                limit=args.limit or run_cfg.data.val_limit,
+            )[0]
+        }
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     return {name: read(spec, limit=args.limit)[0] for name, spec in parse_data_args(args.data, data_dir).items()}
 
 
-def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path,
-                  reward: RewardConfig) -> tuple[dict, Any]:
+def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path, reward: RewardConfig) -> tuple[dict, Any]:
     """Evaluate one model (``--model`` form) on ``datasets`` into ``out``; ``(results, its ModelConfig)``."""
 
-    cfg, weights_from, run_cfg = _model_cfg_for(model, args.template, args.config, args.model_name,
-                                                args.fewshot, args.stop, args.instruction)
+    cfg, weights_from, run_cfg = _model_cfg_for(
+        model, args.template, args.config, args.model_name, args.fewshot, args.stop, args.instruction
+    )
     cfg.bind_domain(reward.domain)
     if args.dtype:
         cfg.dtype = args.dtype
@@ -342,21 +373,41 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    with FolderLock(out, "--out folder"):   # one evaluation per output folder, taken before the model loads
+    with FolderLock(out, "--out folder"):  # one evaluation per output folder, taken before the model loads
         return _evaluate_into(args, model, out, datasets, cfg, weights_from, reward, max_new, device)
 
 
-def _evaluate_into(args, model: str, out: Path, datasets: dict, cfg, weights_from, reward: RewardConfig, max_new: int,
-                   device: str) -> tuple[dict, Any]:
+def _evaluate_into(
+    args, model: str, out: Path, datasets: dict, cfg, weights_from, reward: RewardConfig, max_new: int, device: str
+) -> tuple[dict, Any]:
     if not bars(not args.no_progress):
-        quiet_bars()   # the hub's and transformers' weight-loading bars too
+        quiet_bars()  # the hub's and transformers' weight-loading bars too
     sampler, positions = engine_sampler(args.backend, cfg, weights_from, device)
-    check_context(cfg.name if args.config else model, sampler.codec, positions,
-                  [p.problem for ps in datasets.values() for p in ps], max_new, "--max-new-tokens")
+    check_context(
+        cfg.name if args.config else model,
+        sampler.codec,
+        positions,
+        [p.problem for ps in datasets.values() for p in ps],
+        max_new,
+        "--max-new-tokens",
+    )
     with make_grader(reward) as grader:
-        res = evaluate(sampler, datasets, grader, out, n=args.n, temperature=args.temperature, top_p=args.top_p,
-                       max_new_tokens=max_new, repeats=args.repeats, seed=args.seed, batch_size=args.batch_size,
-                       backend=args.backend, progress=not args.no_progress, model_label=model)
+        res = evaluate(
+            sampler,
+            datasets,
+            grader,
+            out,
+            n=args.n,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_new_tokens=max_new,
+            repeats=args.repeats,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            backend=args.backend,
+            progress=not args.no_progress,
+            model_label=model,
+        )
     return res, cfg
 
 
@@ -365,11 +416,16 @@ def compare_table(results: dict[str, dict]) -> str:
     pass@1 mean ± std of each, and every other model's difference from the first in points."""
     labels = list(results)
     ref = results[labels[0]]
-    head = "| dataset | prompts | " + " | ".join(f"{label} pass@1 (%)" for label in labels) + \
-        "".join(f" | {label} − {labels[0]} (points)" for label in labels[1:]) + " |"
+    head = (
+        "| dataset | prompts | "
+        + " | ".join(f"{label} pass@1 (%)" for label in labels)
+        + "".join(f" | {label} − {labels[0]} (points)" for label in labels[1:])
+        + " |"
+    )
     lines = [head, "|---|---:|" + "---:|" * (2 * len(labels) - 1)]
-    rows: list[tuple[str, Any, tuple[str, ...]]] = [(name, d["num_prompts"], ("datasets", name))
-                                                   for name, d in ref["datasets"].items()]
+    rows: list[tuple[str, Any, tuple[str, ...]]] = [
+        (name, d["num_prompts"], ("datasets", name)) for name, d in ref["datasets"].items()
+    ]
     if len(ref["datasets"]) > 1:
         rows.append(("macro average", f"{len(ref['datasets'])} sets", ("macro",)))
     for name, n, where in rows:
@@ -394,6 +450,8 @@ def summary_table(results: dict, cfg=None) -> str:
     for name, d in results["datasets"].items():
         lines.append(f"| {name} | {d['num_prompts']} | {pct(d['pass@1'])} | {proto['n']} | {d['repeats']} |")
     if len(results["datasets"]) > 1:
-        lines.append(f"| macro average | {len(results['datasets'])} sets | {pct(results['macro']['pass@1'])} | "
-                     f"{proto['n']} | {proto['repeats']} |")
+        lines.append(
+            f"| macro average | {len(results['datasets'])} sets | {pct(results['macro']['pass@1'])} | "
+            f"{proto['n']} | {proto['repeats']} |"
+        )
     return "\n".join(lines)

@@ -23,6 +23,7 @@ which was not run here (no GPU).
   file is an error naming it. ``OUT`` is written to a temporary folder and renamed into place;
   an existing non-empty ``OUT`` is refused.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -67,6 +68,7 @@ def _model_cfg(run_cfg: Config, name: str | None, available: Sequence[str], wher
 
 # ----------------------------------------------------------------------------- the model card
 
+
 def _is_hub_id(path: str) -> bool:
     return "/" in path and looks_like_hub_id(path) and not Path(path).exists()
 
@@ -79,7 +81,7 @@ def _fmt(v) -> str:
 
 def upstream(path: str) -> dict | None:
     """``{"upstream": hub id, "license": ..., "license_url": ...}`` of an embedded model path, else ``None``."""
-    return EMBEDDED_MODELS.get(path[len(EMBEDDED_PREFIX):]) if path.startswith(EMBEDDED_PREFIX) else None
+    return EMBEDDED_MODELS.get(path[len(EMBEDDED_PREFIX) :]) if path.startswith(EMBEDDED_PREFIX) else None
 
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -89,37 +91,56 @@ _REPO = Path(__file__).resolve().parents[2]
 def provenance(repo: Path = _REPO) -> dict:
     """Versions of torch, transformers and graft, and graft's git commit (``None`` outside a git checkout)."""
 
-
     try:
-        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.split()
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         out = []
     # graft's own checkout only (an installed copy may sit inside some other repository)
     commit = out[1] if len(out) == 2 and Path(out[0]).resolve() == repo.resolve() else None
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "graft": __version__,
-            "graft_commit": commit}
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "graft": __version__, "graft_commit": commit}
 
 
-def model_card(run_cfg: Config, mcfg: ModelConfig, step: int, source: Path, dtype: str, history: list[dict],
-               example_prompt: str | None, versions: dict | None = None) -> str:
+def model_card(
+    run_cfg: Config,
+    mcfg: ModelConfig,
+    step: int,
+    source: Path,
+    dtype: str,
+    history: list[dict],
+    example_prompt: str | None,
+    versions: dict | None = None,
+) -> str:
     """README.md of an exported model (pure: everything comes from the arguments; ``versions`` is
     :func:`provenance`)."""
     desc = describe_exchange(run_cfg)
     lines = _card_header(mcfg, step, desc.method)
-    lines += [f"Exported by `graft export` from `{source}` (model `{mcfg.name}`, step {step} of {run_cfg.steps} "
-              f"configured), as `{dtype}` weights"
-              + (" with the LoRA adapter merged into the base." if mcfg.lora.enabled else "."),
-              "", "## Training", ""]
+    lines += [
+        f"Exported by `graft export` from `{source}` (model `{mcfg.name}`, step {step} of {run_cfg.steps} "
+        f"configured), as `{dtype}` weights" + (" with the LoRA adapter merged into the base." if mcfg.lora.enabled else "."),
+        "",
+        "## Training",
+        "",
+    ]
     lines += _card_training(run_cfg, mcfg, step, desc)
     lines += _card_prompt_format(mcfg, example_prompt)
     lines += _card_evaluation(run_cfg, mcfg, step, history)
     lines += _card_provenance(versions)
-    lines += ["", "## Loading", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
-              'model = AutoModelForCausalLM.from_pretrained("PATH")', 'tokenizer = AutoTokenizer.from_pretrained("PATH")',
-              "```", "",
-              "vLLM: `LLM(model=\"PATH\")` with `SamplingParams(stop=[...])` set to the stop strings above "
-              "(a plain Hugging Face folder; not run by graft's tests).", ""]
+    lines += [
+        "",
+        "## Loading",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        'model = AutoModelForCausalLM.from_pretrained("PATH")',
+        'tokenizer = AutoTokenizer.from_pretrained("PATH")',
+        "```",
+        "",
+        'vLLM: `LLM(model="PATH")` with `SamplingParams(stop=[...])` set to the stop strings above '
+        "(a plain Hugging Face folder; not run by graft's tests).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -137,23 +158,41 @@ def _card_training(run_cfg: Config, mcfg: ModelConfig, step: int, desc: Exchange
     """The base model, the method (the run's exchange, as :func:`describe_exchange` states it) and the settings."""
     up, ro, up_info = run_cfg.update, run_cfg.rollout, upstream(mcfg.path)
     partners = [f"`{m.name}` (`{m.path}`)" for m in run_cfg.models if m.name != mcfg.name]
-    lines = [f"- Base model: `{mcfg.path}`" + (f" (tokenizer `{mcfg.tokenizer}`)" if mcfg.tokenizer else "")
-             + (f", graft's embedded GGUF quantisation of [`{up_info['upstream']}`](https://huggingface.co/"
-                f"{up_info['upstream']})" if up_info else ""),
-             *([f"- Licence of the base model: {up_info['license']} ({up_info['license_url']}); "
-                "this derivative is subject to it"] if up_info else []),
-             f"- Method: {desc.method} — {desc.summary}" + (f"; co-trained with {', '.join(partners)}" if partners else ""),
-             *[f"- `{k}` = {_fmt(v)} in force (configured {_fmt(c)}: overridden by {desc.kind})"
-               for k, (c, v) in desc.replaced.items()],
-             f"- Update rule: `{up.rule}` — {RULES[up.rule].summary}",
-             f"- Steps trained: {step} × {run_cfg.batch_prompts} prompts × {ro.n} samples (data: `{run_cfg.data.train}`)",
-             "", "| setting | value |", "|---|---|"]
-    rows = [("lr", mcfg.lr), ("trained dtype", mcfg.dtype),
-            ("LoRA", f"r={mcfg.lora.r}, alpha={mcfg.lora.alpha}, merged" if mcfg.lora.enabled else "no (full fine-tuning)"),
-            ("rollout.n / temperature / top_p", f"{ro.n} / {_fmt(ro.temperature)} / {_fmt(ro.top_p)}"),
-            ("rollout.max_new_tokens", ro.max_new_tokens), ("batch_prompts", run_cfg.batch_prompts),
-            ("update.clip_low / clip_high", f"{_fmt(up.clip_low)} / {_fmt(up.clip_high)}"),
-            ("update.loss_agg", desc.settings["update.loss_agg"]), ("update.num_minibatches", up.num_minibatches)]
+    lines = [
+        f"- Base model: `{mcfg.path}`"
+        + (f" (tokenizer `{mcfg.tokenizer}`)" if mcfg.tokenizer else "")
+        + (
+            f", graft's embedded GGUF quantisation of [`{up_info['upstream']}`](https://huggingface.co/{up_info['upstream']})"
+            if up_info
+            else ""
+        ),
+        *(
+            [f"- Licence of the base model: {up_info['license']} ({up_info['license_url']}); this derivative is subject to it"]
+            if up_info
+            else []
+        ),
+        f"- Method: {desc.method} — {desc.summary}" + (f"; co-trained with {', '.join(partners)}" if partners else ""),
+        *[
+            f"- `{k}` = {_fmt(v)} in force (configured {_fmt(c)}: overridden by {desc.kind})"
+            for k, (c, v) in desc.replaced.items()
+        ],
+        f"- Update rule: `{up.rule}` — {RULES[up.rule].summary}",
+        f"- Steps trained: {step} × {run_cfg.batch_prompts} prompts × {ro.n} samples (data: `{run_cfg.data.train}`)",
+        "",
+        "| setting | value |",
+        "|---|---|",
+    ]
+    rows = [
+        ("lr", mcfg.lr),
+        ("trained dtype", mcfg.dtype),
+        ("LoRA", f"r={mcfg.lora.r}, alpha={mcfg.lora.alpha}, merged" if mcfg.lora.enabled else "no (full fine-tuning)"),
+        ("rollout.n / temperature / top_p", f"{ro.n} / {_fmt(ro.temperature)} / {_fmt(ro.top_p)}"),
+        ("rollout.max_new_tokens", ro.max_new_tokens),
+        ("batch_prompts", run_cfg.batch_prompts),
+        ("update.clip_low / clip_high", f"{_fmt(up.clip_low)} / {_fmt(up.clip_high)}"),
+        ("update.loss_agg", desc.settings["update.loss_agg"]),
+        ("update.num_minibatches", up.num_minibatches),
+    ]
     rows += [(k, v) for k, v in desc.settings.items() if k.split(".")[-1] in CARD_EXCHANGE_SETTINGS]
     rows.append(("seed", run_cfg.seed))
     return lines + [f"| {k} | {_fmt(v)} |" for k, v in rows]
@@ -161,12 +200,16 @@ def _card_training(run_cfg: Config, mcfg: ModelConfig, step: int, desc: Exchange
 
 def _card_prompt_format(mcfg: ModelConfig, example_prompt: str | None) -> list[str]:
     stops = mcfg.stop_strings()
-    lines = ["", "## Prompt format", "",
-             "Use the prompt the model trained with (`graft eval --config RUN/config.yaml --model-name "
-             f"{mcfg.name}` does):", "",
-             f"- task domain `{mcfg.domain_name}`, template `{mcfg.template}`, {mcfg.num_shots()} worked example(s) "
-             f"of that domain, instruction {json.dumps(prompts.instruction_of(mcfg))}",
-             f"- stop strings: {', '.join(json.dumps(s) for s in stops) if stops else 'none (the model ends with EOS)'}"]
+    lines = [
+        "",
+        "## Prompt format",
+        "",
+        f"Use the prompt the model trained with (`graft eval --config RUN/config.yaml --model-name {mcfg.name}` does):",
+        "",
+        f"- task domain `{mcfg.domain_name}`, template `{mcfg.template}`, {mcfg.num_shots()} worked example(s) "
+        f"of that domain, instruction {json.dumps(prompts.instruction_of(mcfg))}",
+        f"- stop strings: {', '.join(json.dumps(s) for s in stops) if stops else 'none (the model ends with EOS)'}",
+    ]
     if example_prompt is not None:
         lines += ["", "Example (problem `What is 2 + 3?`):", "", "```text", example_prompt, "```"]
     return lines
@@ -178,27 +221,37 @@ def _card_evaluation(run_cfg: Config, mcfg: ModelConfig, step: int, history: lis
     lines = ["", "## Evaluation", ""]
     if not evals:
         return lines + ["No in-training evaluation was recorded for this run."]
-    lines += [f"In-training validation pass@1 (`data.val` = `{run_cfg.data.val}`, {run_cfg.eval.n} samples per prompt, "
-              f"temperature {_fmt(run_cfg.eval.temperature)}, top-p {_fmt(run_cfg.eval.top_p)}):", "",
-              "| step | pass@1 (%) |", "|---:|---:|"]
+    lines += [
+        f"In-training validation pass@1 (`data.val` = `{run_cfg.data.val}`, {run_cfg.eval.n} samples per prompt, "
+        f"temperature {_fmt(run_cfg.eval.temperature)}, top-p {_fmt(run_cfg.eval.top_p)}):",
+        "",
+        "| step | pass@1 (%) |",
+        "|---:|---:|",
+    ]
     return lines + [f"| {s}{' (exported)' if s == step else ''} | {100 * v:.2f} |" for s, v in evals]
 
 
 def _card_provenance(versions: dict | None) -> list[str]:
     if versions is None:
         return []
-    return ["", "## Provenance", "",
-            f"- graft {versions['graft']} (git commit `{versions['graft_commit']}`)"
-            if versions.get("graft_commit") else f"- graft {versions['graft']} (git commit: None, not a git checkout)",
-            f"- torch {versions['torch']}, transformers {versions['transformers']}"]
+    return [
+        "",
+        "## Provenance",
+        "",
+        f"- graft {versions['graft']} (git commit `{versions['graft_commit']}`)"
+        if versions.get("graft_commit")
+        else f"- graft {versions['graft']} (git commit: None, not a git checkout)",
+        f"- torch {versions['torch']}, transformers {versions['transformers']}",
+    ]
 
 
 # ----------------------------------------------------------------------------- export
 
-def export(run_dir: str | Path, out: str | Path, step: str | int | None = None, model: str | None = None,
-           dtype: str | None = None) -> Path:
-    """Write model ``model`` of checkpoint ``step`` of ``run_dir`` to ``out``; returns ``out``."""
 
+def export(
+    run_dir: str | Path, out: str | Path, step: str | int | None = None, model: str | None = None, dtype: str | None = None
+) -> Path:
+    """Write model ``model`` of checkpoint ``step`` of ``run_dir`` to ``out``; returns ``out``."""
 
     run_dir, out = Path(run_dir), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -215,7 +268,7 @@ def export(run_dir: str | Path, out: str | Path, step: str | int | None = None, 
     run_cfg = load_config(path / "config.yaml")
     mcfg = _model_cfg(run_cfg, model, list(ckpt.model_dirs), path)
     folder = ckpt.model_dirs[mcfg.name]
-    verify_model_files(folder)   # sha256 of the weights and tokenizer files
+    verify_model_files(folder)  # sha256 of the weights and tokenizer files
     target = dtype or mcfg.dtype
     # float32 load (a bf16 checkpoint upcasts exactly), LoRA merged (lora.enabled off + an adapter folder)
     load_cfg = dataclasses.replace(mcfg, dtype="float32", lora=dataclasses.replace(mcfg.lora, enabled=False))
@@ -223,7 +276,7 @@ def export(run_dir: str | Path, out: str | Path, step: str | int | None = None, 
     tok = load_tokenizer(mcfg, weights_from=str(folder))
     gen = getattr(net, "generation_config", None) or GenerationConfig.from_model_config(net.config)
     eos = gen.eos_token_id if isinstance(gen.eos_token_id, (list, tuple)) else [gen.eos_token_id]
-    stop_ids = sorted({int(i) for i in [*eos, tok.eos_token_id] if i is not None})   # what graft's sampler stops at
+    stop_ids = sorted({int(i) for i in [*eos, tok.eos_token_id] if i is not None})  # what graft's sampler stops at
     gen.eos_token_id = stop_ids[0] if len(stop_ids) == 1 else stop_ids
     if gen.pad_token_id is None:
         gen.pad_token_id = tok.pad_token_id
@@ -232,8 +285,9 @@ def export(run_dir: str | Path, out: str | Path, step: str | int | None = None, 
         example = prompts.render_prompt(mcfg, tok, "What is 2 + 3?")
     except Exception:  # noqa: BLE001 - the card is still useful without an example
         example = None
-    card = model_card(run_cfg, mcfg, ckpt.step, path, target, eval_history(run_dir, list_checkpoints(run_dir)), example,
-                      provenance())
+    card = model_card(
+        run_cfg, mcfg, ckpt.step, path, target, eval_history(run_dir, list_checkpoints(run_dir)), example, provenance()
+    )
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"
@@ -242,12 +296,12 @@ def export(run_dir: str | Path, out: str | Path, step: str | int | None = None, 
         net.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
         (tmp / "README.md").write_text(card)
-        cfg_file = tmp / "config.json"   # defensive: an FSDP class name must never reach a shipped folder
+        cfg_file = tmp / "config.json"  # defensive: an FSDP class name must never reach a shipped folder
         data = json.loads(cfg_file.read_text())
         data["architectures"] = [a[4:] if a.startswith("FSDP") else a for a in data.get("architectures") or []]
         cfg_file.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         if out.exists():
-            out.rmdir()   # empty (checked above)
+            out.rmdir()  # empty (checked above)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

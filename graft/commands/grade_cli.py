@@ -5,6 +5,7 @@ id in the config's data (``data.train``, then ``data.val``; or ``--data FILE``),
 reward functions (:func:`graft.domains.grading.make_grader`, the same grader a run builds), and printed with its
 reward, status and the domain's reward-monitor flags; a last line sums them up.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,7 @@ def read_responses(path: Path, prompts: dict[str, Prompt]) -> list[tuple[Prompt,
         except json.JSONDecodeError as e:
             raise GradeError(f"{path}, line {i}: invalid JSON ({e.msg})") from None
         if not isinstance(row, dict) or not isinstance(row.get("response"), str) or "id" not in row:
-            raise GradeError(f"{path}, line {i}: expected {{\"id\": ..., \"response\": \"...\"}}")
+            raise GradeError(f'{path}, line {i}: expected {{"id": ..., "response": "..."}}')
         pid = str(row["id"]).strip()
         if pid not in prompts:
             raise GradeError(f"{path}, line {i}: id {pid!r} is in none of the data ({len(prompts)} prompts)")
@@ -56,7 +57,7 @@ def grade_main(argv: list[str]) -> int:
     with make_grader(cfg.reward) as grader:
         rewards, statuses = grader.grade([r for _, r in items], [q.answer for q, _ in items])
     flagged: Counter = Counter()
-    for (q, response), reward, status in zip(items, rewards, statuses, strict=True):   # a grade per response
+    for (q, response), reward, status in zip(items, rewards, statuses, strict=True):  # a grade per response
         flags = [k for k, v in domain.response_flags(response, q.problem, q.answer).items() if v]
         if reward > 0.5:
             flagged.update(flags)
@@ -65,7 +66,10 @@ def grade_main(argv: list[str]) -> int:
         else:
             print(f"{q.id}\treward {reward:g}\t{status}" + (f"\tflags: {', '.join(flags)}" if flags else ""))
     rewarded = sum(r > 0.5 for r in rewards)
-    print(f"{len(items)} responses graded by {cfg.reward.function or cfg.reward.domain}: mean reward "
-          f"{sum(rewards) / len(rewards):.3f}, {rewarded} rewarded; statuses {dict(Counter(statuses))}; flags among the "
-          f"rewarded {dict(flagged) or 'none'}", file=sys.stderr if args.json else sys.stdout)
+    print(
+        f"{len(items)} responses graded by {cfg.reward.function or cfg.reward.domain}: mean reward "
+        f"{sum(rewards) / len(rewards):.3f}, {rewarded} rewarded; statuses {dict(Counter(statuses))}; flags among the "
+        f"rewarded {dict(flagged) or 'none'}",
+        file=sys.stderr if args.json else sys.stdout,
+    )
     return 0

@@ -51,6 +51,7 @@ when the command is run again, so a stopped measurement resumes state by state, 
 trajectory may be measured by several commands into the same ``--out`` (e.g. step 1 before the run
 exists, later steps from its checkpoints). Local backend only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,15 +91,18 @@ MIN_SAMPLES = 16
 """Samples per prompt and arm the test needs at least (STUDY.md §3): 1 of 16 is a 6-point step."""
 VERDICT_INTERVAL = {
     "uses": "t95",
-    "why": ("the verdict reads t95, the Student-t interval over the states' mean differences (df = states - 1), "
-            "because the states, not the prompts, are the independent units (a state's prompts share one update) and "
-            "a percentile bootstrap over as few states as measured here covers less than 95 %; ci95, the cluster "
-            "bootstrap, is kept beside it"),
+    "why": (
+        "the verdict reads t95, the Student-t interval over the states' mean differences (df = states - 1), "
+        "because the states, not the prompts, are the independent units (a state's prompts share one update) and "
+        "a percentile bootstrap over as few states as measured here covers less than 95 %; ci95, the cluster "
+        "bootstrap, is kept beside it"
+    ),
 }
 """Which interval a reading of the test uses, and why (written into every summary)."""
 
 
 # ----------------------------------------------------------------------------- statistics (pure)
+
 
 def state_t_interval(diffs: list[tuple[tuple, float]]) -> dict:
     """Mean of the per-state means of ``diffs`` (``[(state, d), ...]``; every state weighs the same) with its
@@ -126,8 +130,14 @@ def paired_summary(diffs: list[tuple[tuple, float]], resamples: int = 2000, seed
     ((2, 1), 0.25)]`` -> mean 0.25 over 3 prompts in 2 states, 2 of them differed.
     """
     if not diffs:
-        return {"mean": None, "ci95": [None, None], "prompts": 0, "states": 0, "differed": 0,
-                "t95": {"mean": None, "ci95": [None, None], "sd": None, "states": 0}}
+        return {
+            "mean": None,
+            "ci95": [None, None],
+            "prompts": 0,
+            "states": 0,
+            "differed": 0,
+            "t95": {"mean": None, "ci95": [None, None], "sd": None, "states": 0},
+        }
     by_state: dict = {}
     for state, d in diffs:
         by_state.setdefault(state, []).append(d)
@@ -141,8 +151,14 @@ def paired_summary(diffs: list[tuple[tuple, float]], resamples: int = 2000, seed
     means.sort()
     lo, hi = means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples))]
     ds = [d for _, d in diffs]
-    return {"mean": sum(ds) / len(ds), "ci95": [lo, hi], "prompts": len(ds), "states": len(states),
-            "differed": sum(d != 0 for d in ds), "t95": state_t_interval(diffs)}
+    return {
+        "mean": sum(ds) / len(ds),
+        "ci95": [lo, hi],
+        "prompts": len(ds),
+        "states": len(states),
+        "differed": sum(d != 0 for d in ds),
+        "t95": state_t_interval(diffs),
+    }
 
 
 def differed_by_state(rows: list[dict]) -> list[dict]:
@@ -151,10 +167,20 @@ def differed_by_state(rows: list[dict]) -> list[dict]:
     out = []
     for seed, step in sorted({(r["seed"], r["step"]) for r in rows}):
         mine = [r for r in rows if (r["seed"], r["step"]) == (seed, step)]
-        out.append({"seed": seed, "step": step, **{
-            kind: {"prompts": len(ks), **{arm: sum(r["success"][arm] != r["success"]["grpo"] for r in ks)
-                                          for arm in ("graft", "all")}}
-            for kind in ("replaced", "unseen") for ks in [[r for r in mine if r["kind"] == kind]]}})
+        out.append(
+            {
+                "seed": seed,
+                "step": step,
+                **{
+                    kind: {
+                        "prompts": len(ks),
+                        **{arm: sum(r["success"][arm] != r["success"]["grpo"] for r in ks) for arm in ("graft", "all")},
+                    }
+                    for kind in ("replaced", "unseen")
+                    for ks in [[r for r in mine if r["kind"] == kind]]
+                },
+            }
+        )
     return out
 
 
@@ -163,31 +189,44 @@ def summarize_rows(rows: list[dict]) -> dict:
     treatment's size: selected prompts, admitted and admitted-correct peer responses per arm; per direction
     and state, the prompts that changed at all (``differed``, :func:`differed_by_state`); which interval the
     verdict reads (``verdict_interval``) and how the rows' arms were built (``arms_version``, :data:`ARMS_VERSION`)."""
-    out: dict = {"arms_version": sorted({r.get("arms_version", 1) for r in rows}), "graft_minus_grpo": {},
-                 "all_minus_grpo": {}, "treatment": {}, "differed": {}, "verdict_interval": VERDICT_INTERVAL}
+    out: dict = {
+        "arms_version": sorted({r.get("arms_version", 1) for r in rows}),
+        "graft_minus_grpo": {},
+        "all_minus_grpo": {},
+        "treatment": {},
+        "differed": {},
+        "verdict_interval": VERDICT_INTERVAL,
+    }
     for d in sorted({r["direction"] for r in rows}):
         mine = [r for r in rows if r["direction"] == d]
         for arm in ("graft", "all"):
             out[f"{arm}_minus_grpo"][d] = {
-                kind: paired_summary([((r["seed"], r["step"]), r["success"][arm] - r["success"]["grpo"])
-                                      for r in mine if r["kind"] == kind])
-                for kind in ("replaced", "unseen")}
+                kind: paired_summary(
+                    [((r["seed"], r["step"]), r["success"][arm] - r["success"]["grpo"]) for r in mine if r["kind"] == kind]
+                )
+                for kind in ("replaced", "unseen")
+            }
         sel = [r for r in mine if r["kind"] == "replaced"]
-        out["treatment"][d] = {"states": len({(r["seed"], r["step"]) for r in mine}), "selected_prompts": len(sel),
-                               **{f"admitted/{a}": sum(r["admitted"][a] for r in sel) for a in ("graft", "all")},
-                               **{f"admitted_correct/{a}": sum(r["admitted_correct"][a] for r in sel) for a in ("graft", "all")}}
+        out["treatment"][d] = {
+            "states": len({(r["seed"], r["step"]) for r in mine}),
+            "selected_prompts": len(sel),
+            **{f"admitted/{a}": sum(r["admitted"][a] for r in sel) for a in ("graft", "all")},
+            **{f"admitted_correct/{a}": sum(r["admitted_correct"][a] for r in sel) for a in ("graft", "all")},
+        }
         out["differed"][d] = differed_by_state(mine)
     return out
 
 
 # ----------------------------------------------------------------------------- the measurement
 
+
 def _snapshot(learner) -> dict:
     """The receiver's weights and optimizer state, copied once: tensors shared by several state-dict keys
     (tied embeddings: Gemma-3's 262k x 640 table) are cloned once and stay shared."""
     clones: dict[int, torch.Tensor] = {}
-    weights = {k: clones.setdefault(id(v), v.detach().clone())
-               for k, v in learner.policy.model.state_dict(keep_vars=True).items()}
+    weights = {
+        k: clones.setdefault(id(v), v.detach().clone()) for k, v in learner.policy.model.state_dict(keep_vars=True).items()
+    }
     return {"weights": weights, "optimizer": copy.deepcopy(learner.optimizer.state_dict())}
 
 
@@ -216,7 +255,7 @@ class PeersAdded:
     def minibatch_weights(self, k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
         out = self.rule.minibatch_weights(k, list(groups) + self.peers_at.get(k, []))
         assert len(out) == len(groups) + len(self.peers_at.get(k, [])), "a rule's minibatch_weights keeps every group"
-        self._counts = prepare_minibatch(out[:len(groups)], self.rule.supervised)[1]
+        self._counts = prepare_minibatch(out[: len(groups)], self.rule.supervised)[1]
         return out
 
     def loss_kwargs(self) -> dict:
@@ -225,8 +264,9 @@ class PeersAdded:
         return self.rule.loss_kwargs() | {"num_tokens": counts[0], "num_seqs": counts[1]}
 
 
-def peer_placement(own: list[RolloutGroup], plan: list[list[int]], peers: list[RolloutGroup], order: str
-                   ) -> dict[int, list[RolloutGroup]]:
+def peer_placement(
+    own: list[RolloutGroup], plan: list[list[int]], peers: list[RolloutGroup], order: str
+) -> dict[int, list[RolloutGroup]]:
     """Which minibatch of ``plan`` (over ``own``) each peer group joins, in ``peers``' order: where
     ``update.order`` puts peer data -- ``peer_last`` the last minibatch, ``peer_first`` the first, ``random``
     the one holding R's own group of the same prompt (the minibatch a random order would have put it in)."""
@@ -268,10 +308,17 @@ def success_rates(run, learner, prompts: list[Prompt], samples: int, step: int) 
     rc = run.cfg.rollout
     ids = [learner.codec.encode_prompt(p.problem) for p in prompts]
     seeds = [step_seed(run.cfg.seed, step, f"onestep/{learner.name}/{p.id}") for p in prompts]
-    out = learner.generate(ids, n=samples, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_p=rc.top_p,
-                           batch_size=rc.batch_size, seeds=seeds)
+    out = learner.generate(
+        ids,
+        n=samples,
+        max_new_tokens=rc.max_new_tokens,
+        temperature=rc.temperature,
+        top_p=rc.top_p,
+        batch_size=rc.batch_size,
+        seeds=seeds,
+    )
     rewards, _ = run.grader.grade([s.text for ss in out for s in ss], [p.answer for p in prompts for _ in range(samples)])
-    return [sum(rewards[i * samples:(i + 1) * samples]) / samples for i in range(len(prompts))]
+    return [sum(rewards[i * samples : (i + 1) * samples]) / samples for i in range(len(prompts))]
 
 
 def unseen_pool(cfg, train: list[Prompt], per_family: int = 64) -> dict[str, list[Prompt]]:
@@ -304,9 +351,17 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
         targets = _targets(r, ex, groups, pool, unseen, rng)
         success = _arm_success(run, r, groups, ex, [t[0] for t in targets], samples, step)
         for i, (p, kind, base) in enumerate(targets):
-            rows.append({"step": step, "prompt_id": p.id, "family": family_of(p.id.removeprefix("unseen-")),
-                         "kind": kind, **base, "success": {arm: success[arm][i] for arm in ARMS},
-                         "arms_version": ARMS_VERSION})
+            rows.append(
+                {
+                    "step": step,
+                    "prompt_id": p.id,
+                    "family": family_of(p.id.removeprefix("unseen-")),
+                    "kind": kind,
+                    **base,
+                    "success": {arm: success[arm][i] for arm in ARMS},
+                    "arms_version": ARMS_VERSION,
+                }
+            )
     return rows
 
 
@@ -314,29 +369,45 @@ def _exchange_arms(run, groups: dict[str, list[RolloutGroup]], step: int) -> dic
     """The exchange of this state under the graft arm's admission and under ``admission=all``."""
     cfg = run.cfg
     adv = (cfg.update.adv_eps, cfg.update.adv_std == "unbiased")
-    return {arm: exchange_live(step, copy.deepcopy(groups), run.learners, cfg.rollout.n,
-                               cfg.exchange if arm == "graft" else replace(cfg.exchange, admission="all"), Scoring.of(cfg),
-                               run.grade, torch.Generator().manual_seed(step_seed(cfg.seed, step, "exchange")), adv)
-            for arm in ("graft", "all")}
+    return {
+        arm: exchange_live(
+            step,
+            copy.deepcopy(groups),
+            run.learners,
+            cfg.rollout.n,
+            cfg.exchange if arm == "graft" else replace(cfg.exchange, admission="all"),
+            Scoring.of(cfg),
+            run.grade,
+            torch.Generator().manual_seed(step_seed(cfg.seed, step, "exchange")),
+            adv,
+        )
+        for arm in ("graft", "all")
+    }
 
 
-def _targets(r: str, ex: dict[str, ExchangeResult], groups: dict[str, list[RolloutGroup]], pool, unseen: int,
-             rng: random.Random) -> list[tuple[Prompt, str, dict]]:
+def _targets(
+    r: str, ex: dict[str, ExchangeResult], groups: dict[str, list[RolloutGroup]], pool, unseen: int, rng: random.Random
+) -> list[tuple[Prompt, str, dict]]:
     """The prompts measured for receiver ``r``: (prompt, kind, the row's exchange fields) for each prompt the
     graft arm selected (``replaced``) and up to ``unseen`` unseen ones of its family (``unseen``)."""
     audits = {arm: [a for a in e.audit if a["receiver"] == r] for arm, e in ex.items()}
-    targets = []   # (direction, prompt, kind, admitted per arm, admitted correct per arm, k_source)
+    targets = []  # (direction, prompt, kind, admitted per arm, admitted correct per arm, k_source)
     for a in audits["graft"]:
         d = f"{a['source']}->{r}"
         other = next(x for x in audits["all"] if x["source"] == a["source"])
         for pid in a["selected"]:
             g = next(g for g in groups[r] if g.prompt_id == pid)
-            counts = {arm: [x for x in au["responses"] if x["prompt_id"] == pid and x["admitted"]]
-                      for arm, au in (("graft", a), ("all", other))}
+            counts = {
+                arm: [x for x in au["responses"] if x["prompt_id"] == pid and x["admitted"]]
+                for arm, au in (("graft", a), ("all", other))
+            }
             k_src = next(c["k_source"] for c in a["candidates"] if c["prompt_id"] == pid)
-            base = dict(direction=d, admitted={k: len(v) for k, v in counts.items()},
-                        admitted_correct={k: sum(x["reward_source"] > 0.5 for x in v) for k, v in counts.items()},
-                        k_source=k_src)
+            base = dict(
+                direction=d,
+                admitted={k: len(v) for k, v in counts.items()},
+                admitted_correct={k: sum(x["reward_source"] > 0.5 for x in v) for k, v in counts.items()},
+                k_source=k_src,
+            )
             targets.append((Prompt(pid, g.problem, g.answer), "replaced", base))
             fam = pool.get(family_of(pid), [])
             for q in rng.sample(fam, min(unseen, len(fam))):
@@ -344,17 +415,24 @@ def _targets(r: str, ex: dict[str, ExchangeResult], groups: dict[str, list[Rollo
     return targets
 
 
-def _arm_success(run, r: str, groups: dict[str, list[RolloutGroup]], ex: dict[str, ExchangeResult],
-                 prompts: list[Prompt], samples: int, step: int) -> dict[str, list[float]]:
+def _arm_success(
+    run,
+    r: str,
+    groups: dict[str, list[RolloutGroup]],
+    ex: dict[str, ExchangeResult],
+    prompts: list[Prompt],
+    samples: int,
+    step: int,
+) -> dict[str, list[float]]:
     """Receiver ``r``'s success rates on ``prompts`` after each arm's update from the same state; ``r`` keeps
     the grpo arm's update (and its snapshot is freed before the next receiver's is taken)."""
     snap = _snapshot(run.learners[r])
     success = {}
-    for arm in ("graft", "all", "grpo"):   # grpo last: the trajectory keeps it
+    for arm in ("graft", "all", "grpo"):  # grpo last: the trajectory keeps it
         _restore(run.learners[r], snap)
         if arm == "grpo":
             loop.update_model(run, r, groups[r], step)
-        else:   # R's own groups as in grpo (the all-fail ones too), plus the peer groups
+        else:  # R's own groups as in grpo (the all-fail ones too), plus the peer groups
             update_adding_peers(run, r, groups[r], [g for g in ex[arm].train_groups[r] if g.is_peer], step)
         success[arm] = success_rates(run, run.learners[r], prompts, samples, step)
     return success
@@ -375,8 +453,10 @@ def run_seed(cfg, at: list[int], samples: int, unseen: int, record, log) -> None
             if step in at:
                 new = [{"seed": cfg.seed, **x} for x in measure_state(run, groups, step, pool, samples, unseen)]
                 record(step, new)
-                log(f"seed {cfg.seed} step {step}: measured {len(new)} prompts "
-                    f"({sum(x['kind'] == 'replaced' for x in new)} replaced) in {time.perf_counter() - t0:.0f} s")
+                log(
+                    f"seed {cfg.seed} step {step}: measured {len(new)} prompts "
+                    f"({sum(x['kind'] == 'replaced' for x in new)} replaced) in {time.perf_counter() - t0:.0f} s"
+                )
             else:
                 loop.update_phase(run, groups, step)
                 log(f"seed {cfg.seed} step {step}: GRPO step in {time.perf_counter() - t0:.0f} s")
@@ -391,9 +471,11 @@ def checkpoint_states(run_dir: Path, at: list[int]) -> dict[int, Path | None]:
     have = {checkpoint_step(p): p for p in list_checkpoints(run_dir)}
     missing = [s for s in at if s > 1 and s - 1 not in have]
     if missing:
-        raise ConfigError(f"--from {run_dir}: measuring step(s) {missing} needs its checkpoint(s) of step(s) "
-                          f"{[s - 1 for s in missing]}; it has {sorted(have) or 'none'} (a run keeps them with "
-                          "checkpoint.save_every and checkpoint.keep_last)")
+        raise ConfigError(
+            f"--from {run_dir}: measuring step(s) {missing} needs its checkpoint(s) of step(s) "
+            f"{[s - 1 for s in missing]}; it has {sorted(have) or 'none'} (a run keeps them with "
+            "checkpoint.save_every and checkpoint.keep_last)"
+        )
     return {s: have.get(s - 1) for s in at}
 
 
@@ -416,13 +498,16 @@ def from_run_config(run_dir: Path, overrides: list[str]):
         raise ConfigError(f"--from {run_dir}: no config.yaml (not a graft run folder)")
     cfg = load_config(path, overrides)
     if exchange_kind(cfg) != "none":
-        raise ConfigError(f"--from {run_dir}: the run exchanged ({exchange_kind(cfg)}); onestep measures along a GRPO "
-                          "trajectory (exchange.mode=grpo)")
+        raise ConfigError(
+            f"--from {run_dir}: the run exchanged ({exchange_kind(cfg)}); onestep measures along a GRPO "
+            "trajectory (exchange.mode=grpo)"
+        )
     return cfg
 
 
-def measure_from_run(run_dir: Path, overrides: list[str], out: Path, at: list[int], samples: int, unseen: int,
-                     record, log) -> None:
+def measure_from_run(
+    run_dir: Path, overrides: list[str], out: Path, at: list[int], samples: int, unseen: int, record, log
+) -> None:
     """``at``'s states of a finished GRPO run, each resumed from its checkpoint of the step before in a
     scratch folder of hard links (removed afterwards); ``record(step, rows)`` as each state is measured."""
     cfg0 = from_run_config(run_dir, overrides)
@@ -432,22 +517,34 @@ def measure_from_run(run_dir: Path, overrides: list[str], out: Path, at: list[in
         shutil.rmtree(scratch, ignore_errors=True)
         if ckpt is not None:
             _link_tree(ckpt, scratch / "checkpoints" / ckpt.name)
-        cfg = load_config(run_dir / "config.yaml", [*overrides, f"run_dir={scratch}", f"resume={ckpt is not None}".lower(),
-                                                     "checkpoint.save_every=0", "checkpoint.save_final=false"])
+        cfg = load_config(
+            run_dir / "config.yaml",
+            [
+                *overrides,
+                f"run_dir={scratch}",
+                f"resume={ckpt is not None}".lower(),
+                "checkpoint.save_every=0",
+                "checkpoint.save_final=false",
+            ],
+        )
         run = loop.setup(cfg)
         try:
             assert run.start_step == step, (run.start_step, step)
             prompts, _ = run.sampler.next_batch()
             groups, _ = loop.rollout_phase(run, prompts, step)
             loop.score_phase(run, groups)
-            new = [{"seed": cfg.seed, **x} for x in measure_state(run, groups, step, unseen_pool(cfg, run.sampler.prompts),
-                                                                  samples, unseen)]
+            new = [
+                {"seed": cfg.seed, **x}
+                for x in measure_state(run, groups, step, unseen_pool(cfg, run.sampler.prompts), samples, unseen)
+            ]
         finally:
             loop.close_run(run)
         shutil.rmtree(scratch, ignore_errors=True)
         record(step, new)
-        log(f"{run_dir} step {step}: measured {len(new)} prompts ({sum(x['kind'] == 'replaced' for x in new)} replaced) "
-            f"in {time.perf_counter() - t0:.0f} s")
+        log(
+            f"{run_dir} step {step}: measured {len(new)} prompts ({sum(x['kind'] == 'replaced' for x in new)} replaced) "
+            f"in {time.perf_counter() - t0:.0f} s"
+        )
 
 
 def _read_rows(path: Path) -> list[dict]:
@@ -487,7 +584,7 @@ def read_commands(out: Path) -> list[dict]:
         old = json.loads((out / "summary.json").read_text()).get("commands", []) if (out / "summary.json").exists() else []
         return [{"invocation": f"before-log-{i}", "command": c, "states": None} for i, c in enumerate(old)]
     by: dict[str, dict] = {}
-    for e in read_jsonl(path):   # a line torn by a kill mid-append is skipped
+    for e in read_jsonl(path):  # a line torn by a kill mid-append is skipped
         rec = by.setdefault(e["invocation"], {"invocation": e["invocation"], "command": e["command"], "states": []})
         if e.get("state") is None:
             rec["states"] = None
@@ -504,7 +601,7 @@ def log_command(out: Path, invocation: str, command: list[str], seed: int, step:
         head = [{"invocation": e["invocation"], "command": e["command"], "state": None} for e in read_commands(out)]
         _write_atomic(path, "".join(json.dumps(e) + "\n" for e in head))
     torn = not path.read_bytes().endswith(b"\n") and path.stat().st_size > 0
-    with path.open("a") as f:   # after a torn last line, start a fresh one so this record stays readable
+    with path.open("a") as f:  # after a torn last line, start a fresh one so this record stays readable
         f.write(("\n" if torn else "") + json.dumps({"invocation": invocation, "command": command, "state": [seed, step]}) + "\n")
 
 
@@ -512,8 +609,10 @@ def _check_arms_version(out: Path, measuring: bool) -> None:
     """Refuse to add states to a folder whose rows were measured with other arms (:data:`ARMS_VERSION`)."""
     old = sorted({r.get("arms_version", 1) for r in _read_rows(out / "rows.jsonl")} - {ARMS_VERSION})
     if measuring and old:
-        raise ConfigError(f"--out {out} holds states measured with arms version {old} (this graft measures version "
-                          f"{ARMS_VERSION}: GRPO's update plus the peer groups); measure into a new folder")
+        raise ConfigError(
+            f"--out {out} holds states measured with arms version {old} (this graft measures version "
+            f"{ARMS_VERSION}: GRPO's update plus the peer groups); measure into a new folder"
+        )
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -522,7 +621,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         raise ConfigError("--at steps must be >= 1, --unseen >= 0")
     if args.samples < MIN_SAMPLES:
         raise ConfigError(f"--samples {args.samples}: the one-update test samples every prompt >= {MIN_SAMPLES} times per arm")
-    if args.from_runs is not None:   # the run's own config.yaml: every positional argument is an override
+    if args.from_runs is not None:  # the run's own config.yaml: every positional argument is an override
         args.overrides = [x for x in [args.config, *args.overrides] if x is not None]
         args.config = None
         bad = [x for x in args.overrides if "=" not in x]
@@ -535,15 +634,21 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def _check_pair_task(cfg) -> None:
     if cfg.data.train != "arithmetic" or not cfg.data.arithmetic.families:
-        raise ConfigError("graft onestep needs the procedural task with data.arithmetic.families "
-                          "(unseen prompts are drawn per family)")
+        raise ConfigError(
+            "graft onestep needs the procedural task with data.arithmetic.families (unseen prompts are drawn per family)"
+        )
     if len(cfg.models) != 2:
         raise ConfigError(f"graft onestep measures a pair; the config has {len(cfg.models)} models")
     kl = [m.name for m in cfg.models if m.kl_coef > 0]
     if kl or cfg.exchange.pooled_rewards:
-        raise ConfigError("graft onestep's arms differ by the peer groups only, which "
-                          + (f"a KL penalty (kl_coef > 0: {', '.join(kl)}) does not allow" if kl else
-                             "exchange.pooled_rewards (it changes the receiver's own advantages) does not allow"))
+        raise ConfigError(
+            "graft onestep's arms differ by the peer groups only, which "
+            + (
+                f"a KL penalty (kl_coef > 0: {', '.join(kl)}) does not allow"
+                if kl
+                else "exchange.pooled_rewards (it changes the receiver's own advantages) does not allow"
+            )
+        )
 
 
 def _units(args, out: Path) -> list[tuple[int, object]]:
@@ -554,15 +659,24 @@ def _units(args, out: Path) -> list[tuple[int, object]]:
         for run_dir in map(Path, args.from_runs):
             cfg = from_run_config(run_dir, args.overrides)
             _check_pair_task(cfg)
-            checkpoint_states(run_dir, at)   # every needed checkpoint is there before anything runs
+            checkpoint_states(run_dir, at)  # every needed checkpoint is there before anything runs
             units.append((cfg.seed, run_dir))
         seeds = [s for s, _ in units]
         if len(set(seeds)) != len(seeds):
             raise ConfigError(f"--from: two runs share a seed ({seeds}); rows are keyed by seed")
         return units
     for seed in args.seeds:
-        cfg = load_config(args.config, [*args.overrides, f"seed={seed}", f"run_dir={out / f'seed{seed}'}",
-                                        "resume=false", "checkpoint.save_every=0", "checkpoint.save_final=false"])
+        cfg = load_config(
+            args.config,
+            [
+                *args.overrides,
+                f"seed={seed}",
+                f"run_dir={out / f'seed{seed}'}",
+                "resume=false",
+                "checkpoint.save_every=0",
+                "checkpoint.save_final=false",
+            ],
+        )
         _check_pair_task(cfg)
         units.append((seed, cfg))
     return units
@@ -596,20 +710,27 @@ def onestep_main(argv: list[str]) -> int:
             run_seed(how, todo, args.samples, args.unseen, record_seed, log)
     rows = _read_rows(out / "rows.jsonl")
     invocations = read_commands(out)
-    summary = {"command": command, "commands": [e["command"] for e in invocations], "invocations": invocations,
-               **summarize_rows(rows),
-               "states": {"measured": sum(len(v) for v in measured_states(out).values()),
-                          "with_exchange": len({(r["seed"], r["step"]) for r in rows})}}
+    summary = {
+        "command": command,
+        "commands": [e["command"] for e in invocations],
+        "invocations": invocations,
+        **summarize_rows(rows),
+        "states": {
+            "measured": sum(len(v) for v in measured_states(out).values()),
+            "with_exchange": len({(r["seed"], r["step"]) for r in rows}),
+        },
+    }
     _write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     for d, kinds in summary["graft_minus_grpo"].items():
         for kind, s in kinds.items():
             if s["mean"] is not None:
                 t = s["t95"]
-                t_ci = "none (one state)" if t["ci95"][0] is None else \
-                    f"[{100 * t['ci95'][0]:+.2f}, {100 * t['ci95'][1]:+.2f}]"
-                log(f"{d} {kind}: graft - grpo {100 * s['mean']:+.2f} points over {s['prompts']} prompts "
+                t_ci = "none (one state)" if t["ci95"][0] is None else f"[{100 * t['ci95'][0]:+.2f}, {100 * t['ci95'][1]:+.2f}]"
+                log(
+                    f"{d} {kind}: graft - grpo {100 * s['mean']:+.2f} points over {s['prompts']} prompts "
                     f"({s['differed']} changed), {s['states']} states; mean of state means {100 * t['mean']:+.2f}, "
                     f"t 95 % CI {t_ci} (the verdict's); cluster bootstrap [{100 * s['ci95'][0]:+.2f}, "
-                    f"{100 * s['ci95'][1]:+.2f}]")
+                    f"{100 * s['ci95'][1]:+.2f}]"
+                )
     print(out / "summary.json")
     return 0

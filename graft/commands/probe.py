@@ -30,6 +30,7 @@ and reports:
 ``--checkpoint RUN/checkpoints/step_N`` loads each model's weights of that checkpoint (to measure ``s``
 along a run). Prints JSON, then short tables; ``--out`` writes the JSON to a file.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,16 @@ many responses (prompts) per step on average."""
 
 def probe_main(argv: Sequence[str] | None = None) -> int:
     args = probe_parser().parse_intermixed_args(argv)
-    results = probe(args.config, list(args.overrides), prompts=args.prompts, seed=args.seed, compat=args.compat,
-                    checkpoint=args.checkpoint, resamples=args.resamples, batch_sizes=args.batch_prompts)
+    results = probe(
+        args.config,
+        list(args.overrides),
+        prompts=args.prompts,
+        seed=args.seed,
+        compat=args.compat,
+        checkpoint=args.checkpoint,
+        resamples=args.resamples,
+        batch_sizes=args.batch_prompts,
+    )
     print(json.dumps(results, indent=2))
     print(tables(results))
     if args.out:
@@ -77,8 +86,16 @@ def probe_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, compat: bool = False,
-          checkpoint: str | None = None, resamples: int = 8, batch_sizes: list[int] | None = None) -> dict:
+def probe(
+    config: str,
+    overrides: list[str],
+    prompts: int = 64,
+    seed: int = 0,
+    compat: bool = False,
+    checkpoint: str | None = None,
+    resamples: int = 8,
+    batch_sizes: list[int] | None = None,
+) -> dict:
     """The probe's results as a JSON-ready dict (module docstring)."""
 
     cfg = load_config(config, overrides)
@@ -90,12 +107,19 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if not bars(cfg.progress):
-        quiet_bars()   # the hub's and transformers' weight-loading bars too
+        quiet_bars()  # the hub's and transformers' weight-loading bars too
     train, _ = load_data(cfg.data.train, cfg)
     batch, _ = PromptSampler(train, min(prompts, len(train)), seed, True).next_batch()
-    results: dict = {"config": config, "overrides": list(overrides), "checkpoint": checkpoint, "prompts": len(batch),
-                     "n": cfg.rollout.n, "max_new_tokens": cfg.rollout.max_new_tokens, "models": {},
-                     "complementarity": {}}
+    results: dict = {
+        "config": config,
+        "overrides": list(overrides),
+        "checkpoint": checkpoint,
+        "prompts": len(batch),
+        "n": cfg.rollout.n,
+        "max_new_tokens": cfg.rollout.max_new_tokens,
+        "models": {},
+        "complementarity": {},
+    }
     groups, learners = _sample_models(cfg, batch, weights, seed, compat, results["models"])
     names = list(groups)
     for s in names:
@@ -110,8 +134,9 @@ def probe(config: str, overrides: list[str], prompts: int = 64, seed: int = 0, c
     return results
 
 
-def _sample_models(cfg, batch: list[Prompt], weights: dict[str, Path], seed: int, compat: bool,
-                   stats: dict) -> tuple[dict[str, list[RolloutGroup]], dict[str, ReplayReceiver]]:
+def _sample_models(
+    cfg, batch: list[Prompt], weights: dict[str, Path], seed: int, compat: bool, stats: dict
+) -> tuple[dict[str, list[RolloutGroup]], dict[str, ReplayReceiver]]:
     """Every model's graded rollout of ``batch`` (its statistics into ``stats``), and with ``compat`` each
     model as a :class:`ReplayReceiver`."""
     groups, learners = {}, {}
@@ -124,14 +149,17 @@ def _sample_models(cfg, batch: list[Prompt], weights: dict[str, Path], seed: int
             texts = [r for g in gs for r in g.responses]
             rewards, statuses = grader.grade(texts, [g.answer for g in gs for _ in g.responses])
             for i, g in enumerate(gs):
-                g.rewards, g.status = rewards[i * g.size:(i + 1) * g.size], statuses[i * g.size:(i + 1) * g.size]
-                g.advantages = [0.0] * g.size   # the exchange copies the source's advantages; any values do here
+                g.rewards, g.status = rewards[i * g.size : (i + 1) * g.size], statuses[i * g.size : (i + 1) * g.size]
+                g.advantages = [0.0] * g.size  # the exchange copies the source's advantages; any values do here
             st = group_stats(gs)
             stats[m.name] = {
-                "template": m.template, "reward_mean": st["reward/mean"],
+                "template": m.template,
+                "reward_mean": st["reward/mean"],
                 "prompts_solved": sum(g.num_correct > 0 for g in gs) / len(gs),
-                "all_fail_frac": st["all_fail_frac"], "all_correct_frac": st["all_correct_frac"],
-                "boxed_frac": 1 - st["verify/no_answer"] / len(texts), "seconds": time.perf_counter() - t0,
+                "all_fail_frac": st["all_fail_frac"],
+                "all_correct_frac": st["all_correct_frac"],
+                "boxed_frac": 1 - st["verify/no_answer"] / len(texts),
+                "seconds": time.perf_counter() - t0,
                 "tokens_per_s": gen["tokens_per_s/rollout"],
             }
             groups[m.name] = gs
@@ -142,8 +170,9 @@ def _sample_models(cfg, batch: list[Prompt], weights: dict[str, Path], seed: int
     return groups, learners
 
 
-def _predictions(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int, seed: int,
-                 batch_sizes: list[int] | None) -> dict:
+def _predictions(
+    groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int, seed: int, batch_sizes: list[int] | None
+) -> dict:
     """The probe's predicted exchange at ``batch_prompts`` (and at each of ``batch_sizes``) and, with three or
     more models, per pairing (:func:`predict_exchange`, :func:`predict_pairings`)."""
     out: dict = {}
@@ -164,8 +193,9 @@ def _checkpoint_dirs(checkpoint: str | None, names: list[str]) -> dict[str, Path
     ck = load_checkpoint(checkpoint)
     missing = [n for n in names if n not in ck.model_dirs]
     if missing:
-        raise CheckpointError(f"--checkpoint {checkpoint} holds no model {', '.join(missing)} "
-                              f"(it holds {', '.join(ck.model_dirs) or 'none'})")
+        raise CheckpointError(
+            f"--checkpoint {checkpoint} holds no model {', '.join(missing)} (it holds {', '.join(ck.model_dirs) or 'none'})"
+        )
     return {n: ck.model_dirs[n] for n in names}
 
 
@@ -179,12 +209,17 @@ class ReplayReceiver:
         self.cache: dict = {}
 
     def token_logprobs(self, prompt_ids, response_ids, chunk, micro_batch, temperature, progress=False):
-        keys = [(tuple(p), tuple(r)) for p, r in zip(prompt_ids, response_ids, strict=True)]   # a response per prompt
+        keys = [(tuple(p), tuple(r)) for p, r in zip(prompt_ids, response_ids, strict=True)]  # a response per prompt
         todo = [i for i, k in enumerate(keys) if k not in self.cache]
         if todo:
-            fresh = self.learner.token_logprobs([prompt_ids[i] for i in todo], [response_ids[i] for i in todo],
-                                                chunk=chunk, micro_batch=micro_batch, temperature=temperature,
-                                                progress=progress)
+            fresh = self.learner.token_logprobs(
+                [prompt_ids[i] for i in todo],
+                [response_ids[i] for i in todo],
+                chunk=chunk,
+                micro_batch=micro_batch,
+                temperature=temperature,
+                progress=progress,
+            )
             self.cache.update({keys[i]: lp for i, lp in zip(todo, fresh, strict=True)})
         return [self.cache[k] for k in keys]
 
@@ -197,8 +232,7 @@ def _compat(groups: list[RolloutGroup], receiver, cfg) -> dict:
     s = torch.tensor([a["s"] for a in audit])
     admitted = torch.tensor([a["admitted"] for a in audit], dtype=torch.bool)
     correct = torch.tensor([a["reward_source"] > 0.5 for a in audit], dtype=torch.bool)
-    return {"delta": cfg.exchange.delta, "all": gate_metrics(s, admitted),
-            "correct": gate_metrics(s[correct], admitted[correct])}
+    return {"delta": cfg.exchange.delta, "all": gate_metrics(s, admitted), "correct": gate_metrics(s[correct], admitted[correct])}
 
 
 def batches(P: int, size: int, resamples: int, seed: int) -> list[list[int]]:
@@ -211,12 +245,19 @@ def batches(P: int, size: int, resamples: int, seed: int) -> list[list[int]]:
     out = []
     for _ in range(resamples):
         perm = torch.randperm(P, generator=g).tolist()
-        out += [perm[i:i + size] for i in range(0, P - size + 1, size)]
+        out += [perm[i : i + size] for i in range(0, P - size + 1, size)]
     return out
 
 
-def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int,
-                     seed: int, batch_prompts: int | None = None, pairing: str | None = None) -> dict:
+def predict_exchange(
+    groups: dict[str, list[RolloutGroup]],
+    cfg,
+    receivers: dict | None,
+    resamples: int,
+    seed: int,
+    batch_prompts: int | None = None,
+    pairing: str | None = None,
+) -> dict:
     """Predicted exchange per training step at ``batch_prompts`` (default ``cfg.batch_prompts``; module
     docstring): per direction ``S->R`` the mean over the replayed batches of candidates, m, kept prompts and,
     with ``receivers`` (``--compat``), transferred, admitted and admitted-correct responses (and the latter per
@@ -237,23 +278,40 @@ def predict_exchange(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict
         if receivers is None:
             step_rows = _selected_rows(sub, cfg, gen)
         else:
-            res = exchange_live(step, sub, receivers, cfg.rollout.n, ex, Scoring.of(cfg), lambda peers: None, gen,
-                                (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"), window)
+            res = exchange_live(
+                step,
+                sub,
+                receivers,
+                cfg.rollout.n,
+                ex,
+                Scoring.of(cfg),
+                lambda peers: None,
+                gen,
+                (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"),
+                window,
+            )
             step_rows = _exchanged_rows(res, ex.pairing)
         for d, row in step_rows:
             rows[d].append(row)
     key = "admitted" if receivers is not None else "kept_prompts"
     directions = _direction_means(rows, key, size)
-    return {"batch_prompts": size, "batches": len(plan), "counted": key,
-            "directions": directions, "verdict": verdict(directions, key, size)}
+    return {
+        "batch_prompts": size,
+        "batches": len(plan),
+        "counted": key,
+        "directions": directions,
+        "verdict": verdict(directions, key, size),
+    }
 
 
 def _selected_rows(sub: dict[str, list[RolloutGroup]], cfg, gen: torch.Generator) -> list[tuple[str, dict]]:
     """Per direction of one replayed step's selection (:func:`graft.exchange.live.select`, without ``s``), its
     candidates, m and kept prompts."""
     cand, keep, m = select({n: counts(gs) for n, gs in sub.items()}, cfg.rollout.n, cfg.exchange, gen)
-    return [(f"{s}->{r}", {"candidates": int(cand[s, r].sum()), "m": m[s, r], "kept_prompts": int(keep[s, r].sum())})
-            for (s, r) in cand]
+    return [
+        (f"{s}->{r}", {"candidates": int(cand[s, r].sum()), "m": m[s, r], "kept_prompts": int(keep[s, r].sum())})
+        for (s, r) in cand
+    ]
 
 
 def _exchanged_rows(res: ExchangeResult, pairing: str) -> list[tuple[str, dict]]:
@@ -262,36 +320,48 @@ def _exchanged_rows(res: ExchangeResult, pairing: str) -> list[tuple[str, dict]]
     for rec in res.audit:
         d = f"{rec['source']}->{rec['receiver']}"
         pre = f"exchange/{d}"
-        out.append((d, {"candidates": res.metrics[f"{pre}/candidates"], "m": res.metrics[f"{pre}/m"],
-                        "kept_prompts": res.metrics[f"{pre}/kept_prompts"],
-                        "transferred": res.metrics[f"{pre}/transferred"],
-                        "admitted": res.metrics[f"{pre}/admitted"],
-                        "admitted_correct": sum(x["admitted"] and x["reward_source"] > 0.5 for x in rec["responses"]),
-                        **({} if pairing == "all" else {"paired": res.metrics[f"{pre}/paired"]})}))
+        out.append(
+            (
+                d,
+                {
+                    "candidates": res.metrics[f"{pre}/candidates"],
+                    "m": res.metrics[f"{pre}/m"],
+                    "kept_prompts": res.metrics[f"{pre}/kept_prompts"],
+                    "transferred": res.metrics[f"{pre}/transferred"],
+                    "admitted": res.metrics[f"{pre}/admitted"],
+                    "admitted_correct": sum(x["admitted"] and x["reward_source"] > 0.5 for x in rec["responses"]),
+                    **({} if pairing == "all" else {"paired": res.metrics[f"{pre}/paired"]}),
+                },
+            )
+        )
     return out
 
 
 def _direction_means(rows: dict[str, list[dict]], key: str, size: int) -> dict[str, dict]:
     """Per direction, the mean of each number over the replayed steps, the share of steps whose ``key`` is
     positive, and the admitted correct responses per 100 training prompts (batches of ``size``)."""
-    directions = {d: {**{k: sum(x[k] for x in xs) / len(xs) for k in xs[0]},
-                      "steps_exchanging": sum(x[key] > 0 for x in xs) / len(xs)} for d, xs in rows.items()}
+    directions = {
+        d: {**{k: sum(x[k] for x in xs) / len(xs) for k in xs[0]}, "steps_exchanging": sum(x[key] > 0 for x in xs) / len(xs)}
+        for d, xs in rows.items()
+    }
     for v in directions.values():
         if "admitted_correct" in v:
             v["admitted_correct_per_100_prompts"] = 100 * v["admitted_correct"] / size
     return directions
 
 
-def predict_pairings(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int,
-                     seed: int) -> dict:
+def predict_pairings(groups: dict[str, list[RolloutGroup]], cfg, receivers: dict | None, resamples: int, seed: int) -> dict:
     """With three or more models, ``{"pairing": ...}``: with ``receivers`` (``--compat``; a pairing may read ``s``)
     the predicted exchange at ``batch_prompts`` under every pairing of :data:`graft.registry.PAIRINGS`
     (``exchange.pairing``), the replayed batches being consecutive steps of one window of
     ``exchange.pairing_window``; None without. With two models (nothing to choose): ``{}``."""
     if len(groups) < 3:
         return {}
-    return {"pairing": None if receivers is None else
-            {name: predict_exchange(groups, cfg, receivers, resamples, seed, pairing=name) for name in PAIRINGS}}
+    return {
+        "pairing": None
+        if receivers is None
+        else {name: predict_exchange(groups, cfg, receivers, resamples, seed, pairing=name) for name in PAIRINGS}
+    }
 
 
 def verdict(directions: dict[str, dict], key: str, batch_prompts: int) -> str | None:
@@ -301,9 +371,11 @@ def verdict(directions: dict[str, dict], key: str, batch_prompts: int) -> str | 
         return None
     what = "admitted responses" if key == "admitted" else "kept prompts"
     per = ", ".join(f"{d} {v[key]:.2f}" for d, v in directions.items())
-    return (f"this pair will exchange almost nothing at batch_prompts={batch_prompts}: {what} per step {per}; "
-            "GRAFT would train like GRPO (raise batch_prompts, pick a task both models half-solve, or lower "
-            "exchange.delta)")
+    return (
+        f"this pair will exchange almost nothing at batch_prompts={batch_prompts}: {what} per step {per}; "
+        "GRAFT would train like GRPO (raise batch_prompts, pick a task both models half-solve, or lower "
+        "exchange.delta)"
+    )
 
 
 def _by_family(groups: dict) -> dict:
@@ -315,11 +387,16 @@ def _by_family(groups: dict) -> dict:
     out = {}
     for fam in fams:
         sub = {n: [g for g in gs if family_of(g.prompt_id) == fam] for n, gs in groups.items()}
-        out[fam] = {"prompts": len(sub[names[0]]),
-                    **{n: {"reward_mean": sum(r for g in gs for r in g.rewards) / max(1, sum(g.size for g in gs))}
-                       for n, gs in sub.items()},
-                    "complementarity": {f"{s}->{r}": complementarity(counts(sub[s]), counts(sub[r]))
-                                        for s in names for r in names if s != r}}
+        out[fam] = {
+            "prompts": len(sub[names[0]]),
+            **{
+                n: {"reward_mean": sum(r for g in gs for r in g.rewards) / max(1, sum(g.size for g in gs))}
+                for n, gs in sub.items()
+            },
+            "complementarity": {
+                f"{s}->{r}": complementarity(counts(sub[s]), counts(sub[r])) for s in names for r in names if s != r
+            },
+        }
     return out
 
 
@@ -330,32 +407,52 @@ def _pct(v: float) -> str:
 def tables(results: dict) -> str:
     """The short tables printed after the JSON."""
     names = list(results["models"])
-    lines = ["", "| model | template | mean reward | prompts solved (>=1 of n) | all-fail prompts | boxed answers |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "| model | template | mean reward | prompts solved (>=1 of n) | all-fail prompts | boxed answers |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, r in results["models"].items():
-        lines.append(f"| {name} | {r['template']} | {_pct(r['reward_mean'])} | {_pct(r['prompts_solved'])} | "
-                     f"{_pct(r['all_fail_frac'])} | {_pct(r['boxed_frac'])} |")
-    lines += ["", "complementarity (row: source, column: receiver; share of the receiver's all-fail prompts the "
-                  "source solved)", "", "| source \\ receiver | " + " | ".join(names) + " |",
-              "|---|" + "---:|" * len(names)]
+        lines.append(
+            f"| {name} | {r['template']} | {_pct(r['reward_mean'])} | {_pct(r['prompts_solved'])} | "
+            f"{_pct(r['all_fail_frac'])} | {_pct(r['boxed_frac'])} |"
+        )
+    lines += [
+        "",
+        "complementarity (row: source, column: receiver; share of the receiver's all-fail prompts the source solved)",
+        "",
+        "| source \\ receiver | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
     for s in names:
-        lines.append(f"| {s} | " + " | ".join("—" if s == r else _pct(results["complementarity"][f"{s}->{r}"])
-                                              for r in names) + " |")
+        lines.append(
+            f"| {s} | " + " | ".join("—" if s == r else _pct(results["complementarity"][f"{s}->{r}"]) for r in names) + " |"
+        )
     for k, c in results.get("compat", {}).items():
         q = lambda m: f"{m['s_p10']:.2f}/{m['s_p50']:.2f}/{m['s_p90']:.2f}"  # noqa: E731
-        lines.append(f"s {k} (δ = {c['delta']}): all responses p10/p50/p90 {q(c['all'])}, "
-                     f"{c['all']['admitted_frac']:.0%} admitted; correct ones {q(c['correct'])}, "
-                     f"{c['correct']['admitted_frac']:.0%} admitted (n = {c['correct']['transferred']})")
+        lines.append(
+            f"s {k} (δ = {c['delta']}): all responses p10/p50/p90 {q(c['all'])}, "
+            f"{c['all']['admitted_frac']:.0%} admitted; correct ones {q(c['correct'])}, "
+            f"{c['correct']['admitted_frac']:.0%} admitted (n = {c['correct']['transferred']})"
+        )
     if results.get("families") and len(names) >= 2:
         a, b = names[:2]
-        lines += ["", f"| family | prompts | {a} reward | {b} reward | {a} solves {b}'s all-fail | "
-                      f"{b} solves {a}'s all-fail |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"| family | prompts | {a} reward | {b} reward | {a} solves {b}'s all-fail | {b} solves {a}'s all-fail |",
+            "|---|---|---|---|---|---|",
+        ]
         for fam, r in results["families"].items():
-            lines.append(f"| {fam} | {r['prompts']} | {_pct(r[a]['reward_mean'])} | {_pct(r[b]['reward_mean'])} | "
-                         f"{_pct(r['complementarity'][f'{a}->{b}'])} | {_pct(r['complementarity'][f'{b}->{a}'])} |")
+            lines.append(
+                f"| {fam} | {r['prompts']} | {_pct(r[a]['reward_mean'])} | {_pct(r[b]['reward_mean'])} | "
+                f"{_pct(r['complementarity'][f'{a}->{b}'])} | {_pct(r['complementarity'][f'{b}->{a}'])} |"
+            )
     predictions = [results["predicted_exchange"]]
-    predictions += [pe for pe in results.get("predicted_exchange_by_batch", {}).values()
-                    if pe["batch_prompts"] != predictions[0]["batch_prompts"]]
+    predictions += [
+        pe
+        for pe in results.get("predicted_exchange_by_batch", {}).values()
+        if pe["batch_prompts"] != predictions[0]["batch_prompts"]
+    ]
     for pe in predictions:
         lines += _prediction_table(pe)
     if "pairing" in results:
@@ -369,23 +466,35 @@ def _pairing_table(pairing: dict | None) -> list[str]:
     if pairing is None:
         return ["", "(what each exchange.pairing chooses needs --compat: a pairing may read s)"]
     first = next(iter(pairing.values()))
-    lines = ["", f"exchange.pairing at batch_prompts={first['batch_prompts']} over {first['batches']} replayed steps: "
-                 "share of steps the receiver drew from the source / admitted / admitted correct per step", "",
-             "| direction | " + " | ".join(pairing) + " |", "|---|" + "---:|" * len(pairing)]
+    lines = [
+        "",
+        f"exchange.pairing at batch_prompts={first['batch_prompts']} over {first['batches']} replayed steps: "
+        "share of steps the receiver drew from the source / admitted / admitted correct per step",
+        "",
+        "| direction | " + " | ".join(pairing) + " |",
+        "|---|" + "---:|" * len(pairing),
+    ]
     for d in first["directions"]:
         cells = [pe["directions"][d] for pe in pairing.values()]
-        lines.append(f"| {d} | " + " | ".join(f"{c.get('paired', 1.0):.0%} / {c['admitted']:.2f} / "
-                                              f"{c['admitted_correct']:.2f}" for c in cells) + " |")
+        lines.append(
+            f"| {d} | "
+            + " | ".join(f"{c.get('paired', 1.0):.0%} / {c['admitted']:.2f} / {c['admitted_correct']:.2f}" for c in cells)
+            + " |"
+        )
     return lines
 
 
 def _prediction_table(pe: dict) -> list[str]:
-    cols = ["candidates", "m", "kept_prompts", "transferred", "admitted", "admitted_correct",
-            "admitted_correct_per_100_prompts"]
+    cols = ["candidates", "m", "kept_prompts", "transferred", "admitted", "admitted_correct", "admitted_correct_per_100_prompts"]
     cols = [c for c in cols if c in next(iter(pe["directions"].values()), {})]
-    lines = ["", f"predicted exchange per step at batch_prompts={pe['batch_prompts']} (mean over {pe['batches']} "
-                 f"replayed batches of the probed prompts)", "",
-             "| direction | " + " | ".join(cols) + " | steps exchanging |", "|---|" + "---:|" * (len(cols) + 1)]
+    lines = [
+        "",
+        f"predicted exchange per step at batch_prompts={pe['batch_prompts']} (mean over {pe['batches']} "
+        f"replayed batches of the probed prompts)",
+        "",
+        "| direction | " + " | ".join(cols) + " | steps exchanging |",
+        "|---|" + "---:|" * (len(cols) + 1),
+    ]
     for d, v in pe["directions"].items():
         lines.append(f"| {d} | " + " | ".join(f"{v[c]:.2f}" for c in cols) + f" | {v['steps_exchanging']:.0%} |")
     if "admitted" not in cols:

@@ -1,5 +1,6 @@
 """``graft report RUN_DIR [RUN_DIR ...] [--out DIR]``: the command of :mod:`graft.evaluation.report` (the report's
 plots and table are there)."""
+
 from __future__ import annotations
 
 import sys

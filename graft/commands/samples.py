@@ -1,5 +1,6 @@
 """``graft samples RUN``: the command of :mod:`graft.evaluation.samples` (what it picks from, and how, is
 described there)."""
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,12 @@ def samples_main(argv: list[str]) -> int:
         return 0
     what = {"1": "rewarded ", "0": "unrewarded ", "any": ""}[args.reward]
     noun = {"train": "training rollouts", "peer": "admitted peer responses", "eval": "held-out responses"}[args.source]
-    print(f"{len(chosen)} of {len(everything)} {what}{noun}"
-          + (f" {'into' if args.source == 'peer' else 'of'} {args.model}" if args.model else "")
-          + (f", steps {args.steps}" if args.steps else "") + f" (seed {args.seed})")
+    print(
+        f"{len(chosen)} of {len(everything)} {what}{noun}"
+        + (f" {'into' if args.source == 'peer' else 'of'} {args.model}" if args.model else "")
+        + (f", steps {args.steps}" if args.steps else "")
+        + f" (seed {args.seed})"
+    )
     for s in chosen:
         print(format_sample(s, domain, args.width))
     return 0

@@ -11,6 +11,7 @@ confirmation can be graded on prompts no earlier result was read on. Rows are ``
 like ../shared/data, so ``graft eval --data NAME=PATH`` reads them. (Formerly ``scripts/make_task_splits.py``, which
 now calls this command; the split files it wrote are unchanged.)
 """
+
 from __future__ import annotations
 
 import json
@@ -41,13 +42,16 @@ def _taken(config: str, overrides: list[str], exclude: list[str]) -> tuple[set, 
     return taken, ar
 
 
-def make_splits(families: list[str], max_operand: int, taken: set, test: int, hard: int, hard_scale: int,
-                seed: int) -> dict[str, list[Prompt]]:
+def make_splits(
+    families: list[str], max_operand: int, taken: set, test: int, hard: int, hard_scale: int, seed: int
+) -> dict[str, list[Prompt]]:
     """``test`` and ``test_hard``: neither shares a problem (:func:`problem_key`) with ``taken`` nor with the other."""
     first = make_families(test, families, max_operand, seed, exclude=taken, key=problem_key)
-    taken = taken | {problem_key(p.problem, p.answer) for p in first}   # the two splits are disjoint too
-    return {"test": first, "test_hard": make_families(hard, families, max_operand * hard_scale, seed + 1,
-                                                      exclude=taken, key=problem_key)}
+    taken = taken | {problem_key(p.problem, p.answer) for p in first}  # the two splits are disjoint too
+    return {
+        "test": first,
+        "test_hard": make_families(hard, families, max_operand * hard_scale, seed + 1, exclude=taken, key=problem_key),
+    }
 
 
 def splits_main(argv: list[str] | None = None) -> int:
@@ -67,7 +71,16 @@ def splits_main(argv: list[str] | None = None) -> int:
     for name, prompts in splits.items():
         with open(out / f"{name}.jsonl", "w") as f:
             for p in prompts:
-                f.write(json.dumps({"id": f"{name}-{p.id}", "problem": p.problem, "answer": p.answer,
-                                    "source": f"graft arithmetic families, {name}"}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "id": f"{name}-{p.id}",
+                            "problem": p.problem,
+                            "answer": p.answer,
+                            "source": f"graft arithmetic families, {name}",
+                        }
+                    )
+                    + "\n"
+                )
         print(f"{out / name}.jsonl: {len(prompts)} prompts")
     return 0

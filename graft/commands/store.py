@@ -1,5 +1,6 @@
 """``graft store info PATH`` / ``graft store export PATH OUT.jsonl [--model M]``: the command of
 :mod:`graft.storage.trajectory_store` (the store's layout and schema are there)."""
+
 from __future__ import annotations
 
 import json

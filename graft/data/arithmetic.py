@@ -10,6 +10,7 @@ models should solve roughly 5-90% of a batch for GRPO groups to carry signal, so
 phrasing is a tuning knob. The ``\\boxed{}`` instruction is added by the prompt template,
 not here.
 """
+
 from __future__ import annotations
 
 import random
@@ -36,16 +37,19 @@ def format_problem(a: int, op: str, b: int, style: str = DEFAULT_STYLE) -> str:
             raise ValueError
         return template.format(a=a, b=b, op=op, op_word=_WORDS[op], op_latex=_LATEX[op], op_unicode=_UNICODE[op])
     except (KeyError, IndexError, ValueError):
-        raise ValueError(f"unknown arithmetic style {style!r}: use one of {', '.join(STYLES)} or a format string "
-                         "with {a} and {b} (and optionally {op}, {op_word}, {op_latex}, {op_unicode})") from None
+        raise ValueError(
+            f"unknown arithmetic style {style!r}: use one of {', '.join(STYLES)} or a format string "
+            "with {a} and {b} (and optionally {op}, {op_word}, {op_latex}, {op_unicode})"
+        ) from None
 
 
 def _value(a: int, op: str, b: int) -> int:
     return a + b if op == "+" else a - b if op == "-" else a * b
 
 
-def make_arithmetic(num_prompts: int, max_operand: int, ops: list[str] | tuple[str, ...], seed: int,
-                    style: str = DEFAULT_STYLE) -> list[Prompt]:
+def make_arithmetic(
+    num_prompts: int, max_operand: int, ops: list[str] | tuple[str, ...], seed: int, style: str = DEFAULT_STYLE
+) -> list[Prompt]:
     """``num_prompts`` distinct problems ``a op b`` with operands in [0, max_operand].
 
     Ids are ``arith-00000``, ``arith-00001``, ... in generation order. Raises ``ValueError``
@@ -63,8 +67,9 @@ def make_arithmetic(num_prompts: int, max_operand: int, ops: list[str] | tuple[s
     per_op = {"+": n * n, "*": n * n, "-": n * (n + 1) // 2}  # "-" is ordered: a >= b
     available = sum(per_op[op] for op in ops)
     if num_prompts > available:
-        raise ValueError(f"only {available} distinct problems exist with max_operand={max_operand} and ops={ops}; "
-                         f"asked for {num_prompts}")
+        raise ValueError(
+            f"only {available} distinct problems exist with max_operand={max_operand} and ops={ops}; asked for {num_prompts}"
+        )
     rng = random.Random(seed)
     if 2 * num_prompts > available:  # dense: sample from the full list instead of rejecting
         everything = [(a, op, b) for op in ops for a in range(n) for b in range(n) if op != "-" or a >= b]
@@ -81,14 +86,18 @@ def make_arithmetic(num_prompts: int, max_operand: int, ops: list[str] | tuple[s
                 seen.add((a, op, b))
                 triples.append((a, op, b))
     width = max(5, len(str(num_prompts - 1)))
-    return [Prompt(id=f"arith-{i:0{width}d}", problem=format_problem(a, op, b, style), answer=str(_value(a, op, b)))
-            for i, (a, op, b) in enumerate(triples)]
+    return [
+        Prompt(id=f"arith-{i:0{width}d}", problem=format_problem(a, op, b, style), answer=str(_value(a, op, b)))
+        for i, (a, op, b) in enumerate(triples)
+    ]
 
 
 # ----------------------------------------------------------------------------- problem families
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-         "seventeen eighteen nineteen").split()
+_ONES = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen"
+).split()
 _TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
 
 
@@ -209,9 +218,14 @@ def problem_key(problem: str, answer: object) -> tuple:
     return (ints, str(answer)) if ints else (" ".join(problem.lower().split()),)
 
 
-def make_families(num_prompts: int, families: list[str] | tuple[str, ...], max_operand: int, seed: int,
-                  exclude: set | frozenset = frozenset(),
-                  key: Callable[[str, object], Hashable] | None = None) -> list[Prompt]:
+def make_families(
+    num_prompts: int,
+    families: list[str] | tuple[str, ...],
+    max_operand: int,
+    seed: int,
+    exclude: set | frozenset = frozenset(),
+    key: Callable[[str, object], Hashable] | None = None,
+) -> list[Prompt]:
     """``num_prompts`` distinct problems, prompt i from ``families[i % len(families)]`` (a family named
     twice gets twice the share). Ids are ``FAMILY-00017`` (the index over the whole list), so every
     result can be broken down by family. ``exclude``: keys that must not appear (e.g. the training prompts',
@@ -234,8 +248,9 @@ def make_families(num_prompts: int, families: list[str] | tuple[str, ...], max_o
             if key(problem, answer) not in seen:
                 break
         else:
-            raise ValueError(f"family {fam!r} with max_operand={max_operand} has too few distinct problems for "
-                             f"{num_prompts} prompts")
+            raise ValueError(
+                f"family {fam!r} with max_operand={max_operand} has too few distinct problems for {num_prompts} prompts"
+            )
         seen.add(key(problem, answer))
         out.append(Prompt(id=f"{fam}-{i:0{width}d}", problem=problem, answer=str(answer)))
     return out

@@ -28,6 +28,7 @@ Like :mod:`graft.data.arithmetic`: ``random.Random(seed)`` with integer draws on
 ``randrange``, ``choice``), so the same arguments give the same rows, ids and order on every run and
 platform. The instruction to answer in a fenced ```python block belongs to the prompt template, not here.
 """
+
 from __future__ import annotations
 
 import random
@@ -76,13 +77,15 @@ class CodeFamily:
 
 # ----------------------------------------------------------------------------- input draws
 
-_WORDS = tuple("""apple banana cherry grape lemon mango melon peach pear plum berry olive onion pepper carrot
+_WORDS = tuple(
+    """apple banana cherry grape lemon mango melon peach pear plum berry olive onion pepper carrot
 tomato potato garden river forest desert island ocean planet rocket window mirror pencil paper letter button
 bottle basket candle castle dragon tiger zebra monkey rabbit turtle parrot eagle falcon spider kitten puppy
 silver golden purple orange yellow green black white happy quick quiet sunny windy rainy cloudy stone
 bridge tunnel market school doctor farmer singer writer painter sailor summer winter spring autumn
 morning evening coffee butter cookie pizza pasta salad honey sugar water music guitar piano violin
-drum python code data table chair sofa lamp clock phone camera""".split())
+drum python code data table chair sofa lamp clock phone camera""".split()
+)
 
 _VOWELS = "aeiou"
 
@@ -130,65 +133,109 @@ def _mixed_case(rng: random.Random) -> str:
 
 # ----------------------------------------------------------------------------- number families
 
+
 def _add(k: int) -> CodeSpec:
     """add_k(x) returns x + k, for k in 1..99."""
-    return CodeSpec(f"add_{k}", "x", f"x plus {k}", lambda x: x + k,
-                    lambda rng, j: (rng.randint(0, 99),), f"def add_{k}(x):\n    return x + {k}\n")
+    return CodeSpec(
+        f"add_{k}",
+        "x",
+        f"x plus {k}",
+        lambda x: x + k,
+        lambda rng, j: (rng.randint(0, 99),),
+        f"def add_{k}(x):\n    return x + {k}\n",
+    )
 
 
 def _mul(k: int) -> CodeSpec:
     """times_k(x) returns x * k, for k in 2..12."""
-    return CodeSpec(f"times_{k}", "x", f"x times {k}", lambda x: x * k,
-                    lambda rng, j: (rng.randint(0, 60),), f"def times_{k}(x):\n    return x * {k}\n")
+    return CodeSpec(
+        f"times_{k}",
+        "x",
+        f"x times {k}",
+        lambda x: x * k,
+        lambda rng, j: (rng.randint(0, 60),),
+        f"def times_{k}(x):\n    return x * {k}\n",
+    )
 
 
 def _multiple(k: int) -> CodeSpec:
     """is_multiple_of_k(n) returns whether k divides n (k in 2..12; k = 2 is "is even"); tests alternate True/False."""
+
     def draw(rng, j):
         return (k * rng.randint(0, 60) + (0 if j % 2 == 0 else rng.randint(1, k - 1)),)
-    return CodeSpec(f"is_multiple_of_{k}", "n", f"True if the integer n is divisible by {k}, and False otherwise",
-                    lambda n: n % k == 0, draw, f"def is_multiple_of_{k}(n):\n    return n % {k} == 0\n")
+
+    return CodeSpec(
+        f"is_multiple_of_{k}",
+        "n",
+        f"True if the integer n is divisible by {k}, and False otherwise",
+        lambda n: n % k == 0,
+        draw,
+        f"def is_multiple_of_{k}(n):\n    return n % {k} == 0\n",
+    )
 
 
 def _distance(k: int) -> CodeSpec:
     """distance_from_k(x) returns abs(x - k), for k in 1..60; inputs alternate below and above k."""
+
     def draw(rng, j):
         return (rng.randint(k - 30, k - 1) if j % 2 == 0 else rng.randint(k + 1, k + 30),)
-    return CodeSpec(f"distance_from_{k}", "x", f"the absolute difference between the integer x and {k}",
-                    lambda x: abs(x - k), draw, f"def distance_from_{k}(x):\n    return abs(x - {k})\n")
+
+    return CodeSpec(
+        f"distance_from_{k}",
+        "x",
+        f"the absolute difference between the integer x and {k}",
+        lambda x: abs(x - k),
+        draw,
+        f"def distance_from_{k}(x):\n    return abs(x - {k})\n",
+    )
 
 
 def _clamp(lo: int, hi: int) -> CodeSpec:
     """clamp_lo_hi(x) returns x limited to [lo, hi] (0 <= lo <= 20, hi - lo in 5..40); inputs inside, below, above."""
+
     def draw(rng, j):
         return ((rng.randint(lo + 1, hi - 1), rng.randint(lo - 20, lo - 1), rng.randint(hi + 1, hi + 20))[j % 3],)
-    return CodeSpec(f"clamp_{lo}_{hi}", "x", f"the integer x limited to the range {lo} to {hi}: {lo} when x is less "
-                    f"than {lo}, {hi} when x is greater than {hi}, and x itself otherwise",
-                    lambda x: min(max(x, lo), hi), draw,
-                    f"def clamp_{lo}_{hi}(x):\n    if x < {lo}:\n        return {lo}\n    if x > {hi}:\n"
-                    f"        return {hi}\n    return x\n")
+
+    return CodeSpec(
+        f"clamp_{lo}_{hi}",
+        "x",
+        f"the integer x limited to the range {lo} to {hi}: {lo} when x is less "
+        f"than {lo}, {hi} when x is greater than {hi}, and x itself otherwise",
+        lambda x: min(max(x, lo), hi),
+        draw,
+        f"def clamp_{lo}_{hi}(x):\n    if x < {lo}:\n        return {lo}\n    if x > {hi}:\n        return {hi}\n    return x\n",
+    )
 
 
 def _digit_sum() -> CodeSpec:
     """sum_of_digits(n) returns the sum of the decimal digits of n >= 0 (one function; n has 1 to 6 digits)."""
-    return CodeSpec("sum_of_digits", "n", "the sum of the decimal digits of the non-negative integer n",
-                    lambda n: sum(int(d) for d in str(n)),
-                    lambda rng, j: (rng.randint(0, 10 ** rng.randint(1, 6) - 1),),
-                    "def sum_of_digits(n):\n    total = 0\n    while n > 0:\n        total += n % 10\n"
-                    "        n //= 10\n    return total\n")
+    return CodeSpec(
+        "sum_of_digits",
+        "n",
+        "the sum of the decimal digits of the non-negative integer n",
+        lambda n: sum(int(d) for d in str(n)),
+        lambda rng, j: (rng.randint(0, 10 ** rng.randint(1, 6) - 1),),
+        "def sum_of_digits(n):\n    total = 0\n    while n > 0:\n        total += n % 10\n        n //= 10\n    return total\n",
+    )
 
 
 def _factorial() -> CodeSpec:
     """factorial(n) returns n! for n in 0..10 (one function, 11 inputs: 11 problems, not in the default mix)."""
+
     def ref(n):
         out = 1
         for i in range(2, n + 1):
             out *= i
         return out
-    return CodeSpec("factorial", "n", "the factorial of the integer n >= 0, that is 1 * 2 * ... * n (and 1 when n "
-                    "is 0)", ref, lambda rng, j: (rng.randint(0, 10),),
-                    "def factorial(n):\n    result = 1\n    for i in range(1, n + 1):\n        result *= i\n"
-                    "    return result\n")
+
+    return CodeSpec(
+        "factorial",
+        "n",
+        "the factorial of the integer n >= 0, that is 1 * 2 * ... * n (and 1 when n is 0)",
+        ref,
+        lambda rng, j: (rng.randint(0, 10),),
+        "def factorial(n):\n    result = 1\n    for i in range(1, n + 1):\n        result *= i\n    return result\n",
+    )
 
 
 # ----------------------------------------------------------------------------- string families
@@ -209,35 +256,60 @@ def _transform(name: str) -> CodeSpec:
 def _count_char(c: str) -> CodeSpec:
     """count_c(s) returns how many times the letter c appears in s (26 letters), or count_vowels(s) (c = "vowels")."""
     if c == "vowels":
-        return CodeSpec("count_vowels", "s", "the number of vowels (a, e, i, o, u) in the lowercase string s",
-                        lambda s: sum(ch in _VOWELS for ch in s), lambda rng, j: (_text(rng),),
-                        "def count_vowels(s):\n    return sum(1 for ch in s if ch in 'aeiou')\n")
-    return CodeSpec(f"count_{c}", "s", f"the number of times the letter '{c}' appears in the string s",
-                    lambda s: s.count(c), lambda rng, j: (_with_letter(rng, c) if j % 2 == 0 else _text(rng),),
-                    f"def count_{c}(s):\n    return s.count('{c}')\n")
+        return CodeSpec(
+            "count_vowels",
+            "s",
+            "the number of vowels (a, e, i, o, u) in the lowercase string s",
+            lambda s: sum(ch in _VOWELS for ch in s),
+            lambda rng, j: (_text(rng),),
+            "def count_vowels(s):\n    return sum(1 for ch in s if ch in 'aeiou')\n",
+        )
+    return CodeSpec(
+        f"count_{c}",
+        "s",
+        f"the number of times the letter '{c}' appears in the string s",
+        lambda s: s.count(c),
+        lambda rng, j: (_with_letter(rng, c) if j % 2 == 0 else _text(rng),),
+        f"def count_{c}(s):\n    return s.count('{c}')\n",
+    )
 
 
 def _repeat(k: int) -> CodeSpec:
     """repeat_k(s) returns s written k times in a row, for k in 2..9."""
-    return CodeSpec(f"repeat_{k}", "s", f"the string s repeated {k} times, joined into one string",
-                    lambda s: s * k, lambda rng, j: (_letters(rng, 1, 4),), f"def repeat_{k}(s):\n    return s * {k}\n")
+    return CodeSpec(
+        f"repeat_{k}",
+        "s",
+        f"the string s repeated {k} times, joined into one string",
+        lambda s: s * k,
+        lambda rng, j: (_letters(rng, 1, 4),),
+        f"def repeat_{k}(s):\n    return s * {k}\n",
+    )
 
 
 def _first_n(n: int) -> CodeSpec:
     """first_n(s) returns the first n characters of s, all of s if shorter (n in 1..9); inputs alternate longer/not."""
+
     def draw(rng, j):
         return (_letters(rng, n + 1, n + 6) if j % 2 == 0 else _letters(rng, 1, n),)
-    returns = ("the first character of the non-empty string s" if n == 1 else
-               f"the first {n} characters of the string s (all of s when s is shorter than {n} characters)")
+
+    returns = (
+        "the first character of the non-empty string s"
+        if n == 1
+        else f"the first {n} characters of the string s (all of s when s is shorter than {n} characters)"
+    )
     return CodeSpec(f"first_{n}", "s", returns, lambda s: s[:n], draw, f"def first_{n}(s):\n    return s[:{n}]\n")
 
 
 def _palindrome_fn() -> CodeSpec:
     """is_palindrome(s) returns whether s reads the same backwards (one function); tests alternate True/False."""
-    return CodeSpec("is_palindrome", "s", "True if the lowercase string s reads the same forwards and backwards, "
-                    "and False otherwise", lambda s: s == s[::-1],
-                    lambda rng, j: (_palindrome(rng) if j % 2 == 0 else _not_palindrome(rng),),
-                    "def is_palindrome(s):\n    return s == s[::-1]\n")
+    return CodeSpec(
+        "is_palindrome",
+        "s",
+        "True if the lowercase string s reads the same forwards and backwards, and False otherwise",
+        lambda s: s == s[::-1],
+        lambda rng, j: (_palindrome(rng) if j % 2 == 0 else _not_palindrome(rng),),
+        "def is_palindrome(s):\n    return s == s[::-1]\n",
+    )
 
 
 # ----------------------------------------------------------------------------- list families
@@ -253,36 +325,53 @@ _STATS: dict[str, tuple[str, str, Callable[..., Any], int, str]] = {
 def _list_stat(name: str) -> CodeSpec:
     """sum_list(nums), max_of_list(nums), list_length(items) or last_element(items): four fixed list functions."""
     param, returns, ref, min_len, expr = _STATS[name]
-    return CodeSpec(name, param, returns, ref, lambda rng, j: (_ints(rng, -9, 50, min_len, 6),),
-                    f"def {name}({param}):\n    return {expr}\n")
+    return CodeSpec(
+        name, param, returns, ref, lambda rng, j: (_ints(rng, -9, 50, min_len, 6),), f"def {name}({param}):\n    return {expr}\n"
+    )
 
 
 def _count_above(k: int) -> CodeSpec:
     """count_greater_than_k(nums) returns how many integers of nums exceed k, for k in 0..20 (0: count positives)."""
-    return CodeSpec(f"count_greater_than_{k}", "nums", f"how many integers in the list nums are greater than {k}",
-                    lambda nums: sum(v > k for v in nums), lambda rng, j: (_ints(rng, k - 10, k + 10, 2, 7),),
-                    f"def count_greater_than_{k}(nums):\n    count = 0\n    for v in nums:\n        if v > {k}:\n"
-                    "            count += 1\n    return count\n")
+    return CodeSpec(
+        f"count_greater_than_{k}",
+        "nums",
+        f"how many integers in the list nums are greater than {k}",
+        lambda nums: sum(v > k for v in nums),
+        lambda rng, j: (_ints(rng, k - 10, k + 10, 2, 7),),
+        f"def count_greater_than_{k}(nums):\n    count = 0\n    for v in nums:\n        if v > {k}:\n"
+        "            count += 1\n    return count\n",
+    )
 
 
 def _scale(k: int) -> CodeSpec:
     """multiply_each_by_k(nums) returns [v * k for v in nums], for k in 2..10 (2: double each)."""
-    return CodeSpec(f"multiply_each_by_{k}", "nums", f"a new list holding each integer of the list nums multiplied "
-                    f"by {k}, in the same order", lambda nums: [v * k for v in nums],
-                    lambda rng, j: (_ints(rng, -5, 20, 1, 5),),
-                    f"def multiply_each_by_{k}(nums):\n    return [v * {k} for v in nums]\n")
+    return CodeSpec(
+        f"multiply_each_by_{k}",
+        "nums",
+        f"a new list holding each integer of the list nums multiplied by {k}, in the same order",
+        lambda nums: [v * k for v in nums],
+        lambda rng, j: (_ints(rng, -5, 20, 1, 5),),
+        f"def multiply_each_by_{k}(nums):\n    return [v * {k} for v in nums]\n",
+    )
 
 
 def _keep_multiples(k: int) -> CodeSpec:
     """keep_multiples_of_k(nums) returns the integers of nums divisible by k, in order (k in 2..9; 2: the evens)."""
+
     def draw(rng, j):
         nums = _ints(rng, 0, 40, 2, 6)
         if j % 2 == 0:  # at least one multiple: a non-empty answer
             nums[rng.randrange(len(nums))] = k * rng.randint(1, 40 // k)
         return (nums,)
-    return CodeSpec(f"keep_multiples_of_{k}", "nums", f"a list of the integers in the list nums that are divisible "
-                    f"by {k}, in their original order", lambda nums: [v for v in nums if v % k == 0], draw,
-                    f"def keep_multiples_of_{k}(nums):\n    return [v for v in nums if v % {k} == 0]\n")
+
+    return CodeSpec(
+        f"keep_multiples_of_{k}",
+        "nums",
+        f"a list of the integers in the list nums that are divisible by {k}, in their original order",
+        lambda nums: [v for v in nums if v % k == 0],
+        draw,
+        f"def keep_multiples_of_{k}(nums):\n    return [v for v in nums if v % {k} == 0]\n",
+    )
 
 
 CODE_FAMILIES: dict[str, CodeFamily] = {
@@ -317,8 +406,10 @@ _MAX_TRIES = 2_000
 
 def _example_text(spec: CodeSpec, args: tuple) -> str:
     call = f"{spec.name}({', '.join(map(repr, args))})"
-    return (f"Write a Python function `{spec.name}({spec.params})` that returns {spec.returns}. "
-            f"For example, {call} returns {spec.ref(*args)!r}.")
+    return (
+        f"Write a Python function `{spec.name}({spec.params})` that returns {spec.returns}. "
+        f"For example, {call} returns {spec.ref(*args)!r}."
+    )
 
 
 def _tests(spec: CodeSpec, rng: random.Random, example: tuple, n: int, family: str) -> list[str]:
@@ -332,13 +423,13 @@ def _tests(spec: CodeSpec, rng: random.Random, example: tuple, n: int, family: s
             seen.add(repr(args))
             tests.append(f"assert {spec.name}({', '.join(map(repr, args))}) == {spec.ref(*args)!r}")
         elif tries > _MAX_TRIES:
-            raise ValueError(f"code family {family!r} ({spec.name}) has too few distinct inputs for "
-                             f"tests_per_prompt={n}")
+            raise ValueError(f"code family {family!r} ({spec.name}) has too few distinct inputs for tests_per_prompt={n}")
     return tests
 
 
-def make_code_task(num_prompts: int, seed: int, families: list[str] | tuple[str, ...] | None = None,
-                   tests_per_prompt: int = 4) -> list[dict]:
+def make_code_task(
+    num_prompts: int, seed: int, families: list[str] | tuple[str, ...] | None = None, tests_per_prompt: int = 4
+) -> list[dict]:
     """``num_prompts`` distinct problems, prompt i from ``families[i % len(families)]`` (a family named twice gets
     twice the share; ``None``: :data:`DEFAULT_FAMILIES`), each with ``tests_per_prompt`` hidden tests.
 
@@ -371,8 +462,14 @@ def make_code_task(num_prompts: int, seed: int, families: list[str] | tuple[str,
         else:
             raise ValueError(f"code family {fam!r} has too few distinct problems for {num_prompts} prompts")
         seen.add(problem)
-        rows.append({"id": f"{fam}-{i:0{width}d}", "problem": problem,
-                     "tests": _tests(spec, rng, example, tests_per_prompt, fam), "entry_point": spec.name})
+        rows.append(
+            {
+                "id": f"{fam}-{i:0{width}d}",
+                "problem": problem,
+                "tests": _tests(spec, rng, example, tests_per_prompt, fam),
+                "entry_point": spec.name,
+            }
+        )
     return rows
 
 

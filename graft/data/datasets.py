@@ -27,6 +27,7 @@ Ids must be unique. A bad row raises :class:`DataError` naming the file, the 1-b
 Parquet/CSV/datasets) and the column, or with ``on_bad_row="skip"`` is skipped and counted by reason. No usable
 row at all is a :class:`DataError` too, raised before any model is loaded.
 """
+
 from __future__ import annotations
 
 import csv
@@ -63,10 +64,17 @@ GRAFT_FIELDS = ("id", "problem", "answer", "tests", "entry_point")
 
 # ----------------------------------------------------------------------------- loading
 
-def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None, limit: int | None = None,
-                 skip_hint: str = "set data.on_bad_row=skip to skip bad rows", fields: Mapping[str, str] | None = None,
-                 reference: Callable[[Mapping[str, Any]], str] | None = None,
-                 code_task: Any = None) -> tuple[list[Prompt], dict]:
+
+def load_prompts(
+    spec: str,
+    on_bad_row: str = "error",
+    arithmetic: Any = None,
+    limit: int | None = None,
+    skip_hint: str = "set data.on_bad_row=skip to skip bad rows",
+    fields: Mapping[str, str] | None = None,
+    reference: Callable[[Mapping[str, Any]], str] | None = None,
+    code_task: Any = None,
+) -> tuple[list[Prompt], dict]:
     """Prompts of ``spec`` and load statistics.
 
     Returns ``(prompts, stats)`` with ``stats = {"source", "rows", "prompts", "skipped",
@@ -109,13 +117,16 @@ def load_prompts(spec: str, on_bad_row: str = "error", arithmetic: Any = None, l
             break
     stats["prompts"] = len(prompts)
     if not prompts:
-        raise DataError(f"{where}: no usable prompts ({stats['rows']} rows read, {stats['skipped']} skipped: "
-                        f"{stats['skipped_reasons'] or 'none'})")
+        raise DataError(
+            f"{where}: no usable prompts ({stats['rows']} rows read, {stats['skipped']} skipped: "
+            f"{stats['skipped_reasons'] or 'none'})"
+        )
     return prompts, stats
 
 
-def _source_rows(spec: str, fields: dict[str, str], arithmetic: Any,
-                 code_task: Any) -> tuple[str, Iterable[tuple[str, Any]], dict[str, str]]:
+def _source_rows(
+    spec: str, fields: dict[str, str], arithmetic: Any, code_task: Any
+) -> tuple[str, Iterable[tuple[str, Any]], dict[str, str]]:
     """``(where, rows, fields)`` of a source: its name in messages, its ``(location, row)`` pairs, and the column
     mapping that applies (none for the procedural tasks, whose rows carry graft's names)."""
     bad = [k for k in fields if k not in GRAFT_FIELDS]
@@ -152,8 +163,10 @@ def _file_rows(spec: str) -> tuple[str, Iterable[tuple[str, Any]]]:
         return str(Path(folder).expanduser()), _saved_dataset_rows(Path(folder).expanduser(), split or None)
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".parquet", *DATASETS_SUFFIXES):
-        raise DataError(f"data source {spec!r}: expected a .jsonl, .parquet, .csv, .tsv or .json file, a folder saved "
-                        "by datasets, 'hub:NAME[:split]' or 'arithmetic'")
+        raise DataError(
+            f"data source {spec!r}: expected a .jsonl, .parquet, .csv, .tsv or .json file, a folder saved "
+            "by datasets, 'hub:NAME[:split]' or 'arithmetic'"
+        )
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
     if suffix == ".jsonl":
@@ -176,7 +189,7 @@ def _datasets_module(what: str) -> Any:
 def _library_rows(path: Path, suffix: str) -> Iterator[tuple[str, Any]]:
     datasets = _datasets_module(str(path))
     if suffix in (".csv", ".tsv") and not path.read_text(encoding="utf-8", errors="replace").strip("\n\r\t ,").count("\n"):
-        return iter(())   # empty or a header alone: no rows ("no usable prompts", as for every other format)
+        return iter(())  # empty or a header alone: no rows ("no usable prompts", as for every other format)
     kwargs = _text_columns(path, datasets, "\t" if suffix == ".tsv" else ",") if suffix in (".csv", ".tsv") else {}
     try:
         ds = datasets.load_dataset(DATASETS_SUFFIXES[suffix], data_files=str(path), split="train", **kwargs)
@@ -191,8 +204,7 @@ def _text_columns(path: Path, datasets: Any, delimiter: str) -> dict:
     "7" stay apart, an answer "1.50" stays "1.50")."""
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
         header = next(csv.reader(f, delimiter=delimiter), [])
-    return {"delimiter": delimiter,
-            "features": datasets.Features({c: datasets.Value("string") for c in header})}
+    return {"delimiter": delimiter, "features": datasets.Features({c: datasets.Value("string") for c in header})}
 
 
 def _saved_dataset_rows(folder: Path, split: str | None) -> Iterator[tuple[str, Any]]:
@@ -250,7 +262,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _hub_rows(spec: str) -> tuple[str, Iterable[tuple[str, Any]]]:
-    name, _, split = spec[len("hub:"):].partition(":")
+    name, _, split = spec[len("hub:") :].partition(":")
     split = split or "train"
     if not name:
         raise DataError(f"data source {spec!r}: expected hub:NAME[:split]")
@@ -283,12 +295,14 @@ def _to_prompt(row: Any, fields: Mapping[str, str], reference: Callable[[Mapping
     if isinstance(pid, bool) or not isinstance(pid, (str, int)) or not str(pid).strip():
         raise RowError("bad_id", f"{_columns([named['id']], fields, 'column')} must be a non-empty string, got {pid!r}")
     if not isinstance(problem, str) or not problem.strip():
-        raise RowError("bad_problem", f"{_columns([named['problem']], fields, 'column')} must be a non-empty string, "
-                                      f"got {short(problem)}")
+        raise RowError(
+            "bad_problem", f"{_columns([named['problem']], fields, 'column')} must be a non-empty string, got {short(problem)}"
+        )
     mapped["id"] = str(pid).strip()
     try:
-        answer = answer_text(mapped["answer"]) if reference is None and "answer" in mapped else \
-            (reference or _needs_answer)(mapped)
+        answer = (
+            answer_text(mapped["answer"]) if reference is None and "answer" in mapped else (reference or _needs_answer)(mapped)
+        )
     except RowError as e:
         raise _in_columns(e, named, fields) from None
     return Prompt(id=mapped["id"], problem=problem, answer=answer)
@@ -306,7 +320,7 @@ def _in_columns(e: RowError, named: dict[str, str], fields: Mapping[str, str]) -
         column = f"column {named[g]!r} (data.fields.{g})"
         detail = detail.replace(f"missing field(s) [{g!r}]", f"missing {column}")
         if detail.startswith(f"{g} "):
-            detail = f"{column} {detail[len(g) + 1:]}"
+            detail = f"{column} {detail[len(g) + 1 :]}"
     return RowError(e.reason, detail)
 
 
@@ -343,8 +357,10 @@ def check_batch_fits(prompts: list[Prompt], batch_prompts: int, source: str) -> 
     """Refuse ``batch_prompts`` larger than the usable prompts of ``source`` (a batch would hold a
     prompt twice); checked right after loading, before any model is loaded."""
     if batch_prompts > len(prompts):
-        raise DataError(f"batch_prompts: {batch_prompts} exceeds the {len(prompts)} usable prompts of data.train "
-                        f"({source}): a batch would repeat prompts; lower batch_prompts or add data")
+        raise DataError(
+            f"batch_prompts: {batch_prompts} exceeds the {len(prompts)} usable prompts of data.train "
+            f"({source}): a batch would repeat prompts; lower batch_prompts or add data"
+        )
 
 
 def prompts_fingerprint(prompts: list[Prompt]) -> dict:
@@ -363,6 +379,7 @@ def prompts_fingerprint(prompts: list[Prompt]) -> dict:
 
 
 # ----------------------------------------------------------------------------- sampling
+
 
 class PromptSampler:
     """Batches of prompts, epoch after epoch, each epoch a seeded permutation of all prompts.
@@ -418,7 +435,7 @@ class PromptSampler:
         if self.pos >= n:
             self._advance_epoch(taken=set(), need=0)
         epoch = self.epoch
-        take = self._order[self.pos:self.pos + self.batch_size]
+        take = self._order[self.pos : self.pos + self.batch_size]
         self.pos += len(take)
         need = self.batch_size - len(take)
         if need:
@@ -438,20 +455,31 @@ class PromptSampler:
         self._order = order
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "pos": self.pos, "order": list(self._order), "seed": self.seed,
-                "shuffle": self.shuffle, "batch_size": self.batch_size, "num_prompts": len(self.prompts),
-                "fingerprint": self._fingerprint}
+        return {
+            "epoch": self.epoch,
+            "pos": self.pos,
+            "order": list(self._order),
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "batch_size": self.batch_size,
+            "num_prompts": len(self.prompts),
+            "fingerprint": self._fingerprint,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state``; rejects a state taken over a different prompt set."""
         n = len(self.prompts)
         if state.get("num_prompts") != n or state.get("fingerprint") != self._fingerprint:
-            raise ValueError(f"sampler state is for a different prompt set ({state.get('num_prompts')} prompts, "
-                             f"fingerprint {state.get('fingerprint')}; now {n}, {self._fingerprint})")
+            raise ValueError(
+                f"sampler state is for a different prompt set ({state.get('num_prompts')} prompts, "
+                f"fingerprint {state.get('fingerprint')}; now {n}, {self._fingerprint})"
+            )
         order = [int(i) for i in state["order"]]
         if sorted(order) != list(range(n)) or not 0 <= int(state["pos"]) <= n:
             raise ValueError("sampler state is corrupt (order is not a permutation or pos out of range)")
         if state.get("seed") != self.seed or state.get("shuffle") != self.shuffle:
-            raise ValueError(f"sampler state was saved with seed={state.get('seed')}, shuffle={state.get('shuffle')}; "
-                             f"this sampler has seed={self.seed}, shuffle={self.shuffle}")
+            raise ValueError(
+                f"sampler state was saved with seed={state.get('seed')}, shuffle={state.get('shuffle')}; "
+                f"this sampler has seed={self.seed}, shuffle={self.shuffle}"
+            )
         self.epoch, self.pos, self._order = int(state["epoch"]), int(state["pos"]), order

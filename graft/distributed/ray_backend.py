@@ -16,6 +16,7 @@ inside a worker, or a timeout kills the model's whole actor group (a surviving r
 blocked in a collective with the dead one) and raises :class:`WorkerFailure`; the trainer
 stops and the run resumes from its last checkpoint (``resume=true``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,6 +37,7 @@ REPO_ROOT = str(Path(__file__).resolve().parents[2])
 def _ray():
     """The ``ray`` module (an optional dependency: ``pip install 'graft[ray]'``)."""
     import ray  # deferred: only backend=ray needs it, and it is heavy to import
+
     return ray
 
 
@@ -49,8 +51,9 @@ class WorkerFailure(UserError, RuntimeError):
 class RayWorkers:
     """W actors of one model (``worker_cls``: :class:`~graft.trainer.workers.PolicyWorker`), in a placement group."""
 
-    def __init__(self, worker_cls: type, cfg: ModelConfig, resources: ResourceConfig, ray_cfg: RayConfig,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self, worker_cls: type, cfg: ModelConfig, resources: ResourceConfig, ray_cfg: RayConfig, threads: int | None = None
+    ) -> None:
         ray = _ray()
         self.name = cfg.name
         self.timeout = float(ray_cfg.actor_timeout_s)
@@ -63,31 +66,40 @@ class RayWorkers:
         bundle = {"CPU": float(resources.num_cpus) if resources.num_cpus > 0 else 0.001}
         if resources.num_gpus:
             bundle["GPU"] = float(resources.num_gpus)
-        self._pg = ray.util.placement_group([dict(bundle) for _ in range(W)], strategy="PACK",
-                                            name=f"graft-{cfg.name}-{os.getpid()}")
+        self._pg = ray.util.placement_group(
+            [dict(bundle) for _ in range(W)], strategy="PACK", name=f"graft-{cfg.name}-{os.getpid()}"
+        )
         ready, _ = ray.wait([self._pg.ready()], timeout=self.timeout)
         if not ready:
             self.close()
             raise WorkerFailure(
                 f"model {cfg.name}: the Ray cluster cannot place {W} worker(s) x {bundle} within "
                 f"ray.actor_timeout_s={self.timeout:.0f}s (cluster resources: {ray.cluster_resources()}); "
-                f"lower ray.resources.{cfg.name}.num_workers / num_gpus or add nodes")
+                f"lower ray.resources.{cfg.name}.num_workers / num_gpus or add nodes"
+            )
         actor_cls = ray.remote(worker_cls)
         thr = threads or max(1, int(resources.num_cpus))
         # a worker's stderr is a log: no download / weight-loading bars of the hub and transformers
         env = {"OMP_NUM_THREADS": str(thr), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         for r in range(W):
-            opts = dict(num_cpus=bundle["CPU"], num_gpus=float(resources.num_gpus or 0), max_restarts=0,
-                        max_task_retries=0, name=f"graft-{cfg.name}-rank{r}-{os.getpid()}-{id(self)}",
-                        runtime_env={"env_vars": env},
-                        scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
-                            self._pg, placement_group_bundle_index=r))
+            opts = dict(
+                num_cpus=bundle["CPU"],
+                num_gpus=float(resources.num_gpus or 0),
+                max_restarts=0,
+                max_task_retries=0,
+                name=f"graft-{cfg.name}-rank{r}-{os.getpid()}-{id(self)}",
+                runtime_env={"env_vars": env},
+                scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+                    self._pg, placement_group_bundle_index=r
+                ),
+            )
             self.actors.append(actor_cls.options(**opts).remote(cfg.name, r, W, thr))
 
     def setup(self, cfg: ModelConfig, device: str, weights_from: str | None, seed: int, engine: str) -> list[dict]:
         master = self._wait([self.actors[0].address.remote()], "start", ranks=[0])[0] if self.size > 1 else None
-        self.info = self.call("setup", [(cfg, device, weights_from, master, seed, engine, self.timeout)] * self.size,
-                              "setup (loading the model)")
+        self.info = self.call(
+            "setup", [(cfg, device, weights_from, master, seed, engine, self.timeout)] * self.size, "setup (loading the model)"
+        )
         return self.info
 
     # ------------------------------------------------------------------ remote calls
@@ -144,8 +156,10 @@ class RayWorkers:
     def _fail(self, detail: str) -> None:
         dead = self._dead_ranks()
         died = f" (dead worker(s): {dead})" if dead else ""
-        self.failed = (f"model {self.name} ({self.size} Ray worker(s)): {detail}{died}. The run stopped; its last "
-                       f"checkpoint is resumable with resume=true")
+        self.failed = (
+            f"model {self.name} ({self.size} Ray worker(s)): {detail}{died}. The run stopped; its last "
+            f"checkpoint is resumable with resume=true"
+        )
         self.close()
         raise WorkerFailure(self.failed)
 
@@ -193,6 +207,7 @@ def _cause(e) -> str:
 
 # ============================================================================ cluster and factory
 
+
 def init_ray(ray_cfg: RayConfig, needed_cpus: float = 0.0, needed_gpus: float = 0.0) -> None:
     """Connect to ``ray.address`` (``auto`` or ``ray://host:port``) or start a local Ray.
 
@@ -204,8 +219,12 @@ def init_ray(ray_cfg: RayConfig, needed_cpus: float = 0.0, needed_gpus: float = 
         raise ConfigError("backend=ray needs Ray: pip install 'ray[default]' (or 'graft[ray]')") from e
     if ray.is_initialized():
         return
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p),
-                        "TOKENIZERS_PARALLELISM": "false"}}
+    env = {
+        "env_vars": {
+            "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p),
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    }
     for var in ("GRAFT_CACHE", "HF_HOME", "HF_HUB_OFFLINE"):
         if os.environ.get(var):
             env["env_vars"][var] = os.environ[var]
@@ -215,6 +234,8 @@ def init_ray(ray_cfg: RayConfig, needed_cpus: float = 0.0, needed_gpus: float = 
         cpus = max(float(os.cpu_count() or 1), needed_cpus)
         kwargs: dict[str, Any] = {"num_cpus": int(math.ceil(cpus)), "include_dashboard": False, "runtime_env": env}
         if needed_gpus and not torch.cuda.is_available():
-            raise ConfigError(f"the configured Ray workers request {needed_gpus} GPU(s) but this machine has none "
-                              "(set ray.address to a cluster with GPUs, or num_gpus: 0)")
+            raise ConfigError(
+                f"the configured Ray workers request {needed_gpus} GPU(s) but this machine has none "
+                "(set ray.address to a cluster with GPUs, or num_gpus: 0)"
+            )
         ray.init(**kwargs)

@@ -17,6 +17,7 @@ A :class:`Domain` owns everything about one kind of task, in one module:
 Adding a domain: a module with a ``Domain`` instance and one line in :data:`graft.registry.DOMAINS` (or, with
 no edit of graft, ``reward.domain: path/to/file.py:MY_DOMAIN``).
 """
+
 from __future__ import annotations
 
 import json
@@ -78,14 +79,16 @@ class Domain:
             return {f: False for f in self.flags}
         return self.flag_fn(response, problem, reference)
 
-    def monitor(self, responses: Sequence[str], problems: Sequence[str], references: Sequence[str],
-                rewards: Sequence[float]) -> dict[str, float | None]:
+    def monitor(
+        self, responses: Sequence[str], problems: Sequence[str], references: Sequence[str], rewards: Sequence[float]
+    ) -> dict[str, float | None]:
         """Among the rewarded responses (reward > 0.5) of a batch: ``{"n": count, FLAG: share, ...}``; shares are
         ``None`` when nothing was rewarded."""
         n = len(responses)
         assert len(problems) == n and len(references) == n and len(rewards) == n, (n, len(problems), len(rewards))
-        hits = [self.response_flags(r, q, a)
-                for r, q, a, x in zip(responses, problems, references, rewards, strict=True) if x > 0.5]
+        hits = [
+            self.response_flags(r, q, a) for r, q, a, x in zip(responses, problems, references, rewards, strict=True) if x > 0.5
+        ]
         out: dict[str, float | None] = {"n": len(hits)}
         for f in self.flags:
             out[f] = sum(h[f] for h in hits) / len(hits) if hits else None
@@ -107,8 +110,6 @@ def load_domain(name: str) -> Domain:
     if not isinstance(obj, Domain):
         raise DomainError(f"reward.domain: {name!r} is a {type(obj).__name__}, not a graft.domains.Domain")
     return obj
-
-
 
 
 def config_domain(tree: Mapping[str, Any]) -> Domain:

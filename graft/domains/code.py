@@ -11,6 +11,7 @@ test) and ``reward.sandbox_memory_mb``.
 The monitor (:mod:`graft.reward.code_monitor`) flags rewarded programs that special-case the tests' inputs,
 exit early, touch the interpreter or the harness, are trivial, or are missing.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,15 +26,21 @@ from graft.reward.code import code_reference
 INSTRUCTION = "Write the complete function in Python, in one ```python code block."
 
 FEWSHOT_EXAMPLES: tuple[tuple[str, str], ...] = (
-    ("Write a Python function `square(n)` that returns n multiplied by itself. For example, square(3) returns 9.",
-     "```python\ndef square(n):\n    return n * n\n```"),
-    ("Write a Python function `first_word(s)` that returns the first word of the string s (words are separated by "
-     "spaces). For example, first_word('good morning') returns 'good'.",
-     "```python\ndef first_word(s):\n    return s.split(' ')[0]\n```"),
-    ("Write a Python function `count_negative(xs)` that returns how many numbers in the list xs are below zero. "
-     "For example, count_negative([3, -1, -4]) returns 2.",
-     "```python\ndef count_negative(xs):\n    count = 0\n    for x in xs:\n        if x < 0:\n            count += 1\n"
-     "    return count\n```"),
+    (
+        "Write a Python function `square(n)` that returns n multiplied by itself. For example, square(3) returns 9.",
+        "```python\ndef square(n):\n    return n * n\n```",
+    ),
+    (
+        "Write a Python function `first_word(s)` that returns the first word of the string s (words are separated by "
+        "spaces). For example, first_word('good morning') returns 'good'.",
+        "```python\ndef first_word(s):\n    return s.split(' ')[0]\n```",
+    ),
+    (
+        "Write a Python function `count_negative(xs)` that returns how many numbers in the list xs are below zero. "
+        "For example, count_negative([3, -1, -4]) returns 2.",
+        "```python\ndef count_negative(xs):\n    count = 0\n    for x in xs:\n        if x < 0:\n            count += 1\n"
+        "    return count\n```",
+    ),
 )
 """(problem, worked solution) pairs of the ``fewshot`` template; none is a problem of the procedural code task."""
 
@@ -63,11 +70,23 @@ def _quick(response: str, reference: str) -> tuple[float, str] | None:
 
 
 def _settings(reward: Any) -> dict[str, Any]:
-    return {"partial_credit": reward.partial_credit, "timeout_s": reward.timeout_s,
-            "test_timeout_s": reward.test_timeout_s, "memory_mb": reward.sandbox_memory_mb}
+    return {
+        "partial_credit": reward.partial_credit,
+        "timeout_s": reward.timeout_s,
+        "test_timeout_s": reward.test_timeout_s,
+        "memory_mb": reward.sandbox_memory_mb,
+    }
 
 
 CODE = Domain(
-    name="code", verify_fn="graft.reward.code:verify_code", instruction=INSTRUCTION, fewshot=FEWSHOT_EXAMPLES,
-    reference_fields=("tests", "entry_point"), flags=code_monitor.CODE_FLAGS, flag_fn=_flags, quick=_quick,
-    make_reference=_reference, settings_from=_settings)
+    name="code",
+    verify_fn="graft.reward.code:verify_code",
+    instruction=INSTRUCTION,
+    fewshot=FEWSHOT_EXAMPLES,
+    reference_fields=("tests", "entry_point"),
+    flags=code_monitor.CODE_FLAGS,
+    flag_fn=_flags,
+    quick=_quick,
+    make_reference=_reference,
+    settings_from=_settings,
+)

@@ -4,6 +4,7 @@ Everything that grades (training, ``graft eval``, ``graft probe``, ``graft onest
 ``graft grade``) builds its grader with :func:`make_grader`, and everything that reads a task's data reads it
 with :func:`load_data`, so a domain or a user's reward function reaches every command the same way.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -36,16 +37,35 @@ def make_grader(reward: RewardConfig, workers: int | None = None, timeout_s: flo
     config's (``graft eval --verify-workers``)."""
     workers = reward.workers if workers is None else workers
     if reward.function:
-        return FunctionGrader(reward.function, reward.weights, reward.function_timeout_s, reward.on_error,
-                              workers=min(workers, 1))
+        return FunctionGrader(
+            reward.function, reward.weights, reward.function_timeout_s, reward.on_error, workers=min(workers, 1)
+        )
     domain = task_domain(reward)
-    return Grader(reward.timeout_s if timeout_s is None else timeout_s, workers, verify_fn=domain.verify_fn,
-                  quick=domain.quick, verify_kwargs=domain.verify_settings(reward))
+    return Grader(
+        reward.timeout_s if timeout_s is None else timeout_s,
+        workers,
+        verify_fn=domain.verify_fn,
+        quick=domain.quick,
+        verify_kwargs=domain.verify_settings(reward),
+    )
 
 
-def load_data(spec: str, cfg: Config, limit: int | None = None, on_bad_row: str | None = None,
-              skip_hint: str = "set data.on_bad_row=skip to skip bad rows") -> tuple[list[Prompt], dict]:
+def load_data(
+    spec: str,
+    cfg: Config,
+    limit: int | None = None,
+    on_bad_row: str | None = None,
+    skip_hint: str = "set data.on_bad_row=skip to skip bad rows",
+) -> tuple[list[Prompt], dict]:
     """The prompts of ``spec`` read as ``cfg``'s task reads them: ``data.fields``, the procedural tasks'
     settings and the rows' references (:func:`reference_of`)."""
-    return load_prompts(spec, on_bad_row or cfg.data.on_bad_row, cfg.data.arithmetic, limit, skip_hint,
-                        fields=cfg.data.fields, reference=reference_of(cfg.reward), code_task=cfg.data.code_task)
+    return load_prompts(
+        spec,
+        on_bad_row or cfg.data.on_bad_row,
+        cfg.data.arithmetic,
+        limit,
+        skip_hint,
+        fields=cfg.data.fields,
+        reference=reference_of(cfg.reward),
+        code_task=cfg.data.code_task,
+    )

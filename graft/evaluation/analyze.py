@@ -26,6 +26,7 @@ Definitions
   since the trainer logs 0 when there are no peer tokens. ``peer_zero_clip_step_frac`` = share of
   those steps with no clipped peer token at all (paper Table 9: 97.6% with peer-first order).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -155,7 +156,7 @@ def read_store_counts(run_dir: Path, models: Sequence[str] | None = None) -> dic
     table = TrajectoryStore(root).read(models=models, columns=["model", "step", "prompt_id", "reward"])
     cols = {c: table[c].to_pylist() for c in ("model", "step", "prompt_id", "reward")}
     k: dict[tuple[str, int, str], int] = {}
-    for m, s, p, r in zip(cols["model"], cols["step"], cols["prompt_id"], cols["reward"], strict=True):   # columns of one table
+    for m, s, p, r in zip(cols["model"], cols["step"], cols["prompt_id"], cols["reward"], strict=True):  # columns of one table
         key = (m, int(s), p)
         k[key] = k.get(key, 0) + (1 if r is not None and r > 0.5 else 0)
     return k
@@ -178,11 +179,22 @@ def complementarity_from_counts(k: dict[tuple[str, int, str], int], direction: s
     for step in sorted(steps):
         solved, fail = complementarity_counts(*steps[step])
         solved_tot, fail_tot = solved_tot + solved, fail_tot + fail
-        per_step.append({"step": step, "value": solved / fail if fail else None, "solved": solved,
-                         "receiver_all_fail": fail, "prompts": len(steps[step][0])})
-    return {"per_step": per_step, "overall": solved_tot / fail_tot if fail_tot else None,
-            "solved": solved_tot, "receiver_all_fail": fail_tot,
-            "mean_of_steps": _mean([r["value"] for r in per_step])}
+        per_step.append(
+            {
+                "step": step,
+                "value": solved / fail if fail else None,
+                "solved": solved,
+                "receiver_all_fail": fail,
+                "prompts": len(steps[step][0]),
+            }
+        )
+    return {
+        "per_step": per_step,
+        "overall": solved_tot / fail_tot if fail_tot else None,
+        "solved": solved_tot,
+        "receiver_all_fail": fail_tot,
+        "mean_of_steps": _mean([r["value"] for r in per_step]),
+    }
 
 
 def complementarity_from_metrics(rows: list[dict], direction: str) -> dict:
@@ -197,8 +209,7 @@ def complementarity_from_metrics(rows: list[dict], direction: str) -> dict:
         if v is not None:
             weight = w if w is not None else 1.0
             num, den = num + v * weight, den + weight
-    return {"per_step": per_step, "overall": num / den if den else None,
-            "mean_of_steps": _mean([r["value"] for r in per_step])}
+    return {"per_step": per_step, "overall": num / den if den else None, "mean_of_steps": _mean([r["value"] for r in per_step])}
 
 
 def exchange_stats(rows: list[dict], audit: list[dict], direction: str) -> dict:
@@ -225,17 +236,27 @@ def _audit_entry(step: int, rec: dict) -> dict[str, Any]:
     """:func:`exchange_stats`' numbers of one step, from the step's audit record of the direction."""
     responses = rec.get("responses") or []
     adm = sum(1 for x in responses if x.get("admitted"))
-    return {"step": step, "candidates": len(rec.get("candidates") or []), "m": rec.get("m"),
-            "kept": len(rec.get("selected") or []), "transferred": len(responses), "admitted": adm,
-            "admitted_frac": adm / len(responses) if responses else None}
+    return {
+        "step": step,
+        "candidates": len(rec.get("candidates") or []),
+        "m": rec.get("m"),
+        "kept": len(rec.get("selected") or []),
+        "transferred": len(responses),
+        "admitted": adm,
+        "admitted_frac": adm / len(responses) if responses else None,
+    }
 
 
 def _metrics_entry(step: int, row: dict, pre: str) -> dict[str, Any]:
     """:func:`exchange_stats`' numbers of one step, from its metrics row (the ``pre/...`` keys)."""
     entry: dict[str, Any] = {
-        "step": step, "candidates": _int(row.get(f"{pre}/candidates")), "m": _int(row.get(f"{pre}/m")),
-        "kept": _int(row.get(f"{pre}/kept_prompts")), "transferred": _int(row.get(f"{pre}/transferred")),
-        "admitted": _int(row.get(f"{pre}/admitted"))}
+        "step": step,
+        "candidates": _int(row.get(f"{pre}/candidates")),
+        "m": _int(row.get(f"{pre}/m")),
+        "kept": _int(row.get(f"{pre}/kept_prompts")),
+        "transferred": _int(row.get(f"{pre}/transferred")),
+        "admitted": _int(row.get(f"{pre}/admitted")),
+    }
     t, a = entry["transferred"], entry["admitted"]
     entry["admitted_frac"] = a / t if t and a is not None else None
     return entry
@@ -248,12 +269,17 @@ def _exchange_totals(per_step: list[dict[str, Any]]) -> dict[str, Any]:
         return sum(e[key] for e in per_step if e[key] is not None)
 
     transferred, admitted = total("transferred"), total("admitted")
-    return {"steps": len(per_step), "candidates": total("candidates"), "kept": total("kept"),
-            "transferred": transferred, "admitted": admitted,
-            "admitted_frac": admitted / transferred if transferred else None,
-            "mean_candidates": _mean([e["candidates"] for e in per_step]),
-            "mean_kept": _mean([e["kept"] for e in per_step]),
-            "steps_with_exchange": sum(1 for e in per_step if (e["kept"] or 0) > 0)}
+    return {
+        "steps": len(per_step),
+        "candidates": total("candidates"),
+        "kept": total("kept"),
+        "transferred": transferred,
+        "admitted": admitted,
+        "admitted_frac": admitted / transferred if transferred else None,
+        "mean_candidates": _mean([e["candidates"] for e in per_step]),
+        "mean_kept": _mean([e["kept"] for e in per_step]),
+        "steps_with_exchange": sum(1 for e in per_step if (e["kept"] or 0) > 0),
+    }
 
 
 def quantile(sorted_vals: Sequence[float], q: float) -> float:
@@ -271,10 +297,13 @@ def s_distribution(values: Sequence[float], delta: float | None) -> dict:
     counts = [0] * (len(S_EDGES) - 1)
     for v in vals:
         counts[min(max(bisect.bisect_right(S_EDGES, v) - 1, 0), len(counts) - 1)] += 1
-    return {"count": len(vals), "mean": sum(vals) / len(vals) if vals else None,
-            "quantiles": {f"p{round(q * 100)}": (quantile(vals, q) if vals else None) for q in QUANTILES},
-            "above_delta_frac": (sum(v > delta for v in vals) / len(vals)) if vals and delta is not None else None,
-            "histogram": {"edges": S_EDGES, "counts": counts}}
+    return {
+        "count": len(vals),
+        "mean": sum(vals) / len(vals) if vals else None,
+        "quantiles": {f"p{round(q * 100)}": (quantile(vals, q) if vals else None) for q in QUANTILES},
+        "above_delta_frac": (sum(v > delta for v in vals) / len(vals)) if vals and delta is not None else None,
+        "histogram": {"edges": S_EDGES, "counts": counts},
+    }
 
 
 def s_values(audit: list[dict], direction: str | None = None) -> list[float]:
@@ -299,11 +328,15 @@ def clip_stats(rows: list[dict], model: str) -> dict:
     if not has_peer_key:  # no peer counts logged: trust the logged peer rates as they are
         peer_steps = [e for e in per_step if e["peer_low"] is not None or e["peer_high"] is not None]
     zero = [e for e in peer_steps if (e["peer_low"] or 0) == 0 and (e["peer_high"] or 0) == 0]
-    return {"per_step": per_step,
-            "own_low": _mean([e["own_low"] for e in per_step]), "own_high": _mean([e["own_high"] for e in per_step]),
-            "peer_low": _mean([e["peer_low"] for e in peer_steps]), "peer_high": _mean([e["peer_high"] for e in peer_steps]),
-            "steps_with_peer": len(peer_steps),
-            "peer_zero_clip_step_frac": len(zero) / len(peer_steps) if peer_steps else None}
+    return {
+        "per_step": per_step,
+        "own_low": _mean([e["own_low"] for e in per_step]),
+        "own_high": _mean([e["own_high"] for e in per_step]),
+        "peer_low": _mean([e["peer_low"] for e in peer_steps]),
+        "peer_high": _mean([e["peer_high"] for e in peer_steps]),
+        "steps_with_peer": len(peer_steps),
+        "peer_zero_clip_step_frac": len(zero) / len(peer_steps) if peer_steps else None,
+    }
 
 
 def reward_curve(rows: list[dict], model: str) -> dict:
@@ -311,10 +344,15 @@ def reward_curve(rows: list[dict], model: str) -> dict:
     pts = [(s, v) for s, v in pts if v is not None]
     af = [(row["step"], _num(row.get(f"{model}/all_fail_frac"))) for row in rows]
     vals = [v for _, v in pts]
-    return {"steps": [s for s, _ in pts], "reward": vals,
-            "all_fail_frac": {"steps": [s for s, v in af if v is not None], "values": [v for _, v in af if v is not None]},
-            "first": vals[0] if vals else None, "last": vals[-1] if vals else None,
-            "final": _mean(vals[-FINAL_WINDOW:]) if vals else None, "mean": _mean(vals)}
+    return {
+        "steps": [s for s, _ in pts],
+        "reward": vals,
+        "all_fail_frac": {"steps": [s for s, v in af if v is not None], "values": [v for _, v in af if v is not None]},
+        "first": vals[0] if vals else None,
+        "last": vals[-1] if vals else None,
+        "final": _mean(vals[-FINAL_WINDOW:]) if vals else None,
+        "mean": _mean(vals),
+    }
 
 
 def eval_curves(rows: list[dict], extra_history: Sequence[dict] = ()) -> dict:
@@ -330,8 +368,13 @@ def eval_curves(rows: list[dict], extra_history: Sequence[dict] = ()) -> dict:
     for key in keys:
         pts = [(h["step"], _num(h.get(key))) for h in history if _num(h.get(key)) is not None]
         best = best_checkpoint(history, key)
-        out[key] = {"steps": [s for s, _ in pts], "values": [v for _, v in pts], "best_step": best,
-                    "best": next((v for s, v in pts if s == best), None), "last": pts[-1][1] if pts else None}
+        out[key] = {
+            "steps": [s for s, _ in pts],
+            "values": [v for _, v in pts],
+            "best_step": best,
+            "best": next((v for s, v in pts if s == best), None),
+            "last": pts[-1][1] if pts else None,
+        }
     return out
 
 
@@ -341,11 +384,12 @@ def step_ranges(steps: Iterable[int], parts: int = 3) -> list[tuple[int, int]]:
     ordered = sorted(steps)
     n = len(ordered)
     cuts = [round(i * n / parts) for i in range(parts + 1)]
-    return [(ordered[a], ordered[b - 1]) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]   # each cut and the next
+    return [(ordered[a], ordered[b - 1]) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]  # each cut and the next
 
 
-def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, float] | None = None,
-                   flags: Sequence[str] = FLAGS) -> dict:
+def reward_monitor(
+    rows: list[dict], model: str, families_chance: dict[str, float] | None = None, flags: Sequence[str] = FLAGS
+) -> dict:
     """What the rewarded answers of ``model`` looked like, per third of training (see
     :mod:`graft.reward.shortcuts`): the share of rewarded responses with each flag (pooled, weighted by
     each step's ``rewarded/n``), the distinct-response share, and the mean reward of every problem family
@@ -355,9 +399,12 @@ def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, floa
     out: dict[str, Any] = {"ranges": []}
     for lo, hi in step_ranges([r["step"] for r in logged]):
         part = [r for r in logged if lo <= r["step"] <= hi]
-        n = sum(x for r in part if (x := _num(r[f"{model}/rewarded/n"])) is not None)   # all of them (``logged``)
-        entry = {"steps": [lo, hi], "rewarded": int(n),
-                 "distinct_frac": _mean([_num(r.get(f"{model}/distinct_frac")) for r in part])}
+        n = sum(x for r in part if (x := _num(r[f"{model}/rewarded/n"])) is not None)  # all of them (``logged``)
+        entry = {
+            "steps": [lo, hi],
+            "rewarded": int(n),
+            "distinct_frac": _mean([_num(r.get(f"{model}/distinct_frac")) for r in part]),
+        }
         for f in flags:
             pairs = [(_num(r[f"{model}/rewarded/n"]), _num(r.get(f"{model}/rewarded/{f}"))) for r in part]
             entry[f] = sum(k * v for k, v in pairs if k and v is not None) / n if n else None
@@ -372,7 +419,6 @@ def reward_monitor(rows: list[dict], model: str, families_chance: dict[str, floa
 def families_chance(cfg: dict) -> dict[str, float]:
     """Chance level of every family of a run's procedural task (its config dict): the mean over 400 draws
     of the family's generator (repeats allowed: ``square`` has only 2 x max_operand + 1 problems)."""
-
 
     arith = (cfg.get("data") or {}).get("arithmetic") or {}
     if (cfg.get("data") or {}).get("train") != "arithmetic" or not arith.get("families"):
@@ -463,8 +509,9 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
         "s_metrics": {d: _s_metric_series(rows, d) for d in dirs if any(f"exchange/{d}/s_p50" in r for r in rows)},
         "clip": {m: clip_stats(rows, m) for m in models},
         "rewards": {m: reward_curve(rows, m) for m in models},
-        "reward_monitor": {m: reward_monitor(rows, m, chance, flags) for m in models
-                           if any(f"{m}/rewarded/n" in r for r in rows)},
+        "reward_monitor": {
+            m: reward_monitor(rows, m, chance, flags) for m in models if any(f"{m}/rewarded/n" in r for r in rows)
+        },
         "eval": eval_curves(rows, _summary_eval_history(run_dir)),
         "compute": compute_curve(rows, models),
     }
@@ -503,9 +550,13 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
 
     def drift(lo: int, hi: int) -> dict:
         xs = [x for st, x in resp if lo <= st <= hi]
-        return {"steps": [lo, hi], "s_median": _median([x["s"] for x in xs if x.get("s") is not None]),
-                "mean_logp_receiver": _mean([x.get("mean_logp_receiver") for x in xs]),
-                "mean_logp_source": _mean([x.get("mean_logp_source") for x in xs])}
+        return {
+            "steps": [lo, hi],
+            "s_median": _median([x["s"] for x in xs if x.get("s") is not None]),
+            "mean_logp_receiver": _mean([x.get("mean_logp_receiver") for x in xs]),
+            "mean_logp_source": _mean([x.get("mean_logp_source") for x in xs]),
+        }
+
     first, last = (drift(*thirds[0]), drift(*thirds[-1])) if steps_t else (None, None)
     share = [x for r in rows if (x := r.get(f"{recv}/peer_row_share")) is not None]
     return {
@@ -513,11 +564,17 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
         "steps_with_candidates": sum(1 for r in recs if r.get("candidates")),
         "steps_balanced_to_zero": sum(1 for r in recs if r.get("candidates") and not r.get("m")),
         "steps_with_transfer": len(steps_t),
-        "transferred_correct": len(correct), "admitted_correct": sum(1 for x in correct if x.get("admitted")),
-        "transferred_incorrect": len(wrong), "admitted_incorrect": sum(1 for x in wrong if x.get("admitted")),
-        "first_third": first, "last_third": last,
-        "s_median_ratio": (last["s_median"] / first["s_median"]
-                           if first and last and first["s_median"] and last["s_median"] is not None else None),
+        "transferred_correct": len(correct),
+        "admitted_correct": sum(1 for x in correct if x.get("admitted")),
+        "transferred_incorrect": len(wrong),
+        "admitted_incorrect": sum(1 for x in wrong if x.get("admitted")),
+        "first_third": first,
+        "last_third": last,
+        "s_median_ratio": (
+            last["s_median"] / first["s_median"]
+            if first and last and first["s_median"] and last["s_median"] is not None
+            else None
+        ),
         "peer_row_share_mean": _mean(share),
         "peer_row_share_mean_when_exchanging": _mean([x for x in share if x > 0]),
     }
@@ -527,19 +584,23 @@ def treatment_lines(tr: dict[str, dict]) -> list[str]:
     """The treatment section of ``graft analyze``."""
     lines = ["\ntreatment (did the exchange happen? issue 20 §3):"]
     for d, t in tr.items():
-        gate = (f"{t['admitted_correct']}/{t['transferred_correct']}" if t["transferred_correct"] else "0/0")
-        lines.append(f"  {d}: admitted {t['admitted_correct']} correct + {t['admitted_incorrect']} incorrect "
-                     f"(gate passed {gate} correct, {t['admitted_incorrect']}/{t['transferred_incorrect']} incorrect); "
-                     f"transfers in {t['steps_with_transfer']} of {t['steps']} steps, {t['steps_balanced_to_zero']} steps "
-                     f"with candidates balanced to m = 0; peer rows {_f(t['peer_row_share_mean'], '.2f', True)} of the "
-                     f"receiver's update rows ({_f(t['peer_row_share_mean_when_exchanging'], '.1f', True)} in steps with any)")
+        gate = f"{t['admitted_correct']}/{t['transferred_correct']}" if t["transferred_correct"] else "0/0"
+        lines.append(
+            f"  {d}: admitted {t['admitted_correct']} correct + {t['admitted_incorrect']} incorrect "
+            f"(gate passed {gate} correct, {t['admitted_incorrect']}/{t['transferred_incorrect']} incorrect); "
+            f"transfers in {t['steps_with_transfer']} of {t['steps']} steps, {t['steps_balanced_to_zero']} steps "
+            f"with candidates balanced to m = 0; peer rows {_f(t['peer_row_share_mean'], '.2f', True)} of the "
+            f"receiver's update rows ({_f(t['peer_row_share_mean_when_exchanging'], '.1f', True)} in steps with any)"
+        )
         if t["first_third"]:
             f, la = t["first_third"], t["last_third"]
-            lines.append(f"    median s {_f(f['s_median'], '.2f')} (steps {f['steps'][0]}-{f['steps'][1]}) -> "
-                         f"{_f(la['s_median'], '.2f')} (steps {la['steps'][0]}-{la['steps'][1]}), ratio "
-                         f"{_f(t['s_median_ratio'], '.2f')}; mean log-p receiver {_f(f['mean_logp_receiver'], '.2f')} -> "
-                         f"{_f(la['mean_logp_receiver'], '.2f')}, source {_f(f['mean_logp_source'], '.2f')} -> "
-                         f"{_f(la['mean_logp_source'], '.2f')}")
+            lines.append(
+                f"    median s {_f(f['s_median'], '.2f')} (steps {f['steps'][0]}-{f['steps'][1]}) -> "
+                f"{_f(la['s_median'], '.2f')} (steps {la['steps'][0]}-{la['steps'][1]}), ratio "
+                f"{_f(t['s_median_ratio'], '.2f')}; mean log-p receiver {_f(f['mean_logp_receiver'], '.2f')} -> "
+                f"{_f(la['mean_logp_receiver'], '.2f')}, source {_f(f['mean_logp_source'], '.2f')} -> "
+                f"{_f(la['mean_logp_source'], '.2f')}"
+            )
     return lines
 
 
@@ -554,8 +615,9 @@ def _exchange(run_dir: Path) -> ExchangeDescription | None:
 
 def _has_exchange(rows, audit, d) -> bool:
     src, recv = d.split("->")
-    return any(r.get("source") == src and r.get("receiver") == recv for r in audit) or \
-        any(k.startswith(f"exchange/{d}/") for row in rows for k in row)
+    return any(r.get("source") == src and r.get("receiver") == recv for r in audit) or any(
+        k.startswith(f"exchange/{d}/") for row in rows for k in row
+    )
 
 
 def _s_metric_series(rows, d) -> dict:
@@ -629,14 +691,19 @@ def monitor_lines(monitor: dict) -> list[str]:
         return []
     first = next((e for mon in monitor.values() for e in mon["ranges"]), None)
     names = [k for k in first if k not in _MONITOR_KEYS] if first is not None else list(FLAGS)
-    legend = ("box an operator / a fraction / a number of the question, box twice, copy a worked example, echo the "
-              "question") if tuple(names) == FLAGS else "carry each flag of the domain's monitor"
+    legend = (
+        ("box an operator / a fraction / a number of the question, box twice, copy a worked example, echo the question")
+        if tuple(names) == FLAGS
+        else "carry each flag of the domain's monitor"
+    )
     lines = [f"\nreward monitor: share of rewarded answers that {legend}; distinct responses per group:"]
     for m, mon in monitor.items():
         for e in mon["ranges"]:
             flags = " ".join(f"{f} {_f(e[f], '.0f', True)}" for f in names)
-            lines.append(f"  {m} steps {e['steps'][0]}-{e['steps'][1]}: {e['rewarded']} rewarded; {flags}; "
-                         f"distinct {_f(e['distinct_frac'], '.0f', True)}")
+            lines.append(
+                f"  {m} steps {e['steps'][0]}-{e['steps'][1]}: {e['rewarded']} rewarded; {flags}; "
+                f"distinct {_f(e['distinct_frac'], '.0f', True)}"
+            )
         fams = sorted({f for e in mon["ranges"] for f in e["families"]})
         if fams:
             chance = mon.get("chance", {})
@@ -649,8 +716,10 @@ def monitor_lines(monitor: dict) -> list[str]:
 
 def summary_text(a: dict) -> str:
     """Readable multi-line summary of an analysis dict."""
-    lines = [f"run {a['run_dir']}: mode {a['mode']}, models {', '.join(a['models']) or '-'}, "
-             f"{a['steps']} steps logged (last {a['last_step']})"]
+    lines = [
+        f"run {a['run_dir']}: mode {a['mode']}, models {', '.join(a['models']) or '-'}, "
+        f"{a['steps']} steps logged (last {a['last_step']})"
+    ]
     lines += a.get("exchange_description") or []
     lines.append(f"\nrewards (step 1 -> last step, and the mean of the last {FINAL_WINDOW} steps):")
     for m, r in a["rewards"].items():
@@ -667,27 +736,35 @@ def summary_text(a: dict) -> str:
         lines.append("\ncomplementarity (share of the receiver's all-fail prompts the source solved):")
         for d, c in a["complementarity"].items():
             extra = f" = {c['solved']}/{c['receiver_all_fail']} prompt-steps" if c["source"] == "store" else ""
-            lines.append(f"  {d}: overall {_f(c['overall'], '.1f', True)}{extra}, mean of steps "
-                         f"{_f(c['mean_of_steps'], '.1f', True)} [{c['source']}]")
+            lines.append(
+                f"  {d}: overall {_f(c['overall'], '.1f', True)}{extra}, mean of steps "
+                f"{_f(c['mean_of_steps'], '.1f', True)} [{c['source']}]"
+            )
     if a["exchange"]:
         lines.append("\nexchange (per step means; totals):")
         for d, e in a["exchange"].items():
             t = e["totals"]
-            lines.append(f"  {d}: candidates {_f(t['mean_candidates'], '.1f')} -> kept {_f(t['mean_kept'], '.1f')} per step; "
-                         f"transferred {t['transferred']}, admitted {t['admitted']} ({_f(t['admitted_frac'], '.1f', True)})")
+            lines.append(
+                f"  {d}: candidates {_f(t['mean_candidates'], '.1f')} -> kept {_f(t['mean_kept'], '.1f')} per step; "
+                f"transferred {t['transferred']}, admitted {t['admitted']} ({_f(t['admitted_frac'], '.1f', True)})"
+            )
     if a.get("treatment"):
         lines += treatment_lines(a["treatment"])
     if a["s"]:
         lines.append(f"\ncompatibility s (gate delta = {a['delta']}):")
         for d, s in a["s"].items():
             q = s["quantiles"]
-            lines.append(f"  {d}: n={s['count']} p10 {_f(q['p10'])} p50 {_f(q['p50'])} p90 {_f(q['p90'])} "
-                         f"mean {_f(s['mean'])}, above delta {_f(s['above_delta_frac'], '.1f', True)}")
+            lines.append(
+                f"  {d}: n={s['count']} p10 {_f(q['p10'])} p50 {_f(q['p50'])} p90 {_f(q['p90'])} "
+                f"mean {_f(s['mean'])}, above delta {_f(s['above_delta_frac'], '.1f', True)}"
+            )
     lines.append("\nclip rates (mean over steps; peer over steps with peer data):")
     for m, c in a["clip"].items():
-        lines.append(f"  {m}: own low {_f(c['own_low'], '.3f', True)} high {_f(c['own_high'], '.3f', True)} | "
-                     f"peer low {_f(c['peer_low'], '.3f', True)} high {_f(c['peer_high'], '.3f', True)} "
-                     f"({c['steps_with_peer']} steps, {_f(c['peer_zero_clip_step_frac'], '.1f', True)} with no peer clip)")
+        lines.append(
+            f"  {m}: own low {_f(c['own_low'], '.3f', True)} high {_f(c['own_high'], '.3f', True)} | "
+            f"peer low {_f(c['peer_low'], '.3f', True)} high {_f(c['peer_high'], '.3f', True)} "
+            f"({c['steps_with_peer']} steps, {_f(c['peer_zero_clip_step_frac'], '.1f', True)} with no peer clip)"
+        )
     comp = a["compute"]
     if comp["steps"]:
         lines.append(f"\ncompute: {comp['wall_s'][-1]:.0f} s wall-clock, {comp['tokens'][-1]:.0f} tokens generated")

@@ -30,6 +30,7 @@ fp32 on CPUs with bf16 matmuls; the samples are the bf16 model's, which differs 
 ~0.01 nats per token on average) and ``vllm`` (all samples of a chunk in one vLLM call, from the
 model folder; GPU only; ``pip install 'graft[vllm]'``).
 """
+
 from __future__ import annotations
 
 import json
@@ -90,15 +91,30 @@ class PromptRecord:
     responses: list[str]
 
     def to_json(self) -> str:
-        return json.dumps({"id": self.id, "answer": self.answer, "rewards": self.rewards, "statuses": self.statuses,
-                           "finished": self.finished, "num_tokens": self.num_tokens, "responses": self.responses},
-                          ensure_ascii=False)
+        return json.dumps(
+            {
+                "id": self.id,
+                "answer": self.answer,
+                "rewards": self.rewards,
+                "statuses": self.statuses,
+                "finished": self.finished,
+                "num_tokens": self.num_tokens,
+                "responses": self.responses,
+            },
+            ensure_ascii=False,
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> "PromptRecord":
-        return cls(id=str(d["id"]), answer=str(d["answer"]), rewards=[float(r) for r in d["rewards"]],
-                   statuses=list(d["statuses"]), finished=[bool(f) for f in d["finished"]],
-                   num_tokens=[int(t) for t in d["num_tokens"]], responses=list(d["responses"]))
+        return cls(
+            id=str(d["id"]),
+            answer=str(d["answer"]),
+            rewards=[float(r) for r in d["rewards"]],
+            statuses=list(d["statuses"]),
+            finished=[bool(f) for f in d["finished"]],
+            num_tokens=[int(t) for t in d["num_tokens"]],
+            responses=list(d["responses"]),
+        )
 
 
 def read_records(path: Path, repair: bool = False) -> dict[str, PromptRecord]:
@@ -123,8 +139,9 @@ def read_records(path: Path, repair: bool = False) -> dict[str, PromptRecord]:
             except (ValueError, KeyError, TypeError) as e:
                 if end == len(data):
                     break  # torn last line that happens to end in a newline
-                raise EvalError(f"{path}:{lineno}: malformed record ({e}); "
-                                "delete the line or the file to regenerate it") from None
+                raise EvalError(
+                    f"{path}:{lineno}: malformed record ({e}); delete the line or the file to regenerate it"
+                ) from None
             out[rec.id] = rec
         good_end = end
     if repair and good_end < len(data):
@@ -155,16 +172,32 @@ def _check_protocol(out_dir: Path, protocol: dict) -> None:
         old = json.loads(path.read_text())
         diff = [k for k in PROTOCOL_KEYS if old.get(k) != protocol.get(k)]
         if diff:
-            raise EvalError(f"{out_dir} holds an evaluation with different settings "
-                            + ", ".join(f"{k}: {old.get(k)!r} -> {protocol.get(k)!r}" for k in diff)
-                            + "; use another --out or delete it")
+            raise EvalError(
+                f"{out_dir} holds an evaluation with different settings "
+                + ", ".join(f"{k}: {old.get(k)!r} -> {protocol.get(k)!r}" for k in diff)
+                + "; use another --out or delete it"
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(protocol, indent=2) + "\n")  # repeats/backend/model of the latest call
 
 
-def run_repeat(sampler: Sampler, prompts: Sequence[Prompt], grader, *, path: Path | None, n: int, temperature: float,
-               top_p: float, max_new_tokens: int, seed: int, repeat: int, batch_size: int, chunk_prompts: int,
-               progress: bool = False, desc: str = "") -> list[PromptRecord]:
+def run_repeat(
+    sampler: Sampler,
+    prompts: Sequence[Prompt],
+    grader,
+    *,
+    path: Path | None,
+    n: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    seed: int,
+    repeat: int,
+    batch_size: int,
+    chunk_prompts: int,
+    progress: bool = False,
+    desc: str = "",
+) -> list[PromptRecord]:
     """Generate and grade ``n`` samples for every prompt (one repeat); returns records in prompt order.
 
     With ``path``, finished prompts are read back from it and new ones appended per chunk. A
@@ -176,13 +209,21 @@ def run_repeat(sampler: Sampler, prompts: Sequence[Prompt], grader, *, path: Pat
     bar = _bar(len(prompts), sum(1 for p in prompts if p.id in done), desc, progress)
     try:
         for start in range(0, len(prompts), chunk_prompts):
-            todo = [p for p in prompts[start:start + chunk_prompts] if p.id not in done]
+            todo = [p for p in prompts[start : start + chunk_prompts] if p.id not in done]
             if not todo:
                 continue
-            samples = sampler.generate([list(sampler.codec.encode_prompt(p.problem)) for p in todo], n=n,
-                                       max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                       batch_size=batch_size, seed=derive_seed(seed, repeat, start),
-                                       seeds=[derive_seed(seed, repeat, p.id) for p in todo], progress=False, desc=desc)
+            samples = sampler.generate(
+                [list(sampler.codec.encode_prompt(p.problem)) for p in todo],
+                n=n,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                batch_size=batch_size,
+                seed=derive_seed(seed, repeat, start),
+                seeds=[derive_seed(seed, repeat, p.id) for p in todo],
+                progress=False,
+                desc=desc,
+            )
             if len(samples) != len(todo) or any(len(s) != n for s in samples):
                 raise EvalError(f"generator returned {[len(s) for s in samples]} samples for {len(todo)} prompts x n={n}")
             new = _graded(todo, samples, grader, n)
@@ -221,9 +262,17 @@ def _regraded(stale: list[Prompt], done: dict[str, PromptRecord], grader) -> lis
     fixed, i = [], 0
     for p in stale:
         old, k = done[p.id], len(done[p.id].responses)
-        fixed.append(PromptRecord(id=p.id, answer=p.answer, rewards=[float(r) for r in rewards[i:i + k]],
-                                  statuses=list(statuses[i:i + k]), finished=old.finished,
-                                  num_tokens=old.num_tokens, responses=old.responses))
+        fixed.append(
+            PromptRecord(
+                id=p.id,
+                answer=p.answer,
+                rewards=[float(r) for r in rewards[i : i + k]],
+                statuses=list(statuses[i : i + k]),
+                finished=old.finished,
+                num_tokens=old.num_tokens,
+                responses=old.responses,
+            )
+        )
         i += k
     return fixed
 
@@ -233,11 +282,19 @@ def _graded(todo: list[Prompt], samples: list[list], grader, n: int) -> list[Pro
     answers = [p.answer for p in todo for _ in range(n)]
     rewards, statuses = grader.grade(texts, answers, progress=False)
     out = []
-    for i, (p, group) in enumerate(zip(todo, samples, strict=True)):   # a group of samples per prompt
+    for i, (p, group) in enumerate(zip(todo, samples, strict=True)):  # a group of samples per prompt
         sl = slice(i * n, (i + 1) * n)
-        out.append(PromptRecord(id=p.id, answer=p.answer, rewards=[float(r) for r in rewards[sl]],
-                                statuses=list(statuses[sl]), finished=[bool(s.finished) for s in group],
-                                num_tokens=[len(s.token_ids) for s in group], responses=[s.text for s in group]))
+        out.append(
+            PromptRecord(
+                id=p.id,
+                answer=p.answer,
+                rewards=[float(r) for r in rewards[sl]],
+                statuses=list(statuses[sl]),
+                finished=[bool(s.finished) for s in group],
+                num_tokens=[len(s.token_ids) for s in group],
+                responses=[s.text for s in group],
+            )
+        )
     return out
 
 
@@ -299,14 +356,18 @@ def summarize(records: dict[str, list[list[PromptRecord]]], ks: Sequence[int]) -
         entry["truncated_frac"] = sum(not f for _, f, _ in flat) / len(flat) if flat else math.nan
         entry["verify_timeouts"] = sum(s == VERIFY_TIMEOUT for _, _, s in flat)
         entry["verify_no_answer"] = sum(s == VERIFY_NO_ANSWER for _, _, s in flat)
-        entry["all_fail_frac"] = _stat([sum(num_correct(r.rewards) == 0 for r in rep) / len(rep) if rep else math.nan
-                                        for rep in repeats])
+        entry["all_fail_frac"] = _stat(
+            [sum(num_correct(r.rewards) == 0 for r in rep) / len(rep) if rep else math.nan for rep in repeats]
+        )
         datasets[name] = entry
     macro: dict[str, Any] = {"datasets": list(datasets)}
     num_repeats = min((d["repeats"] for d in datasets.values()), default=0)
     for k in ks:
-        per_repeat = [sum(d[f"pass@{k}"]["per_repeat"][r] for d in datasets.values()) / len(datasets)
-                      for r in range(num_repeats)] if datasets else []
+        per_repeat = (
+            [sum(d[f"pass@{k}"]["per_repeat"][r] for d in datasets.values()) / len(datasets) for r in range(num_repeats)]
+            if datasets
+            else []
+        )
         macro[f"pass@{k}"] = _stat(per_repeat)
     return {"datasets": datasets, "macro": macro}
 
@@ -323,21 +384,32 @@ def results_markdown(results: dict) -> str:
     proto = results["protocol"]
     ks = results["ks"]
     show = sorted({1, proto["n"]} & set(ks))
-    lines = [f"# Evaluation: {proto.get('model') or 'model'}", "",
-             f"temperature {proto['temperature']}, top-p {proto['top_p']}, n = {proto['n']} samples per prompt, "
-             f"max {proto['max_new_tokens']} new tokens, {proto['repeats']} repeat(s) (mean ± sample std), "
-             f"backend {proto['backend']}, seed {proto['seed']}.", "",
-             "| dataset | prompts | " + " | ".join(f"pass@{k} (%)" for k in show)
-             + " | all-fail (%) | mean tokens | truncated (%) | verify timeouts |",
-             "|---|---:|" + "---:|" * len(show) + "---:|---:|---:|---:|"]
+    lines = [
+        f"# Evaluation: {proto.get('model') or 'model'}",
+        "",
+        f"temperature {proto['temperature']}, top-p {proto['top_p']}, n = {proto['n']} samples per prompt, "
+        f"max {proto['max_new_tokens']} new tokens, {proto['repeats']} repeat(s) (mean ± sample std), "
+        f"backend {proto['backend']}, seed {proto['seed']}.",
+        "",
+        "| dataset | prompts | "
+        + " | ".join(f"pass@{k} (%)" for k in show)
+        + " | all-fail (%) | mean tokens | truncated (%) | verify timeouts |",
+        "|---|---:|" + "---:|" * len(show) + "---:|---:|---:|---:|",
+    ]
     for name, d in results["datasets"].items():
-        lines.append(f"| {name} | {d['num_prompts']} | " + " | ".join(pct(d[f'pass@{k}']) for k in show)
-                     + f" | {pct(d['all_fail_frac'])} | {_fmt(d['response_tokens_mean'], '.0f')}"
-                     + f" | {_fmt(100 * d['truncated_frac'], '.1f')} | {d['verify_timeouts']} |")
+        lines.append(
+            f"| {name} | {d['num_prompts']} | "
+            + " | ".join(pct(d[f"pass@{k}"]) for k in show)
+            + f" | {pct(d['all_fail_frac'])} | {_fmt(d['response_tokens_mean'], '.0f')}"
+            + f" | {_fmt(100 * d['truncated_frac'], '.1f')} | {d['verify_timeouts']} |"
+        )
     if len(results["datasets"]) > 1:
         m = results["macro"]
-        lines.append(f"| **macro average** | {len(results['datasets'])} sets | "
-                     + " | ".join(f"**{pct(m[f'pass@{k}'])}**" for k in show) + " | | | | |")
+        lines.append(
+            f"| **macro average** | {len(results['datasets'])} sets | "
+            + " | ".join(f"**{pct(m[f'pass@{k}'])}**" for k in show)
+            + " | | | | |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -359,11 +431,24 @@ def json_clean(obj):
 # ----------------------------------------------------------------------------- entry points
 
 
-def evaluate(sampler: Sampler, datasets: dict[str, list[Prompt]], grader, out_dir: str | Path | None,
-             n: int = EvalConfig.n, temperature: float = EvalConfig.temperature, top_p: float = EvalConfig.top_p,
-             max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, repeats: int = EvalConfig.repeats, seed: int = 0,
-             batch_size: int = 64, backend: str = "hf", progress: bool = True, ks: Sequence[int] | None = None,
-             chunk_prompts: int | None = None, model_label: str | None = None) -> dict:
+def evaluate(
+    sampler: Sampler,
+    datasets: dict[str, list[Prompt]],
+    grader,
+    out_dir: str | Path | None,
+    n: int = EvalConfig.n,
+    temperature: float = EvalConfig.temperature,
+    top_p: float = EvalConfig.top_p,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    repeats: int = EvalConfig.repeats,
+    seed: int = 0,
+    batch_size: int = 64,
+    backend: str = "hf",
+    progress: bool = True,
+    ks: Sequence[int] | None = None,
+    chunk_prompts: int | None = None,
+    model_label: str | None = None,
+) -> dict:
     """Evaluate ``sampler`` (a :class:`~graft.policy.engines.Sampler`: a rollout engine, or a Learner) on every
     dataset with the spec §5 protocol; returns the results dict.
 
@@ -379,9 +464,17 @@ def evaluate(sampler: Sampler, datasets: dict[str, list[Prompt]], grader, out_di
         chunk_prompts = 256 if backend == "vllm" else max(1, batch_size // n)
     for name in datasets:
         check_name(name)
-    protocol = {"n": n, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
-                "repeats": repeats, "backend": backend, "model": model_label,
-                "verify_fn": getattr(grader, "verify_fn", None)}
+    protocol = {
+        "n": n,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": max_new_tokens,
+        "seed": seed,
+        "repeats": repeats,
+        "backend": backend,
+        "model": model_label,
+        "verify_fn": getattr(grader, "verify_fn", None),
+    }
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         _check_protocol(out, protocol)
@@ -393,8 +486,16 @@ def evaluate(sampler: Sampler, datasets: dict[str, list[Prompt]], grader, out_di
     return results
 
 
-def _all_repeats(sampler: Sampler, datasets: dict[str, list[Prompt]], grader, out: Path | None, protocol: dict,
-                 batch_size: int, chunk_prompts: int, progress: bool) -> dict[str, list[list[PromptRecord]]]:
+def _all_repeats(
+    sampler: Sampler,
+    datasets: dict[str, list[Prompt]],
+    grader,
+    out: Path | None,
+    protocol: dict,
+    batch_size: int,
+    chunk_prompts: int,
+    progress: bool,
+) -> dict[str, list[list[PromptRecord]]]:
     """Every dataset's ``protocol["repeats"]`` repeats (:func:`run_repeat` with the protocol's n, temperature,
     top_p, max_new_tokens and seed), each kept in ``out/DATASET/repeat_R.jsonl`` when ``out`` is given."""
     records: dict[str, list[list[PromptRecord]]] = {}
@@ -405,16 +506,39 @@ def _all_repeats(sampler: Sampler, datasets: dict[str, list[Prompt]], grader, ou
             if out is not None:
                 (out / name).mkdir(parents=True, exist_ok=True)
                 path = out / name / f"repeat_{r}.jsonl"
-            records[name].append(run_repeat(
-                sampler, prompts, grader, path=path, n=protocol["n"], temperature=protocol["temperature"],
-                top_p=protocol["top_p"], max_new_tokens=protocol["max_new_tokens"], seed=protocol["seed"], repeat=r,
-                batch_size=batch_size, chunk_prompts=chunk_prompts, progress=progress, desc=f"{name} r{r}"))
+            records[name].append(
+                run_repeat(
+                    sampler,
+                    prompts,
+                    grader,
+                    path=path,
+                    n=protocol["n"],
+                    temperature=protocol["temperature"],
+                    top_p=protocol["top_p"],
+                    max_new_tokens=protocol["max_new_tokens"],
+                    seed=protocol["seed"],
+                    repeat=r,
+                    batch_size=batch_size,
+                    chunk_prompts=chunk_prompts,
+                    progress=progress,
+                    desc=f"{name} r{r}",
+                )
+            )
     return records
 
 
-def evaluate_during_training(sampler: Sampler, datasets: dict[str, list[Prompt]] | list[Prompt], grader,
-                             eval_cfg: EvalConfig, *, max_new_tokens: int, seed: int = 0, batch_size: int = 64,
-                             out_dir: str | Path | None = None, model_label: str | None = None) -> dict[str, float]:
+def evaluate_during_training(
+    sampler: Sampler,
+    datasets: dict[str, list[Prompt]] | list[Prompt],
+    grader,
+    eval_cfg: EvalConfig,
+    *,
+    max_new_tokens: int,
+    seed: int = 0,
+    batch_size: int = 64,
+    out_dir: str | Path | None = None,
+    model_label: str | None = None,
+) -> dict[str, float]:
     """:func:`evaluate` with ``eval_cfg``'s settings (n, temperature, top_p, repeats), for the trainer; returns
     ``{"DATASET/pass@1": x, ...}``.
 
@@ -426,9 +550,23 @@ def evaluate_during_training(sampler: Sampler, datasets: dict[str, list[Prompt]]
     """
     if not isinstance(datasets, dict):
         datasets = {"val": list(datasets)}
-    res = evaluate(sampler, datasets, grader, out_dir, n=eval_cfg.n, temperature=eval_cfg.temperature,
-                   top_p=eval_cfg.top_p, max_new_tokens=max_new_tokens, repeats=eval_cfg.repeats, seed=seed,
-                   batch_size=batch_size, backend="hf", progress=False, ks=[1], model_label=model_label)
+    res = evaluate(
+        sampler,
+        datasets,
+        grader,
+        out_dir,
+        n=eval_cfg.n,
+        temperature=eval_cfg.temperature,
+        top_p=eval_cfg.top_p,
+        max_new_tokens=max_new_tokens,
+        repeats=eval_cfg.repeats,
+        seed=seed,
+        batch_size=batch_size,
+        backend="hf",
+        progress=False,
+        ks=[1],
+        model_label=model_label,
+    )
     out: dict[str, float] = {}
     for name, d in res["datasets"].items():
         out[f"{name}/pass@1"] = d["pass@1"]["mean"]
@@ -474,7 +612,7 @@ def eval_history(run_dir: Path, checkpoints: list[Path]) -> list[dict]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
-                continue   # a torn last line
+                continue  # a torn last line
             ev = {k: v for k, v in row.items() if k.startswith("eval/")}
             if ev and "step" in row:
                 by_step.setdefault(int(row["step"]), {}).update({"step": int(row["step"]), **ev})
@@ -496,8 +634,10 @@ def select_checkpoint(run_dir: Path, step: str | int | None, model: str) -> Path
         key = f"eval/{model}/val/pass@1"
         best = best_checkpoint(eval_history(run_dir, cks), key, steps=by_step)
         if best is None:
-            raise CheckpointError(f"--step best: {run_dir} has no {key} at a saved step (saved steps: "
-                                  f"{sorted(by_step)}; in-training evaluation needs data.val and eval.every > 0)")
+            raise CheckpointError(
+                f"--step best: {run_dir} has no {key} at a saved step (saved steps: "
+                f"{sorted(by_step)}; in-training evaluation needs data.val and eval.every > 0)"
+            )
         return by_step[best]
     try:
         n = int(step)
@@ -509,5 +649,3 @@ def select_checkpoint(run_dir: Path, step: str | int | None, model: str) -> Path
 
 
 # ----------------------------------------------------------------------------- CLI
-
-

@@ -19,6 +19,7 @@ Conventions
   R's all-fail prompts (k_R = 0) on which S had at least one success (k_S >= 1); NaN
   when R has no all-fail prompt.
 """
+
 from __future__ import annotations
 
 import math
@@ -77,15 +78,73 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var)
 
 
-_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-         2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-         2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
+_T975 = (
+    12.7062,
+    4.3027,
+    3.1824,
+    2.7764,
+    2.5706,
+    2.4469,
+    2.3646,
+    2.3060,
+    2.2622,
+    2.2281,
+    2.2010,
+    2.1788,
+    2.1604,
+    2.1448,
+    2.1314,
+    2.1199,
+    2.1098,
+    2.1009,
+    2.0930,
+    2.0860,
+    2.0796,
+    2.0739,
+    2.0687,
+    2.0639,
+    2.0595,
+    2.0555,
+    2.0518,
+    2.0484,
+    2.0452,
+    2.0423,
+)
 """Student-t 0.975 quantiles for 1..30 degrees of freedom."""
 
 
-_T80 = (1.3764, 1.0607, 0.9785, 0.9410, 0.9195, 0.9057, 0.8960, 0.8889, 0.8834, 0.8791,
-        0.8755, 0.8726, 0.8702, 0.8681, 0.8662, 0.8647, 0.8633, 0.8620, 0.8610, 0.8600,
-        0.8591, 0.8583, 0.8575, 0.8569, 0.8562, 0.8557, 0.8551, 0.8546, 0.8542, 0.8538)
+_T80 = (
+    1.3764,
+    1.0607,
+    0.9785,
+    0.9410,
+    0.9195,
+    0.9057,
+    0.8960,
+    0.8889,
+    0.8834,
+    0.8791,
+    0.8755,
+    0.8726,
+    0.8702,
+    0.8681,
+    0.8662,
+    0.8647,
+    0.8633,
+    0.8620,
+    0.8610,
+    0.8600,
+    0.8591,
+    0.8583,
+    0.8575,
+    0.8569,
+    0.8562,
+    0.8557,
+    0.8551,
+    0.8546,
+    0.8542,
+    0.8538,
+)
 """Student-t 0.8 quantiles for 1..30 degrees of freedom."""
 
 
@@ -95,7 +154,7 @@ def _t_quantile(table: tuple[float, ...], z: float, df: int) -> float:
     assert df >= 1, df
     if df <= len(table):
         return table[df - 1]
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
 def t975(df: int) -> float:
@@ -125,8 +184,13 @@ def paired_interval(diffs: Sequence[float | None]) -> dict:
         return {"mean": mean, "ci95": [None, None], "sd": None, "detectable": None, "n": 1}
     se = sd / math.sqrt(len(xs))
     half = t975(len(xs) - 1) * se
-    return {"mean": mean, "ci95": [mean - half, mean + half], "sd": sd,
-            "detectable": (t975(len(xs) - 1) + t80(len(xs) - 1)) * se, "n": len(xs)}
+    return {
+        "mean": mean,
+        "ci95": [mean - half, mean + half],
+        "sd": sd,
+        "detectable": (t975(len(xs) - 1) + t80(len(xs) - 1)) * se,
+        "n": len(xs),
+    }
 
 
 def paired_verdict(diffs: Sequence[float | None], pairs: int) -> dict:

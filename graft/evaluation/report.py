@@ -20,6 +20,7 @@ exchange.png        candidate-set size before / after balancing and admitted fra
 compute.png         accuracy (eval pass@1, else training reward) vs wall-clock and vs tokens generated
 ==================  ==================================================================
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,16 @@ from matplotlib.ticker import MaxNLocator
 
 from graft.evaluation.analyze import AnalysisError, complementarity_matrix, compute_analysis, read_config, read_metrics
 
-PLOTS = ("rewards.png", "training.png", "eval.png", "complementarity.png", "s_hist.png", "clip_rates.png", "exchange.png",
-         "compute.png")
+PLOTS = (
+    "rewards.png",
+    "training.png",
+    "eval.png",
+    "complementarity.png",
+    "s_hist.png",
+    "clip_rates.png",
+    "exchange.png",
+    "compute.png",
+)
 
 
 def _labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -85,8 +94,12 @@ def plot_rewards(runs, out: Path) -> str:
     return _finish(fig, out / "rewards.png")
 
 
-TRAINING_PANELS = (("loss", "loss"), ("grad_norm", "gradient norm"), ("entropy/mean", "entropy (nats/token)"),
-                   ("response_length/mean", "response length (tokens)"))
+TRAINING_PANELS = (
+    ("loss", "loss"),
+    ("grad_norm", "gradient norm"),
+    ("entropy/mean", "entropy (nats/token)"),
+    ("response_length/mean", "response length (tokens)"),
+)
 """(metrics.jsonl key of model M without ``M/``, axis label) of each panel of ``training.png``."""
 
 
@@ -107,14 +120,18 @@ def training_figure(runs_rows) -> Figure:
                 steps, vals = _pairs([r.get("step") for r in rows], [r.get(f"{m}/{key}") for r in rows])
                 if not steps:
                     continue
-                line, = ax.plot(steps, vals, label=f"{run_label}:{m}", marker="." if len(steps) < 30 else None)
+                (line,) = ax.plot(steps, vals, label=f"{run_label}:{m}", marker="." if len(steps) < 30 else None)
                 any_data = True
                 if key == "response_length/mean":
-                    band = [(r["step"], r.get(f"{m}/response_length/min"), r.get(f"{m}/response_length/max"))
-                            for r in rows if r.get(f"{m}/response_length/min") is not None]
+                    band = [
+                        (r["step"], r.get(f"{m}/response_length/min"), r.get(f"{m}/response_length/max"))
+                        for r in rows
+                        if r.get(f"{m}/response_length/min") is not None
+                    ]
                     if band:
-                        ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
-                                        color=line.get_color(), alpha=0.15)
+                        ax.fill_between(
+                            [b[0] for b in band], [b[1] for b in band], [b[2] for b in band], color=line.get_color(), alpha=0.15
+                        )
         if any_data:
             _legend(ax, 7)
         else:
@@ -159,8 +176,7 @@ def plot_complementarity(runs, out: Path) -> str:
     else:
         _no_data(ax, "no complementarity data (needs two models)")
     _step_axis(ax)
-    ax.set(ylabel="% of receiver's all-fail prompts solved by source",
-           title="Complementarity S->R over training")
+    ax.set(ylabel="% of receiver's all-fail prompts solved by source", title="Complementarity S->R over training")
     ax.grid(alpha=0.3)
     return _finish(fig, out / "complementarity.png")
 
@@ -223,7 +239,7 @@ def plot_exchange(runs, out: Path) -> str:
             ps = e["per_step"]
             xs, ys = _pairs([p["step"] for p in ps], [p["candidates"] for p in ps])
             if xs:
-                line, = ax1.plot(xs, ys, label=f"{label}:{d} |C| before")
+                (line,) = ax1.plot(xs, ys, label=f"{label}:{d} |C| before")
                 xk, yk = _pairs([p["step"] for p in ps], [p["kept"] for p in ps])
                 ax1.plot(xk, yk, linestyle="--", color=line.get_color(), label=f"{label}:{d} kept after")
                 any_data = True
@@ -300,8 +316,7 @@ def config_differences(configs: Sequence[dict]) -> dict[str, list]:
     """Dotted config keys whose values differ between runs (``run_dir`` excluded) -> values per run."""
     flats = [_flatten(c) for c in configs]
     keys = sorted(set().union(*flats)) if flats else []
-    return {k: [f.get(k) for f in flats] for k in keys
-            if k != "run_dir" and len({repr(f.get(k)) for f in flats}) > 1}
+    return {k: [f.get(k) for f in flats] for k in keys if k != "run_dir" and len({repr(f.get(k)) for f in flats}) > 1}
 
 
 def _p(v, digits=2) -> str:
@@ -314,10 +329,12 @@ def _n(v, spec=".3f") -> str:
 
 def comparison_table(runs) -> list[str]:
     """One row per (run, model): reward, eval, exchange as receiver, clip rates, compute."""
-    lines = ["| run | mode | model | final reward | best eval pass@1 (step) | complementarity peer→model | "
-             "received: kept prompts / transferred / admitted | mean s received | peer clip low / high | "
-             "wall-clock | tokens generated |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| run | mode | model | final reward | best eval pass@1 (step) | complementarity peer→model | "
+        "received: kept prompts / transferred / admitted | mean s received | peer clip low / high | "
+        "wall-clock | tokens generated |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for label, a in runs:
         comp = a["compute"]
         for m in a["models"]:
@@ -327,36 +344,62 @@ def comparison_table(runs) -> list[str]:
             into = [d for d in a["complementarity"] if d.endswith(f"->{m}") and "->" in d and ":" not in d]
             comp_txt = ", ".join(_p(a["complementarity"][d]["overall"], 1) for d in into) or "–"
             ex = [e["totals"] for d, e in a["exchange"].items() if d.endswith(f"->{m}")]
-            ex_txt = " ; ".join(f"{t['kept']} / {t['transferred']} / {t['admitted']} ({_p(t['admitted_frac'], 1)})"
-                                for t in ex) or "–"
+            ex_txt = (
+                " ; ".join(f"{t['kept']} / {t['transferred']} / {t['admitted']} ({_p(t['admitted_frac'], 1)})" for t in ex) or "–"
+            )
             s_recv = [s for d, s in a["s"].items() if d != "all" and d.endswith(f"->{m}")]
             s_txt = ", ".join(_n(s["mean"]) for s in s_recv) or "–"
             c = a["clip"].get(m, {})
             clip_txt = f"{_p(c.get('peer_low'), 3)} / {_p(c.get('peer_high'), 3)}"
             wall = f"{comp['wall_s'][-1] / 3600:.2f} h" if comp["wall_s"] else "–"
             tok = f"{comp['tokens_by_model'][m][-1]:.0f}" if comp["tokens_by_model"].get(m) else "–"
-            lines.append(f"| {label} | {a['mode']} | {m} | {_n(r.get('final'))} | {ev_txt} | {comp_txt} | {ex_txt} | "
-                         f"{s_txt} | {clip_txt} | {wall} | {tok} |")
+            lines.append(
+                f"| {label} | {a['mode']} | {m} | {_n(r.get('final'))} | {ev_txt} | {comp_txt} | {ex_txt} | "
+                f"{s_txt} | {clip_txt} | {wall} | {tok} |"
+            )
     return lines
 
 
 SECTIONS = [
     ("Reward curves", "rewards", "Mean training reward per step for each model."),
-    ("Training curves", "training", "Policy loss, gradient norm (mean over the step's minibatches), per-token "
-                                    "entropy of the sampler on its own samples, and response length (line: "
-                                    "mean; band: shortest to longest) per step."),
-    ("Evaluation accuracy", "eval", "In-training pass@1 on the validation set; ★ marks the best checkpoint "
-                                    "(highest pass@1, ties to the earlier step)."),
-    ("Complementarity over training", "complementarity",
-     "Share of the receiver's all-fail prompts on which the source had at least one success, per step."),
-    ("Compatibility score s", "s_hist", "Histogram of s over all transferred responses; responses with s ≤ δ "
-                                        "(dashed line) are dropped."),
-    ("Clip rates", "clip_rates", "Fraction of own and peer tokens whose ratio was clipped below 1-ε_low (low) "
-                                 "or above 1+ε_high (high)."),
-    ("Exchange sizes", "exchange", "Candidate-set size |C_{S->R}| before balancing, kept prompts after balancing, "
-                                   "and the share of transferred responses admitted by the gate."),
-    ("Accuracy vs compute", "compute", "Eval pass@1 (training reward when no evaluation was logged) against "
-                                       "cumulative wall-clock and tokens generated."),
+    (
+        "Training curves",
+        "training",
+        "Policy loss, gradient norm (mean over the step's minibatches), per-token "
+        "entropy of the sampler on its own samples, and response length (line: "
+        "mean; band: shortest to longest) per step.",
+    ),
+    (
+        "Evaluation accuracy",
+        "eval",
+        "In-training pass@1 on the validation set; ★ marks the best checkpoint (highest pass@1, ties to the earlier step).",
+    ),
+    (
+        "Complementarity over training",
+        "complementarity",
+        "Share of the receiver's all-fail prompts on which the source had at least one success, per step.",
+    ),
+    (
+        "Compatibility score s",
+        "s_hist",
+        "Histogram of s over all transferred responses; responses with s ≤ δ (dashed line) are dropped.",
+    ),
+    (
+        "Clip rates",
+        "clip_rates",
+        "Fraction of own and peer tokens whose ratio was clipped below 1-ε_low (low) or above 1+ε_high (high).",
+    ),
+    (
+        "Exchange sizes",
+        "exchange",
+        "Candidate-set size |C_{S->R}| before balancing, kept prompts after balancing, "
+        "and the share of transferred responses admitted by the gate.",
+    ),
+    (
+        "Accuracy vs compute",
+        "compute",
+        "Eval pass@1 (training reward when no evaluation was logged) against cumulative wall-clock and tokens generated.",
+    ),
 ]
 """The report's figures: (title, plot key, caption)."""
 
@@ -405,10 +448,15 @@ def _summary_lines(runs: list[tuple[str, dict]], run_dirs: list[Path]) -> list[s
         md.append(f"| {label} | `{p}` | {a['mode']} | {', '.join(a['models'])} | {a['steps']} |")
     for label, a in runs:
         md += [f"- {label}: {line.strip()}" for line in a.get("exchange_description") or []]
-    md += ["", "## Summary", "",
-           "Final reward = mean of the last 5 logged steps. Complementarity = share of the model's all-fail "
-           "prompts that the peer solved, pooled over training. Clip rates are means over steps (peer: over steps "
-           "with peer data).", ""]
+    md += [
+        "",
+        "## Summary",
+        "",
+        "Final reward = mean of the last 5 logged steps. Complementarity = share of the model's all-fail "
+        "prompts that the peer solved, pooled over training. Clip rates are means over steps (peer: over steps "
+        "with peer data).",
+        "",
+    ]
     return md + comparison_table(runs)
 
 
@@ -426,12 +474,19 @@ def _numbers_lines(label: str, a: dict) -> list[str]:
     md = ["", f"### Numbers: {label}", ""]
     matrix = complementarity_matrix(a)
     if matrix:
-        md += ["Complementarity matrix (row: source, column: receiver; share of the receiver's all-fail "
-               "prompts the source solved, pooled over training):", "", *matrix, ""]
+        md += [
+            "Complementarity matrix (row: source, column: receiver; share of the receiver's all-fail "
+            "prompts the source solved, pooled over training):",
+            "",
+            *matrix,
+            "",
+        ]
     for d, c in a["complementarity"].items():
         md.append(f"- complementarity {d}: {_p(c['overall'], 1)} overall ({c['source']})")
     for d, s in a["s"].items():
         q = s["quantiles"]
-        md.append(f"- s {d}: n={s['count']}, p10 {_n(q['p10'])}, median {_n(q['p50'])}, p90 {_n(q['p90'])}, "
-                  f"above δ {_p(s['above_delta_frac'], 1)}")
+        md.append(
+            f"- s {d}: n={s['count']}, p10 {_n(q['p10'])}, median {_n(q['p50'])}, p90 {_n(q['p90'])}, "
+            f"above δ {_p(s['above_delta_frac'], 1)}"
+        )
     return md

@@ -15,6 +15,7 @@ from one of three sources:
 sample is printed with its step, writer, prompt id, reference answer, reward and the monitor's flags.
 Eval files hold no question text: ``--data FILE`` (the eval JSONL, repeatable) joins it by id.
 """
+
 from __future__ import annotations
 
 import json
@@ -101,18 +102,18 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
     return a, b
 
 
-def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int, int] | None,
-                  reward: str) -> list[Sample]:
+def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int, int] | None, reward: str) -> list[Sample]:
     """Training rows of the run's trajectory store: ``train`` -- written by ``model`` (None: any);
     ``peer`` -- admitted by ``model`` (None: by any model), one sample per (response, receiver)."""
     store = TrajectoryStore(run)
     if not (stored := store.steps()):
-        raise SamplesError(f"no trajectory store under {run} (step_NNNNNN.parquet files in {run}/trajectories): "
-                           "a recorded run keeps its small files only; read it with --from eval")
+        raise SamplesError(
+            f"no trajectory store under {run} (step_NNNNNN.parquet files in {run}/trajectories): "
+            "a recorded run keeps its small files only; read it with --from eval"
+        )
     wanted = None if steps is None else [s for s in stored if steps[0] <= s <= steps[1]]
     if wanted == [] and steps is not None:
-        raise SamplesError(f"no stored step of {run} lies in --steps {steps[0]}-{steps[1]} "
-                           f"(stored: {stored[0]}-{stored[-1]})")
+        raise SamplesError(f"no stored step of {run} lies in --steps {steps[0]}-{steps[1]} (stored: {stored[0]}-{stored[-1]})")
     cols = ["model", "step", "prompt_id", "problem", "answer", "response", "reward", "admitted_by"]
     t = store.read(models=[model] if source == "train" and model else None, steps=wanted, columns=cols)
     c = {k: t[k].to_pylist() for k in cols}
@@ -122,8 +123,20 @@ def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int
             continue
         receivers = [None] if source == "train" else [x for x in c["admitted_by"][r] if model in (None, x)]
         for receiver in receivers:
-            out.append(Sample(source, c["model"][r], receiver, c["step"][r], None, c["prompt_id"][r],
-                              c["problem"][r], c["answer"][r], c["response"][r], float(c["reward"][r])))
+            out.append(
+                Sample(
+                    source,
+                    c["model"][r],
+                    receiver,
+                    c["step"][r],
+                    None,
+                    c["prompt_id"][r],
+                    c["problem"][r],
+                    c["answer"][r],
+                    c["response"][r],
+                    float(c["reward"][r]),
+                )
+            )
     return out
 
 
@@ -146,8 +159,10 @@ def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, 
     folders = eval_folders(run, model)
     if not folders:
         who = f"model {model!r}" if model else "any model"
-        raise SamplesError(f"no evaluation of {who} under {run} (looked for {run}/results.json, "
-                           f"{run}/eval_final/MODEL/results.json and {run}/eval/MODEL/results.json)")
+        raise SamplesError(
+            f"no evaluation of {who} under {run} (looked for {run}/results.json, "
+            f"{run}/eval_final/MODEL/results.json and {run}/eval/MODEL/results.json)"
+        )
     out: list[Sample] = []
     for name, folder in folders.items():
         for path in sorted(folder.glob("*/repeat_*.jsonl")):
@@ -157,17 +172,20 @@ def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, 
                 try:
                     rec = PromptRecord.from_dict(json.loads(line))
                 except (ValueError, KeyError, TypeError) as e:
-                    raise SamplesError(f"{path}:{i}: not an eval response row (id, answer, responses, rewards): "
-                                       f"{type(e).__name__}: {e}") from None
-                out.extend(Sample("eval", name, None, None, path.parent.name, rec.id, problems.get(rec.id), rec.answer,
-                                  response, x)
-                           for response, x in zip(rec.responses, rec.rewards, strict=True) if keep_reward(x, reward))
+                    raise SamplesError(
+                        f"{path}:{i}: not an eval response row (id, answer, responses, rewards): {type(e).__name__}: {e}"
+                    ) from None
+                out.extend(
+                    Sample("eval", name, None, None, path.parent.name, rec.id, problems.get(rec.id), rec.answer, response, x)
+                    for response, x in zip(rec.responses, rec.rewards, strict=True)
+                    if keep_reward(x, reward)
+                )
     return out
 
 
 def _one_line(text: str, width: int) -> str:
     flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[:width - 1] + "…"
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def format_sample(s: Sample, domain: Domain, width: int = 400) -> str:
@@ -190,8 +208,9 @@ def _problems(files: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def collect(run: Path, source: Source, model: str | None, steps: tuple[int, int] | None, reward: str,
-            data: Sequence[str] = ()) -> list[Sample]:
+def collect(
+    run: Path, source: Source, model: str | None, steps: tuple[int, int] | None, reward: str, data: Sequence[str] = ()
+) -> list[Sample]:
     """Every matching response of the run, in file order (:func:`pick` draws from them)."""
     if not run.exists():
         raise SamplesError(f"{run}: no such run folder")

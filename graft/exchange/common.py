@@ -5,6 +5,7 @@ the pairing's metrics (:mod:`graft.exchange.pairing`).
 Pure functions of groups and tensors; :mod:`graft.exchange.live`, :mod:`graft.exchange.stored`,
 :mod:`graft.exchange.hacpo` and the training loop import them from here.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -36,8 +37,9 @@ def complementarity(k_src: torch.Tensor, k_recv: torch.Tensor) -> float:
     return float((k_src[fail] > 0).float().mean()) if bool(fail.any()) else float("nan")
 
 
-def splice(own: list[RolloutGroup], peer: list[RolloutGroup], replaced: set[str],
-           pooled_own_advantages: dict[str, list[float]]) -> list[RolloutGroup]:
+def splice(
+    own: list[RolloutGroup], peer: list[RolloutGroup], replaced: set[str], pooled_own_advantages: dict[str, list[float]]
+) -> list[RolloutGroup]:
     """The receiver's batch: its own groups except those of ``replaced`` prompts, then ``peer``.
 
     A replaced prompt whose peer group had no admitted response contributes nothing (README,
@@ -54,13 +56,27 @@ def splice(own: list[RolloutGroup], peer: list[RolloutGroup], replaced: set[str]
     return out + peer
 
 
-def direction_audit(step: int, src: str, recv: str, groups_src: list[RolloutGroup], k_src: torch.Tensor,
-                    k_recv: torch.Tensor, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[TransferRow],
-                    conflicts: list[dict]) -> DirectionAudit:
+def direction_audit(
+    step: int,
+    src: str,
+    recv: str,
+    groups_src: list[RolloutGroup],
+    k_src: torch.Tensor,
+    k_recv: torch.Tensor,
+    cand: torch.Tensor,
+    keep: torch.Tensor,
+    m: int,
+    rows: list[TransferRow],
+    conflicts: list[dict],
+) -> DirectionAudit:
     return {
-        "step": step, "source": src, "receiver": recv,
-        "candidates": [{"prompt_id": groups_src[i].prompt_id, "k_source": int(k_src[i]), "k_receiver": int(k_recv[i])}
-                       for i in torch.nonzero(cand).flatten().tolist()],
+        "step": step,
+        "source": src,
+        "receiver": recv,
+        "candidates": [
+            {"prompt_id": groups_src[i].prompt_id, "k_source": int(k_src[i]), "k_receiver": int(k_recv[i])}
+            for i in torch.nonzero(cand).flatten().tolist()
+        ],
         "m": m,
         "selected": [groups_src[i].prompt_id for i in torch.nonzero(keep).flatten().tolist()],
         "responses": rows,
@@ -68,13 +84,17 @@ def direction_audit(step: int, src: str, recv: str, groups_src: list[RolloutGrou
     }
 
 
-def direction_metrics(src: str, recv: str, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[TransferRow],
-                      gate_metrics: dict, lost: int) -> dict:
+def direction_metrics(
+    src: str, recv: str, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[TransferRow], gate_metrics: dict, lost: int
+) -> dict:
     pre = f"exchange/{src}->{recv}"
     admitted = sum(r["admitted"] for r in rows)
     return {
-        f"{pre}/candidates": int(cand.sum()), f"{pre}/m": m, f"{pre}/kept_prompts": int(keep.sum()),
-        f"{pre}/transferred": len(rows), f"{pre}/admitted": admitted,
+        f"{pre}/candidates": int(cand.sum()),
+        f"{pre}/m": m,
+        f"{pre}/kept_prompts": int(keep.sum()),
+        f"{pre}/transferred": len(rows),
+        f"{pre}/admitted": admitted,
         f"{pre}/transferred_correct": sum(r["reward_source"] > 0.5 for r in rows),
         f"{pre}/admitted_correct": sum(r["admitted"] and r["reward_source"] > 0.5 for r in rows),
         f"{pre}/admitted_frac": admitted / len(rows) if rows else float("nan"),
@@ -88,8 +108,7 @@ def pairing_metrics(src: str, recv: str, record: PairingRecord) -> dict:
     direction's score over the pairing window; NaN without evidence)."""
     pre = f"exchange/{src}->{recv}"
     score = record["score"]
-    return {f"{pre}/paired": int(src in record["chosen"]),
-            f"{pre}/pairing_score": float("nan") if score is None else score}
+    return {f"{pre}/paired": int(src in record["chosen"]), f"{pre}/pairing_score": float("nan") if score is None else score}
 
 
 def regrade(grade: Grade, peers: list[RolloutGroup], rows: list[HandedRow]) -> list[TransferRow]:

@@ -4,6 +4,7 @@ This is the only place where a peer's response meets the receiver's model. The m
 (compatibility score, gate, weights) is in :mod:`graft.algos.gating`; this module
 does the plumbing around it and returns the audit rows that justify each decision.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -26,8 +27,15 @@ class Receiver(Protocol):
     codec: TextCodec
     """How the receiver writes a prompt and tokenizes a response."""
 
-    def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int, micro_batch: int,
-                       temperature: float, progress: bool = False) -> list[torch.Tensor]: ...
+    def token_logprobs(
+        self,
+        prompt_ids: list[list[int]],
+        response_ids: list[list[int]],
+        chunk: int,
+        micro_batch: int,
+        temperature: float,
+        progress: bool = False,
+    ) -> list[torch.Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,7 @@ class Scoring:
 
     @classmethod
     def of(cls, cfg: Config) -> "Scoring":
-        return cls(cfg.rollout.temperature, cfg.update.logprob_chunk, cfg.update.micro_batch_size,
-                   bars(cfg.progress))
+        return cls(cfg.rollout.temperature, cfg.update.logprob_chunk, cfg.update.micro_batch_size, bars(cfg.progress))
 
 
 @dataclass
@@ -73,9 +80,15 @@ def _mean_or_neg_inf(values: list[float] | torch.Tensor) -> float:
     return float(t.mean()) if t.numel() else float("-inf")
 
 
-def hand_over(groups: list[RolloutGroup], receiver: Receiver, ex: ExchangeConfig, scoring: Scoring,
-              generator: torch.Generator | None = None, own: dict[str, RolloutGroup] | None = None,
-              adv_norm: tuple[float, bool] = (1e-6, True)) -> HandOver:
+def hand_over(
+    groups: list[RolloutGroup],
+    receiver: Receiver,
+    ex: ExchangeConfig,
+    scoring: Scoring,
+    generator: torch.Generator | None = None,
+    own: dict[str, RolloutGroup] | None = None,
+    adv_norm: tuple[float, bool] = (1e-6, True),
+) -> HandOver:
     """Turn source groups into peer groups held by ``receiver``.
 
     Every response of every group is scored in one batch (N responses in all):
@@ -91,10 +104,10 @@ def hand_over(groups: list[RolloutGroup], receiver: Receiver, ex: ExchangeConfig
         return HandOver([], [], gating.gate(torch.zeros(0), ex.delta)[2], {}, {})
     prompt_ids = [receiver.codec.encode_prompt(g.problem) for g in groups]
     resp_ids = [receiver.codec.encode_responses(g.responses, g.finished) for g in groups]
-    recv_lp = _receiver_logprobs(receiver, prompt_ids, resp_ids, scoring)   # [N] of [T_n]
+    recv_lp = _receiver_logprobs(receiver, prompt_ids, resp_ids, scoring)  # [N] of [T_n]
     mean_r = torch.tensor([_mean_or_neg_inf(lp) for lp in recv_lp], dtype=torch.float64)
     mean_s = torch.tensor([_mean_or_neg_inf(lp) for g in groups for lp in g.gen_logprobs], dtype=torch.float64)
-    s = torch.nan_to_num(gating.compatibility_scores(mean_r, mean_s), nan=0.0, posinf=0.0).float()   # [N]
+    s = torch.nan_to_num(gating.compatibility_scores(mean_r, mean_s), nan=0.0, posinf=0.0).float()  # [N]
     lengths = torch.tensor([len(r) for resp in resp_ids for r in resp], dtype=torch.long)
     delta = gating.length_deltas(lengths, ex.delta_by_length, ex.delta) if ex.delta_by_length else ex.delta
     admitted, weights, metrics = gating.gate(s, delta, ex.weight_cap, ex.admission, ex.weighting, generator)
@@ -116,26 +129,50 @@ def hand_over(groups: list[RolloutGroup], receiver: Receiver, ex: ExchangeConfig
     return HandOver(out, rows, metrics, s_mean, own_adv)
 
 
-def _receiver_logprobs(receiver: Receiver, prompt_ids: list[list[int]], resp_ids: list[list[list[int]]],
-                       scoring: Scoring) -> list[torch.Tensor]:
+def _receiver_logprobs(
+    receiver: Receiver, prompt_ids: list[list[int]], resp_ids: list[list[list[int]]], scoring: Scoring
+) -> list[torch.Tensor]:
     """The receiver's token log-probs of every response of every group, in one batch (``[N]`` of ``[T_n]``)."""
     flat_prompts = [p for p, resp in zip(prompt_ids, resp_ids, strict=True) for _ in resp]
     flat_resp = [r for resp in resp_ids for r in resp]
-    return receiver.token_logprobs(flat_prompts, flat_resp, chunk=scoring.chunk, micro_batch=scoring.micro_batch,
-                                   temperature=scoring.temperature, progress=scoring.progress)
+    return receiver.token_logprobs(
+        flat_prompts,
+        flat_resp,
+        chunk=scoring.chunk,
+        micro_batch=scoring.micro_batch,
+        temperature=scoring.temperature,
+        progress=scoring.progress,
+    )
 
 
-def _held(g: RolloutGroup, receiver: Receiver, p_ids: list[int], r_ids: list[list[int]], recv_lp: list[torch.Tensor],
-          advantages: list[float], weights: torch.Tensor, s: torch.Tensor) -> RolloutGroup:
+def _held(
+    g: RolloutGroup,
+    receiver: Receiver,
+    p_ids: list[int],
+    r_ids: list[list[int]],
+    recv_lp: list[torch.Tensor],
+    advantages: list[float],
+    weights: torch.Tensor,
+    s: torch.Tensor,
+) -> RolloutGroup:
     """``g`` as ``receiver`` holds it: in its prompt format and tokens, with its log-probs as the old ones, and
     the peer advantages, weights and ``s`` of the responses."""
-    return replace(g, holder=receiver.name, prompt_text=receiver.codec.render_prompt(g.problem), prompt_token_ids=p_ids,
-                   token_ids=r_ids, old_logprobs=[lp.tolist() for lp in recv_lp], advantages=advantages,
-                   weights=weights.tolist(), compat=s.tolist())
+    return replace(
+        g,
+        holder=receiver.name,
+        prompt_text=receiver.codec.render_prompt(g.problem),
+        prompt_token_ids=p_ids,
+        token_ids=r_ids,
+        old_logprobs=[lp.tolist() for lp in recv_lp],
+        advantages=advantages,
+        weights=weights.tolist(),
+        compat=s.tolist(),
+    )
 
 
-def _peer_advantages(g: RolloutGroup, ex: ExchangeConfig, own: dict[str, RolloutGroup] | None,
-                     adv_norm: tuple[float, bool]) -> tuple[list[float], list[float] | None]:
+def _peer_advantages(
+    g: RolloutGroup, ex: ExchangeConfig, own: dict[str, RolloutGroup] | None, adv_norm: tuple[float, bool]
+) -> tuple[list[float], list[float] | None]:
     """The advantages of ``g``'s responses in the receiver's hands, and the receiver's own advantages of the
     prompt where they change (the pooled-rewards ablation; else None): the source's advantages, a handed-over
     all-correct group's ``ex.all_correct_advantage``, or under ``ex.pooled_rewards`` both sides normalised jointly."""
@@ -148,13 +185,30 @@ def _peer_advantages(g: RolloutGroup, ex: ExchangeConfig, own: dict[str, Rollout
     return advantages, None
 
 
-def _audit_rows(g: RolloutGroup, r_ids: list[list[int]], advantages: list[float], keep: list[int],
-                mean_r: torch.Tensor, mean_s: torch.Tensor, s: torch.Tensor, weights: torch.Tensor) -> list[HandedRow]:
+def _audit_rows(
+    g: RolloutGroup,
+    r_ids: list[list[int]],
+    advantages: list[float],
+    keep: list[int],
+    mean_r: torch.Tensor,
+    mean_s: torch.Tensor,
+    s: torch.Tensor,
+    weights: torch.Tensor,
+) -> list[HandedRow]:
     """One audit row per response of ``g`` (``mean_r``, ``mean_s``, ``s``, ``weights``: the group's slices)."""
     return [
-        {"prompt_id": g.prompt_id, "index": g.index[i], "reward_source": g.rewards[i], "advantage": advantages[i],
-         "mean_logp_receiver": float(mean_r[i]), "mean_logp_source": float(mean_s[i]),
-         "s": float(s[i]), "admitted": i in keep, "weight": float(weights[i]) if i in keep else 0.0,
-         "receiver_tokens": len(r_ids[i]), "source_tokens": len(g.gen_token_ids[i])}
+        {
+            "prompt_id": g.prompt_id,
+            "index": g.index[i],
+            "reward_source": g.rewards[i],
+            "advantage": advantages[i],
+            "mean_logp_receiver": float(mean_r[i]),
+            "mean_logp_source": float(mean_s[i]),
+            "s": float(s[i]),
+            "admitted": i in keep,
+            "weight": float(weights[i]) if i in keep else 0.0,
+            "receiver_tokens": len(r_ids[i]),
+            "source_tokens": len(g.gen_token_ids[i]),
+        }
         for i in range(g.size)
     ]

@@ -16,6 +16,7 @@ place that reads it, :func:`make_exchange` builds the object. Every kind is call
 Adding a kind = one :class:`Exchange` subclass (any module) registered in :data:`graft.registry.EXCHANGES`
 (or ``EXCHANGES.register("name", MyExchange)``); ``exchange.kind: name`` selects it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -83,8 +84,18 @@ def open_peer_store(cfg: Config) -> StoredPeer | None:
     return EXCHANGES[exchange_kind(cfg)].open_peer(cfg)
 
 
-GATE_SETTINGS = ("delta", "delta_by_length", "weight_cap", "admission", "weighting", "balance", "selection",
-                 "successes_only", "include_all_correct", "pooled_rewards")
+GATE_SETTINGS = (
+    "delta",
+    "delta_by_length",
+    "weight_cap",
+    "admission",
+    "weighting",
+    "balance",
+    "selection",
+    "successes_only",
+    "include_all_correct",
+    "pooled_rewards",
+)
 """The ``exchange.<field>`` settings a kind that hands groups over uses (its effective settings)."""
 
 
@@ -110,8 +121,7 @@ class Exchange:
     pairs: ClassVar[bool] = False
     """A receiver may have several peers, so ``exchange.pairing`` chooses among them (refused by the other kinds)."""
 
-    def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
-                 peer: StoredPeer | None = None) -> None:
+    def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade, peer: StoredPeer | None = None) -> None:
         self.cfg, self.receivers, self.grade, self.peer = cfg, receivers, grade, peer
 
     def __call__(self, groups: dict[str, list[RolloutGroup]], step: int) -> ExchangeResult:
@@ -193,8 +203,9 @@ def _check_rule(kind: type[Exchange], cfg: Config) -> None:
         raise ConfigError(f"update.rule: exchange.kind={kind.kind} trains with update.rule={kind.rule}, got {rule!r}")
     owners = [name for name in EXCHANGES if name != kind.kind and EXCHANGES[name].rule == rule]
     if kind.rule is None and owners:
-        raise ConfigError(f"update.rule: {rule} runs with its own exchange, exchange.kind={owners[0]} "
-                          f"(got exchange.kind={kind.kind})")
+        raise ConfigError(
+            f"update.rule: {rule} runs with its own exchange, exchange.kind={owners[0]} (got exchange.kind={kind.kind})"
+        )
 
 
 def _check_pairing(kind: type[Exchange], cfg: Config) -> None:
@@ -203,11 +214,15 @@ def _check_pairing(kind: type[Exchange], cfg: Config) -> None:
     if pairing == "all":
         return
     if not kind.pairs:
-        raise ConfigError(f"exchange.pairing: {pairing} chooses among a receiver's peers, which only exchange.kind=live "
-                          f"has (got exchange.kind={kind.kind}); use exchange.pairing=all")
+        raise ConfigError(
+            f"exchange.pairing: {pairing} chooses among a receiver's peers, which only exchange.kind=live "
+            f"has (got exchange.kind={kind.kind}); use exchange.pairing=all"
+        )
     if len(cfg.models) < 3:
-        raise ConfigError(f"exchange.pairing: {pairing} chooses among a receiver's peers, but with {len(cfg.models)} "
-                          "models each receiver has one; use exchange.pairing=all or three or more models")
+        raise ConfigError(
+            f"exchange.pairing: {pairing} chooses among a receiver's peers, but with {len(cfg.models)} "
+            "models each receiver has one; use exchange.pairing=all or three or more models"
+        )
 
 
 class NoExchange(Exchange):
@@ -229,15 +244,24 @@ class LiveExchange(Exchange):
     kind, method, models, settings = "live", "GRAFT", (2, None), GATE_SETTINGS + ("conflict", "pairing")
     pairs = True
 
-    def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
-                 peer: StoredPeer | None = None) -> None:
+    def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade, peer: StoredPeer | None = None) -> None:
         super().__init__(cfg, receivers, grade, peer)
         self.window = PairingWindow(cfg.exchange.pairing_window)
         """The pairing evidence of the last ``exchange.pairing_window`` steps (unused with ``pairing: all``)."""
 
     def __call__(self, groups, step):
-        return exchange_live(step, groups, self.receivers, self.cfg.rollout.n, self.cfg.exchange, self.scoring, self.grade,
-                             self.generator(step), self.adv_norm, self.window)
+        return exchange_live(
+            step,
+            groups,
+            self.receivers,
+            self.cfg.rollout.n,
+            self.cfg.exchange,
+            self.scoring,
+            self.grade,
+            self.generator(step),
+            self.adv_norm,
+            self.window,
+        )
 
     @classmethod
     def effective(cls, cfg):
@@ -248,10 +272,15 @@ class LiveExchange(Exchange):
     def summary(cls, cfg):
         names = [m.name for m in cfg.models]
         ex = cfg.exchange
-        who = ("" if ex.pairing == "all" else
-               f", each receiver from the one peer chosen by exchange.pairing={ex.pairing} over {ex.pairing_window} steps")
-        return (f"whole groups among {', '.join(names)} on the prompts where a receiver fails every sample{who}, "
-                f"gated at s > {ex.delta}")
+        who = (
+            ""
+            if ex.pairing == "all"
+            else f", each receiver from the one peer chosen by exchange.pairing={ex.pairing} over {ex.pairing_window} steps"
+        )
+        return (
+            f"whole groups among {', '.join(names)} on the prompts where a receiver fails every sample{who}, "
+            f"gated at s > {ex.delta}"
+        )
 
     def state_dict(self) -> dict:
         return {} if self.cfg.exchange.pairing == "all" else {"pairing": self.window.state_dict()}
@@ -265,25 +294,36 @@ class StoredExchange(Exchange):
     """One receiver; the peer's groups are replayed from a trajectory store (spec §6)."""
 
     kind, method, models = "stored", "GRAFT (stored peer)", (1, 1)
-    settings = tuple(k for k in GATE_SETTINGS if k != "balance")   # no partner direction: peer.balance instead
+    settings = tuple(k for k in GATE_SETTINGS if k != "balance")  # no partner direction: peer.balance instead
 
     peer: StoredPeer
     """Never None here: ``__init__`` refuses to build a stored exchange without its stored peer."""
 
-    def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
-                 peer: StoredPeer | None = None) -> None:
+    def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade, peer: StoredPeer | None = None) -> None:
         peer = peer if peer is not None else open_peer_store(cfg)
-        if peer is None:   # open_peer_store follows cfg's exchange.kind, whose peer is the stored one only for "stored"
+        if peer is None:  # open_peer_store follows cfg's exchange.kind, whose peer is the stored one only for "stored"
             raise ConfigError(f"exchange.kind: a stored exchange needs exchange.kind=stored, got {exchange_kind(cfg)}")
         super().__init__(cfg, receivers, grade, peer)
 
     def __call__(self, groups, step):
-        (name, own), = groups.items()
+        ((name, own),) = groups.items()
         cfg = self.cfg
         stored = stored_peer_groups(self.peer.groups, own, step, cfg.peer.pick, cfg.exchange.include_all_correct)
-        return exchange_stored(step, own, stored, self.receivers[name], cfg.rollout.n, cfg.exchange, self.scoring,
-                               self.grade, cap=cfg.peer.max_replacements, balance=cfg.peer.balance,
-                               source_name=self.peer.name, generator=self.generator(step), adv_norm=self.adv_norm)
+        return exchange_stored(
+            step,
+            own,
+            stored,
+            self.receivers[name],
+            cfg.rollout.n,
+            cfg.exchange,
+            self.scoring,
+            self.grade,
+            cap=cfg.peer.max_replacements,
+            balance=cfg.peer.balance,
+            source_name=self.peer.name,
+            generator=self.generator(step),
+            adv_norm=self.adv_norm,
+        )
 
     @classmethod
     def check(cls, cfg):
@@ -294,8 +334,11 @@ class StoredExchange(Exchange):
     @classmethod
     def effective(cls, cfg):
         peer = cfg.peer
-        return super().effective(cfg) | {"peer.pick": peer.pick, "peer.max_replacements": peer.max_replacements,
-                                         "peer.balance": peer.balance}
+        return super().effective(cfg) | {
+            "peer.pick": peer.pick,
+            "peer.max_replacements": peer.max_replacements,
+            "peer.balance": peer.balance,
+        }
 
     @classmethod
     def open_peer(cls, cfg):
@@ -308,32 +351,32 @@ class StoredExchange(Exchange):
 
     @classmethod
     def summary(cls, cfg):
-        return (f"groups of the peer stored in {cfg.peer.store_path} replace {cfg.models[0].name}'s all-fail groups "
-                f"(peer.pick={cfg.peer.pick}), gated at s > {cfg.exchange.delta}")
+        return (
+            f"groups of the peer stored in {cfg.peer.store_path} replace {cfg.models[0].name}'s all-fail groups "
+            f"(peer.pick={cfg.peer.pick}), gated at s > {cfg.exchange.delta}"
+        )
 
 
 class HacpoExchange(Exchange):
     """HACPO's sharing (spec §8): every prompt's peer responses join the receiver, with capability-aware advantages."""
 
     kind, method, models, rule = "hacpo", "HACPO", (2, 2), HACPO_UPDATE["rule"]
-    settings = tuple(k for k in GATE_SETTINGS if k not in ("balance", "selection"))   # every prompt is shared
-    overrides = {**{f"exchange.{k}": v for k, v in HACPO_SHARING.items()},
-                 **{f"update.{k}": v for k, v in HACPO_UPDATE.items()}}
+    settings = tuple(k for k in GATE_SETTINGS if k not in ("balance", "selection"))  # every prompt is shared
+    overrides = {**{f"exchange.{k}": v for k, v in HACPO_SHARING.items()}, **{f"update.{k}": v for k, v in HACPO_UPDATE.items()}}
 
-    def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade,
-                 peer: StoredPeer | None = None) -> None:
+    def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade, peer: StoredPeer | None = None) -> None:
         super().__init__(cfg, receivers, grade, peer)
         self.rates = {m.name: RollingRate(cfg.update.hacpo_window) for m in cfg.models}
         """Per model: the rolling success rate over ``update.hacpo_window`` steps (HACPO's capability P)."""
 
     def __call__(self, groups, step):
-        return hacpo_exchange(step, groups, self.receivers, self.rates, self.cfg.exchange, self.scoring, self.grade,
-                              self.adv_norm)
+        return hacpo_exchange(
+            step, groups, self.receivers, self.rates, self.cfg.exchange, self.scoring, self.grade, self.adv_norm
+        )
 
     @classmethod
     def summary(cls, cfg):
-        return ("every prompt's whole group both ways, weighted min(s, 1), with capability-aware advantages "
-                "(update.rule=hacpo)")
+        return "every prompt's whole group both ways, weighted min(s, 1), with capability-aware advantages (update.rule=hacpo)"
 
     def state_dict(self) -> dict:
         return {"rates": {n: r.state_dict() for n, r in self.rates.items()}}

@@ -17,6 +17,7 @@ included); the groups of the other peers are dropped like a lost conflict, and c
 the chosen. ``all`` (every peer) is the exchange of before the key, bit for bit, and writes no ``pairing``
 field into the audit log.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,10 +51,11 @@ def select(k: dict[str, torch.Tensor], n: int, ex: ExchangeConfig, generator: to
     cand = {(s, r): candidate_mask(k[r], k[s], n, ex.include_all_correct) for s in names for r in names if s != r}
     keep, m = {}, {}
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            keep[a, b], keep[b, a], sel = balanced_selection(k[a], cand[a, b], k[b], cand[b, a], ex.balance,
-                                                             ex.balance_ratio, ex.balance_floor)
-            if ex.selection == "random":   # ablation: as many prompts, drawn from the receiver's all-fail ones
+        for b in names[i + 1 :]:
+            keep[a, b], keep[b, a], sel = balanced_selection(
+                k[a], cand[a, b], k[b], cand[b, a], ex.balance, ex.balance_ratio, ex.balance_floor
+            )
+            if ex.selection == "random":  # ablation: as many prompts, drawn from the receiver's all-fail ones
                 keep[a, b] = random_selection(k[b] == 0, int(keep[a, b].sum()), generator)
                 keep[b, a] = random_selection(k[a] == 0, int(keep[b, a].sum()), generator)
             unbalanced = ex.balance == "none"
@@ -61,9 +63,18 @@ def select(k: dict[str, torch.Tensor], n: int, ex: ExchangeConfig, generator: to
     return cand, keep, m
 
 
-def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: Mapping[str, Receiver], n: int,
-                  ex: ExchangeConfig, scoring: Scoring, grade: Grade, generator: torch.Generator | None = None,
-                  adv_norm: tuple[float, bool] = (1e-6, True), window: PairingWindow | None = None) -> ExchangeResult:
+def exchange_live(
+    step: int,
+    groups: dict[str, list[RolloutGroup]],
+    receivers: Mapping[str, Receiver],
+    n: int,
+    ex: ExchangeConfig,
+    scoring: Scoring,
+    grade: Grade,
+    generator: torch.Generator | None = None,
+    adv_norm: tuple[float, bool] = (1e-6, True),
+    window: PairingWindow | None = None,
+) -> ExchangeResult:
     """Exchange among the models of ``groups`` (same prompts, same order for every model).
 
     ``window``: the pairing evidence of earlier steps (``exchange.pairing`` other than ``all``; updated in place;
@@ -78,8 +89,9 @@ def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: M
         for r in names:
             if s != r:
                 chosen = [groups[s][i] for i in torch.nonzero(keep[s, r]).flatten().tolist()]
-                handed[s, r] = hand_over(chosen, receivers[r], ex, scoring, generator,
-                                         own={g.prompt_id: g for g in groups[r]}, adv_norm=adv_norm)
+                handed[s, r] = hand_over(
+                    chosen, receivers[r], ex, scoring, generator, own={g.prompt_id: g for g in groups[r]}, adv_norm=adv_norm
+                )
     peers, pairing = pair(ex, window, names, k, handed)
     sel = Selection(k, cand, keep, m, handed, order)
     result = ExchangeResult({})
@@ -89,15 +101,20 @@ def exchange_live(step: int, groups: dict[str, list[RolloutGroup]], receivers: M
     return result
 
 
-def pair(ex: ExchangeConfig, window: PairingWindow | None, names: list[str], k: dict[str, torch.Tensor],
-         handed: dict[tuple[str, str], HandOver]) -> tuple[dict[str, list[str]], dict[tuple[str, str], PairingRecord]]:
+def pair(
+    ex: ExchangeConfig,
+    window: PairingWindow | None,
+    names: list[str],
+    k: dict[str, torch.Tensor],
+    handed: dict[tuple[str, str], HandOver],
+) -> tuple[dict[str, list[str]], dict[tuple[str, str], PairingRecord]]:
     """The peers each receiver draws from at this step (``exchange.pairing``) and each direction's audit record
     (none under ``all``: every peer, and the audit log of before the key)."""
     if ex.pairing == "all":
         return {r: [s for s in names if s != r] for r in names}, {}
     evidence: dict[tuple[str, str], PairingEvidence] = {
-        (s, r): {"solved": solved_count(k[s], k[r]), "s": [row["s"] for row in ho.rows]}
-        for (s, r), ho in handed.items()}
+        (s, r): {"solved": solved_count(k[s], k[r]), "s": [row["s"] for row in ho.rows]} for (s, r), ho in handed.items()
+    }
     return decide(ex.pairing, window if window is not None else PairingWindow(ex.pairing_window), names, evidence)
 
 
@@ -114,8 +131,17 @@ class Selection:
     order: list[str]
 
 
-def _receive(step: int, r: str, sources: list[str], groups: dict[str, list[RolloutGroup]], sel: Selection,
-             pairing: dict[tuple[str, str], PairingRecord], conflict: str, grade: Grade, result: ExchangeResult) -> None:
+def _receive(
+    step: int,
+    r: str,
+    sources: list[str],
+    groups: dict[str, list[RolloutGroup]],
+    sel: Selection,
+    pairing: dict[tuple[str, str], PairingRecord],
+    conflict: str,
+    grade: Grade,
+    result: ExchangeResult,
+) -> None:
     """Receiver ``r``'s batch, audit records and metrics: the groups of ``sources`` (its paired peers) after conflicts."""
     k, keep, handed, order = sel.k, sel.keep, sel.handed, sel.order
     peers = [s for s in groups if s != r]
@@ -136,31 +162,36 @@ def _receive(step: int, r: str, sources: list[str], groups: dict[str, list[Rollo
     for s in peers:
         mine = [c for c in conflicts if s in c["contenders"]]
         rec = direction_audit(step, s, r, groups[s], k[s], k[r], sel.cand[s, r], keep[s, r], sel.m[s, r], rows[s], mine)
-        result.metrics |= direction_metrics(s, r, sel.cand[s, r], keep[s, r], sel.m[s, r], rows[s],
-                                            handed[s, r].metrics, sum(c["winner"] != s for c in mine))
+        result.metrics |= direction_metrics(
+            s, r, sel.cand[s, r], keep[s, r], sel.m[s, r], rows[s], handed[s, r].metrics, sum(c["winner"] != s for c in mine)
+        )
         if pairing:
             rec["pairing"] = pairing[s, r]
             result.metrics |= pairing_metrics(s, r, pairing[s, r])
         result.audit.append(rec)
 
 
-def _resolve(sources: list[str], r: str, keep: dict, k: dict, handed: dict, order: list[str], rule: str
-             ) -> dict[str, torch.Tensor]:
+def _resolve(
+    sources: list[str], r: str, keep: dict, k: dict, handed: dict, order: list[str], rule: str
+) -> dict[str, torch.Tensor]:
     """Per source: the prompts it actually hands to ``r`` once conflicts among sources are resolved."""
     keep_m = torch.stack([keep[s, r] for s in sources])
     k_m = torch.stack([k[s] for s in sources])
     s_m = torch.tensor([[handed[s, r].s_mean.get(p, 0.0) for p in order] for s in sources])
     won = resolve_conflicts(keep_m, k_m, s_m, rule)
-    return dict(zip(sources, won, strict=True))   # won: [S,P], a row per source
+    return dict(zip(sources, won, strict=True))  # won: [S,P], a row per source
 
 
-def _conflict_records(sources: list[str], r: str, keep: dict, won: dict, k: dict, handed: dict,
-                      order: list[str]) -> list[dict]:
+def _conflict_records(sources: list[str], r: str, keep: dict, won: dict, k: dict, handed: dict, order: list[str]) -> list[dict]:
     out = []
     for i, pid in enumerate(order):
         contenders = [s for s in sources if keep[s, r][i]]
         if len(contenders) > 1:
-            out.append({"prompt_id": pid, "winner": next(s for s in contenders if won[s][i]),
-                        "contenders": {s: {"k_source": int(k[s][i]), "s_mean": handed[s, r].s_mean[pid]}
-                                       for s in contenders}})
+            out.append(
+                {
+                    "prompt_id": pid,
+                    "winner": next(s for s in contenders if won[s][i]),
+                    "contenders": {s: {"k_source": int(k[s][i]), "s_mean": handed[s, r].s_mean[pid]} for s in contenders},
+                }
+            )
     return out

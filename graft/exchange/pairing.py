@@ -26,6 +26,7 @@ any takes its first peer, which then has nothing to hand it this step (no candid
 a resumed run decides as an uninterrupted one), and :func:`decide` turns it into each receiver's choice plus the
 audit record of every direction, from which the decision re-derives (``docs/three-models.md``).
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -40,7 +41,7 @@ def best(scores: torch.Tensor) -> torch.Tensor:
     """Bool[S]: True at the highest score only; ties go to the first (the earlier model in ``models``)."""
     assert scores.dim() == 1 and scores.numel() >= 1, scores.shape
     chosen = torch.zeros(scores.numel(), dtype=torch.bool)
-    chosen[int(torch.argmax(scores))] = True   # argmax returns the first maximal index
+    chosen[int(torch.argmax(scores))] = True  # argmax returns the first maximal index
     return chosen
 
 
@@ -103,8 +104,9 @@ class PairingWindow:
         self.steps = {(src, recv): deque(evs, maxlen=self.length) for src, recv, evs in state.get("steps", [])}
 
 
-def decide(rule: str, window: PairingWindow, names: list[str], evidence: dict[tuple[str, str], Evidence]
-           ) -> tuple[dict[str, list[str]], dict[tuple[str, str], PairingRecord]]:
+def decide(
+    rule: str, window: PairingWindow, names: list[str], evidence: dict[tuple[str, str], Evidence]
+) -> tuple[dict[str, list[str]], dict[tuple[str, str], PairingRecord]]:
     """Push this step's ``evidence`` (every direction among ``names``) into ``window``, then choose per receiver.
 
     Returns ``chosen[R]`` (the peers R draws from, in model order) and the audit record of every direction."""
@@ -116,6 +118,11 @@ def decide(rule: str, window: PairingWindow, names: list[str], evidence: dict[tu
         mask, scores = PAIRINGS[rule](*window.tensors(sources, r))
         chosen[r] = [s for s, ok in zip(sources, mask.tolist(), strict=True) if ok]
         for s, score in zip(sources, scores, strict=True):
-            records[s, r] = {"rule": rule, "window": window.length, "evidence": evidence[s, r], "score": score,
-                             "chosen": chosen[r]}
+            records[s, r] = {
+                "rule": rule,
+                "window": window.length,
+                "evidence": evidence[s, r],
+                "score": score,
+                "chosen": chosen[r],
+            }
     return chosen, records

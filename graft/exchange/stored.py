@@ -1,4 +1,5 @@
 """Exchange with a stored peer (spec §6): one receiver, peer groups replayed from a trajectory store."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -13,9 +14,13 @@ from graft.storage.trajectory_store import StoredGroup, select_stored_group
 from graft.types import ExchangeResult, RolloutGroup
 
 
-def stored_peer_groups(stored: dict[str, list[StoredGroup]], own: list[RolloutGroup], step: int,
-                       pick: Literal["latest", "same_step", "any"],
-                       include_all_correct: bool) -> list[RolloutGroup | None]:
+def stored_peer_groups(
+    stored: dict[str, list[StoredGroup]],
+    own: list[RolloutGroup],
+    step: int,
+    pick: Literal["latest", "same_step", "any"],
+    include_all_correct: bool,
+) -> list[RolloutGroup | None]:
     """The stored group that plays the peer for each of ``own``'s prompts at ``step`` (None: nothing stored).
 
     ``latest`` / ``same_step`` take the stored group as the pick rule finds it -- the latest not
@@ -24,6 +29,7 @@ def stored_peer_groups(stored: dict[str, list[StoredGroup]], own: list[RolloutGr
     ``any`` takes the group with most successes among those the candidate rule accepts
     (1 <= k < n, or k = n with ``include_all_correct``), falling back to the latest stored group.
     """
+
     def eligible(g: StoredGroup) -> bool:
         return 1 <= g.num_correct < g.size or (include_all_correct and g.num_correct == g.size)
 
@@ -42,19 +48,44 @@ def as_rollout_group(stored: StoredGroup) -> RolloutGroup:
     """A stored group as the source-side RolloutGroup it was when written (its own tokenization)."""
     G = len(stored.responses)
     return RolloutGroup(
-        prompt_id=stored.prompt_id, problem=stored.problem, answer=stored.answer, source=stored.model,
-        holder=stored.model, prompt_text="", prompt_token_ids=[], responses=list(stored.responses),
-        token_ids=[list(t) for t in stored.token_ids], old_logprobs=[list(lp) for lp in stored.gen_logprobs],
-        gen_token_ids=[list(t) for t in stored.token_ids], gen_logprobs=[list(lp) for lp in stored.gen_logprobs],
-        finished=list(stored.finished), rewards=list(stored.rewards), status=list(stored.statuses),
-        advantages=list(stored.advantages), weights=[1.0] * G, compat=[1.0] * G, step=stored.step,
+        prompt_id=stored.prompt_id,
+        problem=stored.problem,
+        answer=stored.answer,
+        source=stored.model,
+        holder=stored.model,
+        prompt_text="",
+        prompt_token_ids=[],
+        responses=list(stored.responses),
+        token_ids=[list(t) for t in stored.token_ids],
+        old_logprobs=[list(lp) for lp in stored.gen_logprobs],
+        gen_token_ids=[list(t) for t in stored.token_ids],
+        gen_logprobs=[list(lp) for lp in stored.gen_logprobs],
+        finished=list(stored.finished),
+        rewards=list(stored.rewards),
+        status=list(stored.statuses),
+        advantages=list(stored.advantages),
+        weights=[1.0] * G,
+        compat=[1.0] * G,
+        step=stored.step,
     )
 
 
-def exchange_stored(step: int, own: list[RolloutGroup], stored: list[RolloutGroup | None], receiver: Receiver, n: int,
-                    ex: ExchangeConfig, scoring: Scoring, grade: Grade, *, cap: int | None, balance: bool,
-                    source_name: str, generator: torch.Generator | None = None,
-                    adv_norm: tuple[float, bool] = (1e-6, True)) -> ExchangeResult:
+def exchange_stored(
+    step: int,
+    own: list[RolloutGroup],
+    stored: list[RolloutGroup | None],
+    receiver: Receiver,
+    n: int,
+    ex: ExchangeConfig,
+    scoring: Scoring,
+    grade: Grade,
+    *,
+    cap: int | None,
+    balance: bool,
+    source_name: str,
+    generator: torch.Generator | None = None,
+    adv_norm: tuple[float, bool] = (1e-6, True),
+) -> ExchangeResult:
     """One-direction exchange from stored peer groups (``stored[p]`` aligned with ``own``, None = no stored group).
 
     Candidates are the receiver's all-fail prompts whose stored group has 1 <= k < n_stored.
@@ -82,6 +113,8 @@ def exchange_stored(step: int, own: list[RolloutGroup], stored: list[RolloutGrou
     name = receiver.name
     metrics = direction_metrics(source_name, name, cand, keep, m, rows, ho.metrics, 0)
     metrics[f"complementarity/{source_name}->{name}"] = complementarity(k_src[has], k_recv[has])
-    return ExchangeResult({name: splice(own, ho.groups, replaced, ho.own_advantages)},
-                          [direction_audit(step, source_name, name, src_groups, k_src, k_recv, cand, keep, m, rows, [])],
-                          metrics)
+    return ExchangeResult(
+        {name: splice(own, ho.groups, replaced, ho.own_advantages)},
+        [direction_audit(step, source_name, name, src_groups, k_src, k_recv, cand, keep, m, rows, [])],
+        metrics,
+    )

@@ -5,6 +5,7 @@ back: rollouts, peer scoring (re-tokenizing a peer's responses), evaluation, the
 driver side of the Ray backend (which holds no weights). The rules themselves live in
 :mod:`graft.policy.prompts`.
 """
+
 from __future__ import annotations
 
 import json

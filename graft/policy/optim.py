@@ -8,6 +8,7 @@ moments, at the moment memory peaks (measured: peak RSS of one step 5.73 vs 4.48
 at most :data:`CHUNK` elements, so its parameters and states equal torch's bit for bit
 (``tests/policy/test_optim.py``) and its ``state_dict`` is torch's.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,21 +57,27 @@ class LeanAdamW(torch.optim.AdamW):
                 m.lerp_(grad, 1 - beta1)
                 v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 step = state["step"].item()
-                step_size = lr / (1 - beta1 ** step)
-                c2 = (1 - beta2 ** step) ** 0.5
+                step_size = lr / (1 - beta1**step)
+                c2 = (1 - beta2**step) ** 0.5
                 _apply(param, m, v, c2, eps, -step_size)
         return None
 
     @staticmethod
     def _unsupported(group: dict) -> bool:
-        return any(group.get(k) for k in ("amsgrad", "maximize", "foreach", "fused", "capturable", "differentiable")) \
-            or not group.get("decoupled_weight_decay", True) or torch.is_tensor(group["lr"])
+        return (
+            any(group.get(k) for k in ("amsgrad", "maximize", "foreach", "fused", "capturable", "differentiable"))
+            or not group.get("decoupled_weight_decay", True)
+            or torch.is_tensor(group["lr"])
+        )
 
 
 def _apply(param: torch.Tensor, m: torch.Tensor, v: torch.Tensor, c2: float, eps: float, value: float) -> None:
     """param += value * m / (sqrt(v) / c2 + eps), slice by slice."""
-    if param.numel() <= CHUNK or not (param.is_contiguous() and m.is_contiguous() and v.is_contiguous()) \
-            or torch.is_complex(param):
+    if (
+        param.numel() <= CHUNK
+        or not (param.is_contiguous() and m.is_contiguous() and v.is_contiguous())
+        or torch.is_complex(param)
+    ):
         param.addcdiv_(m, (v.sqrt() / c2).add_(eps), value=value)
         return
     fp, fm, fv = param.view(-1), m.view(-1), v.view(-1)
@@ -90,7 +97,7 @@ def scheduled_lr(lr: float, schedule: str, warmup: int, step: int, steps: int) -
     if shape is None:
         raise ValueError(f"unknown learning-rate schedule {schedule!r}; valid: {', '.join(LR_SHAPES)}")
     factor = shape(min(1.0, (step - warmup - 1) / max(1, steps - warmup)))
-    return lr if factor == 1.0 else lr * factor   # the configured float itself at full rate
+    return lr if factor == 1.0 else lr * factor  # the configured float itself at full rate
 
 
 LR_SHAPES = {

@@ -23,6 +23,7 @@ with a forward pass when that matters.
 The model stays in eval mode (dropout off) unless the caller changes it; graft's rollout
 and update both run it that way so that the first minibatch has ratio exactly 1.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -70,8 +71,16 @@ class _HeadLogProb(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
-                softcap: float | None, temperature: float, keep: bool = False) -> Tensor:
+    def forward(
+        ctx: Any,
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        targets: Tensor,
+        softcap: float | None,
+        temperature: float,
+        keep: bool = False,
+    ) -> Tensor:
         assert hidden.dim() == 2 and targets.shape == hidden.shape[:1], (hidden.shape, targets.shape)
         z = torch.nn.functional.linear(hidden, weight, bias).float()
         t = None
@@ -156,8 +165,14 @@ class DecodeBuffers:
         is recorded (``out=`` has none)."""
         assert hidden.dim() == 2, hidden.shape
         w = getattr(head, "weight", None)
-        if not (self.reuse and not torch.is_grad_enabled() and type(head) is torch.nn.Linear and isinstance(w, Tensor)
-                and type(w) in (Tensor, torch.nn.Parameter) and w.dtype == hidden.dtype == torch.float32):
+        if not (
+            self.reuse
+            and not torch.is_grad_enabled()
+            and type(head) is torch.nn.Linear
+            and isinstance(w, Tensor)
+            and type(w) in (Tensor, torch.nn.Parameter)
+            and w.dtype == hidden.dtype == torch.float32
+        ):
             return head(hidden).float()
         out = self._rows("_z", hidden.shape[0], w.shape[0], hidden)
         if head.bias is None:
@@ -195,8 +210,10 @@ class _Trace:
         self.finished = [False] * B
 
     def samples(self, decode: Callable[[Sequence[int]], str], entropy: bool) -> list[Sample]:
-        return [Sample(token_ids=t, logprobs=lp, text=decode(t), finished=f, entropies=e if entropy else None)
-                for t, lp, e, f in zip(self.tokens, self.logps, self.ents, self.finished, strict=True)]
+        return [
+            Sample(token_ids=t, logprobs=lp, text=decode(t), finished=f, entropies=e if entropy else None)
+            for t, lp, e, f in zip(self.tokens, self.logps, self.ents, self.finished, strict=True)
+        ]
 
 
 def scoring_order(prompt_ids: list[list[int]], response_ids: list[list[int]]) -> list[int]:
@@ -298,10 +315,23 @@ class Policy:
 
     # ------------------------------------------------------------------ sampling
     @torch.no_grad()
-    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False, desc: str = "",
-                 renormalize_top_p: bool = False, seeds: Sequence[int] | None = None,
-                 stop_strings: Sequence[str] = (), model: Any = None, entropy: bool = True) -> list[list[Sample]]:
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        n: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        batch_size: int = 64,
+        seed: int = 0,
+        progress: bool = False,
+        desc: str = "",
+        renormalize_top_p: bool = False,
+        seeds: Sequence[int] | None = None,
+        stop_strings: Sequence[str] = (),
+        model: Any = None,
+        entropy: bool = True,
+    ) -> list[list[Sample]]:
         """``n`` samples for each prompt: result ``[P][G]``.
 
         Own batched loop with a KV cache: prompts left-padded, position ids counted over real
@@ -338,7 +368,7 @@ class Policy:
         finally:
             if bar is not None:
                 bar.close()
-        return [samples[i * n:(i + 1) * n] for i in range(len(prompt_ids))]
+        return [samples[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
 
     def _generators(self, seed: int, seeds: Sequence[int] | None, n: int) -> torch.Generator | list[torch.Generator]:
         """The call's generator on the device, seeded by ``seed``; with ``seeds``, one CPU generator per sample
@@ -349,21 +379,24 @@ class Policy:
         gen.manual_seed(int(seed))
         return gen
 
-    def _generate_rows(self, prompts: list[list[int]], gens: torch.Generator | list[torch.Generator], batch_size: int,
-                       how: _Decoding, bar: Any) -> list[Sample]:
+    def _generate_rows(
+        self, prompts: list[list[int]], gens: torch.Generator | list[torch.Generator], batch_size: int, how: _Decoding, bar: Any
+    ) -> list[Sample]:
         """One sample per row of ``prompts``, ``batch_size`` rows at a time (``gens``: the call's generator, or one
         per row)."""
         out: list[Sample] = []
         for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start:start + batch_size]
-            out += self._generate_batch(chunk, gens if isinstance(gens, torch.Generator) else
-                                        gens[start:start + batch_size], how, bar)
+            chunk = prompts[start : start + batch_size]
+            out += self._generate_batch(
+                chunk, gens if isinstance(gens, torch.Generator) else gens[start : start + batch_size], how, bar
+            )
             if bar is not None:
                 bar.update(len(chunk))
         return out
 
-    def _generate_batch(self, prompts: list[list[int]], gen: torch.Generator | list[torch.Generator], how: _Decoding,
-                        bar: Any) -> list[Sample]:
+    def _generate_batch(
+        self, prompts: list[list[int]], gen: torch.Generator | list[torch.Generator], how: _Decoding, bar: Any
+    ) -> list[Sample]:
         """One generation batch, one row per prompt [B]: prefill (:meth:`_prefill`), then one token per step for
         the rows still in the batch (``gen``: the call's generator, or one per row)."""
         dev, B, bufs = self.device, len(prompts), how.bufs
@@ -390,13 +423,26 @@ class Policy:
                 cache.batch_select_indices(keep)
                 alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
             attn = torch.cat([attn, attn.new_ones((len(alive), 1))], dim=1)
-            h = decoder(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                        use_cache=True, **{self._cache_kw: cache}).last_hidden_state[:, -1]
+            h = decoder(
+                input_ids=tok[:, None],
+                attention_mask=attn,
+                position_ids=next_pos[:, None],
+                use_cache=True,
+                **{self._cache_kw: cache},
+            ).last_hidden_state[:, -1]
             next_pos = next_pos + 1
         return trace.samples(self.decode, bufs.entropy)
 
-    def _record_step(self, trace: _Trace, alive: Tensor, tok: Tensor, lp: Tensor, ent: Tensor | None, stop: Tensor,
-                     stop_strings: tuple[str, ...]) -> Tensor:
+    def _record_step(
+        self,
+        trace: _Trace,
+        alive: Tensor,
+        tok: Tensor,
+        lp: Tensor,
+        ent: Tensor | None,
+        stop: Tensor,
+        stop_strings: tuple[str, ...],
+    ) -> Tensor:
         """Append one step's tokens, log-probs and entropies [b] to the ``trace`` of the rows ``alive`` [b]; returns
         which rows leave the batch [b]: those that sampled a stop token (finished) or whose text holds a stop string."""
         is_stop = torch.isin(tok, stop)
@@ -404,8 +450,9 @@ class Policy:
         # a stop string lies within the last `window` tokens (>= 1 byte per token, <= 4 bytes per char)
         window = 4 * max((len(x) for x in stop_strings), default=0) + 4
         ent_l = ent.tolist() if ent is not None else [0.0] * len(tok)
-        for r, (orig, t, logp, e, s) in enumerate(zip(alive.tolist(), tok.tolist(), lp.tolist(), ent_l,
-                                                      is_stop.tolist(), strict=True)):
+        for r, (orig, t, logp, e, s) in enumerate(
+            zip(alive.tolist(), tok.tolist(), lp.tolist(), ent_l, is_stop.tolist(), strict=True)
+        ):
             trace.tokens[orig].append(t)
             trace.logps[orig].append(logp)
             trace.ents[orig].append(e)
@@ -442,7 +489,7 @@ class Policy:
         if not self.common_prefix or len(prompts) < 2 or max(len(p) for p in prompts) + extra > attention_span(cache):
             return 0
         c = 0
-        for column in zip(*prompts, strict=False):   # up to the shortest prompt
+        for column in zip(*prompts, strict=False):  # up to the shortest prompt
             if len(set(column)) > 1:
                 break
             c += 1
@@ -463,16 +510,21 @@ class Policy:
         pos = (attn.cumsum(-1) - 1).clamp(min=0) + c
         if c:
             prefix = torch.tensor([prompts[0][:c]], dtype=torch.long, device=dev)
-            decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), position_ids=torch.arange(c, device=dev)[None],
-                    use_cache=True, **{self._cache_kw: cache})
+            decoder(
+                input_ids=prefix,
+                attention_mask=torch.ones_like(prefix),
+                position_ids=torch.arange(c, device=dev)[None],
+                use_cache=True,
+                **{self._cache_kw: cache},
+            )
             cache.batch_select_indices(torch.zeros(U, dtype=torch.long, device=dev))
             attn = torch.cat([attn.new_ones((U, c)), attn], dim=1)
-        h = decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                    **{self._cache_kw: cache}).last_hidden_state[:, -1]
+        h = decoder(
+            input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{self._cache_kw: cache}
+        ).last_hidden_state[:, -1]
         return h, attn, pos[:, -1] + 1
 
-    def _step_logits(self, hidden: Tensor, temperature: float, head: Any = None, bufs: DecodeBuffers | None = None
-                     ) -> Tensor:
+    def _step_logits(self, hidden: Tensor, temperature: float, head: Any = None, bufs: DecodeBuffers | None = None) -> Tensor:
         """:meth:`_logits` for one decoding step [b, H] -> [b, V] (fp32 whatever ``head``'s dtype), with the
         elementwise work done in place (over Gemma's 262k vocabulary each extra [b, V] temporary costs
         milliseconds per step); into ``bufs``' reused logits buffer when given."""
@@ -486,8 +538,13 @@ class Policy:
         return z
 
     @staticmethod
-    def _sample(logits: Tensor, top_p: float, gen: torch.Generator | list[torch.Generator], renormalize_top_p: bool,
-                bufs: DecodeBuffers | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _sample(
+        logits: Tensor,
+        top_p: float,
+        gen: torch.Generator | list[torch.Generator],
+        renormalize_top_p: bool,
+        bufs: DecodeBuffers | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """One token per row of ``logits`` [b, V] (already / temperature; overwritten), its log-prob and
         the entropy [b] of the sampling distribution (:func:`entropy_of`: full vocabulary, at the sampling
         temperature, before top-p; read off the same logits, it changes no token and no log-prob); the
@@ -501,7 +558,7 @@ class Policy:
         with ``renormalize_top_p``.
         """
         b, V = logits.shape
-        z = logits.sub_(logits.amax(dim=-1, keepdim=True))     # [b, V], max 0
+        z = logits.sub_(logits.amax(dim=-1, keepdim=True))  # [b, V], max 0
         e = torch.exp(z) if bufs is None else bufs.exp(z)
         ent = entropy_of(z, e) if bufs is None or bufs.entropy else None
         if isinstance(gen, torch.Generator):
@@ -531,8 +588,14 @@ class Policy:
         return tok, (lp_renorm if renormalize_top_p and lp_renorm is not None else lp), ent
 
     # ------------------------------------------------------------------ log-probs of given text
-    def forward_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
-                         temperature: float = 1.0, shared_prefix: bool = True) -> tuple[Tensor, Tensor]:
+    def forward_logprobs(
+        self,
+        prompt_ids: list[list[int]],
+        response_ids: list[list[int]],
+        chunk: int = 1024,
+        temperature: float = 1.0,
+        shared_prefix: bool = True,
+    ) -> tuple[Tensor, Tensor]:
         """``(logp [B, T], mask [B, T])``: log pi(response token t | prompt, response[:t]) for every
         response token, right-padded (``mask`` is 1.0 on real tokens, ``logp`` 0 elsewhere).
 
@@ -562,9 +625,9 @@ class Policy:
         mask = torch.zeros((B, T), dtype=torch.bool)
         resp = torch.full((B, T), self.pad_token_id, dtype=torch.long)
         for b, r in enumerate(response_ids):
-            mask[b, :len(r)] = True
+            mask[b, : len(r)] = True
             if r:
-                resp[b, :len(r)] = torch.tensor(r, dtype=torch.long)
+                resp[b, : len(r)] = torch.tensor(r, dtype=torch.long)
         if T == 0 or B == 0:
             return torch.zeros((B, T), device=dev), mask.float().to(dev)
         mask, resp = mask.to(dev), resp.to(dev)
@@ -573,8 +636,8 @@ class Policy:
         if shared_prefix and not self._checkpointing():
             hidden = self._hidden_shared([list(k) for k in row_of], inv, resp, mask)
         else:
-            hidden = self._hidden_joint(prompt_ids, resp, mask)     # [B, T, H]: row t predicts response token t
-        vals = self._head_logprobs(hidden[mask], resp[mask], max(1, int(chunk)), temperature)   # [N, H], [N] -> [N]
+            hidden = self._hidden_joint(prompt_ids, resp, mask)  # [B, T, H]: row t predicts response token t
+        vals = self._head_logprobs(hidden[mask], resp[mask], max(1, int(chunk)), temperature)  # [N, H], [N] -> [N]
         logp = torch.zeros((B, T), dtype=vals.dtype, device=dev).masked_scatter(mask, vals)
         return logp, mask.float()
 
@@ -584,13 +647,14 @@ class Policy:
         assert hv.dim() == 2 and targets.shape == hv.shape[:1], (hv.shape, targets.shape)
         grad = torch.is_grad_enabled()
         head = self._head
-        fused = self.fused_head and type(head) is torch.nn.Linear and \
-            type(head.weight) in (torch.Tensor, torch.nn.Parameter)  # not LoRA-wrapped, not a DTensor
+        fused = (
+            self.fused_head and type(head) is torch.nn.Linear and type(head.weight) in (torch.Tensor, torch.nn.Parameter)
+        )  # not LoRA-wrapped, not a DTensor
         parts, kept, V = [], 0, head.weight.shape[0] if fused else 0
         for i in range(0, hv.shape[0], chunk):
-            h_c, t_c = hv[i:i + chunk], targets[i:i + chunk]
+            h_c, t_c = hv[i : i + chunk], targets[i : i + chunk]
             if grad and fused:
-                keep = kept + 4 * h_c.shape[0] * V <= self.head_keep_bytes   # fp32 [n, V] held until backward
+                keep = kept + 4 * h_c.shape[0] * V <= self.head_keep_bytes  # fp32 [n, V] held until backward
                 kept += 4 * h_c.shape[0] * V if keep else 0
                 parts.append(_HeadLogProb.apply(h_c, head.weight, head.bias, t_c, self.softcap, temperature, keep))
             elif grad:
@@ -610,8 +674,8 @@ class Policy:
         ids = torch.full((len(seqs), L), pad, dtype=torch.long)
         attn = torch.zeros((len(seqs), L), dtype=torch.long)
         for b, x in enumerate(seqs):
-            ids[b, L - len(x):] = torch.tensor(x, dtype=torch.long)
-            attn[b, L - len(x):] = 1
+            ids[b, L - len(x) :] = torch.tensor(x, dtype=torch.long)
+            attn[b, L - len(x) :] = 1
         return ids, attn
 
     def _hidden_joint(self, prompt_ids: list[list[int]], resp: Tensor, mask: Tensor) -> Tensor:
@@ -621,11 +685,11 @@ class Policy:
         ids, attn = self._left_pad(prompt_ids, self.pad_token_id)
         ids, attn = ids.to(dev), attn.to(dev)
         Lp = ids.shape[1]
-        ids = torch.cat([ids, resp[:, :-1]], dim=1)               # the last response token is only ever a target
+        ids = torch.cat([ids, resp[:, :-1]], dim=1)  # the last response token is only ever a target
         attn = torch.cat([attn, mask[:, :-1].long()], dim=1)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         hidden = self._decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
-        return hidden[:, Lp - 1:]
+        return hidden[:, Lp - 1 :]
 
     def _hidden_shared(self, prompts: list[list[int]], inv: list[int], resp: Tensor, mask: Tensor) -> Tensor:
         """Decoder states [B, T, H] predicting the response tokens, each distinct prompt forwarded once.
@@ -641,20 +705,28 @@ class Policy:
         cache = DynamicCache(config=_unwrap(self.model).config)
         uniform = is_sharded(self.model) and torch.is_grad_enabled()
         c = 0 if uniform else self._common_length(prompts, T, cache)
-        h_prompt, attn, next_pos = self._forward_prompts(self._decoder, prompts, cache, c)    # [U, H] predicts token 0
+        h_prompt, attn, next_pos = self._forward_prompts(self._decoder, prompts, cache, c)  # [U, H] predicts token 0
         rows = torch.tensor(inv, dtype=torch.long, device=dev)
-        first = h_prompt[rows][:, None]                                                   # [B, 1, H]
+        first = h_prompt[rows][:, None]  # [B, 1, H]
         cache.batch_select_indices(rows)
-        n_in = max(T - 1, 1)   # all responses of one token: one position anyway, so the pass count is the same
+        n_in = max(T - 1, 1)  # all responses of one token: one position anyway, so the pass count is the same
         full_attn = torch.cat([attn[rows], mask[:, :n_in].long() if T > 1 else torch.zeros_like(mask[:, :1]).long()], dim=1)
         resp_pos = next_pos[rows, None] + torch.arange(n_in, device=dev)[None]
-        h_resp = self._decoder(input_ids=resp[:, :n_in], attention_mask=full_attn, position_ids=resp_pos, use_cache=True,
-                               **{self._cache_kw: cache}).last_hidden_state                # [B, n_in, H]
-        return torch.cat([first, h_resp[:, :T - 1]], dim=1)
+        h_resp = self._decoder(
+            input_ids=resp[:, :n_in], attention_mask=full_attn, position_ids=resp_pos, use_cache=True, **{self._cache_kw: cache}
+        ).last_hidden_state  # [B, n_in, H]
+        return torch.cat([first, h_resp[:, : T - 1]], dim=1)
 
     @torch.no_grad()
-    def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
-                       micro_batch: int = 8, temperature: float = 1.0, progress: bool = False) -> list[Tensor]:
+    def token_logprobs(
+        self,
+        prompt_ids: list[list[int]],
+        response_ids: list[list[int]],
+        chunk: int = 1024,
+        micro_batch: int = 8,
+        temperature: float = 1.0,
+        progress: bool = False,
+    ) -> list[Tensor]:
         """Per-response log-prob vectors ``[N]`` of ``[T_n]`` (CPU fp32), no gradients.
 
         Sequences are grouped into micro-batches by :func:`scoring_order` (rows of one prompt
@@ -672,18 +744,19 @@ class Policy:
             bar = tqdm(total=N, desc=f"{self.name} logprobs", unit="seq", leave=False)
         try:
             for s in range(0, N, mb):
-                idx = order[s:s + mb]
-                logp, _ = self.forward_logprobs([prompt_ids[i] for i in idx], [response_ids[i] for i in idx],
-                                                chunk=chunk, temperature=temperature)
+                idx = order[s : s + mb]
+                logp, _ = self.forward_logprobs(
+                    [prompt_ids[i] for i in idx], [response_ids[i] for i in idx], chunk=chunk, temperature=temperature
+                )
                 logp = logp.float().cpu()
                 for row, i in enumerate(idx):
-                    out[i] = logp[row, :len(response_ids[i])].clone()
+                    out[i] = logp[row, : len(response_ids[i])].clone()
                 if bar is not None:
                     bar.update(len(idx))
         finally:
             if bar is not None:
                 bar.close()
-        return cast("list[Tensor]", out)   # every entry is set: ``order`` is a permutation of range(N)
+        return cast("list[Tensor]", out)  # every entry is set: ``order`` is a permutation of range(N)
 
     # ------------------------------------------------------------------ training helpers
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
@@ -720,8 +793,10 @@ class Policy:
         return sum(p.numel() for p in (self.trainable_parameters() if trainable_only else self.model.parameters()))
 
     def __repr__(self) -> str:
-        return (f"Policy({self.name!r}, {type(_unwrap(self.model)).__name__}, "
-                f"{self.num_parameters() / 1e6:.1f}M params, vocab {len(self.tokenizer)}, {self.device})")
+        return (
+            f"Policy({self.name!r}, {type(_unwrap(self.model)).__name__}, "
+            f"{self.num_parameters() / 1e6:.1f}M params, vocab {len(self.tokenizer)}, {self.device})"
+        )
 
 
 def reference_policy(cfg: ModelConfig, device: str | torch.device = "cpu") -> Policy:

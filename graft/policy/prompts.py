@@ -19,6 +19,7 @@ BOS: :func:`encode_prompt` lets the tokenizer add its special tokens (Gemma: ``<
 unless the rendered text already starts with the BOS token (a chat template that writes
 it), and never yields two BOS tokens; an EOS a tokenizer appends is removed.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -39,8 +40,7 @@ def plain_prompt(problem: str, instruction: str) -> str:
 
 def _shots(k: int, domain: Domain) -> tuple[tuple[str, str], ...]:
     if not 0 <= k <= len(domain.fewshot):
-        raise ConfigError(f"fewshot must be in [0, {len(domain.fewshot)}] (the worked examples of domain "
-                          f"{domain.name}), got {k}")
+        raise ConfigError(f"fewshot must be in [0, {len(domain.fewshot)}] (the worked examples of domain {domain.name}), got {k}")
     return domain.fewshot[:k]
 
 
@@ -56,8 +56,10 @@ def fewshot_prompt(problem: str, instruction: str, k: int, domain: str = "math")
 
 def chat_prompt(tokenizer: Any, problem: str, instruction: str, k: int = 0, domain: str = "math") -> str:
     if not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"template 'chat' needs a tokenizer with a chat template, and {tokenizer.name_or_path!r} has "
-                          "none (a base model?); use template: plain or fewshot")
+        raise ConfigError(
+            f"template 'chat' needs a tokenizer with a chat template, and {tokenizer.name_or_path!r} has "
+            "none (a base model?); use template: plain or fewshot"
+        )
     messages = []
     for q, a in _shots(k, load_domain(domain)):
         messages += [{"role": "user", "content": _question(q, instruction)}, {"role": "assistant", "content": a}]
@@ -130,5 +132,4 @@ def cut_at_stop(sample, decode, stops: list[str] | tuple[str, ...]):
     text = decode(ids[:lo])
     cut = min(text.index(s) for s in stops if s in text)
     ents = None if sample.entropies is None else sample.entropies[:lo]
-    return replace(sample, token_ids=ids[:lo], logprobs=sample.logprobs[:lo], text=text[:cut], finished=True,
-                   entropies=ents)
+    return replace(sample, token_ids=ids[:lo], logprobs=sample.logprobs[:lo], text=text[:cut], finished=True, entropies=ents)

@@ -11,6 +11,7 @@ Gemma-3-270M has none) so that the sliding-window cache and the softcapping path
 The tokenizers are extracted from the GGUF files once and cached under
 ``~/.cache/graft/tokenizers`` (see :func:`graft.policy.loading.gguf_tokenizer_folder`).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,7 +32,7 @@ def tiny_tokenizer_folder(kind: TinyKind) -> Path:
     if kind not in EMBEDDED_OF:
         raise ValueError(f"kind must be one of {sorted(EMBEDDED_OF)}, got {kind!r}")
     folder, gguf = resolve_model_path(EMBEDDED_OF[kind])
-    assert gguf is not None, EMBEDDED_OF[kind]   # an embedded model is always one GGUF file
+    assert gguf is not None, EMBEDDED_OF[kind]  # an embedded model is always one GGUF file
     return gguf_tokenizer_folder(Path(folder) / gguf)
 
 
@@ -40,19 +41,45 @@ def build_tiny_model(kind: TinyKind, out_dir: str | Path, seed: int = 0) -> str:
 
     tok = AutoTokenizer.from_pretrained(str(tiny_tokenizer_folder(kind)))
     vocab = len(tok)
-    special = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                   pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    special = dict(
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+    )
     config: LlamaConfig | Gemma3TextConfig
     if kind == "llama":
-        config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=4096,
-                             tie_word_embeddings=True, rms_norm_eps=1e-5, initializer_range=0.2, **special)
+        config = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            max_position_embeddings=4096,
+            tie_word_embeddings=True,
+            rms_norm_eps=1e-5,
+            initializer_range=0.2,
+            **special,
+        )
     else:
-        config = Gemma3TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=1, head_dim=8, query_pre_attn_scalar=8,
-                                  sliding_window=4, layer_types=["sliding_attention", "full_attention"],
-                                  max_position_embeddings=4096, final_logit_softcapping=30.0,
-                                  tie_word_embeddings=True, initializer_range=0.2, **special)
+        config = Gemma3TextConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=8,
+            query_pre_attn_scalar=8,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            max_position_embeddings=4096,
+            final_logit_softcapping=30.0,
+            tie_word_embeddings=True,
+            initializer_range=0.2,
+            **special,
+        )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     out = Path(out_dir)

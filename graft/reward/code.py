@@ -10,6 +10,7 @@ limit (``reward.timeout_s``) is kept above the program's own.
 
 Light imports only (no torch): grader workers import this module.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def code_reference(row: Mapping[str, Any]) -> str:
     else:
         raise ValueError(f"tests must be a non-empty list of test strings or one string of test code, got {raw!r:.60}")
     entry = row.get("entry_point")
-    sandbox.parse_tests(tests, entry)   # an unparsable test is the row's fault, said when the data is read
+    sandbox.parse_tests(tests, entry)  # an unparsable test is the row's fault, said when the data is read
     return json.dumps({"tests": tests, "entry_point": entry})
 
 
@@ -44,16 +45,23 @@ def warm_up() -> None:
     sandbox.isolation()
 
 
-def verify_code(response: str, reference: str, partial_credit: bool = False, timeout_s: float = 5.0,
-                test_timeout_s: float = 3.0, memory_mb: int = 512) -> tuple[float, str]:
+def verify_code(
+    response: str,
+    reference: str,
+    partial_credit: bool = False,
+    timeout_s: float = 5.0,
+    test_timeout_s: float = 3.0,
+    memory_mb: int = 512,
+) -> tuple[float, str]:
     """Reward and status of one response (module doc). ``partial_credit``: the share of tests passed."""
     program = code_monitor.extract_program(response)
     if not program or not program.strip():
         return 0.0, verifier.NO_ANSWER
     ref = json.loads(reference)
     tests = sandbox.parse_tests(ref["tests"], ref.get("entry_point"))
-    result = sandbox.run_tests(program, tests, timeout_s=max(1.0, timeout_s - PROGRAM_MARGIN_S),
-                               test_timeout_s=test_timeout_s, memory_mb=memory_mb)
+    result = sandbox.run_tests(
+        program, tests, timeout_s=max(1.0, timeout_s - PROGRAM_MARGIN_S), test_timeout_s=test_timeout_s, memory_mb=memory_mb
+    )
     if result.status == "error":
         return 0.0, verifier.ERROR
     total = max(result.total, 1)

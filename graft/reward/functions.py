@@ -18,6 +18,7 @@ line on stderr says why.
 Each item's reference (``Prompt.answer``) is its row as JSON (:func:`row_reference`), so everything a function
 reads travels with the rollout groups, the trajectory store and the eval records.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -105,14 +106,18 @@ def _batch(references: Sequence[str]) -> tuple[list[str], dict[str, list]]:
         except (TypeError, json.JSONDecodeError):
             row = None
         if not isinstance(row, dict):
-            raise RewardFunctionError(f"item {i}'s reference {str(r)[:40]!r} is not a data row: reward.function grades "
-                                      "rows graft loaded with it (a stored peer from a run graded otherwise is not)")
+            raise RewardFunctionError(
+                f"item {i}'s reference {str(r)[:40]!r} is not a data row: reward.function grades "
+                "rows graft loaded with it (a stored peer from a run graded otherwise is not)"
+            )
         rows.append(row)
     keys = sorted({k for r in rows for k in r} - {"problem"})
     clash = [k for k in keys if k in KEYWORDS]
     if clash:
-        raise RewardFunctionError(f"data column {clash[0]!r} has the name of a reward function's own argument "
-                                  f"({', '.join(KEYWORDS)}); rename it in the file")
+        raise RewardFunctionError(
+            f"data column {clash[0]!r} has the name of a reward function's own argument "
+            f"({', '.join(KEYWORDS)}); rename it in the file"
+        )
     return [r.get("problem", "") for r in rows], {k: [r.get(k) for r in rows] for k in keys}
 
 
@@ -176,9 +181,16 @@ class FunctionGrader:
         workers: 0 calls the functions in this process (no timeout; debugging and tests); otherwise one worker.
     """
 
-    def __init__(self, specs: Sequence[str], weights: Sequence[float] | None = None, timeout_s: float = 120.0,
-                 on_error: str = "stop", workers: int = 1, start_method: str | None = None,
-                 startup_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        specs: Sequence[str],
+        weights: Sequence[float] | None = None,
+        timeout_s: float = 120.0,
+        on_error: str = "stop",
+        workers: int = 1,
+        start_method: str | None = None,
+        startup_timeout_s: float = 120.0,
+    ) -> None:
         self.specs, self.timeout_s, self.on_error = list(specs), float(timeout_s), on_error
         self.weights = list(weights) if weights is not None else [1.0] * len(self.specs)
         self.stats: dict[str, int] = {}
@@ -195,8 +207,9 @@ class FunctionGrader:
         if self._ctx is None:
             raise RewardFunctionError("a FunctionGrader with workers=0 starts no worker process")
         parent, child = self._ctx.Pipe(duplex=True)
-        self._proc = proc = self._ctx.Process(target=worker_main, args=(child, self.specs, list(sys.path)), daemon=True,
-                                              name="graft-reward-fn")
+        self._proc = proc = self._ctx.Process(
+            target=worker_main, args=(child, self.specs, list(sys.path)), daemon=True, name="graft-reward-fn"
+        )
         proc.start()
         child.close()
         self._conn = parent
@@ -247,14 +260,14 @@ class FunctionGrader:
             if self._proc is None or not self._proc.is_alive():
                 self._start()
             conn, proc = self._conn, self._proc
-            assert conn is not None and proc is not None   # _start() set both
+            assert conn is not None and proc is not None  # _start() set both
             conn.send((prompts, completions, columns))
             results = []
-            for spec in self.specs:   # every function answers, even after another's error
+            for spec in self.specs:  # every function answers, even after another's error
                 res = self._recv(self.timeout_s, f"reward function {spec} on {len(completions)} completions")
                 results.append(res)
                 if res[0] == "timeout" or (res[0] == "error" and not proc.is_alive()):
-                    self._kill()   # hung or dead: the next batch starts a fresh worker
+                    self._kill()  # hung or dead: the next batch starts a fresh worker
                     break
         for res in results:
             if res[0] != "ok":

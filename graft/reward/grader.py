@@ -26,6 +26,7 @@ Timing: an item's clock starts when the worker's previous answer arrives (or whe
 batch is sent), so time an item spends queued behind others in the same worker does not
 count against it.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -94,8 +95,9 @@ class _Worker:
 
     def __init__(self, ctx: SpawnContext | ForkServerContext, verify_fn: str, startup_timeout_s: float, verify_kwargs: dict):
         parent_conn, child_conn = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=worker.main, args=(child_conn, verify_fn, list(sys.path), verify_kwargs),
-                                daemon=True, name="graft-grader")
+        self.proc = ctx.Process(
+            target=worker.main, args=(child_conn, verify_fn, list(sys.path), verify_kwargs), daemon=True, name="graft-grader"
+        )
         self.proc.start()
         child_conn.close()
         self.conn = parent_conn
@@ -150,10 +152,17 @@ class Grader:
     Not re-entrant: concurrent ``grade`` calls are serialised by a lock.
     """
 
-    def __init__(self, timeout_s: float = 5.0, workers: int = 2, verify_fn: str | None = None,
-                 start_method: str | None = None, chunk_size: int = 32, startup_timeout_s: float = 120.0,
-                 quick: Callable[[str, str], tuple[float, str] | None] | None = None,
-                 verify_kwargs: dict | None = None):
+    def __init__(
+        self,
+        timeout_s: float = 5.0,
+        workers: int = 2,
+        verify_fn: str | None = None,
+        start_method: str | None = None,
+        chunk_size: int = 32,
+        startup_timeout_s: float = 120.0,
+        quick: Callable[[str, str], tuple[float, str] | None] | None = None,
+        verify_kwargs: dict | None = None,
+    ):
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         if workers < 0:
@@ -244,7 +253,7 @@ class Grader:
 
     def _local(self, response: str, answer: str) -> tuple[float, str]:
         try:
-            assert self._local_fn is not None   # set when workers=0, the only case that grades here
+            assert self._local_fn is not None  # set when workers=0, the only case that grades here
             r, s = self._local_fn(response, answer)
             return float(r), str(s)
         except Exception:  # noqa: BLE001
@@ -274,7 +283,7 @@ class Grader:
                     raise GraderError("internal error: items neither pending nor in flight")
                 continue
             mp_wait([w.conn for w in active], timeout=max(0.0, min(w.deadline for w in active) - time.monotonic()))
-            for w in active:   # every answer that has arrived, before judging deadlines
+            for w in active:  # every answer that has arrived, before judging deadlines
                 self._drain(w, tally)
             self._expire(tally)
 
@@ -312,8 +321,10 @@ class Grader:
             tally.requeue(w)
             if not w.ready:
                 w.proc.join(timeout=1.0)
-                raise GraderError(f"grader worker exited during start-up (exit code {w.proc.exitcode}); "
-                                  "a main module without an `if __name__ == '__main__':` guard causes this") from None
+                raise GraderError(
+                    f"grader worker exited during start-up (exit code {w.proc.exitcode}); "
+                    "a main module without an `if __name__ == '__main__':` guard causes this"
+                ) from None
             self._replace(w)
 
     def _expire(self, tally: "_Tally") -> None:

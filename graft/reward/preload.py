@@ -1,6 +1,7 @@
 """Imported by the grader's forkserver: loads and warms math_verify once (and the reward-function worker's
 module), so every worker forked from it starts ready in milliseconds instead of ~1 s (import + grammar compile).
 No torch: nothing here imports it."""
+
 from graft.reward import functions, verifier, worker
 
 PRELOADED = (functions, verifier, worker)

@@ -65,6 +65,7 @@ can hold up to ``MAX_PROCESSES`` x ``memory_mb`` plus its tmpfs.
 ``none: ...``: no mechanism passed its self-test (e.g. root without namespaces and an interpreter the
 sandbox uid cannot read); every run returns status ``"error"`` rather than run code as root.
 """
+
 from __future__ import annotations
 
 import ast
@@ -106,6 +107,7 @@ class TestCase:
     """One test: ``call`` (an expression evaluated in the program's namespace) whose value must equal
     ``expected`` (a Python literal; compared outside the sandbox), or ``code`` (test code run inside the
     sandbox; passes when it raises nothing)."""
+
     __test__ = False  # not a pytest class
 
     call: str = ""
@@ -134,6 +136,7 @@ class SandboxResult:
 
 
 # ---------------------------------------------------------------------------------------------- tests
+
 
 def parse_tests(tests: str | list[str], entry_point: str | None = None) -> list[TestCase]:
     """Turn a row's tests into TestCases. A source whose statements are all asserts becomes split tests:
@@ -193,10 +196,14 @@ def _split_assert(node: ast.stmt) -> TestCase | None:
 
 
 def _test_code(source: str, tree: ast.Module, entry_point: str | None) -> str:
-    defines_check = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "check"
-                        for n in tree.body)
-    calls_check = any(isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
-                      and isinstance(n.value.func, ast.Name) and n.value.func.id == "check" for n in tree.body)
+    defines_check = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "check" for n in tree.body)
+    calls_check = any(
+        isinstance(n, ast.Expr)
+        and isinstance(n.value, ast.Call)
+        and isinstance(n.value.func, ast.Name)
+        and n.value.func.id == "check"
+        for n in tree.body
+    )
     if not defines_check or calls_check:
         return source
     if not entry_point or not entry_point.isidentifier():
@@ -214,11 +221,13 @@ def _same(expected: object, got: object) -> bool:
                 return False
         return False
     if isinstance(expected, (list, tuple)):
-        return (type(got) is type(expected) and len(got) == len(expected)
-                and all(_same(e, g) for e, g in zip(expected, got, strict=True)))
+        return (
+            type(got) is type(expected)
+            and len(got) == len(expected)
+            and all(_same(e, g) for e, g in zip(expected, got, strict=True))
+        )
     if isinstance(expected, dict):
-        return (isinstance(got, dict) and got.keys() == expected.keys()
-                and all(_same(v, got[k]) for k, v in expected.items()))
+        return isinstance(got, dict) and got.keys() == expected.keys() and all(_same(v, got[k]) for k, v in expected.items())
     return bool(expected == got)
 
 
@@ -248,8 +257,16 @@ def _outcome(test: TestCase, tag: str, payload: object) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- running
 
-def run_tests(program: str, tests: list[TestCase], *, timeout_s: float = 10.0, test_timeout_s: float = 3.0,
-              memory_mb: int = 512, max_output_bytes: int = 1 << 20) -> SandboxResult:
+
+def run_tests(
+    program: str,
+    tests: list[TestCase],
+    *,
+    timeout_s: float = 10.0,
+    test_timeout_s: float = 3.0,
+    memory_mb: int = 512,
+    max_output_bytes: int = 1 << 20,
+) -> SandboxResult:
     """Run ``program`` against ``tests`` in the sandbox (see the module docstring). Never raises for
     anything the program does; returns within about ``timeout_s`` + 2 s (the first call in a process also
     runs the mechanism's self-test: ~0.2 s, at most SELF_TEST_TIMEOUT_S). Thread- and worker-safe."""
@@ -259,13 +276,13 @@ def run_tests(program: str, tests: list[TestCase], *, timeout_s: float = 10.0, t
         return SandboxResult(0, len(tests), "no_program", None, 0.0)
     mechanism = _mechanism()
     if mechanism not in MECHANISMS:
-        return SandboxResult(0, len(tests), "error", None, time.monotonic() - t0,
-                             stderr=f"no usable sandbox: {isolation()}")
+        return SandboxResult(0, len(tests), "error", None, time.monotonic() - t0, stderr=f"no usable sandbox: {isolation()}")
     try:
         return _run(mechanism, program, tests, _Options(timeout_s, test_timeout_s, memory_mb, max_output_bytes), t0)
     except Exception as e:  # noqa: BLE001 - infrastructure trouble is reported, never raised
-        return SandboxResult(0, len(tests), "error", None, time.monotonic() - t0,
-                             stderr=f"sandbox error: {type(e).__name__}: {e}")
+        return SandboxResult(
+            0, len(tests), "error", None, time.monotonic() - t0, stderr=f"sandbox error: {type(e).__name__}: {e}"
+        )
 
 
 @dataclass(frozen=True)
@@ -288,8 +305,7 @@ def _run(mechanism: str, program: str, tests: list[TestCase], opts: _Options, t0
             _kill_uid(uid, surely=False)  # leftovers of a run whose parent died
             if workdir:
                 os.chown(workdir, uid, uid)
-        job = _job(program, tests, opts, uid=uid, unshare=mechanism == "rlimits+setuid",
-                   workdir=workdir or "/tmp")
+        job = _job(program, tests, opts, uid=uid, unshare=mechanism == "rlimits+setuid", workdir=workdir or "/tmp")
         watcher = _Watcher(len(tests), opts, t0)
         proc, fds = _launch(mechanism, job, workdir, marker)
         try:
@@ -306,14 +322,25 @@ def _run(mechanism: str, program: str, tests: list[TestCase], opts: _Options, t0
     return watcher.result(tests, time.monotonic() - t0)
 
 
-def _job(program: str, tests: list[TestCase], opts: _Options, *, uid: int | None, unshare: bool,
-         workdir: str) -> dict:
-    limits = {"RLIMIT_AS": opts.memory_mb << 20, "RLIMIT_CPU": math.ceil(opts.timeout_s) + 1,
-              "RLIMIT_FSIZE": MAX_FILE_BYTES, "RLIMIT_NOFILE": MAX_OPEN_FILES, "RLIMIT_CORE": 0,
-              "RLIMIT_NPROC": MAX_PROCESSES}
-    return {"program": program, "uid": uid, "unshare": unshare, "workdir": workdir, "limits": limits,
-            "tmpfs_bytes": TMPFS_BYTES, "max_line": opts.max_output_bytes,
-            "tests": [["code", t.code] if t.code is not None else ["call", t.call] for t in tests]}
+def _job(program: str, tests: list[TestCase], opts: _Options, *, uid: int | None, unshare: bool, workdir: str) -> dict:
+    limits = {
+        "RLIMIT_AS": opts.memory_mb << 20,
+        "RLIMIT_CPU": math.ceil(opts.timeout_s) + 1,
+        "RLIMIT_FSIZE": MAX_FILE_BYTES,
+        "RLIMIT_NOFILE": MAX_OPEN_FILES,
+        "RLIMIT_CORE": 0,
+        "RLIMIT_NPROC": MAX_PROCESSES,
+    }
+    return {
+        "program": program,
+        "uid": uid,
+        "unshare": unshare,
+        "workdir": workdir,
+        "limits": limits,
+        "tmpfs_bytes": TMPFS_BYTES,
+        "max_line": opts.max_output_bytes,
+        "tests": [["code", t.code] if t.code is not None else ["call", t.call] for t in tests],
+    }
 
 
 @functools.cache
@@ -327,8 +354,16 @@ def _python() -> str:
 
 def _bwrap_argv(root: bool) -> list[str]:
     """bubblewrap's arguments: every namespace, a read-only system + interpreter, fresh /proc, /dev, /tmp."""
-    argv = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--unshare-pid",
-            "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    argv = [
+        shutil.which("bwrap") or "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     if not root:  # as root bwrap needs no user namespace, and the harness drops to the sandbox uid
         argv.append("--unshare-user")
     bound: list[str] = []
@@ -350,8 +385,20 @@ def _bwrap_argv(root: bool) -> list[str]:
                 made.add(folder)
         argv += ["--ro-bind", path, path]
         bound.append(path)
-    return argv + ["--proc", "/proc", "--dev", "/dev", "--size", str(TMPFS_BYTES), "--perms", "1777",
-                   "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    return argv + [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(TMPFS_BYTES),
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+    ]
 
 
 def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
@@ -364,7 +411,7 @@ def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
         job["result_fd"] = result_w
         data = json.dumps(job).encode()
         while data:
-            data = data[os.write(job_fd, data):]
+            data = data[os.write(job_fd, data) :]
         os.lseek(job_fd, 0, os.SEEK_SET)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir or "/tmp", "LANG": "C.UTF-8"}
         if marker:
@@ -372,8 +419,17 @@ def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
         argv = [_python(), "-I", "-S", "-B", "-X", "utf8", "-c", _harness_source(), str(job_fd)]
         if mechanism == "bwrap":
             argv = _bwrap_argv(os.geteuid() == 0) + argv
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, env=env, cwd="/",
-                                pass_fds=(job_fd, result_w), start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            env=env,
+            cwd="/",
+            pass_fds=(job_fd, result_w),
+            start_new_session=True,
+            close_fds=True,
+        )
     except BaseException:
         for fd in (result_r, out_r, err_r):
             os.close(fd)
@@ -426,8 +482,7 @@ class _Watcher:
         """What the program printed before the end that is still in the pipes (bounded: it may still write)."""
         for fd, name in names.items():
             for _ in range(self.opts.max_output_bytes // (1 << 16) + 2):
-                if name == "result" or fd not in sel.get_map() or self.stop == "output_limit" \
-                        or not self._read(sel, fd, name):
+                if name == "result" or fd not in sel.get_map() or self.stop == "output_limit" or not self._read(sel, fd, name):
                     break
 
     def _read(self, sel: selectors.BaseSelector, fd: int, name: str) -> bool:
@@ -484,14 +539,13 @@ class _Watcher:
         out = {k: v.decode("utf-8", "replace") for k, v in self.output.items()}
         if not self.ready:
             why = self.fatal or ("timed out starting" if self.stop else "ended before starting")
-            return SandboxResult(0, len(tests), "error", None, seconds, out["stdout"],
-                                 f"sandbox did not start: {why}\n{out['stderr']}")
+            return SandboxResult(
+                0, len(tests), "error", None, seconds, out["stdout"], f"sandbox did not start: {why}\n{out['stderr']}"
+            )
         missing = self.program_failure or self.stop or "missing_result"
-        kinds = [_outcome(t, *self.outcomes[i]) if i < len(self.outcomes) else missing
-                 for i, t in enumerate(tests)]
+        kinds = [_outcome(t, *self.outcomes[i]) if i < len(self.outcomes) else missing for i, t in enumerate(tests)]
         failure = next((k for k in kinds if k is not None), None)
-        return SandboxResult(kinds.count(None), len(tests), self.stop or "ok", failure, seconds,
-                             out["stdout"], out["stderr"])
+        return SandboxResult(kinds.count(None), len(tests), self.stop or "ok", failure, seconds, out["stdout"], out["stderr"])
 
 
 def _exited(proc: subprocess.Popen) -> bool:
@@ -503,6 +557,7 @@ def _exited(proc: subprocess.Popen) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- cleanup
+
 
 def _stop(proc: subprocess.Popen, uid: int | None, marker: str | None, bwrap: bool) -> None:
     """Kill the sandbox's whole tree. Under bwrap: its PID namespace's init first, so the namespace dies
@@ -558,7 +613,8 @@ def _has_uid(uid: int):
         with open(f"/proc/{pid}/status", "rb") as f:
             head = f.read(1024)  # Name, Umask, State, ..., Uid come first
         at = head.find(b"\nUid:")
-        return at >= 0 and int(head[at + 5:].split(None, 1)[0]) == uid and b"\nState:\tZ" not in head
+        return at >= 0 and int(head[at + 5 :].split(None, 1)[0]) == uid and b"\nState:\tZ" not in head
+
     return match
 
 
@@ -567,9 +623,19 @@ def _kill_uid(uid: int, *, surely: bool = True) -> None:
     (a fork cannot race it, unlike a scan of /proc), then anything a scan still finds, one by one.
     ``surely=False``: only when a scan finds some (before a run: leftovers of a parent that died)."""
     if surely or _pids(_has_uid(uid)):
-        subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=uid, group=uid, extra_groups=[], env={}, cwd="/",
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=5, check=False)
+        subprocess.run(
+            ["/bin/sh", "-c", "kill -9 -1"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=5,
+            check=False,
+        )
     _kill_matching(_has_uid(uid))
 
 
@@ -581,6 +647,7 @@ def _kill_marked(marker: str) -> None:
     def match(pid: int) -> bool:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return pid != me and needle in f.read().split(b"\0")
+
     _kill_matching(match)
 
 

@@ -20,6 +20,7 @@ The program runs in this same interpreter, so it can forge or suppress these lin
 compares the reported reprs with the expected values itself (they never come in here) and counts a
 missing line as a failure.
 """
+
 import ctypes
 import json
 import os
@@ -49,7 +50,7 @@ def report(*fields) -> None:
         data = (_dumps(["E", fields[1], "ResultTooLarge"]) + "\n").encode("ascii")
     try:
         while data:
-            data = data[_write(_result_fd, data):]
+            data = data[_write(_result_fd, data) :]
     except OSError:  # the program closed or broke the result fd: nothing more can be reported
         _exit(0)
 

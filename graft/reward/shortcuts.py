@@ -22,6 +22,7 @@ Flags (``FLAGS``):
 
 Pure text functions, no torch: the grader's workers and the report import it.
 """
+
 from __future__ import annotations
 
 import re
@@ -64,8 +65,9 @@ def answer_flags(response: str, problem: str, example_equations: Sequence[str] =
     }
 
 
-def shortcut_shares(responses: Sequence[str], problems: Sequence[str], rewards: Sequence[float],
-                    example_equations: Sequence[str] = ()) -> dict[str, float | None]:
+def shortcut_shares(
+    responses: Sequence[str], problems: Sequence[str], rewards: Sequence[float], example_equations: Sequence[str] = ()
+) -> dict[str, float | None]:
     """Among the rewarded responses (reward > 0.5) of ``N`` responses, the share carrying each flag:
     ``{"n": count, "operator": share, ...}``; shares are ``None`` when nothing was rewarded.
 

@@ -31,6 +31,7 @@ as decimals compare equal to any other tiny decimal); units in ``\\text{}``/``\\
 and ``^\\circ`` are dropped; ``\\%`` is kept as /100 but ``12`` == ``12\\%`` still matches;
 ``x = 5`` matches ``5``; intervals must agree on open/closed ends.
 """
+
 from __future__ import annotations
 
 import functools
@@ -66,6 +67,7 @@ def _math_verify():
     if _mv is None:
         # deferred: math_verify (sympy, antlr) takes seconds to import, and number answers never need it
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify as mv_verify
+
         # Default LaTeX normalisation (malformed_operators=True reads "11\sqrt2"; the README's
         # reward config with malformed_operators=False fails on it), boxed answers first.
         latex = LatexExtractionConfig(boxed_match_priority=0)
@@ -112,7 +114,7 @@ def _box_content(text: str, i: int, pairs: dict[int, int] | None = None) -> str 
         m = _TOKEN_RE.match(text, i)
         return m.group(0).rstrip(".,;") if m else None
     end = pairs.get(i) if pairs is not None else _closing_brace(text, i)
-    return text[i + 1:end].strip() if end is not None else None
+    return text[i + 1 : end].strip() if end is not None else None
 
 
 def _closing_brace(text: str, i: int) -> int | None:
@@ -156,8 +158,7 @@ def extract_boxed(text: str) -> str | None:
 
 _NUM = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))"
 _SCI_RE = re.compile(
-    r"^\s*" + _NUM +
-    r"(?:[eE]([+-]?\d+)(?![\d.])"
+    r"^\s*" + _NUM + r"(?:[eE]([+-]?\d+)(?![\d.])"
     r"|\s*\\(?:times|cdot)\s*10\s*\^\s*(?:\{\s*([+-]?\d+)\s*\}|([+-]?\d)))"
 )
 _INT_RE = re.compile(r"^[+-]?\d{1,60}$")
@@ -186,7 +187,7 @@ def normalize_answer(s: str) -> str:
         except (InvalidOperation, ValueError, OverflowError):
             return s
         if abs(int(exp)) <= 400:
-            s = _exact(d) + s[m.end():]
+            s = _exact(d) + s[m.end() :]
     return s
 
 
@@ -240,8 +241,10 @@ def _equivalent(p: str, g: str) -> bool:
     return bool(_math_verify()[1](_parse_gold(g), _parse_pred(p), timeout_seconds=None))
 
 
-_NUMBER_RE = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+|\d{1,3}(?:,\d{3})+(?:\.\d+)?"
-                        r"|\\[dt]?frac\{\d+\}\{\d+\}|\d+/\d+)$")
+_NUMBER_RE = re.compile(
+    r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+|\d{1,3}(?:,\d{3})+(?:\.\d+)?"
+    r"|\\[dt]?frac\{\d+\}\{\d+\}|\d+/\d+)$"
+)
 
 
 def is_number(content: str) -> bool:
@@ -252,8 +255,10 @@ def is_number(content: str) -> bool:
     return bool(_NUMBER_RE.match(normalize_answer(content).replace(" ", "")))
 
 
-_EXACT_RE = re.compile(r"^(?P<sign>[+-]?)(?:(?P<int>\d+|\d{1,3}(?:,\d{3})+)(?:\.(?P<dec>\d+))?|\.(?P<dec0>\d+)"
-                       r"|\\[dt]?frac\{(?P<fn>\d+)\}\{(?P<fd>\d+)\}|(?P<sn>\d+)/(?P<sd>\d+))$")
+_EXACT_RE = re.compile(
+    r"^(?P<sign>[+-]?)(?:(?P<int>\d+|\d{1,3}(?:,\d{3})+)(?:\.(?P<dec>\d+))?|\.(?P<dec0>\d+)"
+    r"|\\[dt]?frac\{(?P<fn>\d+)\}\{(?P<fd>\d+)\}|(?P<sn>\d+)/(?P<sd>\d+))$"
+)
 
 
 def exact_number(content: str) -> tuple[Fraction, str] | None:
@@ -305,7 +310,7 @@ def number_reward(response: str, answer: str) -> tuple[float, str] | None:
     gold = exact_number(str(answer))
     if gold is None:
         return None
-    if not extract_boxed(response):   # the last box alone decides "no answer" (all boxes are read only then)
+    if not extract_boxed(response):  # the last box alone decides "no answer" (all boxes are read only then)
         return 0.0, NO_ANSWER
     boxes = boxed_contents(response)
     ok = all(b is not None and strict_number_match(b, gold[0]) for b in boxes)

@@ -9,6 +9,7 @@ cannot be imported.
 
 Only light imports here (no torch): this module is the forkserver preload.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,7 +42,7 @@ def main(conn, verify_fn: str, sys_path: list[str], verify_kwargs: dict | None =
     try:
         fn = resolve(verify_fn, verify_kwargs)
         warm_up = getattr(importlib.import_module(verify_fn.partition(":")[0]), "warm_up", None)
-        if callable(warm_up):   # the verify module's one-off start-up (math_verify's grammars, the sandbox's self-test)
+        if callable(warm_up):  # the verify module's one-off start-up (math_verify's grammars, the sandbox's self-test)
             warm_up()
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises
         conn.send(("fatal", f"cannot load verify_fn {verify_fn!r}: {type(e).__name__}: {e}"))

@@ -54,6 +54,7 @@ when that reproduces the recorded sha256.
 (dict, list, tuple, str, int, float, bool, None, tensors). ``save_checkpoint`` checks that
 before publishing the checkpoint.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -91,8 +92,17 @@ class _HasStateDict(Protocol):
     def state_dict(self) -> dict: ...
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                   "chat_template.jinja", "chat_template.json", "added_tokens.json", "vocab.json", "merges.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+)
 """Files of a Hugging Face tokenizer (what ``save_pretrained`` writes for the tokenizers graft loads)."""
 
 
@@ -102,6 +112,7 @@ class CheckpointError(UserError, RuntimeError):
 
 # ----------------------------------------------------------------------------- RNG
 
+
 def rng_state() -> dict:
     """States of Python ``random``, NumPy's global generator, torch CPU and (when available) CUDA.
 
@@ -110,8 +121,13 @@ def rng_state() -> dict:
     name, keys, pos, has_gauss, cached = np.random.get_state()
     out: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": {"name": str(name), "keys": [int(k) for k in keys], "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "name": str(name),
+            "keys": [int(k) for k in keys],
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -137,6 +153,7 @@ def set_rng_state(state: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- helpers
+
 
 def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
@@ -197,8 +214,9 @@ def _verify(path: Path, manifest: dict, full: bool) -> None:
             raise CheckpointError(f"{path}: file {rel} is missing (listed in manifest.json)")
         size = f.stat().st_size
         if size != meta.get("size"):
-            raise CheckpointError(f"{path}: file {rel} has {size} bytes, manifest.json says {meta.get('size')} "
-                                  "(truncated or replaced)")
+            raise CheckpointError(
+                f"{path}: file {rel} has {size} bytes, manifest.json says {meta.get('size')} (truncated or replaced)"
+            )
         if full and meta.get("sha256") and _sha256(f) != meta["sha256"]:
             raise CheckpointError(f"{path}: file {rel} does not match its sha256 in manifest.json (corrupt)")
 
@@ -208,15 +226,16 @@ def _link_tokenizer(root: Path, folder: Path, name: str) -> None:
     ``root/tokenizers/NAME-HASH/`` (written once per content, atomically; a damaged copy is rewritten), so
     every step holds the complete Hugging Face folder but the bytes are stored once. Where the filesystem
     refuses hard links the written files stay (a copy per step, as before)."""
-    files = {f: {"size": (folder / f).stat().st_size, "sha256": _sha256(folder / f)}
-             for f in TOKENIZER_FILES if (folder / f).is_file()}
+    files = {
+        f: {"size": (folder / f).stat().st_size, "sha256": _sha256(folder / f)} for f in TOKENIZER_FILES if (folder / f).is_file()
+    }
     if not files:
         return
     rel = f"tokenizers/{name}-{hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]}"
     store = root / rel
     try:
         _verify(root, {"files": {f"{rel}/{f}": m for f, m in files.items()}}, full=True)
-    except CheckpointError:   # not there yet (or damaged): write it
+    except CheckpointError:  # not there yet (or damaged): write it
         tmp, old = (root / "tokenizers" / f".{kind}-{store.name}-{os.getpid()}" for kind in ("tmp", "del"))
         _remove_tree(tmp)
         tmp.mkdir(parents=True)
@@ -291,7 +310,7 @@ def _cleanup(root: Path) -> None:
         else:
             _remove_tree(p)
     tokenizers = root / "tokenizers"
-    for p in list(tokenizers.iterdir()) if tokenizers.is_dir() else []:   # a tokenizer copy a dead writer left
+    for p in list(tokenizers.iterdir()) if tokenizers.is_dir() else []:  # a tokenizer copy a dead writer left
         m = re.match(r"^\.(tmp|del)-.+-(\d+)$", p.name)
         if m and not _pid_alive(int(m.group(2))):
             _remove_tree(p)
@@ -312,6 +331,7 @@ def _prune(root: Path, keep_last: int, keep: Path, keep_steps: frozenset[int] = 
 
 
 # ----------------------------------------------------------------------------- save
+
 
 def save_checkpoint(
     run_dir: str | Path,
@@ -374,8 +394,15 @@ def save_checkpoint(
     return final
 
 
-def _write_contents(tmp: Path, root: Path, step: int, models: dict[str, Callable[[Path], None]],
-                    optimizers: Mapping[str, _HasStateDict], state: dict, config: dict) -> None:
+def _write_contents(
+    tmp: Path,
+    root: Path,
+    step: int,
+    models: dict[str, Callable[[Path], None]],
+    optimizers: Mapping[str, _HasStateDict],
+    state: dict,
+    config: dict,
+) -> None:
     """Model folders, optimizer states, ``state.pt`` (checked to reload) and ``config.yaml`` into ``tmp``."""
     for mname, writer in models.items():
         (tmp / mname).mkdir(exist_ok=True)
@@ -395,7 +422,8 @@ def _write_contents(tmp: Path, root: Path, step: int, models: dict[str, Callable
     except Exception as e:  # noqa: BLE001 - report what cannot be reloaded, at save time
         raise output_error(e, tmp / "state.pt") or CheckpointError(
             f"state for step {step} cannot be saved and reloaded with torch.load(weights_only=True); "
-            f"store plain data (dicts, lists, numbers, strings, tensors): {e}") from None
+            f"store plain data (dicts, lists, numbers, strings, tensors): {e}"
+        ) from None
     write_text(tmp / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
 
@@ -406,8 +434,14 @@ def _file_manifest(tmp: Path, step: int, models: Mapping, optimizers: Mapping, h
         rel = f.relative_to(tmp).as_posix()
         files[rel] = {"size": f.stat().st_size, **({"sha256": _sha256(f)} if hash_files else {})}
     _fsync_tree(tmp)
-    return {"format": FORMAT_VERSION, "step": int(step), "created_unix": time.time(),
-            "models": sorted(models), "optimizers": sorted(optimizers), "files": files}
+    return {
+        "format": FORMAT_VERSION,
+        "step": int(step),
+        "created_unix": time.time(),
+        "models": sorted(models),
+        "optimizers": sorted(optimizers),
+        "files": files,
+    }
 
 
 def _publish(root: Path, tmp: Path, name: str) -> Path:
@@ -449,8 +483,7 @@ def drop_optimizer_state(path: str | Path) -> list[str]:
     rels = [f"{n}/optimizer.pt" for n in names]
     if not names:
         return []
-    manifest = {**manifest, "optimizers": [],
-                "files": {rel: meta for rel, meta in manifest["files"].items() if rel not in rels}}
+    manifest = {**manifest, "optimizers": [], "files": {rel: meta for rel, meta in manifest["files"].items() if rel not in rels}}
     _write_manifest(path, manifest)
     for rel in rels:
         (path / rel).unlink(missing_ok=True)
@@ -481,6 +514,7 @@ def remove_checkpoints_after(run_dir: str | Path, step: int) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- load
+
 
 @dataclass
 class Checkpoint:
@@ -543,8 +577,13 @@ def load_checkpoint(path: str | Path, verify: Literal["size", "full"] = "size") 
         raise CheckpointError(f"{p / 'config.yaml'}: cannot load: {e}") from None
     models = list(manifest.get("models", []))
     return Checkpoint(
-        path=p, step=int(manifest["step"]), state=state, config=config,
-        model_dirs={m: p / m for m in models}, optimizer_names=list(manifest.get("optimizers", [])), manifest=manifest,
+        path=p,
+        step=int(manifest["step"]),
+        state=state,
+        config=config,
+        model_dirs={m: p / m for m in models},
+        optimizer_names=list(manifest.get("optimizers", [])),
+        manifest=manifest,
     )
 
 
@@ -556,17 +595,19 @@ def verify_model_files(model_dir: str | Path) -> None:
     step_dir = model_dir.parent
     manifest = _read_manifest(step_dir)
     prefix = model_dir.name + "/"
-    files = {rel: meta for rel, meta in manifest["files"].items()
-             if rel.startswith(prefix) and rel != prefix + "optimizer.pt"}
+    files = {rel: meta for rel, meta in manifest["files"].items() if rel.startswith(prefix) and rel != prefix + "optimizer.pt"}
     if not files:
-        raise CheckpointError(f"{step_dir}: manifest.json lists no files of model {model_dir.name!r} "
-                              f"(models: {', '.join(manifest.get('models', [])) or 'none'})")
+        raise CheckpointError(
+            f"{step_dir}: manifest.json lists no files of model {model_dir.name!r} "
+            f"(models: {', '.join(manifest.get('models', [])) or 'none'})"
+        )
     _verify(step_dir, {"files": files}, full=True)
-    bad = [f"{rel}:{name}" for rel in sorted(files) if rel.endswith(".safetensors")
-           for name in nonfinite_tensors(step_dir / rel)]
+    bad = [f"{rel}:{name}" for rel in sorted(files) if rel.endswith(".safetensors") for name in nonfinite_tensors(step_dir / rel)]
     if bad:
-        raise CheckpointError(f"{model_dir}: weights hold NaN or inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); "
-                              "the run that wrote it diverged; use an earlier checkpoint")
+        raise CheckpointError(
+            f"{model_dir}: weights hold NaN or inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); "
+            "the run that wrote it diverged; use an earlier checkpoint"
+        )
 
 
 def nonfinite_tensors(path: str | Path) -> list[str]:
@@ -597,8 +638,11 @@ def _tokenizer_entries(folder: Path) -> list[tuple[str, str, dict]]:
         files = _read_manifest(folder)["files"]
     except CheckpointError:
         return []
-    return [(*rel.split("/"), meta) for rel, meta in files.items()
-            if rel.count("/") == 1 and rel.split("/")[1] in TOKENIZER_FILES and meta.get("sha256")]
+    return [
+        (*rel.split("/"), meta)
+        for rel, meta in files.items()
+        if rel.count("/") == 1 and rel.split("/")[1] in TOKENIZER_FILES and meta.get("sha256")
+    ]
 
 
 def _intact(path: Path, meta: dict) -> bool:
@@ -642,8 +686,10 @@ def restore_tokenizer_files(run_dir: str | Path, source: Callable[[str], Path | 
             src = sources[model]
             if src is not None and _intact(src / name, meta):
                 _rewrite_in_place(path, (src / name).read_bytes())
-                notices.append(f"resume: restored {path} (damaged; {path.stat().st_nlink} hard link(s) under {root}) "
-                               f"from model {model}'s tokenizer, whose bytes match the sha256 in the manifest")
+                notices.append(
+                    f"resume: restored {path} (damaged; {path.stat().st_nlink} hard link(s) under {root}) "
+                    f"from model {model}'s tokenizer, whose bytes match the sha256 in the manifest"
+                )
     return notices
 
 
@@ -669,6 +715,8 @@ def newest_intact_checkpoint(run_dir: str | Path) -> tuple[Checkpoint | None, li
     if not damaged:
         return None, []
     more = f" (and {len(damaged) - 1} older damaged checkpoint(s))" if len(damaged) > 1 else ""
-    raise CheckpointError(f"{damaged[0]}{more}; {root} holds no intact checkpoint to resume from and nothing was "
-                          "changed; to start over pass resume=restart (deletes this run's metrics, audit log, "
-                          "trajectories and checkpoints) or choose another run_dir")
+    raise CheckpointError(
+        f"{damaged[0]}{more}; {root} holds no intact checkpoint to resume from and nothing was "
+        "changed; to start over pass resume=restart (deletes this run's metrics, audit log, "
+        "trajectories and checkpoints) or choose another run_dir"
+    )

@@ -5,6 +5,7 @@ released on any exit -- a normal end, an exception, SIGKILL, a crash -- and a fo
 process is never stale. Used by ``graft train`` (the run folder), ``graft eval --out``, the
 trajectory store's writer and ``graft experiment run`` (each run of the plan it works on).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -51,12 +52,14 @@ class FolderLock:
         except BlockingIOError:
             who = _holder_text(fd)
             os.close(fd)
-            raise LockError(f"{self.what} {self.folder} is in use by {who}; wait for it to end, stop it, or "
-                            f"choose another {self.what}") from None
+            raise LockError(
+                f"{self.what} {self.folder} is in use by {who}; wait for it to end, stop it, or choose another {self.what}"
+            ) from None
         with writing(self.path):
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
-                      .encode(), 0)
+            os.pwrite(
+                fd, f"pid {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0
+            )
         self._fd = fd
         return self
 

@@ -48,6 +48,7 @@ missing column raise :class:`StoreError` naming the file (extra columns are igno
 files up to its checkpoint's step from their footers (:meth:`TrajectoryStore.first_torn`): a resume re-runs
 only later steps, so a torn earlier file would otherwise stay and fail every later read.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,29 +69,31 @@ from graft.types import GroupCounts, RolloutGroup
 SCHEMA_VERSION = 1
 """Bump when a column is removed, renamed or changes meaning; readers refuse other versions."""
 
-SCHEMA = pa.schema([
-    ("run_id", pa.string()),
-    ("model", pa.string()),
-    ("tokenizer", pa.string()),
-    ("step", pa.int64()),
-    ("epoch", pa.int64()),
-    ("prompt_id", pa.string()),
-    ("problem", pa.string()),
-    ("answer", pa.string()),
-    ("prompt_text", pa.string()),
-    ("response", pa.string()),
-    ("response_token_ids", pa.list_(pa.int32())),
-    ("gen_logprobs", pa.list_(pa.float32())),
-    ("finished", pa.bool_()),
-    ("reward", pa.float64()),
-    ("verify_status", pa.string()),
-    ("advantage", pa.float64()),
-    ("group_index", pa.int32()),
-    ("group_size", pa.int32()),
-    ("used_as_peer_by", pa.list_(pa.string())),
-    ("admitted_by", pa.list_(pa.string())),
-    ("weight_by", pa.list_(pa.float64())),
-])
+SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("model", pa.string()),
+        ("tokenizer", pa.string()),
+        ("step", pa.int64()),
+        ("epoch", pa.int64()),
+        ("prompt_id", pa.string()),
+        ("problem", pa.string()),
+        ("answer", pa.string()),
+        ("prompt_text", pa.string()),
+        ("response", pa.string()),
+        ("response_token_ids", pa.list_(pa.int32())),
+        ("gen_logprobs", pa.list_(pa.float32())),
+        ("finished", pa.bool_()),
+        ("reward", pa.float64()),
+        ("verify_status", pa.string()),
+        ("advantage", pa.float64()),
+        ("group_index", pa.int32()),
+        ("group_size", pa.int32()),
+        ("used_as_peer_by", pa.list_(pa.string())),
+        ("admitted_by", pa.list_(pa.string())),
+        ("weight_by", pa.list_(pa.float64())),
+    ]
+)
 
 _META_VERSION = b"graft.schema_version"
 _FILE_RE = re.compile(r"^step_(\d+)\.parquet$")
@@ -127,9 +130,12 @@ class StoredGroup(GroupCounts):
     advantages: list[float] = field(default_factory=list)
 
 
-def select_stored_group(groups_for_prompt: list[StoredGroup], receiver_step: int,
-                        pick: Literal["latest", "same_step", "any"] = "latest",
-                        eligible=None) -> StoredGroup | None:
+def select_stored_group(
+    groups_for_prompt: list[StoredGroup],
+    receiver_step: int,
+    pick: Literal["latest", "same_step", "any"] = "latest",
+    eligible=None,
+) -> StoredGroup | None:
     """Choose which stored group of one prompt plays the peer at ``receiver_step`` (pure).
 
     ``latest``: the one with the highest step <= ``receiver_step``; ``same_step``: step ==
@@ -157,6 +163,7 @@ def select_stored_group(groups_for_prompt: list[StoredGroup], receiver_step: int
 
 # ----------------------------------------------------------------------------- file helpers
 
+
 def _resolve_root(path: str | Path) -> Path:
     """A store folder, or a run folder holding ``trajectories/``."""
     p = Path(path)
@@ -165,8 +172,10 @@ def _resolve_root(path: str | Path) -> Path:
     return p
 
 
-_EXPECTED = ("graft store expects a trajectory store folder (RUN/trajectories, holding step_NNNNNN.parquet files), "
-             "a run folder holding trajectories/, or one step_NNNNNN.parquet file")
+_EXPECTED = (
+    "graft store expects a trajectory store folder (RUN/trajectories, holding step_NNNNNN.parquet files), "
+    "a run folder holding trajectories/, or one step_NNNNNN.parquet file"
+)
 
 
 def _not_a_store(path: Path) -> str:
@@ -194,8 +203,10 @@ def _check_footer(path: Path) -> None:
     except ValueError:
         raise StoreError(f"{path}: bad schema version {found!r}") from None
     if found_v != SCHEMA_VERSION:
-        raise StoreError(f"{path}: trajectory store schema version {found_v}, this graft reads version {SCHEMA_VERSION}; "
-                         "use the graft release that wrote the store (or re-export it)")
+        raise StoreError(
+            f"{path}: trajectory store schema version {found_v}, this graft reads version {SCHEMA_VERSION}; "
+            "use the graft release that wrote the store (or re-export it)"
+        )
     missing = [c for c in SCHEMA.names if c not in schema.names]
     if missing:
         raise StoreError(f"{path}: missing column(s) {missing}")
@@ -215,6 +226,7 @@ def _read_file(path: Path, columns: list[str] | None = None, filters=None) -> pa
 
 # ----------------------------------------------------------------------------- the store
 
+
 class TrajectoryStore:
     """Reader and writer of one run's trajectory store at ``root``.
 
@@ -230,7 +242,7 @@ class TrajectoryStore:
         self._only_step: int | None = None
         self._lock: FolderLock | None = None
         m = _FILE_RE.match(self.root.name)
-        if m and self.root.is_file():   # a single step file: read-only view of that step
+        if m and self.root.is_file():  # a single step file: read-only view of that step
             self.root, self._only_step = self.root.parent, int(m.group(1))
 
     # ------------------------------------------------------------------ paths
@@ -242,8 +254,11 @@ class TrajectoryStore:
         """Steps with a visible (committed) file, ascending."""
         if not self.root.is_dir():
             return []
-        return sorted(int(m.group(1)) for p in self.root.iterdir()
-                      if (m := _FILE_RE.match(p.name)) and self._only_step in (None, int(m.group(1))))
+        return sorted(
+            int(m.group(1))
+            for p in self.root.iterdir()
+            if (m := _FILE_RE.match(p.name)) and self._only_step in (None, int(m.group(1)))
+        )
 
     def _cleanup_tmp(self) -> None:
         for p in self.root.glob(".step_*.parquet.*.tmp"):
@@ -265,8 +280,9 @@ class TrajectoryStore:
 
     # ------------------------------------------------------------------ write
 
-    def _rows(self, step: int, epoch: int, groups: list[RolloutGroup], tokenizer_names: dict[str, str],
-              peer_use: PeerUse | None) -> dict[str, list]:
+    def _rows(
+        self, step: int, epoch: int, groups: list[RolloutGroup], tokenizer_names: dict[str, str], peer_use: PeerUse | None
+    ) -> dict[str, list]:
         cols: dict[str, list] = {n: [] for n in SCHEMA.names}
         peer_use = peer_use or {}
         for g in groups:
@@ -275,8 +291,10 @@ class TrajectoryStore:
             n = g.size
             for name in ("rewards", "status", "advantages"):
                 if len(getattr(g, name)) != n:
-                    raise StoreError(f"step {step}: group {g.source}/{g.prompt_id} has {len(getattr(g, name))} {name}, "
-                                     f"expected {n} (score the group before storing it)")
+                    raise StoreError(
+                        f"step {step}: group {g.source}/{g.prompt_id} has {len(getattr(g, name))} {name}, "
+                        f"expected {n} (score the group before storing it)"
+                    )
             if g.source not in tokenizer_names:
                 raise StoreError(f"step {step}: no tokenizer name given for model {g.source!r}")
             for i in range(n):
@@ -304,8 +322,9 @@ class TrajectoryStore:
                 cols["weight_by"].append([float(u[2]) for u in uses])
         return cols
 
-    def write_step(self, step: int, epoch: int, groups: list[RolloutGroup], tokenizer_names: dict[str, str],
-                   peer_use: PeerUse | None = None) -> Path:
+    def write_step(
+        self, step: int, epoch: int, groups: list[RolloutGroup], tokenizer_names: dict[str, str], peer_use: PeerUse | None = None
+    ) -> Path:
         """Write (or atomically replace) the file of ``step``: one row per response of every own
         group in ``groups`` (``source == holder``; peer copies are skipped). ``peer_use`` keys use
         the response's index in the source's full group. A step with no groups still gets an
@@ -318,10 +337,13 @@ class TrajectoryStore:
         self._hold_writer_lock()
         self._cleanup_tmp()
         table = pa.Table.from_pydict(self._rows(step, epoch, groups, tokenizer_names, peer_use), schema=SCHEMA)
-        table = table.replace_schema_metadata({
-            _META_VERSION: str(SCHEMA_VERSION).encode(), b"graft.run_id": str(self.run_id).encode(),
-            b"graft.step": str(int(step)).encode(),
-        })
+        table = table.replace_schema_metadata(
+            {
+                _META_VERSION: str(SCHEMA_VERSION).encode(),
+                b"graft.run_id": str(self.run_id).encode(),
+                b"graft.step": str(int(step)).encode(),
+            }
+        )
         final = self.path_for(step)
         tmp = self.root / f".{final.name}.{os.getpid()}.tmp"
         try:
@@ -379,8 +401,9 @@ class TrajectoryStore:
         wanted = None if steps is None else set(int(s) for s in steps)
         return [self.path_for(s) for s in self.steps() if wanted is None or s in wanted]
 
-    def read(self, models: Iterable[str] | None = None, steps: Iterable[int] | None = None,
-             columns: list[str] | None = None) -> pa.Table:
+    def read(
+        self, models: Iterable[str] | None = None, steps: Iterable[int] | None = None, columns: list[str] | None = None
+    ) -> pa.Table:
         """Rows of the given models and steps (default: all), in step order, as one table."""
         models = None if models is None else list(models)
         filters = [("model", "in", models)] if models is not None else None
@@ -405,8 +428,10 @@ class TrajectoryStore:
             return model
         candidates = [m for m in present if m != exclude]
         if len(candidates) != 1:
-            raise StoreError(f"{self.root}: cannot pick the peer model automatically among {candidates} "
-                             f"(store has {present}); name it (peer.store_model)")
+            raise StoreError(
+                f"{self.root}: cannot pick the peer model automatically among {candidates} "
+                f"(store has {present}); name it (peer.store_model)"
+            )
         return candidates[0]
 
     def iter_groups(self, model: str | None = None) -> dict[str, list[StoredGroup]]:
@@ -424,9 +449,15 @@ class TrajectoryStore:
                 key = (c["step"][r], c["prompt_id"][r])
                 if current is None or (current.step, current.prompt_id) != key or c["group_index"][r] == 0:
                     current = StoredGroup(
-                        model=model, tokenizer=c["tokenizer"][r], run_id=c["run_id"][r], step=c["step"][r],
-                        epoch=c["epoch"][r], prompt_id=c["prompt_id"][r], problem=c["problem"][r],
-                        answer=c["answer"][r], prompt_text=c["prompt_text"][r],
+                        model=model,
+                        tokenizer=c["tokenizer"][r],
+                        run_id=c["run_id"][r],
+                        step=c["step"][r],
+                        epoch=c["epoch"][r],
+                        prompt_id=c["prompt_id"][r],
+                        problem=c["problem"][r],
+                        answer=c["answer"][r],
+                        prompt_text=c["prompt_text"][r],
                     )
                     out.setdefault(current.prompt_id, []).append(current)
                 current.responses.append(c["response"][r])
@@ -443,6 +474,7 @@ class TrajectoryStore:
 
 # ----------------------------------------------------------------------------- inspection
 
+
 def info(path: str | Path) -> dict:
     """Summary of a store: models, tokenizer per model, steps, rows, reward rate, size, schema version."""
     store = TrajectoryStore(path)
@@ -455,8 +487,10 @@ def info(path: str | Path) -> dict:
     models: dict[str, dict] = {}
     d = {c: t[c].to_pylist() for c in cols}
     for i in range(t.num_rows):
-        m = models.setdefault(d["model"][i], {"tokenizer": d["tokenizer"][i], "rows": 0, "correct": 0,
-                                             "prompts": set(), "steps": set(), "status": {}})
+        m = models.setdefault(
+            d["model"][i],
+            {"tokenizer": d["tokenizer"][i], "rows": 0, "correct": 0, "prompts": set(), "steps": set(), "status": {}},
+        )
         m["rows"] += 1
         m["correct"] += d["reward"][i] > 0.5
         m["prompts"].add(d["prompt_id"][i])
@@ -472,9 +506,14 @@ def info(path: str | Path) -> dict:
         "rows": t.num_rows,
         "size_bytes": size,
         "models": {
-            name: {"tokenizer": m["tokenizer"], "rows": m["rows"], "prompts": len(m["prompts"]),
-                   "steps": [min(m["steps"]), max(m["steps"])], "reward_rate": m["correct"] / m["rows"],
-                   "verify_status": dict(sorted(m["status"].items()))}
+            name: {
+                "tokenizer": m["tokenizer"],
+                "rows": m["rows"],
+                "prompts": len(m["prompts"]),
+                "steps": [min(m["steps"]), max(m["steps"])],
+                "reward_rate": m["correct"] / m["rows"],
+                "verify_status": dict(sorted(m["status"].items())),
+            }
             for name, m in sorted(models.items())
         },
     }

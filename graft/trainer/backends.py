@@ -5,6 +5,7 @@
 a Ray actor group (:class:`~graft.distributed.ray_backend.RayWorkers`, the transport). The learner on the driver
 is the same class either way.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +34,7 @@ def make_learners(cfg: Config, device: str, ckpt=None, progress: bool = False) -
     if cfg.backend == "local":
         out = {}
         for m in tqdm(cfg.models, desc="loading models", disable=not progress):
-            torch.manual_seed(init_seed(cfg.seed, m.name))   # e.g. a fresh LoRA adapter: same init on every backend
+            torch.manual_seed(init_seed(cfg.seed, m.name))  # e.g. a fresh LoRA adapter: same init on every backend
             out[m.name] = Learner.local(m, device=device, weights_from=weights[m.name], engine=cfg.rollout.engine)
         return out
     return _ray_learners(cfg, weights)
@@ -44,8 +45,9 @@ def _ray_learners(cfg: Config, weights: dict[str, str | None]) -> dict[str, Lear
     if unknown:
         raise ConfigError(f"ray.resources names unknown model(s) {sorted(unknown)}; models: {[m.name for m in cfg.models]}")
     res = {m.name: resources_for(cfg, m.name) for m in cfg.models}
-    init_ray(cfg.ray, sum(r.num_cpus * r.num_workers for r in res.values()),
-             sum(r.num_gpus * r.num_workers for r in res.values()))
+    init_ray(
+        cfg.ray, sum(r.num_cpus * r.num_workers for r in res.values()), sum(r.num_gpus * r.num_workers for r in res.values())
+    )
     learners: dict = {}
     try:
         for m in cfg.models:
@@ -56,8 +58,11 @@ def _ray_learners(cfg: Config, weights: dict[str, str | None]) -> dict[str, Lear
             workers = RayWorkers(PolicyWorker, m, r, cfg.ray, threads=cfg.threads)
             learners[m.name] = Learner(m, workers, TextCodec.load(m, weights[m.name]))
             info = workers.setup(m, wdev, weights[m.name], init_seed(cfg.seed, m.name), cfg.rollout.engine)
-            print(f"ray: model {m.name} on {r.num_workers} worker(s) "
-                  f"({', '.join(sorted({i['node'] for i in info}))}; {wdev}; engine {cfg.rollout.engine})", file=sys.stderr)
+            print(
+                f"ray: model {m.name} on {r.num_workers} worker(s) "
+                f"({', '.join(sorted({i['node'] for i in info}))}; {wdev}; engine {cfg.rollout.engine})",
+                file=sys.stderr,
+            )
     except BaseException:
         close_learners(learners)
         raise
@@ -79,5 +84,4 @@ def worker_memory(learners: dict) -> dict[str, float]:
     :func:`~graft.trainer.workers.process_memory` (``peak_rss_gb``; on CUDA ``gpu_allocated_gb``,
     ``gpu_reserved_gb``), the max over its workers; the driver's own ``mem/KEY`` does not see them.
     Empty for the local backend (one process)."""
-    return {f"mem/{k}/{n}": v for n, lr in learners.items() if isinstance(lr.workers, RayWorkers)
-            for k, v in lr.memory().items()}
+    return {f"mem/{k}/{n}": v for n, lr in learners.items() if isinstance(lr.workers, RayWorkers) for k, v in lr.memory().items()}

@@ -4,6 +4,7 @@ Below both sides of a model: the driver's :class:`graft.trainer.learner.Learner`
 :class:`Sequence` rows and splits a minibatch into :class:`Shard` s, and every rank's
 :class:`graft.trainer.workers.PolicyWorker` computes :func:`micro_loss` on its share.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,22 +37,28 @@ def never(group: RolloutGroup, i: int) -> bool:
 def flatten(groups: list[RolloutGroup], supervised=never) -> list[Sequence]:
     """All responses of ``groups`` as update sequences; ``supervised(group, i)`` marks SGT (NLL) rows."""
     return [
-        Sequence(g.prompt_token_ids, g.token_ids[i], g.old_logprobs[i], g.advantages[i], g.weights[i], g.is_peer,
-                 sgt=supervised(g, i))
-        for g in groups for i in range(g.size)
+        Sequence(
+            g.prompt_token_ids, g.token_ids[i], g.old_logprobs[i], g.advantages[i], g.weights[i], g.is_peer, sgt=supervised(g, i)
+        )
+        for g in groups
+        for i in range(g.size)
     ]
 
 
-def prepare_minibatch(mb_groups: list[RolloutGroup], supervised=never, zero_advantage: bool = False
-                      ) -> tuple[list[Sequence], tuple[float, float, float]]:
+def prepare_minibatch(
+    mb_groups: list[RolloutGroup], supervised=never, zero_advantage: bool = False
+) -> tuple[list[Sequence], tuple[float, float, float]]:
     """The rows of one minibatch that are forwarded, and the minibatch's normalisers
     (policy-gradient tokens, sequences, SGT tokens) -- shared with the Ray backend, which
     splits the rows across ranks and keeps these GLOBAL counts. Rows with zero advantage are
     forwarded only with ``zero_advantage`` (the KL penalty acts on them too)."""
     seqs = flatten(mb_groups, supervised)
-    pg_rows = [s for s in seqs if not s.sgt]          # SGT rows are normalised separately
-    counts = (float(sum(len(s.response_ids) for s in pg_rows)), float(len(pg_rows)),
-              float(sum(len(s.response_ids) for s in seqs if s.sgt)))
+    pg_rows = [s for s in seqs if not s.sgt]  # SGT rows are normalised separately
+    counts = (
+        float(sum(len(s.response_ids) for s in pg_rows)),
+        float(len(pg_rows)),
+        float(sum(len(s.response_ids) for s in seqs if s.sgt)),
+    )
     active = [s for s in seqs if (s.advantage != 0.0 or s.sgt or zero_advantage) and s.weight != 0.0 and s.response_ids]
     return active, counts
 
@@ -62,7 +69,7 @@ def forwarded_positions(rows: list[Sequence], micro_batch: int) -> dict:
     every row's prompt + response (``tokens/forwarded_per_sequence``, the cost before shared prefixes)."""
     shared = per_seq = 0
     for j in range(0, len(rows), micro_batch):
-        micro = rows[j:j + micro_batch]
+        micro = rows[j : j + micro_batch]
         shared += sum(len(p) for p in {tuple(s.prompt_ids) for s in micro}) + sum(len(s.response_ids) for s in micro)
         per_seq += sum(len(s.prompt_ids) + len(s.response_ids) for s in micro)
     return {"tokens/forwarded": shared, "tokens/forwarded_per_sequence": per_seq}
@@ -75,24 +82,42 @@ def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
     return out
 
 
-def micro_loss(policy, micro: list[Sequence], loss_fn, uc: UpdateConfig, temperature: float,
-               counts: tuple[float, float, float], loss_kwargs: dict, reference=None):
+def micro_loss(
+    policy,
+    micro: list[Sequence],
+    loss_fn,
+    uc: UpdateConfig,
+    temperature: float,
+    counts: tuple[float, float, float],
+    loss_kwargs: dict,
+    reference=None,
+):
     """Loss of one micro-batch, normalised by the whole minibatch's counts (policy-gradient tokens,
     sequences, SGT tokens) so micro-batch (and rank) gradients add up exactly; plus
     ``kl_coef`` times the KL penalty to ``reference`` (a frozen policy) when one is given."""
     num_tokens, num_seqs, num_sgt_tokens = counts
-    logp, mask = policy.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
-                                         chunk=uc.logprob_chunk, temperature=temperature)   # [B,T]
+    logp, mask = policy.forward_logprobs(
+        [s.prompt_ids for s in micro], [s.response_ids for s in micro], chunk=uc.logprob_chunk, temperature=temperature
+    )  # [B,T]
     old = _pad([s.old_logprobs for s in micro], logp.shape[1]).to(logp.device)
     f = lambda xs, dt=torch.float32: torch.tensor(xs, dtype=dt, device=logp.device)  # noqa: E731
     kwargs = dict(
-        logp=logp, old_logp=old, advantages=f([s.advantage for s in micro]), weights=f([s.weight for s in micro]),
-        mask=mask, is_peer=f([s.is_peer for s in micro], torch.bool), clip_low=uc.clip_low, clip_high=uc.clip_high,
-        agg=uc.loss_agg, ratio_level=uc.ratio_level, num_tokens=num_tokens, num_seqs=num_seqs,
+        logp=logp,
+        old_logp=old,
+        advantages=f([s.advantage for s in micro]),
+        weights=f([s.weight for s in micro]),
+        mask=mask,
+        is_peer=f([s.is_peer for s in micro], torch.bool),
+        clip_low=uc.clip_low,
+        clip_high=uc.clip_high,
+        agg=uc.loss_agg,
+        ratio_level=uc.ratio_level,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
     )
     if any(s.sgt for s in micro) or num_sgt_tokens:
         kwargs |= {"sgt_mask": f([s.sgt for s in micro], torch.bool), "num_sgt_tokens": num_sgt_tokens}
-    kwargs |= loss_kwargs   # a rule's own settings win (HACPO's aggregation: graft.exchange.hacpo.HACPO_UPDATE)
+    kwargs |= loss_kwargs  # a rule's own settings win (HACPO's aggregation: graft.exchange.hacpo.HACPO_UPDATE)
     loss, metrics = loss_fn(**kwargs)
     if reference is None:
         return loss, metrics
@@ -100,13 +125,23 @@ def micro_loss(policy, micro: list[Sequence], loss_fn, uc: UpdateConfig, tempera
     return loss + policy.cfg.kl_coef * kl, metrics | km
 
 
-def _kl_term(policy, reference, micro: list[Sequence], logp: torch.Tensor, mask: torch.Tensor, agg: str,
-             uc: UpdateConfig, temperature: float, counts: tuple[float, float, float]) -> tuple[torch.Tensor, dict]:
+def _kl_term(
+    policy,
+    reference,
+    micro: list[Sequence],
+    logp: torch.Tensor,
+    mask: torch.Tensor,
+    agg: str,
+    uc: UpdateConfig,
+    temperature: float,
+    counts: tuple[float, float, float],
+) -> tuple[torch.Tensor, dict]:
     """:func:`~graft.algos.losses.kl_loss` of ``micro``'s policy-gradient rows (SGT rows excluded) against
     ``reference``'s log-probs, one more forward pass without gradients, aggregated by ``agg`` as the policy loss."""
     with torch.no_grad():
-        ref, _ = reference.forward_logprobs([s.prompt_ids for s in micro], [s.response_ids for s in micro],
-                                            chunk=uc.logprob_chunk, temperature=temperature)
+        ref, _ = reference.forward_logprobs(
+            [s.prompt_ids for s in micro], [s.response_ids for s in micro], chunk=uc.logprob_chunk, temperature=temperature
+        )
     pg = mask.bool() & ~torch.tensor([s.sgt for s in micro], dtype=torch.bool, device=mask.device)[:, None]
     return kl_loss(logp, ref.to(logp.device, logp.dtype), pg, policy.cfg.kl_loss_type, agg, counts[0], counts[1])
 

@@ -6,6 +6,7 @@ rank (``backend: local``) or W Ray ranks (``backend: ray``) -- through primitive
 happens here, once, for both backends: prompt encoding, building rollout groups, the minibatch
 loop (rows, global normalisers, one :func:`~graft.trainer.workers.scatter` over ranks, metrics).
 """
+
 from __future__ import annotations
 
 import math
@@ -56,9 +57,22 @@ class Learner:
         return getattr(self.workers, "local_policy", None) or self
 
     # --------------------------------------------------------------- primitives over the ranks
-    def generate(self, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, seeds=None, progress: bool = False,
-                 desc: str = "", stop_strings=None, entropy: bool = False, **_) -> list[list]:
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        n: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        batch_size: int = 64,
+        seed: int = 0,
+        seeds=None,
+        progress: bool = False,
+        desc: str = "",
+        stop_strings=None,
+        entropy: bool = False,
+        **_,
+    ) -> list[list]:
         """``n`` samples per prompt, ``[P][G]``: prompts in blocks of whole generation batches per rank,
         prompt i sampling with ``seeds[i]`` (default: derived from ``seed`` and i), results in prompt order.
         ``entropy``: also record each token's entropy (the rollout's ``entropy/mean``)."""
@@ -66,62 +80,113 @@ class Learner:
         seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
         per_batch = batch_size // n if batch_size % n == 0 else 1
         order = scatter(list(range(len(prompt_ids))), W, per_batch, even=True)
-        kw = dict(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, batch_size=batch_size,
-                  desc=desc or f"{self.name} generate", stop_strings=stop_strings, **({"entropy": True} if entropy else {}))
-        parts = self.workers.call("generate", [([prompt_ids[i] for i in idx], [seeds[i] for i in idx],
-                                                {**kw, "progress": progress and r == 0}) for r, idx in enumerate(order)],
-                                  "generate")
+        kw = dict(
+            n=n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=batch_size,
+            desc=desc or f"{self.name} generate",
+            stop_strings=stop_strings,
+            **({"entropy": True} if entropy else {}),
+        )
+        parts = self.workers.call(
+            "generate",
+            [
+                ([prompt_ids[i] for i in idx], [seeds[i] for i in idx], {**kw, "progress": progress and r == 0})
+                for r, idx in enumerate(order)
+            ],
+            "generate",
+        )
         return [g for part in parts for g in part]
 
-    def token_logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]], chunk: int = 1024,
-                       micro_batch: int = 8, temperature: float = 1.0, progress: bool = False) -> list[torch.Tensor]:
+    def token_logprobs(
+        self,
+        prompt_ids: list[list[int]],
+        response_ids: list[list[int]],
+        chunk: int = 1024,
+        micro_batch: int = 8,
+        temperature: float = 1.0,
+        progress: bool = False,
+    ) -> list[torch.Tensor]:
         """Per-response log-probs ``[N]`` of ``[T_n]`` under the current weights (no gradients): whole
         micro-batches per rank in :func:`~graft.policy.policy.scoring_order`, so every value is computed in
         the same padded batch as in one process."""
         order = scoring_order(prompt_ids, response_ids)
         parts = scatter(order, self.workers.size, max(1, micro_batch))
-        res = self.workers.call("logprobs", [([prompt_ids[i] for i in p], [response_ids[i] for i in p], chunk, micro_batch,
-                                              temperature) for p in parts], "logprobs")
+        res = self.workers.call(
+            "logprobs",
+            [([prompt_ids[i] for i in p], [response_ids[i] for i in p], chunk, micro_batch, temperature) for p in parts],
+            "logprobs",
+        )
         out: list = [None] * len(response_ids)
-        for p, lps in zip(parts, res, strict=True):   # one result per part (rank), one log-prob row per response
+        for p, lps in zip(parts, res, strict=True):  # one result per part (rank), one log-prob row per response
             for i, lp in zip(p, lps, strict=True):
                 out[i] = lp
         return out
 
     # --------------------------------------------------------------- rollout
-    def rollout(self, prompts: list[Prompt], rc: RolloutConfig, step: int, seed: int, progress: bool = False
-                ) -> tuple[list[RolloutGroup], dict]:
+    def rollout(
+        self, prompts: list[Prompt], rc: RolloutConfig, step: int, seed: int, progress: bool = False
+    ) -> tuple[list[RolloutGroup], dict]:
         """G samples per prompt from pi_theta_old (ended at the model's stop strings); rewards are
         filled by the scorer. Prompt i samples with its own seed, a function of (``seed``, i)."""
         t0 = time.perf_counter()
         prompt_ids = [self.codec.encode_prompt(p.problem) for p in prompts]
-        samples = self.generate(prompt_ids, n=rc.n, max_new_tokens=rc.max_new_tokens, temperature=rc.temperature,
-                                top_p=rc.top_p, batch_size=rc.batch_size, seeds=prompt_seeds(seed, 0, len(prompts)),
-                                progress=progress, desc=f"{self.name} rollout", entropy=True)
+        samples = self.generate(
+            prompt_ids,
+            n=rc.n,
+            max_new_tokens=rc.max_new_tokens,
+            temperature=rc.temperature,
+            top_p=rc.top_p,
+            batch_size=rc.batch_size,
+            seeds=prompt_seeds(seed, 0, len(prompts)),
+            progress=progress,
+            desc=f"{self.name} rollout",
+            entropy=True,
+        )
         groups = [
             RolloutGroup(
-                prompt_id=p.id, problem=p.problem, answer=p.answer, source=self.name, holder=self.name,
-                prompt_text=self.codec.render_prompt(p.problem), prompt_token_ids=ids,
-                responses=[s.text for s in ss], token_ids=[s.token_ids for s in ss],
-                old_logprobs=[s.logprobs for s in ss], gen_token_ids=[s.token_ids for s in ss],
-                gen_logprobs=[s.logprobs for s in ss], finished=[s.finished for s in ss],
-                weights=[1.0] * len(ss), compat=[1.0] * len(ss), step=step,
+                prompt_id=p.id,
+                problem=p.problem,
+                answer=p.answer,
+                source=self.name,
+                holder=self.name,
+                prompt_text=self.codec.render_prompt(p.problem),
+                prompt_token_ids=ids,
+                responses=[s.text for s in ss],
+                token_ids=[s.token_ids for s in ss],
+                old_logprobs=[s.logprobs for s in ss],
+                gen_token_ids=[s.token_ids for s in ss],
+                gen_logprobs=[s.logprobs for s in ss],
+                finished=[s.finished for s in ss],
+                weights=[1.0] * len(ss),
+                compat=[1.0] * len(ss),
+                step=step,
             )
             for p, ids, ss in zip(prompts, prompt_ids, samples, strict=True)
         ]
         seconds = time.perf_counter() - t0
         tokens = sum(len(t) for g in groups for t in g.token_ids)
-        return groups, {"tokens/generated": tokens, "tokens/prompt": sum(len(ids) for ids in prompt_ids),
-                        "tokens_per_s/rollout": tokens / max(seconds, 1e-9),
-                        "entropy/mean": mean_entropy([s for ss in samples for s in ss])}
+        return groups, {
+            "tokens/generated": tokens,
+            "tokens/prompt": sum(len(ids) for ids in prompt_ids),
+            "tokens_per_s/rollout": tokens / max(seconds, 1e-9),
+            "entropy/mean": mean_entropy([s for ss in samples for s in ss]),
+        }
 
     def recompute_old_logprobs(self, groups: list[RolloutGroup], uc: UpdateConfig, temperature: float) -> dict:
         """Replace the sampler's log-probs of own responses (``old_logprobs``, and ``gen_logprobs``: the
         source side of ``s``) with a forward pass of the current (= behaviour) policy. Returns the gap
         between the two, ``logprob_gap/mean_abs`` and ``logprob_gap/max_abs`` (nats per token)."""
         own = [(g, i) for g in groups if not g.is_peer for i in range(g.size)]
-        lps = self.token_logprobs([g.prompt_token_ids for g, _ in own], [g.token_ids[i] for g, i in own],
-                                  chunk=uc.logprob_chunk, micro_batch=uc.micro_batch_size, temperature=temperature)
+        lps = self.token_logprobs(
+            [g.prompt_token_ids for g, _ in own],
+            [g.token_ids[i] for g, i in own],
+            chunk=uc.logprob_chunk,
+            micro_batch=uc.micro_batch_size,
+            temperature=temperature,
+        )
         total, count, worst = 0.0, 0, 0.0
         for (g, i), lp in zip(own, lps, strict=True):
             gap = (lp.double() - torch.tensor(g.old_logprobs[i], dtype=torch.float64)).abs()
@@ -132,8 +197,15 @@ class Learner:
         return {"logprob_gap/mean_abs": total / count if count else None, "logprob_gap/max_abs": worst if count else None}
 
     # --------------------------------------------------------------- update
-    def update(self, groups: list[RolloutGroup], plan: list[list[int]], uc: UpdateConfig, temperature: float,
-               rule, progress: bool = False) -> dict:
+    def update(
+        self,
+        groups: list[RolloutGroup],
+        plan: list[list[int]],
+        uc: UpdateConfig,
+        temperature: float,
+        rule,
+        progress: bool = False,
+    ) -> dict:
         """One pass of ``plan`` (minibatches of group indices, in order); one optimiser step each.
 
         Sequences with zero advantage or zero weight contribute exactly zero loss and gradient, so
@@ -151,8 +223,9 @@ class Learner:
         bar = tqdm(total=len(plan), desc=f"{self.name} update", unit="minibatch", leave=False, disable=not progress)
         try:
             for k, idx in enumerate(plan):
-                active, counts = prepare_minibatch(rule.minibatch_weights(k, [groups[i] for i in idx]), rule.supervised,
-                                                   zero_advantage=self.cfg.kl_coef > 0)
+                active, counts = prepare_minibatch(
+                    rule.minibatch_weights(k, [groups[i] for i in idx]), rule.supervised, zero_advantage=self.cfg.kl_coef > 0
+                )
                 parts = scatter(active, W, mbs)
                 merge(totals, forwarded_positions(active, mbs))
                 num_micro = max(math.ceil(len(p) / mbs) for p in parts)
@@ -161,18 +234,23 @@ class Learner:
                 for r in res:
                     merge(totals, r)
                 totals["loss"] = totals.get("loss", 0.0) + sum(r["loss"] for r in res) / len(plan)
-                totals["grad_norm"] = totals.get("grad_norm", 0.0) + res[0]["grad_norm"] / len(plan)   # global norm
-                skipped += int(res[0]["skipped_nonfinite"])   # the ranks agree
+                totals["grad_norm"] = totals.get("grad_norm", 0.0) + res[0]["grad_norm"] / len(plan)  # global norm
+                skipped += int(res[0]["skipped_nonfinite"])  # the ranks agree
                 bar.update(1)
         finally:
             bar.close()
         self.workers.call("weights_changed", [()] * W, "weights_changed")
         seconds, tokens = time.perf_counter() - t0, totals.get("tokens/update", 0.0)
-        return {"loss": totals.get("loss", 0.0), "grad_norm": totals.get("grad_norm", 0.0), **summarize(totals),
-                "tokens/update": int(tokens), "tokens_per_s/update": tokens / max(seconds, 1e-9),
-                "tokens/forwarded": int(totals.get("tokens/forwarded", 0)),
-                "tokens/forwarded_per_sequence": int(totals.get("tokens/forwarded_per_sequence", 0)),
-                "update/skipped_nonfinite": skipped}
+        return {
+            "loss": totals.get("loss", 0.0),
+            "grad_norm": totals.get("grad_norm", 0.0),
+            **summarize(totals),
+            "tokens/update": int(tokens),
+            "tokens_per_s/update": tokens / max(seconds, 1e-9),
+            "tokens/forwarded": int(totals.get("tokens/forwarded", 0)),
+            "tokens/forwarded_per_sequence": int(totals.get("tokens/forwarded_per_sequence", 0)),
+            "update/skipped_nonfinite": skipped,
+        }
 
     def set_learning_rate(self, step: int, steps: int) -> float:
         """Every rank's optimiser to the learning rate of training step ``step`` of ``steps``

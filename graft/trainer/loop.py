@@ -6,6 +6,7 @@ switches to a forward pass right after sampling; required by the bf16 sampler ``
 zero-advantage sequences are not forwarded in the update
 (their loss and gradient are exactly zero; their tokens still count in token-mean).
 """
+
 from __future__ import annotations
 
 import json
@@ -77,11 +78,26 @@ T = TypeVar("T")
 class GraderHang(UserError, RuntimeError):
     """Most verifications of a step timed out."""
 
+
 # Fields that may change between a run and its resumption without changing what it computes.
-RESUMABLE_CHANGES = ("resume", "steps", "progress", "threads", "device", "run_dir", "checkpoint.", "eval.",
-                     "reward.workers", "rollout.batch_size", "update.micro_batch_size", "update.logprob_chunk",
-                     "update.max_nonfinite_steps",
-                     "ray.", "backend", "logging")
+RESUMABLE_CHANGES = (
+    "resume",
+    "steps",
+    "progress",
+    "threads",
+    "device",
+    "run_dir",
+    "checkpoint.",
+    "eval.",
+    "reward.workers",
+    "rollout.batch_size",
+    "update.micro_batch_size",
+    "update.logprob_chunk",
+    "update.max_nonfinite_steps",
+    "ray.",
+    "backend",
+    "logging",
+)
 
 
 @dataclass
@@ -132,6 +148,7 @@ def progress_bars(cfg: Config) -> bool:
 
 # ============================================================================ phases
 
+
 def per_model(run: Run, phase: str, fn: Callable[[str], T]) -> dict[str, T]:
     """``{name: fn(name)}`` for every model, in the models' order. Without ``threads_per_model[phase]``: one model
     after the other on this thread (each using ``threads``). With it: side by side, one Python thread per model,
@@ -145,7 +162,7 @@ def per_model(run: Run, phase: str, fn: Callable[[str], T]) -> dict[str, T]:
         return {n: fn(n) for n in names}
 
     def task(name: str) -> T:
-        torch.set_num_threads(k)   # this Python thread's OpenMP team only
+        torch.set_num_threads(k)  # this Python thread's OpenMP team only
         return fn(name)
 
     with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix=f"graft-{phase}") as pool:
@@ -181,12 +198,14 @@ def grade(run: Run, groups: list[RolloutGroup]) -> None:
     rewards, statuses = run.grader.grade(texts, answers, progress=run.bars and len(texts) > 256)
     timeouts = statuses.count(VERIFY_TIMEOUT)
     if texts and timeouts / len(texts) > run.cfg.reward.max_timeout_frac:
-        raise GraderHang(f"{timeouts} of {len(texts)} verifications exceeded reward.timeout_s={run.cfg.reward.timeout_s}s; "
-                         "the grader appears to hang (raise reward.timeout_s or reward.max_timeout_frac if answers are "
-                         "legitimately slow to verify)")
+        raise GraderHang(
+            f"{timeouts} of {len(texts)} verifications exceeded reward.timeout_s={run.cfg.reward.timeout_s}s; "
+            "the grader appears to hang (raise reward.timeout_s or reward.max_timeout_frac if answers are "
+            "legitimately slow to verify)"
+        )
     i = 0
     for g in groups:
-        g.rewards, g.status = rewards[i: i + g.size], statuses[i: i + g.size]
+        g.rewards, g.status = rewards[i : i + g.size], statuses[i : i + g.size]
         i += g.size
 
 
@@ -197,7 +216,7 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
     up = run.cfg.update
     for name, gs in groups.items():
         adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), up.adv_eps, up.adv_std == "unbiased")
-        for g, a in zip(gs, adv, strict=True):   # adv: a row per group
+        for g, a in zip(gs, adv, strict=True):  # adv: a row per group
             g.advantages = a.tolist()
         st = group_stats(gs) | in_group_reward_stats([g.rewards for g in gs])
         metrics |= prefixed(name, st | trl_aliases(st) | reward_monitor(run.domain, gs, run.by_family))
@@ -248,8 +267,11 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
     m["update/skipped_nonfinite"] = skipped
     m["learning_rate"] = lr
     if skipped:
-        print(f"warning: step {step}: model {name}: loss or gradient norm not finite (loss {m['loss']}, grad norm "
-              f"{m['grad_norm']}); {skipped} of {len(plan) * cfg.update.epochs} optimizer steps skipped", file=sys.stderr)
+        print(
+            f"warning: step {step}: model {name}: loss or gradient norm not finite (loss {m['loss']}, grad norm "
+            f"{m['grad_norm']}); {skipped} of {len(plan) * cfg.update.epochs} optimizer steps skipped",
+            file=sys.stderr,
+        )
     m["peer_groups"] = sum(g.is_peer for g in gs)
     m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
     m["peer_row_share"] = m["peer_responses"] / max(1, sum(g.size for g in gs))
@@ -265,6 +287,7 @@ def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], step: in
 
 
 # ============================================================================ step and run
+
 
 def train_step(run: Run, step: int) -> dict:
     """One step; returns its metrics (and leaves a sample of its completions in ``run.completions``)."""
@@ -283,7 +306,7 @@ def train_step(run: Run, step: int) -> dict:
     with timed(metrics, "update"):
         metrics |= update_phase(run, ex.train_groups, step)
     metrics["time/step_s"] = time.perf_counter() - t0
-    metrics |= prefixed("mem", process_memory())   # the driver process (and its GPU, once used)
+    metrics |= prefixed("mem", process_memory())  # the driver process (and its GPU, once used)
     run.store.write_step(step, epoch, [g for gs in groups.values() for g in gs], _tokenizer_names(run), _peer_use(ex.audit))
     for rec in ex.audit:
         run.audit.write(rec)
@@ -300,14 +323,15 @@ def _peer_use(audit: list[DirectionAudit]) -> dict:
     for rec in audit:
         for row in rec["responses"]:
             use.setdefault((rec["source"], row["prompt_id"], row["index"]), []).append(
-                (rec["receiver"], row["admitted"], row["weight"]))
+                (rec["receiver"], row["admitted"], row["weight"])
+            )
     return use
 
 
 def setup(cfg: Config) -> Run:
     """Validate inputs, load data and models (or a checkpoint), open the output files."""
     run_dir = Path(cfg.run_dir)
-    check_trackers(cfg.logging)   # a tracker's package is missing, W&B's host unreachable: said before anything loads
+    check_trackers(cfg.logging)  # a tracker's package is missing, W&B's host unreachable: said before anything loads
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -316,8 +340,8 @@ def setup(cfg: Config) -> Run:
         print(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}", file=sys.stderr)
     check_batch_fits(prompts, cfg.batch_prompts, cfg.data.train)
     val = _load_data("data.val", cfg.data.val, cfg, cfg.data.val_limit)[0] if cfg.data.val else None
-    check_run_dir(run_dir)   # before anything is loaded or written
-    lock = FolderLock(run_dir, "run_dir").acquire()   # a second process on this run stops here, having written nothing
+    check_run_dir(run_dir)  # before anything is loaded or written
+    lock = FolderLock(run_dir, "run_dir").acquire()  # a second process on this run stops here, having written nothing
     try:
         return _setup_locked(cfg, run_dir, prompts, val, lock)
     except BaseException:
@@ -327,26 +351,35 @@ def setup(cfg: Config) -> Run:
 
 def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) -> Run:
     ckpt = _find_resume(cfg, run_dir)
-    sampler = _sampler(cfg, prompts, ckpt)   # resuming on other training data fails here
+    sampler = _sampler(cfg, prompts, ckpt)  # resuming on other training data fails here
     _check_model_sources(cfg, ckpt)
-    peer = open_peer_store(cfg)   # a stored peer's groups, read before any model loads
+    peer = open_peer_store(cfg)  # a stored peer's groups, read before any model loads
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
     if not progress_bars(cfg):
-        quiet_loading()   # no download / weight-loading bars of the hub and transformers either
-    learners = make_learners(cfg, device, ckpt, progress_bars(cfg))   # one Learner per model, local or in Ray
+        quiet_loading()  # no download / weight-loading bars of the hub and transformers either
+    learners = make_learners(cfg, device, ckpt, progress_bars(cfg))  # one Learner per model, local or in Ray
     try:
         _check_contexts(cfg, learners, prompts, val)
     except ConfigError:
         close_learners(learners)
         raise
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml", describe_exchange(cfg).lines())   # what the exchange does, stated
-    run = Run(cfg=cfg, run_dir=run_dir, learners=learners,
-              sampler=sampler, grader=make_grader(cfg.reward), domain=task_domain(cfg.reward),
-              metrics=JsonlWriter(run_dir / "metrics.jsonl"), audit=JsonlWriter(run_dir / "audit.jsonl"),
-              store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name), val_prompts=val,
-              rule=make_rule(cfg.update), lock=lock,
-              by_family=cfg.data.train == "arithmetic" and bool(cfg.data.arithmetic.families))
+    save_config(cfg, run_dir / "config.yaml", describe_exchange(cfg).lines())  # what the exchange does, stated
+    run = Run(
+        cfg=cfg,
+        run_dir=run_dir,
+        learners=learners,
+        sampler=sampler,
+        grader=make_grader(cfg.reward),
+        domain=task_domain(cfg.reward),
+        metrics=JsonlWriter(run_dir / "metrics.jsonl"),
+        audit=JsonlWriter(run_dir / "audit.jsonl"),
+        store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name),
+        val_prompts=val,
+        rule=make_rule(cfg.update),
+        lock=lock,
+        by_family=cfg.data.train == "arithmetic" and bool(cfg.data.arithmetic.families),
+    )
     run.exchange = make_exchange(cfg, learners, run.grade, peer)
     _restore(run, ckpt)
     return run
@@ -372,7 +405,7 @@ def _check_model_sources(cfg: Config, ckpt) -> None:
     """A missing model path or an unreachable hub fails here, before any model is loaded."""
 
     for i, m in enumerate(cfg.models):
-        checks = [("path", m.path, "model")] if ckpt is None or m.lora.enabled else []   # resumed: weights from the checkpoint
+        checks = [("path", m.path, "model")] if ckpt is None or m.lora.enabled else []  # resumed: weights from the checkpoint
         checks += [("tokenizer", m.tokenizer, "tokenizer")] if m.tokenizer else []
         for field_name, path, what in checks:
             try:
@@ -387,18 +420,20 @@ def _find_resume(cfg: Config, run_dir: Path):
     has_history = (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0
     if cfg.resume is False or cfg.resume is None:
         if has_history:
-            raise ConfigError(f"run_dir: {run_dir} already holds a run; pass resume=true to continue it, resume=restart to "
-                              "discard it, or choose another run_dir")
+            raise ConfigError(
+                f"run_dir: {run_dir} already holds a run; pass resume=true to continue it, resume=restart to "
+                "discard it, or choose another run_dir"
+            )
         return None
     if cfg.resume == "restart":
         _discard_run(run_dir)
         return None
     if cfg.resume is True:
         _restore_tokenizers(cfg, run_dir)
-        ckpt, warnings = newest_intact_checkpoint(run_dir)   # a damaged newest one is skipped, with a warning
+        ckpt, warnings = newest_intact_checkpoint(run_dir)  # a damaged newest one is skipped, with a warning
         for w in warnings:
             print(w, file=sys.stderr)
-        if ckpt is None:   # killed before (or during) its first save: a requeue loop must still get going
+        if ckpt is None:  # killed before (or during) its first save: a requeue loop must still get going
             aside = _set_aside(run_dir)
             moved = f"moved the earlier attempt's files to {aside}; " if aside else ""
             print(f"resume: no intact checkpoint in {run_dir}; {moved}starting from scratch", file=sys.stderr)
@@ -408,25 +443,33 @@ def _find_resume(cfg: Config, run_dir: Path):
         path = Path(str(cfg.resume))
         ckpt = load_checkpoint(path, verify="full")
     saved = json.loads(json.dumps(ckpt.config))
-    upgrade_tree(saved)   # a checkpoint of an earlier version: its keys as they are called now
+    upgrade_tree(saved)  # a checkpoint of an earlier version: its keys as they are called now
     changed = [k for k in config_diff(saved, to_dict(cfg)) if not k.startswith(RESUMABLE_CHANGES)]
     if changed:
         raise ConfigError(f"cannot resume from {path}: these config fields differ from the checkpoint: {', '.join(changed)}")
     missing = [m.name for m in cfg.models if m.name not in ckpt.optimizer_names]
     if missing and (ckpt.config.get("checkpoint") or {}).get("keep_optimizer") == "none":
-        raise ConfigError(f"cannot resume from {path}: it holds weights only (the run was saved with "
-                          "checkpoint.keep_optimizer=none, no optimizer state); to continue from these weights, export "
-                          f"them (graft export {run_dir} --step {ckpt.step} --model NAME OUT) and train a new run_dir "
-                          "with models.I.path=OUT")
+        raise ConfigError(
+            f"cannot resume from {path}: it holds weights only (the run was saved with "
+            "checkpoint.keep_optimizer=none, no optimizer state); to continue from these weights, export "
+            f"them (graft export {run_dir} --step {ckpt.step} --model NAME OUT) and train a new run_dir "
+            "with models.I.path=OUT"
+        )
     if missing:
         names = {m.name for m in cfg.models}
-        with_opt = [p for p in list_checkpoints(run_dir)
-                    if names <= set(load_checkpoint(p).optimizer_names)] if run_dir.is_dir() else []
-        hint = (f"resume from {with_opt[-1]} (resume={with_opt[-1]}), which has it" if with_opt else
-                f"to start a new run from these weights, export them (graft export {run_dir} --step {ckpt.step} "
-                "--model NAME OUT) and train a new run_dir with models.I.path=OUT")
-        raise ConfigError(f"cannot resume from {path}: it holds no optimizer state for model(s) {', '.join(missing)} "
-                          f"(checkpoint.keep_optimizer=last keeps it only in the newest checkpoint); {hint}")
+        with_opt = (
+            [p for p in list_checkpoints(run_dir) if names <= set(load_checkpoint(p).optimizer_names)] if run_dir.is_dir() else []
+        )
+        hint = (
+            f"resume from {with_opt[-1]} (resume={with_opt[-1]}), which has it"
+            if with_opt
+            else f"to start a new run from these weights, export them (graft export {run_dir} --step {ckpt.step} "
+            "--model NAME OUT) and train a new run_dir with models.I.path=OUT"
+        )
+        raise ConfigError(
+            f"cannot resume from {path}: it holds no optimizer state for model(s) {', '.join(missing)} "
+            f"(checkpoint.keep_optimizer=last keeps it only in the newest checkpoint); {hint}"
+        )
     return _check_store(cfg, run_dir, ckpt)
 
 
@@ -460,11 +503,12 @@ def _check_store(cfg: Config, run_dir: Path, ckpt):
     step, why = torn
     earlier = _earlier_resumable(cfg, run_dir, step) if cfg.resume is True else None
     if earlier is None:
-        raise StoreError(f"{why}; resuming from step {ckpt.step} re-runs only later steps and no resumable checkpoint "
-                         f"precedes step {step}, so the file cannot be rewritten; nothing was changed; move it aside to "
-                         f"continue without step {step}'s trajectories, or start over with resume=restart")
-    print(f"warning: {why}; resuming from {earlier.path} instead, which re-runs step {step} and rewrites it",
-          file=sys.stderr)
+        raise StoreError(
+            f"{why}; resuming from step {ckpt.step} re-runs only later steps and no resumable checkpoint "
+            f"precedes step {step}, so the file cannot be rewritten; nothing was changed; move it aside to "
+            f"continue without step {step}'s trajectories, or start over with resume=restart"
+        )
+    print(f"warning: {why}; resuming from {earlier.path} instead, which re-runs step {step} and rewrites it", file=sys.stderr)
     return earlier
 
 
@@ -492,9 +536,11 @@ def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
         return sampler
     saved, now = ckpt.state.get("data_fingerprint"), prompts_fingerprint(prompts)
     if saved is not None and now["sha256"] != saved.get("sha256"):
-        raise DataError(f"data.train ({cfg.data.train}) changed since {ckpt.path} was saved: it held {saved.get('prompts')} "
-                        f"prompts (sha256 {str(saved.get('sha256'))[:12]}), now {now['prompts']} (sha256 {now['sha256'][:12]}); "
-                        "resume with the original data, or start a new run_dir")
+        raise DataError(
+            f"data.train ({cfg.data.train}) changed since {ckpt.path} was saved: it held {saved.get('prompts')} "
+            f"prompts (sha256 {str(saved.get('sha256'))[:12]}), now {now['prompts']} (sha256 {now['sha256'][:12]}); "
+            "resume with the original data, or start a new run_dir"
+        )
     try:
         sampler.load_state_dict(ckpt.state["sampler"])
     except ValueError as e:
@@ -502,8 +548,17 @@ def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
     return sampler
 
 
-RUN_OUTPUTS = ("metrics.jsonl", "audit.jsonl", "summary.json", "trajectories", "eval", "checkpoints", "tensorboard",
-               "wandb/graft_run_id", "mlruns")
+RUN_OUTPUTS = (
+    "metrics.jsonl",
+    "audit.jsonl",
+    "summary.json",
+    "trajectories",
+    "eval",
+    "checkpoints",
+    "tensorboard",
+    "wandb/graft_run_id",
+    "mlruns",
+)
 """What ``resume=restart`` deletes from a run folder (config.yaml is rewritten; W&B's own files stay)."""
 
 
@@ -544,37 +599,53 @@ def _restore(run: Run, ckpt) -> None:
     for name, learner in run.learners.items():
         learner.optimizer.load_state_dict(ckpt.optimizer_state(name))
     run.rule.load_state_dict(ckpt.state.get("rule", {}))
-    run.exchange.load_state_dict(ckpt.state.get("exchange", ckpt.state.get("rule", {})))   # HACPO's rates were the rule's
+    run.exchange.load_state_dict(ckpt.state.get("exchange", ckpt.state.get("rule", {})))  # HACPO's rates were the rule's
     run.eval_history = ckpt.state.get("eval_history", [])
     run.nonfinite_streak = dict(ckpt.state.get("nonfinite_streak", {}))
     run.start_step = ckpt.step + 1
     for w in (run.metrics, run.audit):
         w.truncate_after(ckpt.step)
     run.store.truncate_after(ckpt.step)
-    remove_checkpoints_after(run.run_dir, ckpt.step)   # a later timeline being abandoned
+    remove_checkpoints_after(run.run_dir, ckpt.step)  # a later timeline being abandoned
     set_rng_state(ckpt.rng)
     print(f"resumed from {ckpt.path} at step {ckpt.step}", file=sys.stderr)
 
 
 def save(run: Run, step: int) -> Path:
-    for name, learner in run.learners.items():   # never a checkpoint of NaN/inf weights
+    for name, learner in run.learners.items():  # never a checkpoint of NaN/inf weights
         bad = learner.nonfinite_parameters()
         if bad:
-            raise Diverged(f"step {step}: model {name}: {len(bad)} parameter tensor(s) hold NaN or inf ({', '.join(bad[:3])}"
-                           f"{', ...' if len(bad) > 3 else ''}); no checkpoint written, the last one is "
-                           f"{latest_checkpoint(run.run_dir) or 'none'}")
-    state = {"sampler": run.sampler.state_dict(), "step": step, "eval_history": run.eval_history,
-             "rule": run.rule.state_dict(), "exchange": run.exchange.state_dict(),
-             "data_fingerprint": prompts_fingerprint(run.sampler.prompts), "nonfinite_streak": run.nonfinite_streak}
+            raise Diverged(
+                f"step {step}: model {name}: {len(bad)} parameter tensor(s) hold NaN or inf ({', '.join(bad[:3])}"
+                f"{', ...' if len(bad) > 3 else ''}); no checkpoint written, the last one is "
+                f"{latest_checkpoint(run.run_dir) or 'none'}"
+            )
+    state = {
+        "sampler": run.sampler.state_dict(),
+        "step": step,
+        "eval_history": run.eval_history,
+        "rule": run.rule.state_dict(),
+        "exchange": run.exchange.state_dict(),
+        "data_fingerprint": prompts_fingerprint(run.sampler.prompts),
+        "nonfinite_streak": run.nonfinite_streak,
+    }
     ck = run.cfg.checkpoint
     saved = {checkpoint_step(p) for p in list_checkpoints(run.run_dir)} | {step}
     keep = {s for s in saved if ck.keep_period and s % ck.keep_period == 0}
-    if ck.keep_best and run.eval_history:   # the best-evaluated checkpoint of each model survives pruning
+    if ck.keep_best and run.eval_history:  # the best-evaluated checkpoint of each model survives pruning
         keep |= {b for n in run.learners if (b := best_checkpoint(run.eval_history, f"eval/{n}/val/pass@1", saved)) is not None}
-    with writing(run.run_dir / "checkpoints"):   # what no inner writer named: disk full, permissions
-        return save_checkpoint(run.run_dir, step, {n: learner.save for n, learner in run.learners.items()},
-                               {n: learner.optimizer for n, learner in run.learners.items()}, state, to_dict(run.cfg),
-                               ck.keep_last, keep_optimizer=ck.keep_optimizer, keep_steps=keep)
+    with writing(run.run_dir / "checkpoints"):  # what no inner writer named: disk full, permissions
+        return save_checkpoint(
+            run.run_dir,
+            step,
+            {n: learner.save for n, learner in run.learners.items()},
+            {n: learner.optimizer for n, learner in run.learners.items()},
+            state,
+            to_dict(run.cfg),
+            ck.keep_last,
+            keep_optimizer=ck.keep_optimizer,
+            keep_steps=keep,
+        )
 
 
 def evaluate_phase(run: Run, step: int) -> dict:
@@ -582,11 +653,17 @@ def evaluate_phase(run: Run, step: int) -> dict:
     out: dict = {}
     for name, learner in run.learners.items():
         # The same seed at every step: checkpoints are compared on the same random draws.
-        res = evaluate_during_training(learner, {"val": run.val_prompts}, run.grader, run.cfg.eval,
-                                       max_new_tokens=run.cfg.eval.max_new_tokens or run.cfg.rollout.max_new_tokens,
-                                       seed=step_seed(run.cfg.seed, 0, f"eval/{name}"), batch_size=run.cfg.rollout.batch_size,
-                                       out_dir=run.run_dir / "eval" / f"step_{step:06d}" / name,
-                                       model_label=str(learner.cfg.path))
+        res = evaluate_during_training(
+            learner,
+            {"val": run.val_prompts},
+            run.grader,
+            run.cfg.eval,
+            max_new_tokens=run.cfg.eval.max_new_tokens or run.cfg.rollout.max_new_tokens,
+            seed=step_seed(run.cfg.seed, 0, f"eval/{name}"),
+            batch_size=run.cfg.rollout.batch_size,
+            out_dir=run.run_dir / "eval" / f"step_{step:06d}" / name,
+            model_label=str(learner.cfg.path),
+        )
         out |= prefixed(f"eval/{name}", res)
     run.eval_history.append({"step": step, **out})
     for name in run.learners:
@@ -604,13 +681,14 @@ def close_run(run: Run) -> None:
     run.store.close()
     run.lock.release()
 
+
 def train(cfg: Config) -> dict:
     """Run (or resume) a whole training job; returns the end-of-run summary. Raises :class:`Preempted`
     after a SIGTERM/SIGINT (the finished steps checkpointed) and :class:`Diverged` when updates stay
     non-finite (``update.max_nonfinite_steps``)."""
     with StopSignal() as stop:
         run = setup(cfg)
-        stop.reclaim()   # ray.init (backend: ray) replaced the SIGTERM handler with one that exits at once
+        stop.reclaim()  # ray.init (backend: ray) replaced the SIGTERM handler with one that exits at once
         try:
             return _train(run, stop)
         finally:
@@ -625,13 +703,14 @@ def _train(run: Run, stop: StopSignal) -> dict:
     try:
         tracker = open_trackers(run.run_dir, cfg, run.start_step)
         print("\n".join(run.exchange.describe().lines()), file=sys.stderr)
-        bar = tqdm(range(run.start_step, cfg.steps + 1), desc="steps", disable=not run.bars,
-                   initial=run.start_step - 1, total=cfg.steps)
+        bar = tqdm(
+            range(run.start_step, cfg.steps + 1), desc="steps", disable=not run.bars, initial=run.start_step - 1, total=cfg.steps
+        )
         for step in bar:
-            if stop.requested:   # arrived before the first step of this process (while loading)
+            if stop.requested:  # arrived before the first step of this process (while loading)
                 raise Preempted(f"{stop.requested}: stopped at step {step - 1}; continue with resume=true")
             m = train_step(run, step)
-            m |= worker_memory(run.learners)   # backend ray: peak RSS of each model's workers
+            m |= worker_memory(run.learners)  # backend ray: peak RSS of each model's workers
             if cfg.eval.every and run.val_prompts and step % cfg.eval.every == 0:
                 m |= evaluate_phase(run, step)
             run.metrics.write(m)
@@ -642,7 +721,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
             saved = ck.save_every and step % ck.save_every == 0 and step < cfg.steps
             if saved:
                 save(run, step)
-            if stop.requested and step < cfg.steps:   # in the last step: the run simply finishes
+            if stop.requested and step < cfg.steps:  # in the last step: the run simply finishes
                 path = latest_checkpoint(run.run_dir) if saved else save(run, step)
                 raise Preempted(f"{stop.requested}: stopped at step {step}; continue with resume=true (checkpoint {path})")
         final = save(run, cfg.steps) if ck.save_final and cfg.steps >= run.start_step else None
@@ -650,7 +729,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
         if tracker is not None:
             tracker.close()
         run.grader.close()
-        close_learners(run.learners)   # Ray actors / rollout engines; a WorkerFailure propagates after this
+        close_learners(run.learners)  # Ray actors / rollout engines; a WorkerFailure propagates after this
     summary = summarize(run, time.perf_counter() - t_start, final)
     write_text(run.run_dir / "summary.json", dumps_json(summary, indent=2, default=str))
     print_summary(summary, file=sys.stderr)
@@ -665,22 +744,31 @@ def check_nonfinite_streak(run: Run, step: int, m: dict) -> None:
         run.nonfinite_streak[name] = run.nonfinite_streak.get(name, 0) + 1 if m.get(f"{name}/update/skipped_nonfinite") else 0
         if run.nonfinite_streak[name] >= limit:
             last = latest_checkpoint(run.run_dir)
-            raise Diverged(f"step {step}: model {name}: a non-finite loss or gradient norm in {limit} consecutive steps "
-                           f"(update.max_nonfinite_steps={limit}); stopped, the last checkpoint is "
-                           f"{last or 'none (no checkpoint was saved yet)'}; lower models.{i}.lr")
+            raise Diverged(
+                f"step {step}: model {name}: a non-finite loss or gradient norm in {limit} consecutive steps "
+                f"(update.max_nonfinite_steps={limit}); stopped, the last checkpoint is "
+                f"{last or 'none (no checkpoint was saved yet)'}; lower models.{i}.lr"
+            )
 
 
 def summarize(run: Run, seconds: float, final: Path | None) -> dict:
     rows = run.metrics.read()
-    out: dict[str, Any] = {"run_dir": str(run.run_dir), "steps": len(rows), "wall_clock_s": round(seconds, 1),
-           "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-           "final_checkpoint": str(final) if final else None, "models": {}}
+    out: dict[str, Any] = {
+        "run_dir": str(run.run_dir),
+        "steps": len(rows),
+        "wall_clock_s": round(seconds, 1),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "final_checkpoint": str(final) if final else None,
+        "models": {},
+    }
     for name in run.learners:
         r = [v for x in rows if (v := x.get(f"{name}/reward/mean")) is not None]
         k = max(1, min(3, len(r) // 2))
         out["models"][name] = {
-            "reward_first": r[0] if r else None, "reward_last": r[-1] if r else None,
-            f"reward_first{k}_mean": sum(r[:k]) / k if r else None, f"reward_last{k}_mean": sum(r[-k:]) / k if r else None,
+            "reward_first": r[0] if r else None,
+            "reward_last": r[-1] if r else None,
+            f"reward_first{k}_mean": sum(r[:k]) / k if r else None,
+            f"reward_last{k}_mean": sum(r[-k:]) / k if r else None,
             "peer_responses_trained": sum(x.get(f"{name}/peer_responses", 0) or 0 for x in rows),
             "peer_row_share": _mean_of(rows, f"{name}/peer_row_share"),
             "tokens_generated": sum(x.get(f"{name}/tokens/generated", 0) or 0 for x in rows),
@@ -704,8 +792,11 @@ def _mean_of(rows: list[dict], key: str) -> float | None:
 
 def print_summary(s: dict, file=sys.stderr) -> None:
     print("\n=== graft run summary ===", file=file)
-    print(f"run dir: {s['run_dir']}   steps: {s['steps']}   wall clock: {s['wall_clock_s']:.0f}s   "
-          f"peak memory: {s['peak_rss_gb']:.1f} GB", file=file)
+    print(
+        f"run dir: {s['run_dir']}   steps: {s['steps']}   wall clock: {s['wall_clock_s']:.0f}s   "
+        f"peak memory: {s['peak_rss_gb']:.1f} GB",
+        file=file,
+    )
     for line in s.get("exchange_description", []):
         print(f"  {line}", file=file)
     for name, m in s["models"].items():
@@ -713,23 +804,32 @@ def print_summary(s: dict, file=sys.stderr) -> None:
         first = m[keys[0]] if keys else None
         last = m[keys[0].replace("first", "last")] if keys else None
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-        print(f"  {name}: reward {fmt(first)} -> {fmt(last)} (mean of first/last steps), "
-              f"peer responses trained on: {m['peer_responses_trained']}, tokens generated: {m['tokens_generated']}", file=file)
+        print(
+            f"  {name}: reward {fmt(first)} -> {fmt(last)} (mean of first/last steps), "
+            f"peer responses trained on: {m['peer_responses_trained']}, tokens generated: {m['tokens_generated']}",
+            file=file,
+        )
     for d, n in s.get("exchange", {}).items():
         steps = s.get("exchange_steps", {}).get(d)
         correct = s.get("exchange_correct", {}).get(d)
         s50 = [x for x in s.get("exchange_s_p50", {}).get(d, []) if x is not None and x == x]
-        print(f"  exchange {d}: {n} peer responses admitted" + (f", {correct} of them correct" if correct is not None else "")
-              + (f" (in {steps} of {s['steps']} steps)" if steps is not None else "")
-              + (f"; median s of transferred responses per step {' '.join(f'{x:.2f}' for x in s50)}" if s50 else ""),
-              file=file)
+        print(
+            f"  exchange {d}: {n} peer responses admitted"
+            + (f", {correct} of them correct" if correct is not None else "")
+            + (f" (in {steps} of {s['steps']} steps)" if steps is not None else "")
+            + (f"; median s of transferred responses per step {' '.join(f'{x:.2f}' for x in s50)}" if s50 else ""),
+            file=file,
+        )
     for name, m in s["models"].items():
         if m.get("peer_row_share"):
             print(f"  {name}: peer rows were {100 * m['peer_row_share']:.2f} % of its update rows (mean over steps)", file=file)
     if s.get("exchange_expected") and s.get("steps") and not any(s.get("exchange", {}).values()):
-        print("  WARNING: no peer response was exchanged in this run: GRAFT trained exactly like GRPO. Balancing needs "
-              "candidates in both directions of a pair in the same step (exchange/S->R/candidates in metrics.jsonl); "
-              "more prompts per step (batch_prompts) or a task where each model solves prompts the other fails "
-              "(python scripts/probe_task.py CONFIG --compat) make that likelier.", file=file)
+        print(
+            "  WARNING: no peer response was exchanged in this run: GRAFT trained exactly like GRPO. Balancing needs "
+            "candidates in both directions of a pair in the same step (exchange/S->R/candidates in metrics.jsonl); "
+            "more prompts per step (batch_prompts) or a task where each model solves prompts the other fails "
+            "(python scripts/probe_task.py CONFIG --compat) make that likelier.",
+            file=file,
+        )
     if s.get("final_checkpoint"):
         print(f"  final checkpoint: {s['final_checkpoint']}", file=file)

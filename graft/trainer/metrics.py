@@ -5,6 +5,7 @@ into ``null`` at any depth (audit rows nest lists of dicts), and the writers enc
 ``allow_nan=False`` so a value that slipped through fails loudly instead of writing
 ``-Infinity``.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,7 @@ def in_group_reward_stats(rewards: list[list[float]]) -> dict:
     population spread over all P x G responses."""
     P = len(rewards)
     stds = [statistics.stdev(r) if len(r) > 1 else 0.0 for r in rewards]
-    return {"reward_std": sum(stds) / max(P, 1),
-            "frac_reward_zero_std": sum(len(set(r)) <= 1 for r in rewards) / max(P, 1)}
+    return {"reward_std": sum(stds) / max(P, 1), "frac_reward_zero_std": sum(len(set(r)) <= 1 for r in rewards) / max(P, 1)}
 
 
 TRL_ALIASES = {
@@ -107,11 +107,23 @@ _PLAIN_STATUSES = (VERIFY_OK, VERIFY_NO_ANSWER, VERIFY_TIMEOUT, VERIFY_ERROR)
 def completion_rows(step: int, groups: dict[str, list[RolloutGroup]], k: int) -> dict[str, list[dict]]:
     """What the trackers show of a step's completions: for each model, the first response of its first
     ``k`` own groups (prompts in the step's order; no random draw), with problem, reward and advantage."""
-    return {name: [{"step": step, "model": name, "prompt_id": g.prompt_id, "prompt": g.problem,
-                    "completion": g.responses[0], "reward": g.rewards[0],
-                    "advantage": g.advantages[0] if g.advantages else None}
-                   for g in gs[:k] if g.size]
-            for name, gs in groups.items() if k > 0}
+    return {
+        name: [
+            {
+                "step": step,
+                "model": name,
+                "prompt_id": g.prompt_id,
+                "prompt": g.problem,
+                "completion": g.responses[0],
+                "reward": g.rewards[0],
+                "advantage": g.advantages[0] if g.advantages else None,
+            }
+            for g in gs[:k]
+            if g.size
+        ]
+        for name, gs in groups.items()
+        if k > 0
+    }
 
 
 def prefixed(prefix: str, metrics: dict) -> dict:
@@ -202,9 +214,11 @@ def console_line(step: int, steps: int, m: dict, models: list[str]) -> str:
     parts = [f"step {step}/{steps}"]
     for name in models:
         v = {k: m.get(f"{name}/{k}") for k in ("reward/mean", "loss", "grad_norm", "entropy/mean", "all_fail_frac")}
-        parts.append(f"{name}: reward {_num(v['reward/mean'], '.3f')} loss {_num(v['loss'], '.4g')} "
-                     f"grad {_num(v['grad_norm'], '.3g')} entropy {_num(v['entropy/mean'], '.3f')} "
-                     f"all-fail {_num(v['all_fail_frac'], '.2f')} peer {m.get(f'{name}/peer_responses', 0)}")
+        parts.append(
+            f"{name}: reward {_num(v['reward/mean'], '.3f')} loss {_num(v['loss'], '.4g')} "
+            f"grad {_num(v['grad_norm'], '.3g')} entropy {_num(v['entropy/mean'], '.3f')} "
+            f"all-fail {_num(v['all_fail_frac'], '.2f')} peer {m.get(f'{name}/peer_responses', 0)}"
+        )
     ex = [k for k in m if k.endswith("/admitted") and k.startswith("exchange/")]
     for k in ex:
         parts.append(f"{k.split('/')[1]} admitted {m[k]}")

@@ -21,6 +21,7 @@ checks ``update.rule`` against).
   runs with its exchange (every prompt shared, capability-aware advantages), ``exchange.kind=hacpo``
   (:class:`graft.exchange.kinds.HacpoExchange`, which states both overrides).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -105,12 +106,16 @@ class HacpoRule(UpdateRule):
     loss = staticmethod(losses.hacpo_loss)
 
     def loss_kwargs(self) -> dict:
-        return {"agg": HACPO_UPDATE["loss_agg"]}   # in place of update.loss_agg; the exchange's description says so
+        return {"agg": HACPO_UPDATE["loss_agg"]}  # in place of update.loss_agg; the exchange's description says so
 
     def minibatch_weights(self, k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
         uc = self.uc
-        return [replace(g, weights=hacpo_peer_weights(torch.tensor(g.compat), uc.hacpo_delta, uc.hacpo_delta_step, k).tolist())
-                if g.is_peer else g for g in groups]
+        return [
+            replace(g, weights=hacpo_peer_weights(torch.tensor(g.compat), uc.hacpo_delta, uc.hacpo_delta_step, k).tolist())
+            if g.is_peer
+            else g
+            for g in groups
+        ]
 
 
 def make_rule(uc: UpdateConfig) -> UpdateRule:

@@ -5,6 +5,7 @@ progress, checkpoints, flushes and raises :class:`Preempted` (exit :data:`PREEMP
 signal takes the signal's default action at once (the process dies, as it would without graft's
 handler; nothing is lost beyond the last checkpoint).
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,9 @@ class StopSignal:
             os.kill(os.getpid(), signum)
             return
         self.requested = signal.Signals(signum).name
-        print(f"{self.requested}: finishing {self.what}, then stopping (send it again to stop at once)",
-              file=sys.stderr, flush=True)
+        print(
+            f"{self.requested}: finishing {self.what}, then stopping (send it again to stop at once)", file=sys.stderr, flush=True
+        )
 
     def __enter__(self) -> "StopSignal":
         if threading.current_thread() is threading.main_thread():

@@ -48,6 +48,7 @@ probed once, in :func:`check_trackers`, before any model loads, and a fallback t
 one line. Asking for ``online`` (``logging.wandb_mode: online`` or ``WANDB_MODE=online``) with the
 host unreachable stops the run there with one line (W&B itself would retry for ~2 minutes).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -79,18 +80,25 @@ def check_trackers(logging_cfg: LoggingConfig) -> None:
     for name in logging_cfg.report_to:
         module, pkg = TRACKERS[name].module, TRACKERS[name].package
         if importlib.util.find_spec(module) is None:
-            raise ConfigError(f"logging.report_to includes {name}, but the {module!r} package is not installed: "
-                              f"pip install {pkg}  (or pip install 'graft[trackers]')")
+            raise ConfigError(
+                f"logging.report_to includes {name}, but the {module!r} package is not installed: "
+                f"pip install {pkg}  (or pip install 'graft[trackers]')"
+            )
     if "wandb" not in logging_cfg.report_to or wandb_mode(logging_cfg.wandb_mode) != "online":
         return
     reason = wandb_unreachable_reason()
     if reason is None:
         return
-    if run_mode(logging_cfg.wandb_mode) == "online":   # online was asked for explicitly
-        raise ConfigError(f"logging.wandb_mode: W&B is asked to run online, but its host is unreachable ({reason}); "
-                          "set logging.wandb_mode=offline (or auto) to log offline, and upload later with wandb sync")
-    print(f"logging: a W&B API key is configured but the W&B host is unreachable ({reason}); W&B logs offline "
-          "(upload later: wandb sync RUN_DIR/wandb/offline-run-*)", file=sys.stderr)
+    if run_mode(logging_cfg.wandb_mode) == "online":  # online was asked for explicitly
+        raise ConfigError(
+            f"logging.wandb_mode: W&B is asked to run online, but its host is unreachable ({reason}); "
+            "set logging.wandb_mode=offline (or auto) to log offline, and upload later with wandb sync"
+        )
+    print(
+        f"logging: a W&B API key is configured but the W&B host is unreachable ({reason}); W&B logs offline "
+        "(upload later: wandb sync RUN_DIR/wandb/offline-run-*)",
+        file=sys.stderr,
+    )
 
 
 def wandb_unreachable_reason(env: Mapping[str, str] | None = None) -> str | None:
@@ -137,7 +145,7 @@ def has_wandb_credentials(env: Mapping[str, str] | None = None) -> bool:
     host = urlparse(env.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
     path = env.get("NETRC") or str(Path.home() / ".netrc")
     try:
-        return netrc.netrc(path).authenticators(host or "") is not None   # no host: only a default entry matches
+        return netrc.netrc(path).authenticators(host or "") is not None  # no host: only a default entry matches
     except (OSError, netrc.NetrcParseError):
         return False
 
@@ -179,7 +187,7 @@ class TensorBoardTracker:
         if start_step == 1:
             metric_keys = {f"{m.name}/reward/mean": 0.0 for m in cfg.models}
             file_writer = self.writer.file_writer
-            assert file_writer is not None   # SummaryWriter() opens it
+            assert file_writer is not None  # SummaryWriter() opens it
             for part in tb.summary.hparams(flat_config(tree), metric_keys):
                 file_writer.add_summary(part)
         self.writer.flush()
@@ -189,7 +197,7 @@ class TensorBoardTracker:
             self.writer.add_scalar(k, v, step)
         for name, rows in completions.items():
             self.writer.add_text(f"completions/{name}", markdown_table(rows), step)
-        self.writer.flush()   # a killed run keeps every logged step
+        self.writer.flush()  # a killed run keeps every logged step
 
     def close(self) -> None:
         self.writer.close()
@@ -209,26 +217,39 @@ class WandbTracker:
         if start_step > 1 and id_file.is_file():
             run_id = id_file.read_text().strip()
         else:
-            run_id = secrets.token_hex(4)   # W&B ids: lowercase letters and digits
+            run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
             id_file.write_text(run_id + "\n")
         if mode == "offline" and cfg.logging.wandb_mode == "auto" and not has_wandb_credentials():
-            print(f"logging: no W&B API key configured; W&B logs offline to {wdir} "
-                  f"(upload later: wandb sync {wdir}/offline-run-*)", file=sys.stderr)
+            print(
+                f"logging: no W&B API key configured; W&B logs offline to {wdir} (upload later: wandb sync {wdir}/offline-run-*)",
+                file=sys.stderr,
+            )
         try:
-            self.run = wandb.init(project=cfg.logging.wandb_project, name=run_dir.name, id=run_id, resume="allow",
-                                  dir=str(run_dir), config=to_dict(cfg),
-                                  # a WANDB_MODE from the environment is passed through as it is; wandb checks it
-                                  mode=cast(Literal["online", "offline", "disabled", "shared"], mode),
-                                  settings=wandb.Settings(console="off"))
+            self.run = wandb.init(
+                project=cfg.logging.wandb_project,
+                name=run_dir.name,
+                id=run_id,
+                resume="allow",
+                dir=str(run_dir),
+                config=to_dict(cfg),
+                # a WANDB_MODE from the environment is passed through as it is; wandb checks it
+                mode=cast(Literal["online", "offline", "disabled", "shared"], mode),
+                settings=wandb.Settings(console="off"),
+            )
         except Exception as e:  # noqa: BLE001 - any failure to start is reported as one line
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConfigError(f"logging.report_to wandb: could not start a W&B run ({type(e).__name__}: {first}); "
-                              "set logging.wandb_mode=offline to log without network") from None
+            raise ConfigError(
+                f"logging.report_to wandb: could not start a W&B run ({type(e).__name__}: {first}); "
+                "set logging.wandb_mode=offline to log without network"
+            ) from None
 
     def log(self, step: int, values: dict[str, float], completions: dict[str, list[dict]]) -> None:
-        tables = {f"completions/{name}": self.wandb.Table(columns=list(COMPLETION_COLUMNS),
-                                                     data=[[r[c] for c in COMPLETION_COLUMNS] for r in rows])
-                  for name, rows in completions.items()}
+        tables = {
+            f"completions/{name}": self.wandb.Table(
+                columns=list(COMPLETION_COLUMNS), data=[[r[c] for c in COMPLETION_COLUMNS] for r in rows]
+            )
+            for name, rows in completions.items()
+        }
         self.run.log(values | tables, step=step)
 
     def close(self) -> None:
@@ -239,7 +260,7 @@ class MLflowTracker:
     module, package = "mlflow", "mlflow-skinny"
 
     def __init__(self, run_dir: Path, cfg: Config, start_step: int) -> None:
-        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")   # MLflow 3: the file store is opt-in
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the file store is opt-in
         import mlflow  # deferred: an optional tracker, asked for by report_to
 
         store = (run_dir / "mlruns").resolve()
@@ -257,8 +278,8 @@ class MLflowTracker:
             self.run_id = self.client.create_run(exp_id, run_name=run_dir.name).info.run_id
             id_file.write_text(self.run_id + "\n")
             params = [mlflow.entities.Param(mlflow_key(k), str(v)[:6000]) for k, v in flat_config(to_dict(cfg)).items()]
-            for i in range(0, len(params), 100):   # MLflow takes at most 100 params per batch
-                self.client.log_batch(self.run_id, params=params[i:i + 100])
+            for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+                self.client.log_batch(self.run_id, params=params[i : i + 100])
         self.client.log_text(self.run_id, yaml.safe_dump(to_dict(cfg), sort_keys=False), "config.yaml")
 
     def log(self, step: int, values: dict[str, float], completions: dict[str, list[dict]]) -> None:

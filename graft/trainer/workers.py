@@ -10,6 +10,7 @@ W ranks of one ``torch.distributed`` group, FSDP2-sharded when W > 1).
 (generation batches, scoring micro-batches, update micro-batches), so every rank computes exactly
 what the single process computes for those rows.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,7 +48,7 @@ def scatter(items: Sequence, parts: int, unit: int = 1, even: bool = False) -> l
     out, start = [], 0
     for r in range(parts):
         size = min(n - start, (base + (1 if r < extra else 0)) * unit)
-        out.append(list(items[start:start + size]))
+        out.append(list(items[start : start + size]))
         start += size
     return out
 
@@ -104,27 +105,41 @@ class PolicyWorker:
     def address(self) -> tuple[str, int]:
         return fsdp.node_ip(), fsdp.free_port()
 
-    def setup(self, cfg, device: str, weights_from: str | None, master: tuple[str, int] | None, seed: int | None,
-              engine: str, timeout_s: float = 600.0) -> dict:
+    def setup(
+        self,
+        cfg,
+        device: str,
+        weights_from: str | None,
+        master: tuple[str, int] | None,
+        seed: int | None,
+        engine: str,
+        timeout_s: float = 600.0,
+    ) -> dict:
         """Load the model (from ``weights_from`` when resuming), shard it over the group when W > 1,
         build the optimizer and the rollout engine."""
 
         if seed is not None:
             torch.manual_seed(seed)
         if device == "cuda":
-            torch.cuda.set_device(0)   # Ray restricts CUDA_VISIBLE_DEVICES to this worker's GPU(s)
+            torch.cuda.set_device(0)  # Ray restricts CUDA_VISIBLE_DEVICES to this worker's GPU(s)
         if self.world > 1:
             if master is None:
                 raise ValueError(f"{self.name}: a group of {self.world} ranks needs the master address")
             fsdp.init_process_group(self.rank, self.world, master[0], master[1], device=device, timeout_s=timeout_s)
         policy = self._policy = Policy.load(cfg, device=device, weights_from=weights_from)
         if self.world > 1:
-            fsdp.shard_model(policy.model)   # parameters keep cfg.dtype, as in one process
+            fsdp.shard_model(policy.model)  # parameters keep cfg.dtype, as in one process
         self._optimizer = policy.make_optimizer()
-        self.reference = reference_policy(cfg, device) if cfg.kl_coef > 0 else None   # not sharded: a full copy per rank
-        self._engine = make_engine(engine, policy)   # built now: a vLLM engine's first weight push is collective
-        return {"rank": self.rank, "pid": os.getpid(), "node": fsdp.node_ip(), "device": device, "engine": engine,
-                "parameters": sum(p.numel() for p in policy.model.parameters())}
+        self.reference = reference_policy(cfg, device) if cfg.kl_coef > 0 else None  # not sharded: a full copy per rank
+        self._engine = make_engine(engine, policy)  # built now: a vLLM engine's first weight push is collective
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "node": fsdp.node_ip(),
+            "device": device,
+            "engine": engine,
+            "parameters": sum(p.numel() for p in policy.model.parameters()),
+        }
 
     def ping(self) -> int:
         return self.rank
@@ -140,8 +155,9 @@ class PolicyWorker:
 
     def logprobs(self, prompt_ids, response_ids, chunk: int, micro_batch: int, temperature: float) -> list[torch.Tensor]:
         with self._gathered():
-            return self.policy.token_logprobs(prompt_ids, response_ids, chunk=chunk, micro_batch=micro_batch,
-                                              temperature=temperature)
+            return self.policy.token_logprobs(
+                prompt_ids, response_ids, chunk=chunk, micro_batch=micro_batch, temperature=temperature
+            )
 
     def train_minibatch(self, shard: Shard, uc, temperature: float) -> dict:
         """This rank's micro-batches of one minibatch (plus zero-weight dummies up to the common count),
@@ -151,14 +167,24 @@ class PolicyWorker:
         model, mbs = self.policy.model, uc.micro_batch_size
         params = [p for p in model.parameters() if p.requires_grad]
         totals: dict[str, float] = {"loss": 0.0, "tokens/update": 0.0}
-        micro = [shard.rows[j:j + mbs] for j in range(0, len(shard.rows), mbs)]
+        micro = [shard.rows[j : j + mbs] for j in range(0, len(shard.rows), mbs)]
         self.optimizer.zero_grad(set_to_none=True)
         model.train()
         try:
             for j in range(shard.num_micro):
                 if j < len(micro):
-                    loss, m = fsdp.root_call(model, micro_loss, self.policy, micro[j], shard.loss, uc, temperature,
-                                             shard.counts, shard.loss_kwargs, self.reference)
+                    loss, m = fsdp.root_call(
+                        model,
+                        micro_loss,
+                        self.policy,
+                        micro[j],
+                        shard.loss,
+                        uc,
+                        temperature,
+                        shard.counts,
+                        shard.loss_kwargs,
+                        self.reference,
+                    )
                     loss.backward()
                     totals["loss"] += float(loss.detach())
                     totals["tokens/update"] += sum(len(s.response_ids) for s in micro[j])
@@ -168,10 +194,10 @@ class PolicyWorker:
             totals["grad_norm"] = fsdp.clip_grad_norm_(params, self.policy.cfg.max_grad_norm) if shard.num_micro else 0.0
             finite = math.isfinite(totals["grad_norm"]) and math.isfinite(totals["loss"])
             totals["skipped_nonfinite"] = float(fsdp.any_rank(not finite, params[0].device if params else "cpu"))
-            if not totals["skipped_nonfinite"]:   # a diverging update leaves weights and optimizer state as they were
+            if not totals["skipped_nonfinite"]:  # a diverging update leaves weights and optimizer state as they were
                 self.optimizer.step()
         finally:
-            self.optimizer.zero_grad(set_to_none=True)   # no gradients held through rollout, exchange, the peer's update
+            self.optimizer.zero_grad(set_to_none=True)  # no gradients held through rollout, exchange, the peer's update
             model.eval()
         return totals
 
@@ -190,8 +216,7 @@ class PolicyWorker:
 
     def nonfinite_parameters(self) -> list[str]:
         """Names of the parameters whose values on this rank (its shards, when sharded) hold NaN or inf."""
-        return [n for n, p in self.policy.model.named_parameters()
-                if not bool(torch.isfinite(_local_shard(p).detach()).all())]
+        return [n for n, p in self.policy.model.named_parameters() if not bool(torch.isfinite(_local_shard(p).detach()).all())]
 
     def set_engine(self, kind: str) -> None:
         """Sample with another rollout engine from now on (``hf``, ``hf-cb``, ``vllm``)."""
@@ -214,7 +239,7 @@ class PolicyWorker:
     def load_optimizer_state(self, state: dict) -> None:
         if self.world > 1:
             fsdp.load_optimizer_state(self.optimizer, state)
-        else:   # the old moments go first: a model's AdamW state is 2x its weights, never held twice
+        else:  # the old moments go first: a model's AdamW state is 2x its weights, never held twice
             self.optimizer.state.clear()
             self.optimizer.load_state_dict(state)
 
@@ -268,9 +293,14 @@ def copy_optimizer_state(opt: torch.optim.Optimizer, saved: dict) -> None:
     taken before the first update, with no moments yet -- the live state is dropped and a copy of ``saved``
     loaded (``load_state_dict`` would otherwise alias ``saved``'s tensors)."""
     live = opt.state_dict()
-    if live["param_groups"] != saved["param_groups"] or live["state"].keys() != saved["state"].keys() or any(
+    if (
+        live["param_groups"] != saved["param_groups"]
+        or live["state"].keys() != saved["state"].keys()
+        or any(
             live["state"][i].keys() != st.keys() or not all(torch.is_tensor(v) for v in st.values())
-            for i, st in saved["state"].items()):
+            for i, st in saved["state"].items()
+        )
+    ):
         opt.state.clear()
         opt.load_state_dict(copy.deepcopy(saved))
         return
@@ -299,7 +329,7 @@ def _save_full(policy, state: dict, path) -> None:
     with writing(path / "tokenizer.json"):
         policy.tokenizer.save_pretrained(str(path))
     cfg_file = path / "config.json"
-    if cfg_file.exists():   # FSDP2 renames the class (FSDPLlamaForCausalLM); keep the real architecture
+    if cfg_file.exists():  # FSDP2 renames the class (FSDPLlamaForCausalLM); keep the real architecture
         data = json.loads(cfg_file.read_text())
         data["architectures"] = [a[4:] if a.startswith("FSDP") else a for a in data.get("architectures") or []]
         write_text(cfg_file, json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -53,6 +53,7 @@ shared folder): each claims the run it works on and skips the runs the others ho
 The command's parts, by job: :mod:`.plan` (read and check a plan), :mod:`.run` (``run``, ``status``),
 :mod:`.summary` (``summary.json``), :mod:`.report` (``REPORT.md`` and its plots).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -64,8 +65,18 @@ from graft.commands.experiment.run import check_only, plan_status, run_plan
 from graft.commands.experiment.summary import summarize
 from graft.commands.parsers import experiment_parser
 
-__all__ = ["Comparison", "Member", "Plan", "experiment_main", "load_plan", "plan_status", "report_markdown", "run_plan",
-           "summarize", "write_summary"]
+__all__ = [
+    "Comparison",
+    "Member",
+    "Plan",
+    "experiment_main",
+    "load_plan",
+    "plan_status",
+    "report_markdown",
+    "run_plan",
+    "summarize",
+    "write_summary",
+]
 
 
 def experiment_main(argv: list[str]) -> int:
@@ -78,8 +89,11 @@ def experiment_main(argv: list[str]) -> int:
         for r in rows:
             print(f"{r['arm'] + '/seed' + str(r['seed']):<{width}}  {r['state']}")
         done = sum(r["state"] in ("done", "results only") for r in rows)
-        print(f"[experiment {plan.name}] {done} of {len(rows)} runs finished; `graft experiment run` does the rest"
-              if done < len(rows) else f"[experiment {plan.name}] all {len(rows)} runs finished")
+        print(
+            f"[experiment {plan.name}] {done} of {len(rows)} runs finished; `graft experiment run` does the rest"
+            if done < len(rows)
+            else f"[experiment {plan.name}] all {len(rows)} runs finished"
+        )
         return 0
     if args.action == "print":
         for m in plan.members:
@@ -87,8 +101,10 @@ def experiment_main(argv: list[str]) -> int:
         return 0
     if args.action == "run":
         left = run_plan(plan, args.max_minutes, args.only)
-        print(f"[experiment {plan.name}] {len(left)} run(s) left" if left else f"[experiment {plan.name}] all runs done",
-              file=sys.stderr)
+        print(
+            f"[experiment {plan.name}] {len(left)} run(s) left" if left else f"[experiment {plan.name}] all runs done",
+            file=sys.stderr,
+        )
     path = write_summary(plan)
     print(f"summary: {path}; report: {plan.results / 'REPORT.md'}")
     return 0

@@ -1,6 +1,7 @@
 """A ``graft experiment`` plan: the YAML read and checked (:func:`load_plan`) into its runs (:class:`Member`), the
 comparisons the report makes (:class:`Comparison`) and what it names (:class:`Plan`). The plan's format is in
 :mod:`graft.commands.experiment`."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,25 @@ import yaml
 from graft.config import ANSWER_FORMS as LEGACY_ANSWER_FORMS, ConfigError, load_config, to_dict
 from graft.exchange.kinds import hands_over
 
-PLAN_KEYS = ("name", "config", "runs", "results", "overrides", "seeds", "arms", "stored", "eval", "order",
-             "keep_checkpoints", "base", "title", "comparisons", "labels", "clip_frac_peer", "onestep")
+PLAN_KEYS = (
+    "name",
+    "config",
+    "runs",
+    "results",
+    "overrides",
+    "seeds",
+    "arms",
+    "stored",
+    "eval",
+    "order",
+    "keep_checkpoints",
+    "base",
+    "title",
+    "comparisons",
+    "labels",
+    "clip_frac_peer",
+    "onestep",
+)
 
 STORED_PREFIX = "stored_"
 """Arm name prefix of the stored-peer runs (``stored_MODEL``): the plan's own arms may not use it."""
@@ -142,10 +160,21 @@ def load_plan(path: str | Path) -> Plan:
     ev["data"] = {k: str((path.parent / v).resolve()) for k, v in (ev.get("data") or {}).items()}
     for m in members:
         m.evaluated = bool(ev["data"])
-    return Plan(raw.get("name", path.stem), base, runs, results, members, ev, models,
-                keep_checkpoints=_keep_checkpoints(path, raw.get("keep_checkpoints", True), members),
-                answer_form=forms.pop() if len(forms) == 1 else "mixed", common=common,
-                base=bool(raw.get("base", False)), stored_from=stored["from"] if stored else None, **declared)
+    return Plan(
+        raw.get("name", path.stem),
+        base,
+        runs,
+        results,
+        members,
+        ev,
+        models,
+        keep_checkpoints=_keep_checkpoints(path, raw.get("keep_checkpoints", True), members),
+        answer_form=forms.pop() if len(forms) == 1 else "mixed",
+        common=common,
+        base=bool(raw.get("base", False)),
+        stored_from=stored["from"] if stored else None,
+        **declared,
+    )
 
 
 def _keep_checkpoints(path: Path, spec: Any, members: list[Member]) -> bool | frozenset[str]:
@@ -156,8 +185,10 @@ def _keep_checkpoints(path: Path, spec: Any, members: list[Member]) -> bool | fr
     known = {m.arm for m in members} | {f"{m.arm}/{m.seed}" for m in members}
     unknown = [str(x) for x in spec if str(x) not in known]
     if unknown:
-        raise ConfigError(f"{path}: keep_checkpoints: the plan has no arm or run {unknown[0]!r} "
-                          f"(its arms: {sorted({m.arm for m in members})}; a run is ARM/SEED)")
+        raise ConfigError(
+            f"{path}: keep_checkpoints: the plan has no arm or run {unknown[0]!r} "
+            f"(its arms: {sorted({m.arm for m in members})}; a run is ARM/SEED)"
+        )
     return frozenset(map(str, spec))
 
 
@@ -179,16 +210,18 @@ def _arm_names(path: Path, arms: dict) -> list[str]:
     return names
 
 
-def _arm_members(path: Path, arms: dict, common: list[str], seeds: list[int], runs: Path, results: Path,
-                 models: list[str]) -> list[Member]:
+def _arm_members(
+    path: Path, arms: dict, common: list[str], seeds: list[int], runs: Path, results: Path, models: list[str]
+) -> list[Member]:
     """One member per arm and seed, in the order the plan lists them."""
     members = []
     for arm, spec in arms.items():
         arm = str(arm)
         overrides, arm_seeds = _arm(path, arm, spec, seeds)
         for s in arm_seeds:
-            members.append(Member(arm, s, common + overrides, runs / arm / f"seed{s}", results / "runs" / arm / f"seed{s}",
-                                  models))
+            members.append(
+                Member(arm, s, common + overrides, runs / arm / f"seed{s}", results / "runs" / arm / f"seed{s}", models)
+            )
     return members
 
 
@@ -210,8 +243,9 @@ def _stored_spec(path: Path, spec: Any, arms: list[str]) -> dict | None:
     return {**spec, "from": _arm_name(path, "stored.from", spec.get("from"), arms)}
 
 
-def _stored_members(path: Path, stored: dict, cfg, common: list[str], seeds: list[int], runs: Path,
-                    results: Path) -> list[Member]:
+def _stored_members(
+    path: Path, stored: dict, cfg, common: list[str], seeds: list[int], runs: Path, results: Path
+) -> list[Member]:
     """Per stored seed, each model of the pair trained alone on the other's groups stored by the ``from`` arm."""
     models = [m.name for m in cfg.models]
     if len(models) != 2:
@@ -220,11 +254,16 @@ def _stored_members(path: Path, stored: dict, cfg, common: list[str], seeds: lis
     for s in stored.get("seeds", seeds[:1]):
         src = runs / stored["from"] / f"seed{s}" / "trajectories"
         for i, recv in enumerate(models):
-            extra = [f"models=[{_model_yaml(cfg.models[i])}]", "exchange.kind=stored", f"peer.store_path={src}",
-                     f"peer.store_model={models[1 - i]}"]
+            extra = [
+                f"models=[{_model_yaml(cfg.models[i])}]",
+                "exchange.kind=stored",
+                f"peer.store_path={src}",
+                f"peer.store_model={models[1 - i]}",
+            ]
             arm = f"{STORED_PREFIX}{recv}"
-            members.append(Member(arm, s, common + extra, runs / arm / f"seed{s}", results / "runs" / arm / f"seed{s}",
-                                  [recv], store=src))
+            members.append(
+                Member(arm, s, common + extra, runs / arm / f"seed{s}", results / "runs" / arm / f"seed{s}", [recv], store=src)
+            )
     return members
 
 
@@ -247,25 +286,38 @@ def _report_declarations(path: Path, raw: dict, arms: list[str], models: list[st
         _arm_name(path, f"labels.{arm}", arm, arms)
         if not isinstance(text, str):
             raise ConfigError(f"{path}: labels.{arm}: expected a string, got {text!r}")
-    clip = {str(k): _arm_name(path, f"clip_frac_peer.{k}", v, arms)
-            for k, v in _mapping(path, "clip_frac_peer", raw.get("clip_frac_peer")).items()}
-    comparisons = [_comparison(path, str(k), v, arms, models)
-                   for k, v in _mapping(path, "comparisons", raw.get("comparisons")).items()]
+    clip = {
+        str(k): _arm_name(path, f"clip_frac_peer.{k}", v, arms)
+        for k, v in _mapping(path, "clip_frac_peer", raw.get("clip_frac_peer")).items()
+    }
+    comparisons = [
+        _comparison(path, str(k), v, arms, models) for k, v in _mapping(path, "comparisons", raw.get("comparisons")).items()
+    ]
     onestep = raw.get("onestep")
     if onestep is not None and not isinstance(onestep, str):
         raise ConfigError(f"{path}: onestep: expected the path of a `graft onestep` summary.json, got {onestep!r}")
-    return {"title": title, "comparisons": comparisons, "labels": labels, "clip_frac_peer": clip,
-            "onestep": None if onestep is None else (path.parent / onestep).resolve()}
+    return {
+        "title": title,
+        "comparisons": comparisons,
+        "labels": labels,
+        "clip_frac_peer": clip,
+        "onestep": None if onestep is None else (path.parent / onestep).resolve(),
+    }
 
 
 def _comparison(path: Path, name: str, spec: Any, arms: list[str], models: list[str]) -> Comparison:
     key = f"comparisons.{name}"
     if not isinstance(spec, dict) or not {"arm", "baseline"} <= set(spec) <= {"arm", "baseline", "decision"}:
-        raise ConfigError(f"{path}: {key}: expected {{arm: ARM, baseline: ARM}} (and optionally decision: "
-                          f"{{model: MODEL, pairs: N}}), got {spec!r}")
-    c = Comparison(name, _arm_name(path, f"{key}.arm", spec["arm"], arms),
-                   _arm_name(path, f"{key}.baseline", spec["baseline"], arms),
-                   _decision(path, f"{key}.decision", spec.get("decision"), models))
+        raise ConfigError(
+            f"{path}: {key}: expected {{arm: ARM, baseline: ARM}} (and optionally decision: "
+            f"{{model: MODEL, pairs: N}}), got {spec!r}"
+        )
+    c = Comparison(
+        name,
+        _arm_name(path, f"{key}.arm", spec["arm"], arms),
+        _arm_name(path, f"{key}.baseline", spec["baseline"], arms),
+        _decision(path, f"{key}.decision", spec.get("decision"), models),
+    )
     if c.arm == c.baseline:
         raise ConfigError(f"{path}: {key}: compares arm {c.arm!r} with itself")
     return c
@@ -279,8 +331,7 @@ def _decision(path: Path, key: str, spec: Any, models: list[str]) -> tuple[str, 
     if spec["model"] not in models:
         raise ConfigError(f"{path}: {key}.model: the plan's runs have no model {spec['model']!r} (models: {models})")
     if isinstance(spec["pairs"], bool) or not isinstance(spec["pairs"], int) or spec["pairs"] < 2:
-        raise ConfigError(f"{path}: {key}.pairs: expected an integer >= 2 (an interval needs two pairs), "
-                          f"got {spec['pairs']!r}")
+        raise ConfigError(f"{path}: {key}.pairs: expected an integer >= 2 (an interval needs two pairs), got {spec['pairs']!r}")
     return spec["model"], spec["pairs"]
 
 
@@ -303,10 +354,8 @@ def _model_yaml(m) -> str:
     return json.dumps(to_dict(m))
 
 
-
 def plan_seeds(plan: Plan, arm: str) -> list[int]:
     return [m.seed for m in plan.members if m.arm == arm]
-
 
 
 def plan_path_hint(plan: Plan) -> str:

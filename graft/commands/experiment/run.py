@@ -1,6 +1,7 @@
 """``graft experiment run`` and ``status``: each run of a plan trained (``graft train``), its final checkpoint evaluated
 (``graft eval``) and analysed, its small files copied under ``results/``; runs claimed so that several processes share
 a plan; where each run stands."""
+
 from __future__ import annotations
 
 import shlex
@@ -23,8 +24,7 @@ SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json", "a
 
 
 def _finished_in(folder: Path, eval_dir: str, models: list[str]) -> bool:
-    return (folder / "summary.json").is_file() and all(
-        (folder / eval_dir / name / "results.json").is_file() for name in models)
+    return (folder / "summary.json").is_file() and all((folder / eval_dir / name / "results.json").is_file() for name in models)
 
 
 def _done(m: Member) -> bool:
@@ -45,8 +45,10 @@ def run_member(plan: Plan, m: Member, log) -> None:
     final = latest_checkpoint(m.run_dir)
     for name in m.eval_models:
         if final is None:
-            raise RunFailed(f"{m.run_dir}: trained, but no checkpoint is left to evaluate (checkpoint.save_final "
-                            "is off, or its checkpoints were removed)")
+            raise RunFailed(
+                f"{m.run_dir}: trained, but no checkpoint is left to evaluate (checkpoint.save_final "
+                "is off, or its checkpoints were removed)"
+            )
         out = m.run_dir / "eval_final" / name
         if (out / "results.json").is_file():
             continue
@@ -62,11 +64,31 @@ def run_member(plan: Plan, m: Member, log) -> None:
 def eval_command(plan: Plan, model: str, config: Path, name: str, out: Path) -> list[str]:
     """``graft eval`` of one model on the plan's eval sets in ``config``'s prompt format (``model``: a
     checkpoint folder, or ``base`` for the config's starting weights)."""
-    cmd = [sys.executable, "-m", "graft.cli", "eval", "--model", model, "--config", str(config), "--model-name", name,
-           "--out", str(out), "--no-progress", "--n", str(plan.eval.get("n", EvalConfig.n)),
-           "--repeats", str(plan.eval.get("repeats", EvalConfig.repeats)),
-           "--temperature", str(plan.eval.get("temperature", EvalConfig.temperature)),
-           "--top-p", str(plan.eval.get("top_p", EvalConfig.top_p)), "--seed", str(plan.eval.get("seed", 0))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "graft.cli",
+        "eval",
+        "--model",
+        model,
+        "--config",
+        str(config),
+        "--model-name",
+        name,
+        "--out",
+        str(out),
+        "--no-progress",
+        "--n",
+        str(plan.eval.get("n", EvalConfig.n)),
+        "--repeats",
+        str(plan.eval.get("repeats", EvalConfig.repeats)),
+        "--temperature",
+        str(plan.eval.get("temperature", EvalConfig.temperature)),
+        "--top-p",
+        str(plan.eval.get("top_p", EvalConfig.top_p)),
+        "--seed",
+        str(plan.eval.get("seed", 0)),
+    ]
     for dname, dpath in plan.eval["data"].items():
         cmd += ["--data", f"{dname}={dpath}"]
     return cmd
@@ -100,14 +122,19 @@ def _run(cmd: list[str], what: str) -> None:
     resumably; any other failure stops it with one line."""
     rc = subprocess.run(cmd).returncode
     if rc == PREEMPTED_EXIT:
-        raise Preempted(f"graft {cmd[3]} stopped on a signal after checkpointing; continue with `graft experiment run` "
-                        "on the same plan")
+        raise Preempted(
+            f"graft {cmd[3]} stopped on a signal after checkpointing; continue with `graft experiment run` on the same plan"
+        )
     if rc < 0:
-        raise Preempted(f"graft {cmd[3]} was killed by {signal.Signals(-rc).name} before it could checkpoint; continue "
-                        "with `graft experiment run` on the same plan (the run resumes from its last checkpoint)")
+        raise Preempted(
+            f"graft {cmd[3]} was killed by {signal.Signals(-rc).name} before it could checkpoint; continue "
+            "with `graft experiment run` on the same plan (the run resumes from its last checkpoint)"
+        )
     if rc:
-        raise RunFailed(f"`graft {cmd[3]}` of {what} failed with exit status {rc} (its error is above); fix it and "
-                        "run `graft experiment run` on the same plan again: finished runs are kept")
+        raise RunFailed(
+            f"`graft {cmd[3]}` of {what} failed with exit status {rc} (its error is above); fix it and "
+            "run `graft experiment run` on the same plan again: finished runs are kept"
+        )
 
 
 def write_analysis(m: Member) -> None:
@@ -130,7 +157,7 @@ def copy_small_files(m: Member) -> None:
             if (src / f).is_file():
                 (m.results_dir / "eval" / name).mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src / f, m.results_dir / "eval" / name / f)
-        for graded in src.glob("*/repeat_*.jsonl"):   # the graded responses (~100 kB a set): every grade can be re-checked
+        for graded in src.glob("*/repeat_*.jsonl"):  # the graded responses (~100 kB a set): every grade can be re-checked
             (m.results_dir / "eval" / name / graded.parent.name).mkdir(parents=True, exist_ok=True)
             shutil.copy2(graded, m.results_dir / "eval" / name / graded.parent.name / graded.name)
 
@@ -172,8 +199,9 @@ def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: lis
                 evaluate_base(plan, log)
     for m in todo:
         if stop.requested:
-            raise Preempted(f"{stop.requested}: stopped after the current run; continue with `graft experiment run` "
-                            "on the same plan")
+            raise Preempted(
+                f"{stop.requested}: stopped after the current run; continue with `graft experiment run` on the same plan"
+            )
         if _done(m):
             write_analysis(m)
             copy_small_files(m)
@@ -182,8 +210,10 @@ def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: lis
             log(f"skip {m.arm}/seed{m.seed}: its results are recorded in {m.results_dir} (move them away to run it again)")
             continue
         if m.store is not None and not (m.store.parent / "summary.json").is_file():
-            log(f"skip {m.arm}/seed{m.seed}: its peer's trajectory store ({m.store}) is not here; "
-                "its run has not finished on this machine")
+            log(
+                f"skip {m.arm}/seed{m.seed}: its peer's trajectory store ({m.store}) is not here; "
+                "its run has not finished on this machine"
+            )
             continue
         if max_minutes is not None and (time.monotonic() - t0) / 60 > max_minutes:
             log(f"stopping after {max_minutes:g} minutes; rerun the same command to continue")
@@ -192,7 +222,7 @@ def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: lis
             log(f"skip {m.arm}/seed{m.seed}: another `experiment run` of this plan holds it")
             continue
         with held:
-            if _done(m) or _recorded(m):   # another process finished it between the checks above and the claim
+            if _done(m) or _recorded(m):  # another process finished it between the checks above and the claim
                 log(f"skip {m.arm}/seed{m.seed}: another `experiment run` of this plan finished it")
                 continue
             log(f"{m.arm} seed {m.seed}: {m.run_dir}")

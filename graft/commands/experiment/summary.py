@@ -1,5 +1,6 @@
 """``graft experiment summarize``'s numbers: ``results/summary.json`` of a plan, from the small files each run left
 under ``results/`` (pass@1 per arm, the strict re-grade, the exchange, the paired comparisons and their verdicts)."""
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,9 @@ def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None
         per_prompt = [tally.add_row(r, problems) for r in rows]
         if per_prompt:
             tally.per_set.append(sum(per_prompt) / len(per_prompt))
-        skill = [p for r, p in zip(rows, per_prompt, strict=True)
-                 if _below_chance_cut(tally.fams[eval_family(r["id"])]["chance"])]
+        skill = [
+            p for r, p in zip(rows, per_prompt, strict=True) if _below_chance_cut(tally.fams[eval_family(r["id"])]["chance"])
+        ]
         if skill:
             tally.per_set_skill.append(sum(skill) / len(skill))
     return tally.summary() if tally.per_set else None
@@ -107,7 +109,7 @@ class _Regrade:
         self.questions += [problem or ""] * len(r["responses"])
         self.as_run += r["rewards"]
         self.strict += strict
-        for resp, old in zip(r["responses"], r["rewards"], strict=True):   # one reward per response
+        for resp, old in zip(r["responses"], r["rewards"], strict=True):  # one reward per response
             content = extract_boxed(resp)
             expression = bool(content and not is_number(content))
             self.boxed += bool(content)
@@ -119,14 +121,20 @@ class _Regrade:
 
     def summary(self) -> dict:
         """:func:`regraded_pass1`'s result."""
-        return {"pass@1": sum(self.per_set) / len(self.per_set),
-                "pass@1_skill": sum(self.per_set_skill) / len(self.per_set_skill) if self.per_set_skill else None,
-                "expression_share_of_correct": self.expr_correct / self.correct if self.correct else None,
-                "expression_share_of_boxed": self.expr_boxed / self.boxed if self.boxed else None,
-                "monitor": {"as_run": shortcut_shares(self.texts, self.questions, self.as_run, WORKED_EQUATIONS),
-                            "strict": shortcut_shares(self.texts, self.questions, self.strict, WORKED_EQUATIONS)},
-                "families": {f: {"pass@1": _mean(v["pass@1"]), "chance": _mean(v["chance"]), "prompts": len(v["pass@1"])}
-                             for f, v in sorted(self.fams.items())}}
+        return {
+            "pass@1": sum(self.per_set) / len(self.per_set),
+            "pass@1_skill": sum(self.per_set_skill) / len(self.per_set_skill) if self.per_set_skill else None,
+            "expression_share_of_correct": self.expr_correct / self.correct if self.correct else None,
+            "expression_share_of_boxed": self.expr_boxed / self.boxed if self.boxed else None,
+            "monitor": {
+                "as_run": shortcut_shares(self.texts, self.questions, self.as_run, WORKED_EQUATIONS),
+                "strict": shortcut_shares(self.texts, self.questions, self.strict, WORKED_EQUATIONS),
+            },
+            "families": {
+                f: {"pass@1": _mean(v["pass@1"]), "chance": _mean(v["chance"]), "prompts": len(v["pass@1"])}
+                for f, v in sorted(self.fams.items())
+            },
+        }
 
 
 def _run_domain(m: Member) -> str:
@@ -177,9 +185,13 @@ def _exchange_steps(m: Member, direction: str, t: dict | None) -> dict | None:
     if t is None:
         return None
     rows, pre, first, last = _metrics(m), f"exchange/{direction}", t["first_third"], t["last_third"]
-    return {"steps": len(rows), "with_target": sum((r.get(f"{pre}/m") or 0) > 0 for r in rows),
-            "with_admitted": sum((r.get(f"{pre}/admitted") or 0) > 0 for r in rows),
-            "s_median_first_third": first and first["s_median"], "s_median_last_third": last and last["s_median"]}
+    return {
+        "steps": len(rows),
+        "with_target": sum((r.get(f"{pre}/m") or 0) > 0 for r in rows),
+        "with_admitted": sum((r.get(f"{pre}/admitted") or 0) > 0 for r in rows),
+        "s_median_first_third": first and first["s_median"],
+        "s_median_last_third": last and last["s_median"],
+    }
 
 
 def _admitted_correct(m: Member, t: dict | None) -> int | None:
@@ -251,8 +263,9 @@ def summarize(plan: Plan) -> dict:
             out[f"paired_diff_{c.name}"] = _paired_diff(arms, c, out["arms"], plan.models)
             out[f"paired_diff_{c.name}_number"] = _paired_diff(arms, c, out["arms_answer_form_number"], plan.models)
             for suffix in ("", "_number"):
-                out[f"paired_ci_{c.name}{suffix}"] = {a: paired_interval(ds)
-                                                      for a, ds in out[f"paired_diff_{c.name}{suffix}"].items()}
+                out[f"paired_ci_{c.name}{suffix}"] = {
+                    a: paired_interval(ds) for a, ds in out[f"paired_diff_{c.name}{suffix}"].items()
+                }
         if c.decision is not None:
             model, pairs = c.decision
             diffs = out.get(f"paired_diff_{c.name}", {}).get(model, [])
@@ -266,32 +279,64 @@ def one_step_effect(onestep: dict) -> dict:
     ``one_step_effect_gate_off`` (the same with ``exchange.admission=all``) and ``one_step_treatment``
     (states, selected prompts, admitted and admitted-correct peer responses per direction), ``one_step_states``
     (training states measured, and those with a prompt to exchange: elsewhere GRAFT's update is GRPO's)."""
+
     def cut(table: dict) -> dict:
-        keys = ("mean", "ci95", "prompts", "states", "differed", "t95")   # the last two from arms version 2 on
+        keys = ("mean", "ci95", "prompts", "states", "differed", "t95")  # the last two from arms version 2 on
         return {d: {kind: {k: s[k] for k in keys if k in s} for kind, s in kinds.items()} for d, kinds in table.items()}
-    return {"one_step_effect": cut(onestep["graft_minus_grpo"]), "one_step_effect_gate_off": cut(onestep["all_minus_grpo"]),
-            "one_step_treatment": onestep["treatment"], "one_step_states": onestep.get("states"),
-            "one_step_command": onestep.get("command"),
-            **({"one_step_verdict_interval": onestep["verdict_interval"]} if "verdict_interval" in onestep else {})}
+
+    return {
+        "one_step_effect": cut(onestep["graft_minus_grpo"]),
+        "one_step_effect_gate_off": cut(onestep["all_minus_grpo"]),
+        "one_step_treatment": onestep["treatment"],
+        "one_step_states": onestep.get("states"),
+        "one_step_command": onestep.get("command"),
+        **({"one_step_verdict_interval": onestep["verdict_interval"]} if "verdict_interval" in onestep else {}),
+    }
 
 
 def _summary_skeleton(plan: Plan) -> dict[str, Any]:
     """The summary's header and its per-arm tables, empty."""
-    tables = ("arms", "by_dataset", "exchanged", "transferred", "exchange_steps", "clip_frac_peer",
-              "clip_frac_peer_by_model", "stored", "arms_answer_form_number", "expression_share_of_correct",
-              "expression_share_of_boxed", "stored_answer_form_number", "arms_strict_skill", "monitor", "families",
-              "admitted_correct", "peer_row_share", "train_reward", "last_quarter")
-    ev = {"data": {k: Path(v).name for k, v in plan.eval["data"].items()},
-          "n": plan.eval.get("n", EvalConfig.n), "temperature": plan.eval.get("temperature", EvalConfig.temperature),
-          "top_p": plan.eval.get("top_p", EvalConfig.top_p), "repeats": plan.eval.get("repeats", EvalConfig.repeats),
-          "metric": "pass@1, macro average over the eval data sets", "answer_form": plan.answer_form}
-    return {"models": plan.models, "seeds": sorted({m.seed for m in plan.members}), "eval": ev,
-            **{key: {} for key in tables}}
+    tables = (
+        "arms",
+        "by_dataset",
+        "exchanged",
+        "transferred",
+        "exchange_steps",
+        "clip_frac_peer",
+        "clip_frac_peer_by_model",
+        "stored",
+        "arms_answer_form_number",
+        "expression_share_of_correct",
+        "expression_share_of_boxed",
+        "stored_answer_form_number",
+        "arms_strict_skill",
+        "monitor",
+        "families",
+        "admitted_correct",
+        "peer_row_share",
+        "train_reward",
+        "last_quarter",
+    )
+    ev = {
+        "data": {k: Path(v).name for k, v in plan.eval["data"].items()},
+        "n": plan.eval.get("n", EvalConfig.n),
+        "temperature": plan.eval.get("temperature", EvalConfig.temperature),
+        "top_p": plan.eval.get("top_p", EvalConfig.top_p),
+        "repeats": plan.eval.get("repeats", EvalConfig.repeats),
+        "metric": "pass@1, macro average over the eval data sets",
+        "answer_form": plan.answer_form,
+    }
+    return {"models": plan.models, "seeds": sorted({m.seed for m in plan.members}), "eval": ev, **{key: {} for key in tables}}
 
 
-REGRADED = (("arms_answer_form_number", "pass@1"), ("arms_strict_skill", "pass@1_skill"), ("monitor", "monitor"),
-            ("families", "families"), ("expression_share_of_correct", "expression_share_of_correct"),
-            ("expression_share_of_boxed", "expression_share_of_boxed"))
+REGRADED = (
+    ("arms_answer_form_number", "pass@1"),
+    ("arms_strict_skill", "pass@1_skill"),
+    ("monitor", "monitor"),
+    ("families", "families"),
+    ("expression_share_of_correct", "expression_share_of_correct"),
+    ("expression_share_of_boxed", "expression_share_of_boxed"),
+)
 """Summary table -> the :func:`regraded_pass1` field it holds per arm, model and seed."""
 
 
@@ -330,12 +375,12 @@ def _add_stored(out: dict, plan: Plan, arms: dict[str, list[Member]], problems: 
 
 def _stored_row(m: Member, model: str, c: Comparison, arms: dict[str, list[Member]]) -> dict:
     """A stored-peer run, the comparison's baseline and arm of the same seed: pass@1 of each, gains, ratio."""
+
     def at(arm: str) -> float | None:
         return next((_pass1(x, model) for x in arms[arm] if x.seed == m.seed), None)
 
     stored, baseline, online = _pass1(m, model), at(c.baseline), at(c.arm)
-    return {"seed": m.seed, "stored": stored, c.baseline: baseline, c.arm: online,
-            **stored_vs_online(stored, baseline, online)}
+    return {"seed": m.seed, "stored": stored, c.baseline: baseline, c.arm: online, **stored_vs_online(stored, baseline, online)}
 
 
 def _paired_diff(arms: dict[str, list[Member]], c: Comparison, table: dict, models: list[str]) -> dict:
@@ -343,9 +388,11 @@ def _paired_diff(arms: dict[str, list[Member]], c: Comparison, table: dict, mode
     (None where the baseline has no such seed or either run is missing)."""
     out = {}
     for a in models:
-        baseline = dict(zip((m.seed for m in arms[c.baseline]), table[c.baseline][a], strict=True))   # a value per run
-        out[a] = [None if x is None or baseline.get(m.seed) is None else x - baseline[m.seed]
-                  for m, x in zip(arms[c.arm], table[c.arm][a], strict=True)]
+        baseline = dict(zip((m.seed for m in arms[c.baseline]), table[c.baseline][a], strict=True))  # a value per run
+        out[a] = [
+            None if x is None or baseline.get(m.seed) is None else x - baseline[m.seed]
+            for m, x in zip(arms[c.arm], table[c.arm][a], strict=True)
+        ]
     return out
 
 
@@ -372,11 +419,17 @@ def last_quarter(rows: list[dict], model: str) -> dict | None:
     rows = [r for r in rows if r.get(f"{model}/reward/mean") is not None]
     if not rows:
         return None
-    tail = rows[len(rows) - math.ceil(len(rows) / 4):]
+    tail = rows[len(rows) - math.ceil(len(rows) / 4) :]
     n = sum(r.get(f"{model}/rewarded/n") or 0 for r in tail)
-    flagged = sum(((r.get(f"{model}/rewarded/echo") or 0) + (r.get(f"{model}/rewarded/example_copy") or 0))
-                  * (r.get(f"{model}/rewarded/n") or 0) for r in tail)
-    return {"steps": [tail[0].get("step"), tail[-1].get("step")],
-            "reward": _mean([r[f"{model}/reward/mean"] for r in tail]),
-            "distinct_frac": _mean([r.get(f"{model}/distinct_frac") for r in tail]),
-            "echo_or_copy_share": flagged / n if n else None, "rewarded": n}
+    flagged = sum(
+        ((r.get(f"{model}/rewarded/echo") or 0) + (r.get(f"{model}/rewarded/example_copy") or 0))
+        * (r.get(f"{model}/rewarded/n") or 0)
+        for r in tail
+    )
+    return {
+        "steps": [tail[0].get("step"), tail[-1].get("step")],
+        "reward": _mean([r[f"{model}/reward/mean"] for r in tail]),
+        "distinct_frac": _mean([r.get(f"{model}/distinct_frac") for r in tail]),
+        "echo_or_copy_share": flagged / n if n else None,
+        "rewarded": n,
+    }
