@@ -60,6 +60,9 @@ class Domain:
     """``(response, problem, reference) -> {flag: bool}`` for every name of ``flags``."""
     settings_from: Callable[[Any], dict[str, Any]] | None = None
     """``RewardConfig -> keyword arguments`` of every ``verify_fn`` call (the ``reward.*`` settings it reads)."""
+    keeps_lines: bool = False
+    """A response's line breaks and indentation carry meaning (a program): ``graft samples`` prints it line by line
+    instead of collapsing its whitespace."""
 
     def reference(self, row: Mapping[str, Any]) -> str:
         """The reference text of a data row (graft's field names); raises :class:`graft.data.datasets.RowError`."""

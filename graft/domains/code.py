@@ -89,4 +89,5 @@ CODE = Domain(
     quick=_quick,
     make_reference=_reference,
     settings_from=_settings,
+    keeps_lines=True,
 )

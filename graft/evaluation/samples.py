@@ -188,16 +188,24 @@ def _one_line(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+def _lines(text: str, width: int) -> str:
+    kept = text.strip("\n")
+    kept = kept if len(kept) <= width else kept[: width - 1] + "…"
+    return "\n   ".join(line.rstrip() for line in kept.splitlines())
+
+
 def format_sample(s: Sample, domain: Domain, width: int = 400) -> str:
-    """Three lines: a header (where the response comes from, its reference answer, reward and flags),
-    the question and the response, each whitespace-collapsed and cut at ``width`` characters."""
+    """A header (where the response comes from, its reference answer, reward and flags), the question and the
+    response, each whitespace-collapsed to one line and cut at ``width`` characters; a response of a domain whose
+    layout is meaning (``Domain.keeps_lines``: code) keeps its lines, each indented under ``A:``."""
     where = f"step {s.step}" if s.step is not None else s.dataset
     who = f"{s.writer} -> {s.receiver}" if s.receiver else s.writer
     head = f"-- {where} · {who} · {s.prompt_id} · answer {s.answer} · reward {s.reward:g}"
     if flags := s.flags(domain):
         head += " · flags: " + ", ".join(flags)
     question = _one_line(s.problem, width) if s.problem is not None else "(question text not stored; --data FILE)"
-    return f"{head}\nQ: {question}\nA: {_one_line(s.response, width)}"
+    response = _lines(s.response, width) if domain.keeps_lines else _one_line(s.response, width)
+    return f"{head}\nQ: {question}\nA: {response}"
 
 
 def _problems(files: Sequence[str]) -> dict[str, str]:

@@ -125,3 +125,15 @@ def test_cli_refuses_a_recorded_run_without_store_and_a_torn_eval_row(tmp_path, 
     assert main(["samples", str(run), "--from", "eval"]) == 2
     err = capsys.readouterr().err
     assert "repeat_0.jsonl:3: not an eval response row" in err and err.count("\n") == 1
+
+
+def test_a_program_keeps_its_lines_and_indentation():
+    from graft.domains.code import CODE
+    program = "```python\ndef f(xs):\n    return [x for x in xs if x % 2 == 0]\n```\n"
+    reference = json.dumps({"tests": ["assert f([1, 2]) == [2]"], "entry_point": "f"})
+    s = Sample("train", "A", None, 1, None, "p1", "Write f.", reference, program, 1.0)
+    assert format_sample(s, CODE).splitlines()[2:] == [
+        "A: ```python", "   def f(xs):", "       return [x for x in xs if x % 2 == 0]", "   ```"]
+    # cut at width characters (13 = "```python\ndef" less one, then "…"), the lines still kept
+    assert format_sample(s, CODE, width=14).splitlines()[2:] == ["A: ```python", "   def…"]
+    assert format_sample(s, MATH).splitlines()[2] == "A: ```python def f(xs): return [x for x in xs if x % 2 == 0] ```"
