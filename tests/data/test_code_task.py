@@ -39,7 +39,7 @@ def test_known_rows_are_stable_across_runs_and_platforms():
     assert rows[2]["tests"][:2] == ["assert is_palindrome('nktug') == False", "assert is_palindrome('oqibbiqo') == True"]
     # pinned: random.Random(seed) integer draws are stable across Python versions and platforms
     digest = hashlib.sha256(json.dumps(make_code_task(512, 1234), sort_keys=True).encode()).hexdigest()
-    assert digest == "2474c946817616c1a14f4bc5b4846ced7d7f8e247182cdb02db1d2726ea876d3"
+    assert digest == "96f8d99a0fd384124dfe616c9885db36a4e1392a0bc6840b1bab80512b8f078f"   # since the multiple family's n < k test
 
 
 def test_deterministic_in_the_seed():
@@ -142,3 +142,19 @@ def test_bad_arguments_are_one_line_errors():
         make_code_task(1, 0, ["factorial"], tests_per_prompt=11)   # 11 inputs, one is the example
     with pytest.raises(ValueError, match="not a row of the procedural code task"):
         solution({"id": "add-00000", "entry_point": "mul_3", "problem": "", "tests": []})
+
+
+def test_every_multiple_problem_tries_a_positive_n_below_the_divisor():
+    # seen rewarded in the code run: `return (n % 9 == 0) or (n // 9 == 0)` is True for n = 1..8, and the four tests
+    # (412, 342, 49, 288) never tried such an n; the first test is now one (e.g. is_multiple_of_9(4) == False)
+    rows = [r for r in make_code_task(400, 1234) if r["id"].startswith("multiple")]
+    assert len(rows) > 20
+    for r in rows:
+        k = int(r["entry_point"].rsplit("_", 1)[1])
+        n = int(r["tests"][0].split("(")[1].split(")")[0])
+        assert 0 < n < k and r["tests"][0].endswith("== False"), r["tests"]
+        ns = {}
+        exec(f"def {r['entry_point']}(n):\n    return (n % {k} == 0) or (n // {k} == 0)\n", ns)
+        with pytest.raises(AssertionError):
+            for t in r["tests"]:
+                exec(t, ns)
