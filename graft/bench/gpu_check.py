@@ -37,7 +37,7 @@ from graft.data.arithmetic import make_arithmetic
 from graft.exchange.handover import Scoring
 from graft.exchange.live import exchange_live
 from graft.policy.engines import EngineUnavailable
-from graft.policy.tiny import TinyKind, tiny_tokenizer_folder
+from graft.policy.tiny import TinyKind, special_token_ids, tiny_shape, tiny_tokenizer_folder
 from graft.trainer.learner import Learner
 from graft.trainer.rules import make_rule
 
@@ -79,11 +79,7 @@ def prepare() -> None:
 
 def model_config(kind: TinyKind, tok, tiny: bool) -> LlamaConfig | Gemma3TextConfig:
     """The transformers config of a random ``kind`` model: the embedded model's shape, or a tiny one."""
-    special: dict[str, Any] = dict(
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-    )
+    special = special_token_ids(tok)
     if kind == "llama":
         return _llama_config(len(tok), tiny, special)
     return _gemma3_config(len(tok), tiny, special)
@@ -92,7 +88,7 @@ def model_config(kind: TinyKind, tok, tiny: bool) -> LlamaConfig | Gemma3TextCon
 def _llama_config(vocab_size: int, tiny: bool, special: dict[str, Any]) -> LlamaConfig:
     """A random llama model's config: SmolLM2-135M's shape, or a tiny one; ``special``: the token ids."""
     size: dict[str, Any] = (
-        dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+        tiny_shape("llama")
         if tiny
         # SmolLM2-135M shape
         else dict(
@@ -120,17 +116,7 @@ def _llama_config(vocab_size: int, tiny: bool, special: dict[str, Any]) -> Llama
 def _gemma3_config(vocab_size: int, tiny: bool, special: dict[str, Any]) -> Gemma3TextConfig:
     """A random gemma3 model's config: Gemma-3-270M's shape, or a tiny one; ``special``: the token ids."""
     size: dict[str, Any] = (
-        dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=1,
-            head_dim=8,
-            query_pre_attn_scalar=8,
-            sliding_window=4,
-            layer_types=["sliding_attention", "full_attention"],
-        )
+        tiny_shape("gemma3")
         if tiny
         # Gemma-3-270M shape
         else dict(

@@ -15,7 +15,7 @@ The tokenizers are extracted from the GGUF files once and cached under
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3TextConfig, LlamaConfig
@@ -25,6 +25,35 @@ from graft.policy.loading import gguf_tokenizer_folder, resolve_model_path
 EMBEDDED_OF = {"llama": "embedded:smollm2-135m-instruct", "gemma3": "embedded:gemma3-270m"}
 
 TinyKind = Literal["llama", "gemma3"]
+
+
+def tiny_shape(kind: TinyKind) -> dict[str, Any]:
+    """The tests' tiny ``kind`` model's shape (config keys): 2 layers of width 32; Gemma-3's first layer slides
+    over a window of 4."""
+    if kind == "llama":
+        return dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8
+        )
+    return dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=8,
+        query_pre_attn_scalar=8,
+        sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+
+
+def special_token_ids(tok: Any) -> dict[str, Any]:
+    """``bos_token_id``, ``eos_token_id`` and ``pad_token_id`` (the eos when the tokenizer has no pad) of ``tok``."""
+    return dict(
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+    )
 
 
 def tiny_tokenizer_folder(kind: TinyKind) -> Path:
@@ -41,21 +70,12 @@ def build_tiny_model(kind: TinyKind, out_dir: str | Path, seed: int = 0) -> str:
 
     tok = AutoTokenizer.from_pretrained(str(tiny_tokenizer_folder(kind)))
     vocab = len(tok)
-    special = dict(
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-    )
+    special = special_token_ids(tok)
     config: LlamaConfig | Gemma3TextConfig
     if kind == "llama":
         config = LlamaConfig(
             vocab_size=vocab,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
+            **tiny_shape("llama"),
             max_position_embeddings=4096,
             tie_word_embeddings=True,
             rms_norm_eps=1e-5,
@@ -65,15 +85,7 @@ def build_tiny_model(kind: TinyKind, out_dir: str | Path, seed: int = 0) -> str:
     else:
         config = Gemma3TextConfig(
             vocab_size=vocab,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=1,
-            head_dim=8,
-            query_pre_attn_scalar=8,
-            sliding_window=4,
-            layer_types=["sliding_attention", "full_attention"],
+            **tiny_shape("gemma3"),
             max_position_embeddings=4096,
             final_logit_softcapping=30.0,
             tie_word_embeddings=True,
