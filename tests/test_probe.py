@@ -116,7 +116,8 @@ def test_prediction_hand_worked():
               "B": [_group("B", "p0", [0, 0, 0, 0]), _group("B", "p1", [1, 0, 0, 0])]}
     pe = predict_exchange(groups, _cfg(), {"A": _Receiver("A"), "B": _Receiver("B")}, resamples=3, seed=0)
     want = {"candidates": 1, "m": 1, "kept_prompts": 1, "transferred": 4, "admitted": 2, "admitted_correct": 1,
-            "admitted_correct_per_100_prompts": 50.0, "steps_exchanging": 1.0}     # 1 per step of 2 prompts
+            "admitted_correct_per_100_prompts": 50.0, "steps_exchanging": 1.0,    # 1 per step of 2 prompts
+            "steps_admitting_correct": 1.0}
     assert pe["batches"] == 3 and pe["directions"] == {"A->B": want, "B->A": want} and pe["verdict"] is None
     # without --compat: the selection only
     pe = predict_exchange(groups, _cfg(), None, resamples=1, seed=0)
@@ -152,6 +153,9 @@ def test_prediction_at_other_batch_sizes_from_the_same_samples():
     assert four["directions"]["A->B"]["admitted_correct_per_100_prompts"] == 50.0
     two = predict_exchange(groups, _cfg(), recv, resamples=4, seed=0)
     assert two["batch_prompts"] == 2 and two["directions"]["A->B"]["admitted_correct_per_100_prompts"] <= 50.0
+    # a batch of 2 admits a correct response only when it holds one prompt of each kind: 2 of the 3 ways to pair
+    # {p0, p1, p2, p3}; seed 0's 4 shuffles hold both kinds, so the share of such steps is strictly between 0 and 1
+    assert 0 < two["directions"]["A->B"]["steps_admitting_correct"] < 1 == four["directions"]["A->B"]["steps_admitting_correct"]
     text = tables({"models": {}, "complementarity": {}, "predicted_exchange": two,
                    "predicted_exchange_by_batch": {"2": two, "4": four}})
     assert text.count("predicted exchange per step at batch_prompts=") == 2 and "batch_prompts=4" in text

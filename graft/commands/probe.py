@@ -339,14 +339,16 @@ def _exchanged_rows(res: ExchangeResult, pairing: str) -> list[tuple[str, dict]]
 
 def _direction_means(rows: dict[str, list[dict]], key: str, size: int) -> dict[str, dict]:
     """Per direction, the mean of each number over the replayed steps, the share of steps whose ``key`` is
-    positive, and the admitted correct responses per 100 training prompts (batches of ``size``)."""
+    positive, and (with ``--compat``) the admitted correct responses per 100 training prompts (batches of ``size``)
+    and the share of steps that admit at least one correct response."""
     directions = {
         d: {**{k: sum(x[k] for x in xs) / len(xs) for k in xs[0]}, "steps_exchanging": sum(x[key] > 0 for x in xs) / len(xs)}
         for d, xs in rows.items()
     }
-    for v in directions.values():
+    for d, v in directions.items():
         if "admitted_correct" in v:
             v["admitted_correct_per_100_prompts"] = 100 * v["admitted_correct"] / size
+            v["steps_admitting_correct"] = sum(x["admitted_correct"] > 0 for x in rows[d]) / len(rows[d])
     return directions
 
 
@@ -492,11 +494,16 @@ def _prediction_table(pe: dict) -> list[str]:
         f"predicted exchange per step at batch_prompts={pe['batch_prompts']} (mean over {pe['batches']} "
         f"replayed batches of the probed prompts)",
         "",
-        "| direction | " + " | ".join(cols) + " | steps exchanging |",
-        "|---|" + "---:|" * (len(cols) + 1),
+        "| direction | " + " | ".join(cols) + " | steps exchanging | steps admitting correct |",
+        "|---|" + "---:|" * (len(cols) + 2),
     ]
     for d, v in pe["directions"].items():
-        lines.append(f"| {d} | " + " | ".join(f"{v[c]:.2f}" for c in cols) + f" | {v['steps_exchanging']:.0%} |")
+        share = v.get("steps_admitting_correct")
+        lines.append(
+            f"| {d} | "
+            + " | ".join(f"{v[c]:.2f}" for c in cols)
+            + f" | {v['steps_exchanging']:.0%} | {'—' if share is None else f'{share:.0%}'} |"
+        )
     if "admitted" not in cols:
         lines.append("(admitted responses need --compat)")
     if pe["verdict"]:
