@@ -828,8 +828,10 @@ def print_summary(s: dict, file=sys.stderr) -> None:
             "  WARNING: no peer response was exchanged in this run: GRAFT trained exactly like GRPO. Balancing needs "
             "candidates in both directions of a pair in the same step (exchange/S->R/candidates in metrics.jsonl); "
             "more prompts per step (batch_prompts) or a task where each model solves prompts the other fails "
-            "(python scripts/probe_task.py CONFIG --compat) make that likelier.",
+            f"(graft probe {s['run_dir']}/config.yaml --compat predicts it) make that likelier.",
             file=file,
         )
+    elif any(s.get("exchange", {}).values()):
+        print(f"  read the admitted peer responses: graft samples {s['run_dir']} --from peer", file=file)
     if s.get("final_checkpoint"):
         print(f"  final checkpoint: {s['final_checkpoint']}", file=file)

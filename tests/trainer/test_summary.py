@@ -20,10 +20,12 @@ def test_counts_per_direction_and_steps():
     assert "exchange A->B: 12 peer responses admitted (in 4 of 8 steps)" in out
     assert "exchange B->A: 5 peer responses admitted (in 2 of 8 steps)" in out
     assert "WARNING" not in out
+    assert "read the admitted peer responses: graft samples runs/x --from peer" in out
 
 
 def test_warns_when_a_graft_run_exchanged_nothing():
     out = _text(BASE | {"exchange": {"A->B": 0, "B->A": 0}, "exchange_steps": {"A->B": 0, "B->A": 0},
                         "exchange_expected": True})
-    assert "WARNING: no peer response was exchanged" in out
+    assert "WARNING: no peer response was exchanged" in out and "graft probe runs/x/config.yaml --compat" in out
+    assert "--from peer" not in out
     assert "WARNING" not in _text(BASE | {"exchange": {}, "exchange_expected": False})   # mode: grpo
