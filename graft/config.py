@@ -777,7 +777,17 @@ class Config:
     default): one model after the other, each on ``threads``. Each model computes what it computes alone on K
     threads; a thread count other than ``threads`` rounds matmuls differently (so, from the first sampled token
     that flips, another run). The default stays sequential until 1 vs 2 threads per model per phase are measured on
-    two idle cores (``benchmarks/issue39_paths.md`` measured the overlap on one busy core only)."""
+    two idle cores (``benchmarks/issue39_paths.md`` measured the overlap on one busy core only). With
+    ``threads_claim_freed`` the models still running take the threads of the ones that finished."""
+    threads_claim_freed: bool = False
+    """With ``threads_per_model``, a model that finishes its part of a phase hands its K threads to the models still
+    running (split evenly, the remainder to the earliest in the models' order), which take them at their next decode
+    step or update micro-batch (``backend: ray``: before their next worker call only); thread counts then change at
+    times that depend on timing, so runs are no longer bit-reproducible (matmul and reduction rounding depend on the
+    thread count). In one process the decode steps are those of ``rollout.engine: hf`` and ``hf-bf16`` (other
+    engines keep their K to the end of their call). On Ray the driver, before each generation batch, scoring call
+    and update minibatch of the phase, sets the grown count on every rank of the model's workers (``set_threads``)
+    and puts them back on their own threads after the phase's calls."""
     resume: str | bool = False
     """``true`` resumes from the newest checkpoint in ``run_dir`` that verifies (sha256 of every file; a damaged
     newer one is reported and skipped; none at all in a folder that holds metrics is an error); a path resumes
@@ -838,10 +848,7 @@ class Config:
                 f"{self.batch_prompts} exceeds the {self.data.arithmetic.num_prompts} prompts of the arithmetic task "
                 "(data.arithmetic.num_prompts): a batch would repeat prompts",
             )
-        _check(self.threads is None or self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
-        for phase, k in self.threads_per_model.items():
-            _check(phase in ("rollout", "update"), "threads_per_model", f"{phase!r} is not a phase: rollout, update")
-            _check(k >= 1, f"threads_per_model.{phase}", f"must be >= 1, got {k}")
+        self._check_threads()
         _check(
             bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)),
             "device",
@@ -868,6 +875,19 @@ class Config:
                     f"ray.resources.{name}.num_workers",
                     "must be 1 with rollout.engine=hf-bf16 (its bf16 copy is of an unsharded model)",
                 )
+
+    def _check_threads(self) -> None:
+        """``threads``, ``threads_per_model``, ``threads_claim_freed``."""
+        _check(self.threads is None or self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
+        for phase, k in self.threads_per_model.items():
+            _check(phase in ("rollout", "update"), "threads_per_model", f"{phase!r} is not a phase: rollout, update")
+            _check(k >= 1, f"threads_per_model.{phase}", f"must be >= 1, got {k}")
+        _check(
+            not self.threads_claim_freed or bool(self.threads_per_model),
+            "threads_claim_freed",
+            "is true but threads_per_model is empty: only models running side by side can claim each other's threads "
+            "(set threads_per_model, e.g. {rollout: 1, update: 1}, or threads_claim_freed=false)",
+        )
 
 
 # ----------------------------------------------------------------------------- I/O

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 
 from graft.config import LoraConfig, ModelConfig
+from graft.cores import poll
 from graft.files import writing
 from graft.policy.codec import TextCodec
 from graft.policy.fsdp import is_sharded
@@ -408,6 +409,7 @@ class Policy:
         if how.max_new_tokens > 0:
             h, attn, next_pos, cache = self._prefill(base, decoder, prompts, how.max_new_tokens)
         for step in range(how.max_new_tokens):
+            poll()
             g = gen if isinstance(gen, torch.Generator) else [gen[o] for o in alive.tolist()]  # per-row generators
             logits = self._step_logits(h, how.temperature, head, bufs)
             tok, lp, ent = self._sample(logits, how.top_p, g, how.renormalize_top_p, bufs)

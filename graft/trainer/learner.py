@@ -15,6 +15,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from graft import cores
 from graft.algos.losses import merge, summarize
 from graft.config import ModelConfig, RolloutConfig, UpdateConfig
 from graft.policy.codec import TextCodec
@@ -37,6 +38,13 @@ def mean_entropy(samples: list[Sample]) -> float | None:
     return sum(ents) / len(ents) if ents else None
 
 
+def generation_rounds(order: list[list[int]], per_batch: int) -> list[list[list[int]]]:
+    """``order`` (the prompt indices of each rank) as rounds of at most one generation batch (``per_batch`` prompts)
+    per rank, in order; a rank out of prompts gets an empty list (every rank takes part in every call)."""
+    rounds = max((math.ceil(len(idx) / per_batch) for idx in order), default=0)
+    return [[idx[b * per_batch : (b + 1) * per_batch] for idx in order] for b in range(rounds)]
+
+
 class Learner:
     """One model on the driver: its codec and its worker group."""
 
@@ -55,6 +63,14 @@ class Learner:
     def policy(self):
         """The in-process Policy (``backend: local``), or this learner over its Ray workers."""
         return getattr(self.workers, "local_policy", None) or self
+
+    def pushed_threads(self) -> cores.Pushed:
+        """The calling side-by-side task's threads for this model's ranks (``threads_claim_freed``): pushed to them
+        before a call once they grew (``set_threads``), when they live in other processes (``backend: ray``; they
+        react at call boundaries only); in-process ranks take theirs at :func:`graft.cores.poll` instead."""
+        if isinstance(self.workers, LocalWorkers):
+            return cores.Pushed(None)
+        return cores.Pushed(lambda n: self.workers.call("set_threads", [(n,)] * self.workers.size, "set_threads"))
 
     # --------------------------------------------------------------- primitives over the ranks
     def generate(
@@ -90,14 +106,21 @@ class Learner:
             stop_strings=stop_strings,
             **({"entropy": True} if entropy else {}),
         )
-        parts = self.workers.call(
-            "generate",
-            [
-                ([prompt_ids[i] for i in idx], [seeds[i] for i in idx], {**kw, "progress": progress and r == 0})
-                for r, idx in enumerate(order)
-            ],
-            "generate",
-        )
+        pushed = self.pushed_threads()
+        parts: list[list] = [[] for _ in range(W)]
+        for block in generation_rounds(order, per_batch) if pushed.active else [order]:
+            pushed.check()
+            res = self.workers.call(
+                "generate",
+                [
+                    ([prompt_ids[i] for i in idx], [seeds[i] for i in idx], {**kw, "progress": progress and r == 0})
+                    for r, idx in enumerate(block)
+                ],
+                "generate",
+            )
+            for part, got in zip(parts, res, strict=True):  # one result per rank
+                part += got
+        pushed.restore()
         return [g for part in parts for g in part]
 
     def token_logprobs(
@@ -114,11 +137,14 @@ class Learner:
         the same padded batch as in one process."""
         order = scoring_order(prompt_ids, response_ids)
         parts = scatter(order, self.workers.size, max(1, micro_batch))
+        pushed = self.pushed_threads()
+        pushed.check()
         res = self.workers.call(
             "logprobs",
             [([prompt_ids[i] for i in p], [response_ids[i] for i in p], chunk, micro_batch, temperature) for p in parts],
             "logprobs",
         )
+        pushed.restore()
         out: list = [None] * len(response_ids)
         for p, lps in zip(parts, res, strict=True):  # one result per part (rank), one log-prob row per response
             for i, lp in zip(p, lps, strict=True):
@@ -221,6 +247,7 @@ class Learner:
         skipped = 0
         t0 = time.perf_counter()
         bar = tqdm(total=len(plan), desc=f"{self.name} update", unit="minibatch", leave=False, disable=not progress)
+        pushed = self.pushed_threads()
         try:
             for k, idx in enumerate(plan):
                 active, counts = prepare_minibatch(
@@ -230,6 +257,7 @@ class Learner:
                 merge(totals, forwarded_positions(active, mbs))
                 num_micro = max(math.ceil(len(p) / mbs) for p in parts)
                 shards = [Shard(p, counts, num_micro, rule.loss, rule.loss_kwargs()) for p in parts]
+                pushed.check()
                 res = self.workers.call("train_minibatch", [(sh, uc, temperature) for sh in shards], "update")
                 for r in res:
                     merge(totals, r)
@@ -239,6 +267,7 @@ class Learner:
                 bar.update(1)
         finally:
             bar.close()
+        pushed.restore()
         self.workers.call("weights_changed", [()] * W, "weights_changed")
         seconds, tokens = time.perf_counter() - t0, totals.get("tokens/update", 0.0)
         return {

@@ -23,6 +23,7 @@ from typing import Any, Callable, TypeVar
 import torch
 from tqdm.auto import tqdm
 
+from graft import cores
 from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, config_diff, save_config, to_dict, upgrade_tree
@@ -154,14 +155,20 @@ def per_model(run: Run, phase: str, fn: Callable[[str], T]) -> dict[str, T]:
     after the other on this thread (each using ``threads``). With it: side by side, one Python thread per model,
     each running its torch intra-op work on ``threads_per_model[phase]`` threads of its own (OpenMP's thread count
     is per calling thread; every model samples from its own generators, so what each computes is what it computes
-    alone with that many threads). ``backend: ray``: every model's worker calls are in flight before any is
-    awaited. The first model's exception (in the models' order) is raised after all have finished."""
+    alone with that many threads). ``threads_claim_freed``: a model that finishes hands its threads to the ones
+    still running (:mod:`graft.cores`; they take them at their next :func:`graft.cores.poll`). ``backend: ray``:
+    every model's worker calls are in flight before any is awaited. The first model's exception (in the models'
+    order) is raised after all have finished."""
     k = run.cfg.threads_per_model.get(phase)
     names = list(run.learners)
     if not k or len(names) < 2:
         return {n: fn(n) for n in names}
+    share = cores.Share(names, k) if run.cfg.threads_claim_freed else None
 
     def task(name: str) -> T:
+        if share is not None:
+            with cores.claiming(share, name):
+                return fn(name)
         torch.set_num_threads(k)  # this Python thread's OpenMP team only
         return fn(name)
 

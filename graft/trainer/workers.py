@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from graft.algos.losses import merge
+from graft.cores import poll
 from graft.files import write_text, writing
 from graft.policy import fsdp
 from graft.policy.context import max_positions
@@ -77,6 +78,7 @@ class PolicyWorker:
         self.name, self.rank, self.world = name, rank, world_size
         if threads:
             torch.set_num_threads(int(threads))
+        self.threads = torch.get_num_threads()
         self._policy: Policy | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self._engine: RolloutEngine | None = None
@@ -172,6 +174,7 @@ class PolicyWorker:
         model.train()
         try:
             for j in range(shard.num_micro):
+                poll()
                 if j < len(micro):
                     loss, m = fsdp.root_call(
                         model,
@@ -205,6 +208,11 @@ class PolicyWorker:
         """The log-probs of a one-token forward: a rank's zero-gradient dummy micro-batch (:func:`fsdp.dummy_backward`)."""
         tok = self.policy.pad_token_id
         return self.policy.forward_logprobs([[tok]], [[tok]])[0]
+
+    def set_threads(self, n: int | None) -> None:
+        """torch intra-op threads of this rank from now on: ``n``, or with None the ones it started with
+        (``threads_claim_freed`` on ``backend: ray``: :class:`graft.cores.Pushed`)."""
+        torch.set_num_threads(n or self.threads)
 
     def set_learning_rate(self, lr: float) -> None:
         """Optimiser steps from now on use learning rate ``lr``."""

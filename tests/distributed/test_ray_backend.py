@@ -197,3 +197,38 @@ def test_ray_run_reports_each_models_worker_peak_memory(tmp_path, tiny_llama_dir
     for name in ("A", "B"):
         # a worker process with torch and a model loaded holds well over 0.1 GB; KiB read as bytes would be ~1e-6
         assert 0.1 < row[f"mem/peak_rss_gb/{name}"] < 64, row
+
+
+CLAIM = ("threads_per_model.rollout=1", "threads_per_model.update=1", "threads_claim_freed=true")
+
+
+@pytest.mark.slow
+def test_ray_workers_claim_the_threads_of_the_model_that_finished(tmp_path, tiny_llama_dir, tiny_gemma_dir,
+                                                                  monkeypatch, local_ray):
+    """``threads_claim_freed`` on Ray: between its calls, the slower model's workers get the freed thread
+    (``set_threads`` on every rank, then back to their own), and the run computes what one process computes."""
+    from graft.distributed.ray_backend import RayWorkers
+
+    pushed, call = [], RayWorkers.call
+
+    def recording(self, method, args, what=""):
+        if method == "set_threads":
+            pushed.append((self.name, [a[0] for a in args]))
+        return call(self, method, args, what)
+
+    monkeypatch.setattr(RayWorkers, "call", recording)
+    cfg_l = tiny_config(tmp_path / "local", tiny_llama_dir, tiny_gemma_dir, *COMMON, *CLAIM)
+    rows_l, params_l, _ = _run_steps(cfg_l, monkeypatch, [])
+    cfg_r = tiny_config(tmp_path / "ray", tiny_llama_dir, tiny_gemma_dir, *COMMON, *CLAIM, "backend=ray",
+                        "ray.resources={A: {num_workers: 1}, B: {num_workers: 1}}", f"ray.actor_timeout_s={patient(120):.0f}")
+    rows_r, params_r, _ = _run_steps(cfg_r, monkeypatch, [])
+    print("set_threads calls:", pushed)
+    assert ("B", [2]) in pushed, pushed   # tiny Gemma's 262k-row head makes B the slower model
+    assert pushed[-1][1] == [None] and pushed.count(("B", [None])) == pushed.count(("B", [2]))
+    for a, b in zip(rows_l, rows_r, strict=True):
+        for key in ("A/tokens/generated", "B/tokens/generated", "A/reward/mean", "B/reward/mean"):
+            assert a[key] == b[key], key
+        for key in ("A/loss", "B/loss", "A/grad_norm", "B/grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), key
+    for name in ("A", "B"):
+        assert max((params_l[name][k] - params_r[name][k]).abs().max().item() for k in params_l[name]) <= PARAM_ATOL

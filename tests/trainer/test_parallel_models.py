@@ -15,7 +15,8 @@ from tests.trainer.helpers import crafted_rewards, params, tiny_config
 
 
 def _fake_run(threads_per_model: dict) -> SimpleNamespace:
-    return SimpleNamespace(cfg=SimpleNamespace(threads_per_model=threads_per_model), learners={"A": None, "B": None})
+    cfg = SimpleNamespace(threads_per_model=threads_per_model, threads_claim_freed=False)
+    return SimpleNamespace(cfg=cfg, learners={"A": None, "B": None})
 
 
 def test_models_overlap_each_on_its_own_threads():
