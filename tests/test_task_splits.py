@@ -10,6 +10,7 @@ from graft.commands.cli import main
 from graft.commands.splits import splits_main
 
 REPO = Path(__file__).resolve().parents[1]
+STUDY_BASE = REPO / "configs" / "experiments" / "base" / "default-until-2026-12-04.yaml"   # nine families, add among them
 
 
 def _rows(folder: Path, name: str) -> list[dict]:
@@ -20,7 +21,7 @@ def test_splits_are_disjoint_from_training_and_take_overrides_after_options(tmp_
     from graft.config import load_config
     from graft.data.datasets import load_prompts
 
-    cfg = REPO / "configs" / "default.yaml"
+    cfg = STUDY_BASE
     small, wide = tmp_path / "small", tmp_path / "wide"
     task = ["data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]
     sizes = ["--test", "12", "--hard", "12"]
@@ -38,7 +39,7 @@ def test_splits_are_disjoint_from_training_and_take_overrides_after_options(tmp_
 
 
 def test_exclude_keeps_a_new_split_off_earlier_ones_and_refuses_a_bad_file(tmp_path, capsys):
-    cfg = REPO / "configs" / "default.yaml"
+    cfg = STUDY_BASE
     task = ["data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]
     first, second, same_seed = tmp_path / "first", tmp_path / "second", tmp_path / "same"
     sizes = ["--test", "12", "--hard", "12"]
@@ -72,7 +73,7 @@ def test_splits_are_disjoint_from_each_other_and_by_computation_not_only_text(tm
     assert problem_key("What is 6 + 4?", 10) == problem_key("Compute $4 + 6$.", "10") == ((4, 6), "10")
     assert problem_key("What is 6 - 4?", 2) != problem_key("What is 6 + 4?", 10)
     assert problem_key("What is six plus four?", 10) == ("what is six plus four?",)     # no digits: the text
-    cfg = REPO / "configs" / "default.yaml"
+    cfg = STUDY_BASE
     task = ["data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]
     out = tmp_path / "s"
     assert splits_main([str(cfg), "--out", str(out), "--test", "24", "--hard", "24", "--hard-scale", "2", *task]) == 0
@@ -86,7 +87,7 @@ def test_splits_are_disjoint_from_each_other_and_by_computation_not_only_text(tm
 def test_the_command_and_the_old_script_write_the_same_splits(tmp_path, capsys):
     """`graft splits` through the command table, and scripts/make_task_splits.py (kept for the commands recorded in
     configs/experiments/*.yaml) with the same options, write the same files."""
-    cfg = str(REPO / "configs" / "default.yaml")
+    cfg = str(STUDY_BASE)
     args = ["--test", "6", "--hard", "6", "--seed", "5", "data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]
     assert main(["splits", cfg, "--out", str(tmp_path / "cmd"), *args]) == 0
     assert f"{tmp_path / 'cmd' / 'test'}.jsonl: 6 prompts" in capsys.readouterr().out
@@ -102,7 +103,7 @@ def test_test_and_test_hard_never_share_a_prompt_even_when_their_ranges_overlap(
     from the same operand range (the most overlap there can be), and still share no problem, by text or by key."""
     from graft.data.arithmetic import problem_key
 
-    cfg = str(REPO / "configs" / "default.yaml")
+    cfg = str(STUDY_BASE)
     out = tmp_path / "same_range"
     assert splits_main([cfg, "--out", str(out), "--test", "30", "--hard", "30", "--hard-scale", "1",
                         "data.arithmetic.max_operand=12", "data.arithmetic.num_prompts=40"]) == 0
