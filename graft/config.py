@@ -776,8 +776,8 @@ class Config:
     calls are launched before any is awaited; K is then unused, the workers keep their threads). Empty (the
     default): one model after the other, each on ``threads``. Each model computes what it computes alone on K
     threads; a thread count other than ``threads`` rounds matmuls differently (so, from the first sampled token
-    that flips, another run). The default stays sequential until 1 vs 2 threads per model per phase are measured on
-    two idle cores (``benchmarks/issue39_paths.md`` measured the overlap on one busy core only). With
+    that flips, another run). The default stays sequential: on two idle cores (``benchmarks/issue39_threads.md``) side by side
+    without ``threads_claim_freed`` was no faster, and with it only the rollout gained (~10 % tokens/s). With
     ``threads_claim_freed`` the models still running take the threads of the ones that finished."""
     threads_claim_freed: bool = False
     """With ``threads_per_model``, a model that finishes its part of a phase hands its K threads to the models still
