@@ -331,7 +331,10 @@ def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_d
     +12.5, sd 3.536, se 2.5, t(0.975, 1) = 12.706 -> +12.5 ± 31.77 = [−19.27, +44.27]; B −2.5 ± 31.77; detectable at 80 % power (12.706 + t(0.8, 1) = 1.3764) · 2.5 =
     35.2 for both. Stored peers of GRPO seed 1: A 0.42,
     stored gain 0.42 − 0.30 = +12.0 beside the online gain +15.0, ratio 80 %; B 0.55, stored gain +5.0 beside
-    an online gain of −5.0: no ratio."""
+    an online gain of −5.0: no ratio. Unpaired, every seed (A): GRAFT mean (0.45 + 0.50 + 0.90) / 3 = 0.61667 −
+    GRPO 0.35 = +26.7; var/n 0.060833 / 3 = 0.020278 and 0.005 / 2 = 0.0025, se 0.15092, Welch df 0.022778^2 /
+    (0.020278^2 / 2 + 0.0025^2 / 1) = 2.449 -> 2, half-width 4.3027 · 0.15092 = 0.6494 -> [−38.3, +91.6]; GRAFT's
+    ranks 3, 4, 5 of 5: rank sum 12 vs mean 9, as extreme in 2 of C(5, 3) = 10 splits -> p 0.2."""
     from graft.commands.cli import main
     path = _seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
     plan = load_plan(path)
@@ -356,6 +359,10 @@ def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_d
     assert md.startswith("# tiny: GRAFT vs GRPO on A and B\n")
     assert "| GRAFT n=8 − GRPO n=8 | A | +15.0, +10.0, – | +12.5 [-19.3, +44.3] (2) | 35.2 |" in md
     assert "| GRAFT n=8 − GRPO n=8 | B | -5.0, +0.0, – | -2.5 [-34.3, +29.3] (2) | 35.2 |" in md
+    un = s["unpaired_graft_minus_grpo_n8"]["A"]
+    assert un["diff"] == pytest.approx(0.266667, abs=1e-5) and un["n"] == [3, 2] and un["p_rank_sum"] == pytest.approx(0.2)
+    assert un["ci95"] == pytest.approx([-0.3827, 0.9160], abs=1e-4)
+    assert "| GRAFT n=8 − GRPO n=8 | A | +26.7 [-38.3, +91.6] (3 / 2) | 0.200 |" in md
     assert ("Stored vs online, A (seed 1): stored peer 42.0, GRPO n=8 30.0, GRAFT n=8 45.0: stored gain +12.0 "
             "points, online gain +15.0 points, ratio 80 % (paper: 84 %).") in md
     assert "Stored vs online, B (seed 1): stored peer 55.0, GRPO n=8 50.0, GRAFT n=8 45.0" in md

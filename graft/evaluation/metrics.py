@@ -14,7 +14,8 @@ Conventions
   choice when R independent evaluation runs estimate run-to-run spread; with a single
   value it is reported as 0.0 (there is no spread to estimate), with none as NaN.
 * A paired comparison over seeds (arm minus baseline, same seed) is summarised by the mean of the
-  per-seed differences and its Student-t 95 % interval, ``mean ± t(0.975, n-1) · sd / sqrt(n)``.
+  per-seed differences and its Student-t 95 % interval, ``mean ± t(0.975, n-1) · sd / sqrt(n)``; beside it,
+  every seed of one arm against every seed of the other (pairing ignored): Welch's interval and an exact rank-sum p.
 * Complementarity of direction S->R (design.md, ``complementarity/S->R``) = fraction of
   R's all-fail prompts (k_R = 0) on which S had at least one success (k_S >= 1); NaN
   when R has no all-fail prompt.
@@ -22,6 +23,7 @@ Conventions
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -191,6 +193,47 @@ def paired_interval(diffs: Sequence[float | None]) -> dict:
         "detectable": (t975(len(xs) - 1) + t80(len(xs) - 1)) * se,
         "n": len(xs),
     }
+
+
+def unpaired_interval(xs: Sequence[float | None], ys: Sequence[float | None]) -> dict:
+    """Every run of one arm against every run of another, pairing ignored: mean(xs) − mean(ys) with Welch's 95 %
+    interval (Welch–Satterthwaite df, rounded down: a slightly wider interval), and the exact two-sided p of the
+    rank-sum (Mann–Whitney) statistic: the share of all C(m + n, m) splits of the pooled values' mid-ranks whose
+    rank sum for ``xs`` lies at least as far from its mean as the observed one (None beyond 10^6 splits).
+    None values (runs not in yet) are left out.
+
+    Hand-worked: xs [3, 5, 7] (mean 5, var 4), ys [1, 2, 3] (mean 2, var 1) -> diff 3, se sqrt(4/3 + 1/3) =
+    1.2910, df (5/3)^2 / ((4/3)^2/2 + (1/3)^2/2) = 2.7778/0.9444 = 2.94 -> 2, half-width 4.3027 * 1.2910 =
+    5.5547 -> [-2.5547, 8.5547]. Mid-ranks: 1, 2, 3.5, 3.5, 5, 6 (the two 3s tie); xs' rank sum 3.5 + 5 + 6 =
+    14.5, mean 3 · 7 / 2 = 10.5, distance 4; of the 20 splits, {3.5, 5, 6} (14.5), {5, 6, 3.5'} (14.5) and
+    their mirrors {1, 2, 3.5} (6.5) twice lie 4 or more away -> p = 4/20 = 0.2.
+    """
+    a, b = [float(x) for x in xs if x is not None], [float(y) for y in ys if y is not None]
+    out: dict = {"diff": None, "ci95": [None, None], "df": None, "p_rank_sum": None, "n": [len(a), len(b)]}
+    if not a or not b:
+        return out
+    out["diff"] = sum(a) / len(a) - sum(b) / len(b)
+    if len(a) >= 2 and len(b) >= 2:
+        va, vb = mean_std(a)[1] ** 2 / len(a), mean_std(b)[1] ** 2 / len(b)
+        if va + vb > 0:
+            df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+            half = t975(max(1, math.floor(df))) * math.sqrt(va + vb)
+            out |= {"ci95": [out["diff"] - half, out["diff"] + half], "df": df}
+    out["p_rank_sum"] = _rank_sum_p(a, b)
+    return out
+
+
+def _rank_sum_p(a: list[float], b: list[float]) -> float | None:
+    """Exact two-sided permutation p of the rank-sum statistic of ``a`` among ``a + b`` (mid-ranks for ties)."""
+    if math.comb(len(a) + len(b), len(a)) > 10**6:
+        return None
+    pooled = sorted(a + b)
+    rank = {v: sum(i + 1 for i, w in enumerate(pooled) if w == v) / pooled.count(v) for v in set(pooled)}
+    ranks = [rank[v] for v in a + b]
+    centre = len(a) * (len(pooled) + 1) / 2
+    observed = abs(sum(rank[v] for v in a) - centre)
+    splits = list(itertools.combinations(ranks, len(a)))
+    return sum(abs(sum(s) - centre) >= observed - 1e-9 for s in splits) / len(splits)
 
 
 def paired_verdict(diffs: Sequence[float | None], pairs: int) -> dict:

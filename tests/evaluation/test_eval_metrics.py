@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from graft.evaluation.metrics import (paired_interval, paired_verdict, t80, t975, complementarity, complementarity_counts, mean_std,
+from graft.evaluation.metrics import (paired_interval, paired_verdict, t80, t975, unpaired_interval, complementarity, complementarity_counts, mean_std,
                                       pass_at_k, pass_at_k_from_rewards)
 
 
@@ -99,6 +99,37 @@ def test_paired_verdict_waits_for_every_pair_then_reads_the_interval():
     assert paired_verdict([0.06, None, 0.08], 3)["verdict"] == "waits"
     assert paired_verdict([], 8)["verdict"] == "waits"
     assert paired_verdict([-0.06, -0.07, -0.08], 3)["verdict"] == "not confirmed"    # a loss is not a gain
+
+
+def test_unpaired_interval_hand_worked():
+    """xs [3, 5, 7] (mean 5, var 4), ys [1, 2, 3] (mean 2, var 1): diff 3, se sqrt(4/3 + 1/3) = 1.29099,
+    Welch df (5/3)^2 / ((4/3)^2 / 2 + (1/3)^2 / 2) = 2.7778 / 0.9444 = 2.941 -> t(0.975, 2) = 4.3027, half-width
+    5.55476. Mid-ranks 1, 2, 3.5, 3.5, 5, 6; xs' rank sum 14.5 vs its mean 10.5; 4 of the 20 splits lie >= 4 away
+    ({3.5, 5, 6} twice, {1, 2, 3.5} twice) -> p 0.2."""
+    s = unpaired_interval([3, None, 5, 7], [1, 2, 3])   # None: a run not in yet
+    assert s["diff"] == pytest.approx(3.0) and s["n"] == [3, 3] and s["df"] == pytest.approx(2.941176, abs=1e-6)
+    assert s["ci95"] == pytest.approx([3 - 5.554762, 3 + 5.554762], abs=1e-6)
+    assert s["p_rank_sum"] == pytest.approx(0.2)
+    # arms swapped: the difference flips, the p does not
+    r = unpaired_interval([1, 2, 3], [3, 5, 7])
+    assert r["diff"] == pytest.approx(-3.0) and r["p_rank_sum"] == pytest.approx(0.2)
+    # complete separation of 4 vs 4: 2 of C(8, 4) = 70 splits are as extreme -> p = 2/70
+    assert unpaired_interval([5, 6, 7, 8], [1, 2, 3, 4])["p_rank_sum"] == pytest.approx(2 / 70)
+    assert unpaired_interval([1], [2]) == {"diff": -1.0, "ci95": [None, None], "df": None, "p_rank_sum": 1.0, "n": [1, 1]}
+    assert unpaired_interval([], [1, 2])["diff"] is None
+
+
+def test_unpaired_interval_against_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    xs, ys = [0.42, 0.36, 0.40, 0.38, 0.45, 0.33, 0.41, 0.39], [0.35, 0.37, 0.31, 0.36, 0.34, 0.38, 0.30, 0.36]
+    s = unpaired_interval(xs, ys)
+    w = stats.ttest_ind(xs, ys, equal_var=False)
+    assert s["df"] == pytest.approx(w.df, rel=1e-9)
+    half = stats.t.ppf(0.975, math.floor(w.df)) * (s["diff"] / w.statistic)
+    assert s["ci95"] == pytest.approx([s["diff"] - half, s["diff"] + half], abs=1e-4)
+    assert s["p_rank_sum"] == pytest.approx(stats.permutation_test(
+        (xs, ys), lambda a, b: sum(stats.rankdata(list(a) + list(b))[: len(a)]), permutation_type="independent",
+        n_resamples=math.inf, alternative="two-sided").pvalue, abs=1e-9)
 
 
 def test_t_quantiles_against_scipy():

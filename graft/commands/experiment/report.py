@@ -110,7 +110,40 @@ def _paired_lines(plan: Plan, summary: dict, suffix: str, grading: str) -> list[
         "| comparison | model | per seed | mean [95 % CI] (pairs) | detectable |",
         "|---|---|---|---:|---:|",
         *rows,
+        *_unpaired_lines(plan, summary, suffix),
     ]
+
+
+def _unpaired_lines(plan: Plan, summary: dict, suffix: str) -> list[str]:
+    """Each comparison with every seed of both arms, pairing ignored (summary.json ``unpaired_NAME`` + ``suffix``):
+    a gain read from pairs alone can be a few low baseline seeds."""
+    rows = [
+        f"| {plan.label(c.arm)} − {plan.label(c.baseline)} | {a} | {_unpaired_cell(s)} | {_p(s['p_rank_sum'])} |"
+        for c in plan.comparisons
+        for a, s in (summary.get(f"unpaired_{c.name}{suffix}") or {}).items()
+        if s["diff"] is not None
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "Unpaired, every seed of both arms (points): difference of the arms' means with Welch's 95 % interval "
+        "(Welch–Satterthwaite df, rounded down), and the exact two-sided rank-sum (Mann–Whitney) p.",
+        "",
+        "| comparison | model | difference [Welch 95 % CI] (seeds arm / baseline) | rank-sum p |",
+        "|---|---|---:|---:|",
+        *rows,
+    ]
+
+
+def _unpaired_cell(s: dict) -> str:
+    lo, hi = s["ci95"]
+    ci = "" if lo is None else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    return f"{100 * s['diff']:+.1f}{ci} ({s['n'][0]} / {s['n'][1]})"
+
+
+def _p(p: float | None) -> str:
+    return "–" if p is None else f"{p:.3f}"
 
 
 def _paired_rows(plan: Plan, summary: dict, suffix: str) -> list[str]:

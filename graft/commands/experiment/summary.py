@@ -17,7 +17,7 @@ from graft.data.arithmetic import FAMILIES, family_of
 from graft.domains.base import config_domain
 from graft.domains.math import WORKED_EQUATIONS
 from graft.evaluation.analyze import read_jsonl, treatment
-from graft.evaluation.metrics import paired_interval, paired_verdict
+from graft.evaluation.metrics import paired_interval, paired_verdict, unpaired_interval
 from graft.reward.shortcuts import chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
 
@@ -262,9 +262,12 @@ def summarize(plan: Plan) -> dict:
         if c.arm in arms and c.baseline in arms:
             out[f"paired_diff_{c.name}"] = _paired_diff(arms, c, out["arms"], plan.models)
             out[f"paired_diff_{c.name}_number"] = _paired_diff(arms, c, out["arms_answer_form_number"], plan.models)
-            for suffix in ("", "_number"):
+            for suffix, table in (("", out["arms"]), ("_number", out["arms_answer_form_number"])):
                 out[f"paired_ci_{c.name}{suffix}"] = {
                     a: paired_interval(ds) for a, ds in out[f"paired_diff_{c.name}{suffix}"].items()
+                }
+                out[f"unpaired_{c.name}{suffix}"] = {
+                    a: unpaired_interval(table[c.arm][a], table[c.baseline][a]) for a in plan.models
                 }
         if c.decision is not None:
             model, pairs = c.decision
