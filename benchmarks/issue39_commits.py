@@ -1,0 +1,178 @@
+"""Issue 39: the default GRAFT step at two commits, side by side on one machine, as ``graft train`` runs it.
+
+    python benchmarks/issue39_commits.py --old /path/to/worktree-at-afebb7d [--new .] [--reps 2] [--steps 4]
+        [--config FILE] [--out FILE.json] [key=value ...]
+
+Each repetition runs ``graft train CONFIG steps=K`` once with the old commit's code and once with the new commit's
+(alternating old, new, old, new, ... so that a machine that drifts affects both alike), each in its own process
+whose working directory and ``PYTHONPATH`` are that commit's checkout (the module each side imported is checked and
+printed). Both sides read the same config file (default: ``configs/experiments/base/default-until-2026-12-04.yaml``,
+the default job as it was until 2026-12-04, verbatim the old commit's ``configs/default.yaml``), with the same seed,
+so step 1 trains on the same prompts with the same sampling seeds. Figures come from each run's ``metrics.jsonl``:
+``time/step_s`` and its phases, and tokens per second of rollout (generated tokens over rollout seconds) and update
+(update tokens over update seconds), the work-independent figures: a change that legitimately reorders float sums
+(the shared prefix) flips sampled tokens, and from there the two sides do different amounts of work. Step 1 pays
+the first allocations and is reported apart; the medians are over steps 2..K of every repetition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from graft.bench.flops import ModelShape, matmul_peak_gflops, model_shape, phase_rates
+from graft.config import load_config
+from graft.policy.loading import resolve_model_path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = REPO / "configs/experiments/base/default-until-2026-12-04.yaml"
+FIELDS = ("step_s", "rollout_s", "update_s", "gen_tok_per_s", "upd_tok_per_s", "tokens_generated")
+RATES = ("rollout_gflops", "update_gflops", "step_gflops")
+
+
+def step_figures(m: dict) -> dict:
+    """Seconds of one step and its phases, and tokens per second of rollout and update (summed over models)."""
+    names = sorted({k.split("/")[0] for k in m if k.endswith("/tokens/generated")})
+    total = lambda key: sum(m.get(f"{n}/{key}", 0) or 0 for n in names)  # noqa: E731
+    return {
+        "step_s": m["time/step_s"],
+        "rollout_s": m["time/rollout_s"],
+        "update_s": m["time/update_s"],
+        "gen_tok_per_s": total("tokens/generated") / m["time/rollout_s"],
+        "upd_tok_per_s": total("tokens/update") / m["time/update_s"],
+        "tokens_generated": total("tokens/generated"),
+    }
+
+
+def run_side(code: Path, config: Path, steps: int, run_dir: Path, overrides: list[str]) -> dict:
+    """One ``graft train`` process on ``code``'s checkout; its per-step figures, wall seconds and imported module."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    module = subprocess.run(
+        [sys.executable, "-c", "import graft; print(graft.__file__)"], cwd=code, env=env, capture_output=True, text=True
+    ).stdout.strip()
+    cmd = [sys.executable, "-m", "graft.cli", "-q", "train", str(config), f"steps={steps}", f"run_dir={run_dir}"]
+    cmd += ["progress=false", "threads=2", f"checkpoint.save_every={steps + 1}", *overrides]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=code, env=env, check=True)
+    wall = time.perf_counter() - t0
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps_rows = [step_figures(r) | {"metrics": r} for r in rows if "time/step_s" in r]
+    return {"module": module, "wall_s": wall, "steps": steps_rows}
+
+
+def model_shapes(config: Path) -> dict[str, ModelShape]:
+    """The FLOP-relevant sizes of the config's models, from their configs alone (no weights loaded)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shapes = {}
+    for m in load_config(str(config), []).models:
+        folder, gguf = resolve_model_path(m.path)
+        cfg = AutoConfig.from_pretrained(folder, **({"gguf_file": gguf} if gguf else {}))
+        with torch.device("meta"):
+            shapes[m.name] = model_shape(AutoModelForCausalLM.from_config(cfg))
+    return shapes
+
+
+def add_rates(raw: dict[str, list[dict]], shapes: dict[str, ModelShape]) -> None:
+    """Model GFLOP/s of every step's rollout, update and whole step (``graft.bench.flops``), from its token counts;
+    None where a side's metrics lack a count the FLOP model needs."""
+    needed = ("tokens/prompt", "tokens/generated", "tokens/forwarded", "tokens/update")
+    for runs in raw.values():
+        for r in runs:
+            for s in r["steps"]:
+                m = s.pop("metrics")
+                complete = all(f"{n}/{k}" in m for n in shapes for k in needed)
+                rates = phase_rates(m, shapes)
+                s |= {k: (rates[k] if complete else None) for k in ("rollout_gflops", "update_gflops", "step_gflops")}
+
+
+def _median(xs: list) -> float | None:
+    return None if None in xs else statistics.median(xs)
+
+
+def medians(runs: list[dict]) -> dict:
+    later = [s for r in runs for s in r["steps"][1:]]
+    first = [r["steps"][0] for r in runs]
+    return {
+        "steps_2_on": {k: _median([s[k] for s in later]) for k in FIELDS + RATES},
+        "step_1": {k: _median([s[k] for s in first]) for k in FIELDS + RATES},
+        "wall_s": statistics.median(r["wall_s"] for r in runs),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", required=True, type=Path, help="checkout of the old commit")
+    ap.add_argument("--new", default=REPO, type=Path, help="checkout of the new commit (default: this one)")
+    ap.add_argument("--config", default=DEFAULT_CONFIG, type=Path)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("overrides", nargs="*")
+    args = ap.parse_args()
+    sides = {"old": args.old.resolve(), "new": args.new.resolve()}
+    torch.set_num_threads(2)
+    peak = matmul_peak_gflops()
+    raw: dict[str, list[dict]] = {s: [] for s in sides}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.reps):
+            for side, code in sides.items():
+                r = run_side(code, args.config.resolve(), args.steps, Path(tmp) / f"{side}{rep}", args.overrides)
+                raw[side].append(r)
+                per_step = ", ".join(f"{s['step_s']:.1f}" for s in r["steps"])
+                print(
+                    f"rep {rep + 1} {side} ({r['module']}): steps {per_step} s, wall {r['wall_s']:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    add_rates(raw, model_shapes(args.config))
+    peak = max(peak, matmul_peak_gflops())
+    med = {s: medians(rs) for s, rs in raw.items()}
+    commits = {
+        s: subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=c, capture_output=True, text=True).stdout.strip()
+        for s, c in sides.items()
+    }
+    what = f"config {args.config.name} {args.overrides}; {args.reps} reps x {args.steps} steps"
+    print(f"old {commits['old']} vs new {commits['new']}; {what}")
+    print("| medians | old | new | old / new |\n|---|---:|---:|---:|")
+    o, n = med["old"]["steps_2_on"], med["new"]["steps_2_on"]
+    for k in FIELDS:
+        speed = n[k] / o[k] if k.endswith("per_s") or k == "tokens_generated" else o[k] / n[k]
+        print(f"| {k} (steps 2..{args.steps}) | {o[k]:.1f} | {n[k]:.1f} | {speed:.2f}x |")
+    o1, n1 = med["old"]["step_1"], med["new"]["step_1"]
+    print(f"| step_s (step 1) | {o1['step_s']:.1f} | {n1['step_s']:.1f} | {o1['step_s'] / n1['step_s']:.2f}x |")
+    wo, wn = med["old"]["wall_s"], med["new"]["wall_s"]
+    print(f"| process wall s | {wo:.0f} | {wn:.0f} | {wo / wn:.2f}x |")
+    for k in RATES:
+        cells = [x[k] for x in (o, n)]
+        shown = " | ".join("–" if x is None else f"{x:.1f} ({100 * x / peak:.0f} % of peak)" for x in cells)
+        print(f"| {k} (steps 2..{args.steps}) | {shown} | |")
+    print("(speed ratios: old/new for seconds, new/old for tokens per second: > 1 means the new commit is faster)")
+    print(f"fp32 matmul peak on this host, 2 threads, [1024, 1024] @ [1024, 1024], best before/after: {peak:.1f} GFLOP/s")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(
+                {
+                    "commits": commits,
+                    "matmul_peak_gflops": peak,
+                    "medians": med,
+                    "raw": raw,
+                    "args": vars(args) | {"old": str(args.old), "new": str(args.new), "config": str(args.config)},
+                },
+                f,
+                indent=2,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
