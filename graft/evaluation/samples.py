@@ -183,6 +183,11 @@ def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, 
     return out
 
 
+ANSWER_WIDTH = 60
+"""The header shows the reference answer whitespace-collapsed and cut at this many characters (a code task's
+reference is its tests' JSON)."""
+
+
 def _one_line(text: str, width: int) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
@@ -195,12 +200,13 @@ def _lines(text: str, width: int) -> str:
 
 
 def format_sample(s: Sample, domain: Domain, width: int = 400) -> str:
-    """A header (where the response comes from, its reference answer, reward and flags), the question and the
-    response, each whitespace-collapsed to one line and cut at ``width`` characters; a response of a domain whose
-    layout is meaning (``Domain.keeps_lines``: code) keeps its lines, each indented under ``A:``."""
+    """A header (where the response comes from, its reference answer cut at :data:`ANSWER_WIDTH`, reward and flags),
+    the question and the response, each whitespace-collapsed to one line and cut at ``width`` characters; a
+    response of a domain whose layout is meaning (``Domain.keeps_lines``: code) keeps its lines, each indented
+    under ``A:``."""
     where = f"step {s.step}" if s.step is not None else s.dataset
     who = f"{s.writer} -> {s.receiver}" if s.receiver else s.writer
-    head = f"-- {where} · {who} · {s.prompt_id} · answer {s.answer} · reward {s.reward:g}"
+    head = f"-- {where} · {who} · {s.prompt_id} · answer {_one_line(str(s.answer), ANSWER_WIDTH)} · reward {s.reward:g}"
     if flags := s.flags(domain):
         head += " · flags: " + ", ".join(flags)
     question = _one_line(s.problem, width) if s.problem is not None else "(question text not stored; --data FILE)"

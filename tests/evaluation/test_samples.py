@@ -137,3 +137,8 @@ def test_a_program_keeps_its_lines_and_indentation():
     # cut at width characters (13 = "```python\ndef" less one, then "…"), the lines still kept
     assert format_sample(s, CODE, width=14).splitlines()[2:] == ["A: ```python", "   def…"]
     assert format_sample(s, MATH).splitlines()[2] == "A: ```python def f(xs): return [x for x in xs if x % 2 == 0] ```"
+    # the header shows the reference (the tests' JSON) on one line, cut at 60 characters (59 + "…")
+    long = Sample("train", "A", None, 1, None, "p1", "Write f.", json.dumps({"tests": ["assert f([1]) == []"] * 20}),
+                  program, 1.0)
+    head = format_sample(long, CODE).splitlines()[0]
+    assert head == "-- step 1 · A · p1 · answer " + long.answer[:59] + "… · reward 1"
