@@ -22,7 +22,10 @@ carries the constants (``clamp_3_20``, ``count_e``), so one name always means on
 draw. Families whose function is fixed (``transform``'s ``reverse_string``, ``palindrome``, ...) vary by the
 example and the tests only. Boolean and piecewise families draw their test inputs from alternating strata
 (divisible / not, palindrome / not, below / inside / above the range), so a constant answer cannot pass
-all the tests.
+all the tests. The first four tests also hold inputs on which each family's plausible near misses go wrong
+(``multiple``: n = 0; ``count_above``: k itself; ``max_of_list``: an all-negative list; ``palindrome``: a near
+palindrome; see each draw's comment), made by reshaping drawn values, without further draws;
+tests/data/test_code_task.py lists the shortcuts and near misses that must fail (with fewer tests some pass).
 
 Like :mod:`graft.data.arithmetic`: ``random.Random(seed)`` with integer draws only (``randint``,
 ``randrange``, ``choice``), so the same arguments give the same rows, ids and order on every run and
@@ -162,10 +165,25 @@ def _multiple(k: int) -> CodeSpec:
     """is_multiple_of_k(n) returns whether k divides n (k in 2..12; k = 2 is "is even"); tests alternate True/False."""
 
     # j = 0: the example, j >= 1: the tests. The first test is a positive n below k, so `n % k == 0 or n // k == 0`
-    # (rewarded in a run when no test tried such an n: results/code/README.md) fails.
+    # (rewarded in a run when no test tried such an n: results/code/README.md) fails. The second is n = 0 (divisible
+    # by every k), so `n % k == 0 and n > 0` fails; no other draw is 0 (m = 0 reads as 61 in the other multiples).
+    # A wrong divisor fails too: for composite k the False tests are k // q and k * m + k // p (p, q the smallest
+    # and largest prime factors of k), so every proper divisor of k divides one of them (12: 4 and 12m + 6), and
+    # the fourth test is k * m with m divisible by neither k - 1 nor k + 1.
+    p = next(d for d in range(2, k + 1) if k % d == 0)
+    q = next(d for d in range(k, 1, -1) if k % d == 0 and all(d % e for e in range(2, d)))
+
     def draw(rng, j):
         m, r = rng.randint(0, 60), 0 if j % 2 == 0 else rng.randint(1, k - 1)
-        return (r if j == 1 else k * m + r,)
+        if j == 1:
+            return (k // q if q < k else r,)
+        if j == 2:
+            return (0,)
+        if j == 3:
+            return (k * m + (k // p if p < k else r),)
+        if j == 4:
+            m = next(x for x in range(m or 1, m + 5) if x % (k + 1) and (k < 3 or x % (k - 1)))
+        return (k * (m or 61) + r,)
 
     return CodeSpec(
         f"is_multiple_of_{k}",
@@ -212,12 +230,19 @@ def _clamp(lo: int, hi: int) -> CodeSpec:
 
 def _digit_sum() -> CodeSpec:
     """sum_of_digits(n) returns the sum of the decimal digits of n >= 0 (one function; n has 1 to 6 digits)."""
+
+    # The first test is n * 1000 + 789 (digit sum >= 24): `n % 9`, the digital root, `n % 10 + n // 10` and
+    # returning n itself all fail there, while a test of 1 or 2 digits cannot tell them from the digit sum.
+    def draw(rng, j):
+        n = rng.randint(0, 10 ** rng.randint(1, 6) - 1)
+        return (n * 1000 + 789 if j == 1 else n,)
+
     return CodeSpec(
         "sum_of_digits",
         "n",
         "the sum of the decimal digits of the non-negative integer n",
         lambda n: sum(int(d) for d in str(n)),
-        lambda rng, j: (rng.randint(0, 10 ** rng.randint(1, 6) - 1),),
+        draw,
         "def sum_of_digits(n):\n    total = 0\n    while n > 0:\n        total += n % 10\n        n //= 10\n    return total\n",
     )
 
@@ -231,12 +256,22 @@ def _factorial() -> CodeSpec:
             out *= i
         return out
 
+    # The first test is n = 0 (unless the example, drawn just before, is 0: then n = 1), so a recursion whose only
+    # base case is n == 1 (RecursionError at 0) fails. The example's n is kept to tell the two apart.
+    shown: list[int] = []
+
+    def draw(rng, j):
+        n = rng.randint(0, 10)
+        if j == 0:
+            shown[:] = [n]
+        return (1 if shown == [0] else 0,) if j == 1 else (n,)
+
     return CodeSpec(
         "factorial",
         "n",
         "the factorial of the integer n >= 0, that is 1 * 2 * ... * n (and 1 when n is 0)",
         ref,
-        lambda rng, j: (rng.randint(0, 10),),
+        draw,
         "def factorial(n):\n    result = 1\n    for i in range(1, n + 1):\n        result *= i\n    return result\n",
     )
 
@@ -252,27 +287,43 @@ _TRANSFORMS = {
 
 def _transform(name: str) -> CodeSpec:
     """reverse_string(s), to_upper(s) or to_lower(s): one of three fixed string functions."""
-    returns, ref, expr, draw = _TRANSFORMS[name]
-    return CodeSpec(name, "s", returns, ref, lambda rng, j: (draw(rng),), f"def {name}(s):\n    return {expr}\n")
+    returns, ref, expr, text = _TRANSFORMS[name]
+
+    # to_upper's first test starts with a capital ('Clock'): on lowercase words only, `s.swapcase()` and
+    # `chr(ord(c) - 32)` for every c agree with `s.upper()`.
+    def draw(rng, j):
+        s = text(rng)
+        return (s[0].upper() + s[1:] if name == "to_upper" and j == 1 else s,)
+
+    return CodeSpec(name, "s", returns, ref, draw, f"def {name}(s):\n    return {expr}\n")
 
 
 def _count_char(c: str) -> CodeSpec:
     """count_c(s) returns how many times the letter c appears in s (26 letters), or count_vowels(s) (c = "vowels")."""
     if c == "vowels":
+        # The first test ends in "uyu": counting y, distinct vowels only, or missing u all fail there.
         return CodeSpec(
             "count_vowels",
             "s",
             "the number of vowels (a, e, i, o, u) in the lowercase string s",
             lambda s: sum(ch in _VOWELS for ch in s),
-            lambda rng, j: (_text(rng),),
+            lambda rng, j: (_text(rng) + ("uyu" if j == 1 else ""),),
             "def count_vowels(s):\n    return sum(1 for ch in s if ch in 'aeiou')\n",
         )
+
+    # The second test holds c at least twice, so `c in s` (True == 1, False == 0) cannot pass on counts of 0 and 1.
+    def draw(rng, j):
+        if j % 2:
+            return (_text(rng),)
+        s = _with_letter(rng, c)
+        return (s if j != 2 or s.count(c) > 1 else s[: len(s) // 2] + c + s[len(s) // 2 :],)
+
     return CodeSpec(
         f"count_{c}",
         "s",
         f"the number of times the letter '{c}' appears in the string s",
         lambda s: s.count(c),
-        lambda rng, j: (_with_letter(rng, c) if j % 2 == 0 else _text(rng),),
+        draw,
         f"def count_{c}(s):\n    return s.count('{c}')\n",
     )
 
@@ -292,8 +343,11 @@ def _repeat(k: int) -> CodeSpec:
 def _first_n(n: int) -> CodeSpec:
     """first_n(s) returns the first n characters of s, all of s if shorter (n in 1..9); inputs alternate longer/not."""
 
-    def draw(rng, j):
-        return (_letters(rng, n + 1, n + 6) if j % 2 == 0 else _letters(rng, 1, n),)
+    def draw(rng, j):  # a longer test never ends as it starts (its last letter moves on), so s[-n:] fails there
+        if j % 2:
+            return (_letters(rng, 1, n),)
+        s = _letters(rng, n + 1, n + 6)
+        return (s[:-1] + chr((ord(s[-1]) - ord("a") + 1) % 26 + ord("a")) if j and s[-n:] == s[:n] else s,)
 
     returns = (
         "the first character of the non-empty string s"
@@ -303,6 +357,27 @@ def _first_n(n: int) -> CodeSpec:
     return CodeSpec(f"first_{n}", "s", returns, lambda s: s[:n], draw, f"def first_{n}(s):\n    return s[:{n}]\n")
 
 
+def _palindrome_draw(rng: random.Random, j: int) -> tuple:
+    """Test j: 1 any non-palindrome, 2 an even palindrome, 3 a near palindrome, 4 an odd palindrome, then again.
+
+    The near palindrome is w + w[::-1] with its two middle letters made to differ ('nktug' -> 'nktughutkn'): every
+    check of only the ends (s[0] == s[-1]), or of all pairs but the middle one, says True there. Even and odd
+    palindromes both: comparing s[:len(s) // 2] with s[len(s) // 2:][::-1] fails on odd ones.
+    """
+    if j % 2:
+        s = _not_palindrome(rng)
+        return (s + chr((ord(s[-1]) - ord("a") + 1) % 26 + ord("a")) + s[-2::-1] if j % 4 == 3 else s,)
+    s = _palindrome(rng)
+    h = len(s) // 2
+    if j and j % 4 == 2 and len(s) % 2:  # even: drop the middle letter
+        s = s[:h] + s[h + 1 :]
+    elif j and j % 4 == 0 and len(s) % 2 == 0:  # odd: double the middle letter
+        s = s[:h] + s[h] + s[h:]
+    if j and len(set(s)) == 1:  # two letters at least ('cc' -> 'dccd'): s == ''.join(sorted(s)) fails
+        s = chr((ord(s[0]) - ord("a") + 1) % 26 + ord("a")).join(("", s, ""))
+    return (s,)
+
+
 def _palindrome_fn() -> CodeSpec:
     """is_palindrome(s) returns whether s reads the same backwards (one function); tests alternate True/False."""
     return CodeSpec(
@@ -310,7 +385,7 @@ def _palindrome_fn() -> CodeSpec:
         "s",
         "True if the lowercase string s reads the same forwards and backwards, and False otherwise",
         lambda s: s == s[::-1],
-        lambda rng, j: (_palindrome(rng) if j % 2 == 0 else _not_palindrome(rng),),
+        _palindrome_draw,
         "def is_palindrome(s):\n    return s == s[::-1]\n",
     )
 
@@ -325,22 +400,56 @@ _STATS: dict[str, tuple[str, str, Callable[..., Any], int, str]] = {
 }
 
 
+def _stat_input(name: str, v: list[int], j: int) -> list[int]:
+    """The list of call ``j`` of ``name`` made from the drawn list ``v`` (no further draws: same rng use).
+
+    sum_list: test 1 is [] (`nums[0] + ...`, `reduce` fail), test 2 all negative (`abs`, positives only fail), no other
+    call is empty ([] reads as [0]). max_of_list: test 1 all negative with its unique maximum last (`m = 0` as the
+    start, `nums[0]`, `max(nums[:-1])` fail), test 2 a unique maximum first (`nums[-1]`, `max(nums[1:])` fail).
+    list_length: test 1 repeats an element (`len(set(items))` fails). last_element: test 1 ends in a value that is
+    neither its first, its largest nor its smallest ([a - 1, ..., a + 1, a]).
+    """
+    if name == "sum_list":
+        return [] if j == 1 else [x - 51 for x in v or [0]] if j == 2 else v or [0]
+    if name == "max_of_list" and j in (1, 2):
+        return [x - 52 for x in v] + [-1] if j == 1 else [max(v) + 1, *v]
+    if name == "list_length" and j == 1:
+        return v + v[:1] if v else [0, 0]
+    if name == "last_element" and j == 1:
+        return [v[0] - 1, *v[1:], v[0] + 1, v[0]]
+    return v
+
+
 def _list_stat(name: str) -> CodeSpec:
     """sum_list(nums), max_of_list(nums), list_length(items) or last_element(items): four fixed list functions."""
     param, returns, ref, min_len, expr = _STATS[name]
     return CodeSpec(
-        name, param, returns, ref, lambda rng, j: (_ints(rng, -9, 50, min_len, 6),), f"def {name}({param}):\n    return {expr}\n"
+        name,
+        param,
+        returns,
+        ref,
+        lambda rng, j: (_stat_input(name, _ints(rng, -9, 50, min_len, 6), j),),
+        f"def {name}({param}):\n    return {expr}\n",
     )
 
 
 def _count_above(k: int) -> CodeSpec:
     """count_greater_than_k(nums) returns how many integers of nums exceed k, for k in 0..20 (0: count positives)."""
+
+    # The first test starts with k + 1 and ends with k: `v >= k`, `v > k - 1` and `v > k + 1` all miscount it. The
+    # second has no integer above k (those above are mirrored to 2k - v): its answer 0 differs from the first's.
+    def draw(rng, j):
+        nums = _ints(rng, k - 10, k + 10, 2, 7)
+        if j == 1:
+            return ([k + 1, *nums[1:-1], k],)
+        return ([min(v, 2 * k - v) for v in nums] if j == 2 else nums,)
+
     return CodeSpec(
         f"count_greater_than_{k}",
         "nums",
         f"how many integers in the list nums are greater than {k}",
         lambda nums: sum(v > k for v in nums),
-        lambda rng, j: (_ints(rng, k - 10, k + 10, 2, 7),),
+        draw,
         f"def count_greater_than_{k}(nums):\n    count = 0\n    for v in nums:\n        if v > {k}:\n"
         "            count += 1\n    return count\n",
     )
@@ -348,12 +457,19 @@ def _count_above(k: int) -> CodeSpec:
 
 def _scale(k: int) -> CodeSpec:
     """multiply_each_by_k(nums) returns [v * k for v in nums], for k in 2..10 (2: double each)."""
+
+    # The first test starts with its unique largest value and ends with a negative one: a sorted result, or
+    # abs(v) * k, fails there.
+    def draw(rng, j):
+        nums = _ints(rng, -5, 20, 1, 5)
+        return ([max(nums) + 1, *nums, -abs(nums[0]) - 1] if j == 1 else nums,)
+
     return CodeSpec(
         f"multiply_each_by_{k}",
         "nums",
         f"a new list holding each integer of the list nums multiplied by {k}, in the same order",
         lambda nums: [v * k for v in nums],
-        lambda rng, j: (_ints(rng, -5, 20, 1, 5),),
+        draw,
         f"def multiply_each_by_{k}(nums):\n    return [v * {k} for v in nums]\n",
     )
 
@@ -361,10 +477,18 @@ def _scale(k: int) -> CodeSpec:
 def _keep_multiples(k: int) -> CodeSpec:
     """keep_multiples_of_k(nums) returns the integers of nums divisible by k, in order (k in 2..9; 2: the evens)."""
 
+    # The first test starts with a multiple m >= 2k and ends with m - k twice (kept in that order and with the repeat:
+    # a sorted result, a set, or the list read backwards fails there); the third holds 0, divisible by every k
+    # (`if v and v % k == 0` fails).
     def draw(rng, j):
         nums = _ints(rng, 0, 40, 2, 6)
         if j % 2 == 0:  # at least one multiple: a non-empty answer
             nums[rng.randrange(len(nums))] = k * rng.randint(1, 40 // k)
+        elif j == 1:
+            m = k * max(2, nums[0] // k)
+            nums = [m, *nums[1:-1], m - k, m - k]
+        elif j == 3:
+            nums[len(nums) // 2] = 0
         return (nums,)
 
     return CodeSpec(
