@@ -369,7 +369,7 @@ def test_a_declared_comparison_is_summarised_and_reported(tmp_path, tiny_llama_d
     assert "ratio not defined (online gain ≤ 0)" in md
 
 
-def test_a_pre_registered_decision_waits_for_its_pairs_then_gives_a_verdict(tmp_path, tiny_llama_dir, tiny_gemma_dir):
+def test_a_pre_registered_decision_waits_for_its_pairs_then_gives_a_verdict(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys):
     """The same recorded runs (A's GRAFT − GRPO: +15.0, +10.0, – ; B's −5.0, +0.0, –). Declared with 3 pairs the
     verdict waits (2 in); with 2 pairs A's interval [−19.3, +44.3] reaches below 0: not confirmed; with GRPO's
     seed-2 value lowered so that A's pairs are +15.0 and +14.0, mean +14.5, sd 0.707, half-width 12.706 * 0.5 =
@@ -395,6 +395,15 @@ def test_a_pre_registered_decision_waits_for_its_pairs_then_gives_a_verdict(tmp_
     d, md = decided(2)
     assert d["verdict"] == "confirmed" and d["ci95"] == pytest.approx([0.08147, 0.20853], abs=1e-4)
     assert "**confirmed**: +14.5 [+8.1, +20.9] (2) points" in md
+    # `graft experiment summarize` prints the verdict, not only the report
+    from graft.commands.cli import main
+    compared = {**COMPARED, "comparisons": {"confirm": {"arm": "graft_n8", "baseline": "grpo_n8",
+                                                        "decision": {"model": "A", "pairs": 2}}}}
+    path = _seeded_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared=compared)
+    capsys.readouterr()
+    assert main(["experiment", "summarize", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "on A, confirmed iff the Student-t 95 % interval over 2 paired seeds lies above 0: confirmed: +14.5 [+8.1, +20.9]" in out
 
 
 def test_strict_paired_table_only_where_it_differs(tmp_path, tiny_llama_dir, tiny_gemma_dir):

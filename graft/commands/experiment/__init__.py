@@ -56,11 +56,12 @@ The command's parts, by job: :mod:`.plan` (read and check a plan), :mod:`.run` (
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 
 from graft.commands.experiment.plan import Comparison, Member, Plan, load_plan
-from graft.commands.experiment.report import report_markdown, write_summary
+from graft.commands.experiment.report import decision_lines, report_markdown, write_summary
 from graft.commands.experiment.run import check_only, plan_status, run_plan
 from graft.commands.experiment.summary import summarize
 from graft.commands.parsers import experiment_parser
@@ -106,5 +107,8 @@ def experiment_main(argv: list[str]) -> int:
             file=sys.stderr,
         )
     path = write_summary(plan)
+    for line in decision_lines(plan, json.loads(path.read_text())):
+        if line:
+            print(line.replace("**", ""))
     print(f"summary: {path}; report: {plan.results / 'REPORT.md'}")
     return 0

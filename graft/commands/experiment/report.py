@@ -39,7 +39,7 @@ def report_markdown(plan: Plan, summary: dict, plots: dict[str, str]) -> str:
     """REPORT.md: pass@1 per arm, the strict re-grade, the declared comparisons, per data set, the exchange,
     the plots and the commands."""
     md = _pass1_section(plan, summary) + strict_section(plan, summary) + _stored_vs_online_lines(plan, summary)
-    md += _paired_lines(plan, summary, "", "") + _decision_lines(plan, summary)
+    md += _paired_lines(plan, summary, "", "") + decision_lines(plan, summary)
     md += _dataset_table(summary) + _exchange_section(summary)
     md += _last_quarter_table(summary) + _one_step_section(summary) + _plot_sections(plots) + _commands(plan)
     return "\n".join(md) + "\n"
@@ -160,7 +160,7 @@ def _paired_rows(plan: Plan, summary: dict, suffix: str) -> list[str]:
     return rows
 
 
-def _decision_lines(plan: Plan, summary: dict) -> list[str]:
+def decision_lines(plan: Plan, summary: dict) -> list[str]:
     """Each pre-registered decision's verdict, or how many pairs it still waits for."""
     md = []
     for c in plan.comparisons:
