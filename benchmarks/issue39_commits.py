@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -65,6 +66,7 @@ def run_side(code: Path, config: Path, steps: int, run_dir: Path, overrides: lis
     subprocess.run(cmd, cwd=code, env=env, check=True)
     wall = time.perf_counter() - t0
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    shutil.rmtree(run_dir)  # its final checkpoint holds both models and their optimiser states (~4.6 GB)
     steps_rows = [step_figures(r) | {"metrics": r} for r in rows if "time/step_s" in r]
     return {"module": module, "wall_s": wall, "steps": steps_rows}
 
