@@ -29,6 +29,7 @@ import tempfile
 import time
 
 import torch
+from issue39_commits import step_figures  # the same per-step figures (benchmarks/ is sys.path[0])
 
 from graft.bench.common import cpu_model
 from graft.bench.runs import close_run, default_config_path, rewound_step
@@ -44,19 +45,6 @@ VARIANTS = {
 }
 
 
-def step_figures(m: dict, names: list[str]) -> dict:
-    """Seconds of the step and its phases, and tokens per second of rollout and update (summed over models)."""
-    total = lambda key: sum(m.get(f"{n}/{key}", 0) or 0 for n in names)  # noqa: E731
-    return {
-        "step_s": m["time/step_s"],
-        "rollout_s": m["time/rollout_s"],
-        "update_s": m["time/update_s"],
-        "gen_tok_per_s": total("tokens/generated") / m["time/rollout_s"],
-        "upd_tok_per_s": total("tokens/update") / m["time/update_s"],
-        "tokens_generated": total("tokens/generated"),
-    }
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -69,7 +57,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(str(default_config_path()), ["threads=2", "progress=false", f"run_dir={tmp}/run", *args.overrides])
         run = setup(cfg)
-        names = list(run.learners)
         state = run.sampler.state_dict()
         raw: dict[str, list[dict]] = {v: [] for v in variants}
         try:
@@ -80,7 +67,7 @@ def main() -> int:
                     run.cfg = dataclasses.replace(cfg, **VARIANTS[v])
                     torch.set_num_threads(cfg.threads or 2)
                     t0 = time.perf_counter()
-                    raw[v].append(step_figures(rewound_step(run, state, 1), names))
+                    raw[v].append(step_figures(rewound_step(run, state, 1)))
                     print(f"rep {rep + 1} {v}: {raw[v][-1]} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
         finally:
             close_run(run)
