@@ -232,8 +232,8 @@ def _rank_sum_p(a: list[float], b: list[float]) -> float | None:
     ranks = [rank[v] for v in a + b]
     centre = len(a) * (len(pooled) + 1) / 2
     observed = abs(sum(rank[v] for v in a) - centre)
-    splits = list(itertools.combinations(ranks, len(a)))
-    return sum(abs(sum(s) - centre) >= observed - 1e-9 for s in splits) / len(splits)
+    extreme = sum(abs(sum(s) - centre) >= observed - 1e-9 for s in itertools.combinations(ranks, len(a)))
+    return extreme / math.comb(len(pooled), len(a))
 
 
 def paired_verdict(diffs: Sequence[float | None], pairs: int) -> dict:
