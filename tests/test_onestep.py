@@ -432,3 +432,31 @@ def test_the_arms_differ_by_the_peer_groups_only(tmp_path, tiny_llama_dir, tiny_
             assert sum(len(s.response_ids) for s in g_sh.rows if s.is_peer) == (peer_rows if last else 0)
     finally:
         loop.close_run(run)
+
+
+def _record_states(out: str, seed: int, steps: list[int]) -> None:
+    from graft.commands.onestep import log_command, out_lock, record_state
+
+    for step in steps:
+        with out_lock(Path(out)):
+            record_state(Path(out), seed, step, [{"seed": seed, "step": step, "prompt": f"p{seed}-{step}"}])
+            log_command(Path(out), f"i{seed}", ["graft", "onestep", str(seed)], seed, step)
+
+
+def test_commands_recording_into_one_folder_at_the_same_time_keep_every_state(tmp_path):
+    """Two commands measuring different states into the same --out at once (one per core): each record is a
+    read-modify-write of rows.jsonl / measured.json, which without the lock loses the other's states."""
+    import multiprocessing as mp
+
+    from graft.commands.onestep import _read_rows, measured_states, read_commands
+
+    steps = list(range(1, 41))
+    procs = [mp.get_context("spawn").Process(target=_record_states, args=(str(tmp_path), seed, steps)) for seed in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=600)
+        assert p.exitcode == 0
+    assert measured_states(tmp_path) == {1: set(steps), 2: set(steps)}
+    assert len(_read_rows(tmp_path / "rows.jsonl")) == 80
+    assert sorted(len(e["states"]) for e in read_commands(tmp_path)) == [40, 40]

@@ -49,13 +49,16 @@ and ``commands.jsonl`` (each invocation's command with every state it recorded, 
 one: an invocation stopped after recording a state is listed too). A state already measured is skipped
 when the command is run again, so a stopped measurement resumes state by state, and states of one
 trajectory may be measured by several commands into the same ``--out`` (e.g. step 1 before the run
-exists, later steps from its checkpoints). Local backend only.
+exists, later steps from its checkpoints), also at the same time (one per core: the records are written
+under a lock, ``.lock``). Local backend only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import fcntl
 import json
 import os
 import random
@@ -563,10 +566,22 @@ def measured_states(out: Path) -> dict[int, set[int]]:
     return {int(k): set(v) for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
 
 
+@contextlib.contextmanager
+def out_lock(out: Path):
+    """Hold ``out``'s lock file while reading and rewriting its records, so that commands measuring different
+    states into the same ``--out`` at the same time (one per core) do not drop each other's rows."""
+    with (out / ".lock").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def record_state(out: Path, seed: int, step: int, new: list[dict]) -> None:
     """Store one measured state: its rows replace any earlier rows of (seed, step) in ``rows.jsonl`` (kept in
     (seed, step) order), then ``measured.json`` lists it -- a state whose rows were written but not listed
-    (killed in between) is measured again and its rows replaced."""
+    (killed in between) is measured again and its rows replaced. Call it under :func:`out_lock`."""
     rows = [r for r in _read_rows(out / "rows.jsonl") if (r["seed"], r["step"]) != (seed, step)] + new
     rows.sort(key=lambda r: (r["seed"], r["step"]))
     _write_atomic(out / "rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
@@ -693,8 +708,9 @@ def onestep_main(argv: list[str]) -> int:
     invocation = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}/{os.getpid()}"
 
     def record(step: int, new: list[dict], seed: int) -> None:
-        record_state(out, seed, step, new)
-        log_command(out, invocation, command, seed, step)
+        with out_lock(out):
+            record_state(out, seed, step, new)
+            log_command(out, invocation, command, seed, step)
 
     _check_arms_version(out, any(set(at) - measured_states(out).get(seed, set()) for seed, _ in units))
     for seed, how in units:
@@ -708,15 +724,17 @@ def onestep_main(argv: list[str]) -> int:
         else:
             shutil.rmtree(out / f"seed{seed}", ignore_errors=True)
             run_seed(how, todo, args.samples, args.unseen, record_seed, log)
-    rows = _read_rows(out / "rows.jsonl")
-    invocations = read_commands(out)
+    with out_lock(out):
+        rows = _read_rows(out / "rows.jsonl")
+        invocations = read_commands(out)
+        measured = sum(len(v) for v in measured_states(out).values())
     summary = {
         "command": command,
         "commands": [e["command"] for e in invocations],
         "invocations": invocations,
         **summarize_rows(rows),
         "states": {
-            "measured": sum(len(v) for v in measured_states(out).values()),
+            "measured": measured,
             "with_exchange": len({(r["seed"], r["step"]) for r in rows}),
         },
     }
