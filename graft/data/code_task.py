@@ -392,44 +392,65 @@ def _palindrome_fn() -> CodeSpec:
 
 # ----------------------------------------------------------------------------- list families
 
-_STATS: dict[str, tuple[str, str, Callable[..., Any], int, str]] = {
-    "sum_list": ("nums", "the sum of the integers in the list nums (0 when nums is empty)", sum, 0, "sum(nums)"),
-    "max_of_list": ("nums", "the largest integer in the non-empty list nums", max, 1, "max(nums)"),
-    "list_length": ("items", "the number of elements in the list items", len, 0, "len(items)"),
-    "last_element": ("items", "the last element of the non-empty list items", lambda v: v[-1], 1, "items[-1]"),
+
+def _sum_list_input(v: list[int], j: int) -> list[int]:
+    """Test 1 is [] (`nums[0] + ...`, `reduce` fail), test 2 all negative (`abs`, positives only fail), no other call
+    is empty ([] reads as [0])."""
+    return [] if j == 1 else [x - 51 for x in v or [0]] if j == 2 else v or [0]
+
+
+def _max_of_list_input(v: list[int], j: int) -> list[int]:
+    """Test 1 all negative with its unique maximum last (`m = 0` as the start, `nums[0]`, `max(nums[:-1])` fail), test
+    2 a unique maximum first (`nums[-1]`, `max(nums[1:])` fail)."""
+    return [x - 52 for x in v] + [-1] if j == 1 else [max(v) + 1, *v] if j == 2 else v
+
+
+def _list_length_input(v: list[int], j: int) -> list[int]:
+    """Test 1 repeats an element (`len(set(items))` fails)."""
+    return (v + v[:1] if v else [0, 0]) if j == 1 else v
+
+
+def _last_element_input(v: list[int], j: int) -> list[int]:
+    """Test 1 ends in a value that is neither its first, its largest nor its smallest ([a - 1, ..., a + 1, a])."""
+    return [v[0] - 1, *v[1:], v[0] + 1, v[0]] if j == 1 else v
+
+
+@dataclass(frozen=True)
+class _Stat:
+    """One fixed list function: its parameter, what it returns (the prompt's words), the reference, the shortest
+    list it takes, the reference solution's expression, and ``test_input(v, j)``: the list of call ``j`` made from
+    the drawn list ``v`` (no further draws: the same rng use for every function)."""
+
+    param: str
+    returns: str
+    ref: Callable[..., Any]
+    min_len: int
+    expr: str
+    test_input: Callable[[list[int], int], list[int]]
+
+
+_STATS: dict[str, _Stat] = {
+    "sum_list": _Stat(
+        "nums", "the sum of the integers in the list nums (0 when nums is empty)", sum, 0, "sum(nums)", _sum_list_input
+    ),
+    "max_of_list": _Stat("nums", "the largest integer in the non-empty list nums", max, 1, "max(nums)", _max_of_list_input),
+    "list_length": _Stat("items", "the number of elements in the list items", len, 0, "len(items)", _list_length_input),
+    "last_element": _Stat(
+        "items", "the last element of the non-empty list items", lambda v: v[-1], 1, "items[-1]", _last_element_input
+    ),
 }
-
-
-def _stat_input(name: str, v: list[int], j: int) -> list[int]:
-    """The list of call ``j`` of ``name`` made from the drawn list ``v`` (no further draws: same rng use).
-
-    sum_list: test 1 is [] (`nums[0] + ...`, `reduce` fail), test 2 all negative (`abs`, positives only fail), no other
-    call is empty ([] reads as [0]). max_of_list: test 1 all negative with its unique maximum last (`m = 0` as the
-    start, `nums[0]`, `max(nums[:-1])` fail), test 2 a unique maximum first (`nums[-1]`, `max(nums[1:])` fail).
-    list_length: test 1 repeats an element (`len(set(items))` fails). last_element: test 1 ends in a value that is
-    neither its first, its largest nor its smallest ([a - 1, ..., a + 1, a]).
-    """
-    if name == "sum_list":
-        return [] if j == 1 else [x - 51 for x in v or [0]] if j == 2 else v or [0]
-    if name == "max_of_list" and j in (1, 2):
-        return [x - 52 for x in v] + [-1] if j == 1 else [max(v) + 1, *v]
-    if name == "list_length" and j == 1:
-        return v + v[:1] if v else [0, 0]
-    if name == "last_element" and j == 1:
-        return [v[0] - 1, *v[1:], v[0] + 1, v[0]]
-    return v
 
 
 def _list_stat(name: str) -> CodeSpec:
     """sum_list(nums), max_of_list(nums), list_length(items) or last_element(items): four fixed list functions."""
-    param, returns, ref, min_len, expr = _STATS[name]
+    st = _STATS[name]
     return CodeSpec(
         name,
-        param,
-        returns,
-        ref,
-        lambda rng, j: (_stat_input(name, _ints(rng, -9, 50, min_len, 6), j),),
-        f"def {name}({param}):\n    return {expr}\n",
+        st.param,
+        st.returns,
+        st.ref,
+        lambda rng, j: (st.test_input(_ints(rng, -9, 50, st.min_len, 6), j),),
+        f"def {name}({st.param}):\n    return {st.expr}\n",
     )
 
 
