@@ -278,24 +278,26 @@ def _factorial() -> CodeSpec:
 
 # ----------------------------------------------------------------------------- string families
 
-_TRANSFORMS = {
-    "reverse_string": ("the string s reversed", lambda s: s[::-1], "s[::-1]", _text),
-    "to_upper": ("the string s with every letter in upper case", str.upper, "s.upper()", _text),
-    "to_lower": ("the string s with every letter in lower case", str.lower, "s.lower()", _mixed_case),
+
+def _capital_first(rng: random.Random, j: int) -> str:
+    """to_upper's inputs: the first test starts with a capital ('Clock'): on lowercase words only, `s.swapcase()` and
+    `chr(ord(c) - 32)` for every c agree with `s.upper()`."""
+    s = _text(rng)
+    return s[0].upper() + s[1:] if j == 1 else s
+
+
+_TRANSFORMS: dict[str, tuple[str, Callable[[str], str], str, Callable[[random.Random, int], str]]] = {
+    "reverse_string": ("the string s reversed", lambda s: s[::-1], "s[::-1]", lambda rng, j: _text(rng)),
+    "to_upper": ("the string s with every letter in upper case", str.upper, "s.upper()", _capital_first),
+    "to_lower": ("the string s with every letter in lower case", str.lower, "s.lower()", lambda rng, j: _mixed_case(rng)),
 }
+"""Per function: what it returns, the reference, the reference solution's expression, and the input of call j."""
 
 
 def _transform(name: str) -> CodeSpec:
     """reverse_string(s), to_upper(s) or to_lower(s): one of three fixed string functions."""
     returns, ref, expr, text = _TRANSFORMS[name]
-
-    # to_upper's first test starts with a capital ('Clock'): on lowercase words only, `s.swapcase()` and
-    # `chr(ord(c) - 32)` for every c agree with `s.upper()`.
-    def draw(rng, j):
-        s = text(rng)
-        return (s[0].upper() + s[1:] if name == "to_upper" and j == 1 else s,)
-
-    return CodeSpec(name, "s", returns, ref, draw, f"def {name}(s):\n    return {expr}\n")
+    return CodeSpec(name, "s", returns, ref, lambda rng, j: (text(rng, j),), f"def {name}(s):\n    return {expr}\n")
 
 
 def _count_char(c: str) -> CodeSpec:
