@@ -497,7 +497,9 @@ def test_a_named_onestep_summary_becomes_one_step_effect(tmp_path, tiny_llama_di
     assert "Training states measured: 3; 2 had a prompt to exchange" in md
     # t over the 2 state means (+0.25, 0.0): mean 0.125, sd 0.1768, se 0.125, t(0.975, df 1) = 12.706,
     # half-width 1.588 -> [-1.463, +1.713]; 1 of the 2 replaced prompts changed at all
-    assert "| A->B | replaced | +12.5 [-146.3, +171.3] | 1 of 2 | 2 |" in md
+    # gate off: both states' replaced differences 0.0 -> [+0.0, +0.0]
+    assert "| A->B | replaced | +12.5 [-146.3, +171.3] | +0.0 [+0.0, +0.0] | 1 of 2 | 2 |" in md
+    assert "| A->B | unseen | +0.0 (one state: no interval) | -25.0 (one state: no interval) | 0 of 1 | 1 |" in md
     assert s["one_step_verdict_interval"]["uses"] == "t95"
     missing = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir, compared={"onestep": "none.json"})
     assert "one_step_effect" not in summarize(load_plan(missing))   # not measured yet: nothing claimed

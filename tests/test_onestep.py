@@ -234,7 +234,7 @@ def test_from_a_finished_grpo_run_equals_training_the_trajectory(tmp_path, tiny_
     assert json.loads((tmp_path / "from" / "measured.json").read_text()) == {"3": [1, 3]}
     commands = json.loads((tmp_path / "from" / "summary.json").read_text())["commands"]
     assert [c[4:6] for c in commands] == [["--at", "3"], ["--at", "1"]]      # both measuring commands recorded
-    assert not (tmp_path / "from" / "seed3" / "from-step3").exists()          # the scratch folder went
+    assert not (tmp_path / "from" / "seed3").exists()                         # the scratch folder went, and its empty parent
     assert (run / "checkpoints" / "step_000002").is_dir()                    # the run's own checkpoint stayed
     with pytest.raises(ConfigError, match=r"step\(s\) \[5\] needs its checkpoint\(s\) of step\(s\) \[4\]"):
         onestep_main(["--from", str(run), "--at", "5", "--out", str(tmp_path / "x")])

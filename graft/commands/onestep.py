@@ -543,6 +543,8 @@ def measure_from_run(
         finally:
             loop.close_run(run)
         shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the seed's folder, when nothing else is in it
+            scratch.parent.rmdir()
         record(step, new)
         log(
             f"{run_dir} step {step}: measured {len(new)} prompts ({sum(x['kind'] == 'replaced' for x in new)} replaced) "

@@ -310,30 +310,40 @@ def _one_step_section(summary: dict) -> list[str]:
     md += _one_step_t_rows(summary)
     st = summary.get("one_step_states")
     if st:
+        rest = st["measured"] - st["with_exchange"]
         md += [
             "",
-            f"Training states measured: {st['measured']}; {st['with_exchange']} had a prompt to exchange (in the "
-            "others no prompt was selected in either direction: GRAFT's update is GRPO's there).",
+            f"Training states measured: {st['measured']}; {st['with_exchange']} had a prompt to exchange"
+            + (
+                f" (in the other {rest} no prompt was selected in either direction: GRAFT's update is GRPO's there)."
+                if rest
+                else "."
+            ),
         ]
     return md
 
 
 def _one_step_t_rows(summary: dict) -> list[str]:
-    """The Student-t interval over state means and the prompts that changed at all, for summaries that carry
-    them (``graft onestep`` arms version 2); the verdict reads this interval (``one_step_verdict_interval``)."""
+    """The Student-t interval over state means (both arms) and the prompts that changed at all, for summaries that
+    carry them (``graft onestep`` arms version 2); the verdict reads this interval (``one_step_verdict_interval``)."""
     rows = [(d, kind, s) for d, kinds in summary["one_step_effect"].items() for kind, s in kinds.items() if "t95" in s]
     if not rows:
         return []
     why = summary.get("one_step_verdict_interval", {}).get("why", "")
     md = [
         "",
-        f"GRAFT − GRPO with a Student-t 95 % interval over state means (df = states − 1). {why}".rstrip(),
+        "The same differences as the mean of the training states' mean differences, with a Student-t 95 % interval "
+        "over the states (df = states − 1)" + (f"; {why}." if why else "."),
         "",
-        "| direction | prompts measured | GRAFT − GRPO (t) | prompts changed at all | states |",
-        "|---|---|---:|---:|---:|",
+        "| direction | prompts measured | GRAFT − GRPO (t) | gate off − GRPO (t) | prompts changed at all | states |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     for d, kind, s in rows:
-        md.append(f"| {d} | {kind} | {_ci(s['t95'])} | {s['differed']} of {s['prompts']} | {s['t95']['states']} |")
+        off = summary["one_step_effect_gate_off"].get(d, {}).get(kind, {})
+        md.append(
+            f"| {d} | {kind} | {_ci(s['t95'])} | {_ci(off.get('t95', {}))} | {s['differed']} of {s['prompts']} | "
+            f"{s['t95']['states']} |"
+        )
     return md
 
 
