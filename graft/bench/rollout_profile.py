@@ -1,6 +1,9 @@
-"""Where a training rollout's time goes, per default model: a torch.profiler breakdown of graft's fp32
-sampler, of the bf16 sampler (``rollout.engine=hf-bf16``) and of the fp32 forward that recomputes the
-behaviour log-probs (which that engine requires), on the same prompts and seeds as ``graft bench --only b``.
+"""Where a training step's time goes, per default model: a torch.profiler breakdown of graft's fp32
+sampler, of the bf16 sampler (``rollout.engine=hf-bf16``), of the fp32 forward that recomputes the
+behaviour log-probs (which that engine requires), on the same prompts and seeds as ``graft bench --only b``,
+and of the update's compute on those samples: forward and backward of every response in the update's
+micro-batches (``update_fwd_bwd``; the loss is the mean token log-prob, which costs what the policy loss
+costs up to a few elementwise ops) and one AdamW step over the model (``adamw_step``).
 
     python scripts/profile_rollout.py --out benchmarks/results/cpu-profile
 
@@ -31,7 +34,7 @@ from graft.trainer.loop import setup
 BODY_MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_weight_int8pack_mm"}
 ATTENTION = ("attention", "aten::_softmax", "aten::softmax")
 PARTS = ("lm_head", "body_matmuls", "attention", "other_ops", "outside_ops")
-PHASES = ("fp32_sampler", "bf16_sampler", "fp32_recompute")
+PHASES = ("fp32_sampler", "bf16_sampler", "fp32_recompute", "update_fwd_bwd", "adamw_step")
 
 
 def classify(name: str, shapes: list, vocab: int) -> str:
@@ -78,7 +81,29 @@ def _profile_phases(learner, prompts, cfg: Config, seed: int, vocab: int) -> dic
         )
     finally:
         learner.workers.call("set_engine", [("hf",)], "set_engine")
+    out["update_fwd_bwd"] = breakdown(lambda: _forward_backward(learner.policy, groups, cfg), vocab)
+    optimizer = learner.policy.make_optimizer()
+    out["adamw_step"] = breakdown(lambda: (optimizer.step(), 0)[1], vocab)
+    learner.policy.model.zero_grad(set_to_none=True)
     return out
+
+
+def _forward_backward(policy, groups, cfg: Config) -> int:
+    """The update's forward and backward over every sampled response, ``update.micro_batch_size`` rows at a time
+    (gradients accumulate, as in a minibatch); returns the response tokens."""
+    rows = [(g.prompt_token_ids, t) for g in groups for t in g.token_ids if t]
+    uc = cfg.update
+    policy.model.train()
+    try:
+        for i in range(0, len(rows), uc.micro_batch_size):
+            micro = rows[i : i + uc.micro_batch_size]
+            logp, mask = policy.forward_logprobs(
+                [p for p, _ in micro], [t for _, t in micro], chunk=uc.logprob_chunk, temperature=cfg.rollout.temperature
+            )
+            ((logp * mask).sum() / len(rows)).backward()
+    finally:
+        policy.model.eval()
+    return sum(len(t) for _, t in rows)
 
 
 def profile_model(base: Config, path: str, run_root: Path) -> dict:
@@ -102,12 +127,14 @@ def markdown(result: dict) -> str:
     """``profile.md``: one row per model and phase."""
     s = result["settings"]
     lines = [
-        "# Where a rollout's time goes",
+        "# Where a rollout's and an update's time go",
         "",
         f"{result['environment'].get('cpu_model', '')}, torch {result['environment'].get('torch', '')}, "
         f"{s['threads']} threads; {s['prompts']} prompts x {s['n']} samples, {s['max_new_tokens']} new tokens. "
-        "One profiled call per row after a warm-up; seconds of operator self time per part "
-        "(share of the wall clock).",
+        "One profiled call per row (the samplers after a warm-up; update_fwd_bwd: forward and backward of every "
+        "sampled response in the update's micro-batches, tok/s counting response tokens; adamw_step: one optimizer "
+        "step over the whole model, whose ops over the tied embedding count as LM head); seconds of operator self "
+        "time per part (share of the wall clock).",
         "",
         "| model | phase | wall s | tok/s | LM head (V) | body matmuls | attention | other ops | outside ops |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -116,10 +143,8 @@ def markdown(result: dict) -> str:
         for phase in PHASES:
             r = m[phase]
             cells = [f"{r['seconds'][p]:.2f} ({100 * r['share'][p]:.0f} %)" for p in PARTS]
-            lines.append(
-                f"| {m['name']} (V={m['vocab']}) | {phase} | {r['wall_s']:.2f} | "
-                f"{r['tokens'] / r['wall_s']:.1f} | " + " | ".join(cells) + " |"
-            )
+            rate = f"{r['tokens'] / r['wall_s']:.1f}" if r["tokens"] else "–"
+            lines.append(f"| {m['name']} (V={m['vocab']}) | {phase} | {r['wall_s']:.2f} | {rate} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
