@@ -3,7 +3,7 @@ sampler, of the bf16 sampler (``rollout.engine=hf-bf16``), of the fp32 forward t
 behaviour log-probs (which that engine requires), on the same prompts and seeds as ``graft bench --only b``,
 and of the update's compute on those samples: forward and backward of every response in the update's
 micro-batches (``update_fwd_bwd``; the loss is the mean token log-prob, which costs what the policy loss
-costs up to a few elementwise ops) and one AdamW step over the model (``adamw_step``).
+costs up to a few elementwise ops) and one AdamW step over the model after a warm-up step (``adamw_step``).
 
     python scripts/profile_rollout.py --out benchmarks/results/cpu-profile
 
@@ -83,6 +83,7 @@ def _profile_phases(learner, prompts, cfg: Config, seed: int, vocab: int) -> dic
         learner.workers.call("set_engine", [("hf",)], "set_engine")
     out["update_fwd_bwd"] = breakdown(lambda: _forward_backward(learner.policy, groups, cfg), vocab)
     optimizer = learner.policy.make_optimizer()
+    optimizer.step()  # warm-up: the first step allocates the moments (page faults), later steps do not
     out["adamw_step"] = breakdown(lambda: (optimizer.step(), 0)[1], vocab)
     learner.policy.model.zero_grad(set_to_none=True)
     return out
@@ -133,7 +134,8 @@ def markdown(result: dict) -> str:
         f"{s['threads']} threads; {s['prompts']} prompts x {s['n']} samples, {s['max_new_tokens']} new tokens. "
         "One profiled call per row (the samplers after a warm-up; update_fwd_bwd: forward and backward of every "
         "sampled response in the update's micro-batches, tok/s counting response tokens; adamw_step: one optimizer "
-        "step over the whole model, whose ops over the tied embedding count as LM head); seconds of operator self "
+        "step over the whole model after a warm-up step, whose ops over the tied embedding count as LM head); "
+        "seconds of operator self "
         "time per part (share of the wall clock).",
         "",
         "| model | phase | wall s | tok/s | LM head (V) | body matmuls | attention | other ops | outside ops |",
