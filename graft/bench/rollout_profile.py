@@ -135,8 +135,7 @@ def markdown(result: dict) -> str:
         "One profiled call per row (the samplers after a warm-up; update_fwd_bwd: forward and backward of every "
         "sampled response in the update's micro-batches, tok/s counting response tokens; adamw_step: one optimizer "
         "step over the whole model after a warm-up step, whose ops over the tied embedding count as LM head); "
-        "seconds of operator self "
-        "time per part (share of the wall clock).",
+        "seconds of operator self time per part (share of the wall clock).",
         "",
         "| model | phase | wall s | tok/s | LM head (V) | body matmuls | attention | other ops | outside ops |",
         "|---|---|---|---|---|---|---|---|---|",
