@@ -1,7 +1,7 @@
 """Issue 39: the default GRAFT step at two commits, side by side on one machine, as ``graft train`` runs it.
 
     python benchmarks/issue39_commits.py --old /path/to/worktree-at-afebb7d [--new .] [--reps 2] [--steps 4]
-        [--config FILE] [--out FILE.json] [key=value ...]
+        [--config FILE] [--out FILE.json] [--recipe key=value ...] [key=value ...]
 
 Each repetition runs ``graft train CONFIG steps=K`` once with the old commit's code and once with the new commit's
 (alternating old, new, old, new, ... so that a machine that drifts affects both alike), each in its own process
@@ -13,6 +13,10 @@ so step 1 trains on the same prompts with the same sampling seeds. Figures come 
 (update tokens over update seconds), the work-independent figures: a change that legitimately reorders float sums
 (the shared prefix) flips sampled tokens, and from there the two sides do different amounts of work. Step 1 pays
 the first allocations and is reported apart; the medians are over steps 2..K of every repetition.
+
+``--recipe key=value`` (repeatable) adds a third side, ``recipe``: the new commit's code with those overrides on top
+(e.g. the bf16 mixed-precision recipe, ``rollout.engine=hf-bf16 update.recompute_old_logprobs=true
+models.0.autocast=bfloat16 models.1.autocast=bfloat16``), alternating with the other two.
 """
 
 from __future__ import annotations
@@ -111,6 +115,10 @@ def medians(runs: list[dict]) -> dict:
     }
 
 
+def _cells(xs: list[float], fmt: str, unit: str = "") -> str:
+    return " | ".join(f"{x:{fmt}}{unit}" for x in xs)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", required=True, type=Path, help="checkout of the old commit")
@@ -119,16 +127,19 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--recipe", action="append", default=[], help="key=value of a third side on the new code")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
-    sides = {"old": args.old.resolve(), "new": args.new.resolve()}
+    sides = {"old": (args.old.resolve(), []), "new": (args.new.resolve(), [])}
+    if args.recipe:
+        sides["recipe"] = (args.new.resolve(), args.recipe)
     torch.set_num_threads(2)
     peak = matmul_peak_gflops()
     raw: dict[str, list[dict]] = {s: [] for s in sides}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
-            for side, code in sides.items():
-                r = run_side(code, args.config.resolve(), args.steps, Path(tmp) / f"{side}{rep}", args.overrides)
+            for side, (code, extra) in sides.items():
+                r = run_side(code, args.config.resolve(), args.steps, Path(tmp) / f"{side}{rep}", [*args.overrides, *extra])
                 raw[side].append(r)
                 per_step = ", ".join(f"{s['step_s']:.1f}" for s in r["steps"])
                 print(
@@ -141,23 +152,28 @@ def main() -> int:
     med = {s: medians(rs) for s, rs in raw.items()}
     commits = {
         s: subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=c, capture_output=True, text=True).stdout.strip()
-        for s, c in sides.items()
+        for s, (c, _) in sides.items()
     }
     what = f"config {args.config.name} {args.overrides}; {args.reps} reps x {args.steps} steps"
-    print(f"old {commits['old']} vs new {commits['new']}; {what}")
-    print("| medians | old | new | old / new |\n|---|---:|---:|---:|")
-    o, n = med["old"]["steps_2_on"], med["new"]["steps_2_on"]
+    print(f"old {commits['old']} vs new {commits['new']}; {what}" + (f"; recipe: new + {args.recipe}" if args.recipe else ""))
+    later = [s for s in sides if s != "old"]
+    print(f"| medians | old | {' | '.join(later)} | {' | '.join(f'old / {s}' for s in later)} |")
+    print("|---|---:|" + "---:|" * 2 * len(later))
+    o = med["old"]["steps_2_on"]
     for k in FIELDS:
-        speed = n[k] / o[k] if k.endswith("per_s") or k == "tokens_generated" else o[k] / n[k]
-        print(f"| {k} (steps 2..{args.steps}) | {o[k]:.1f} | {n[k]:.1f} | {speed:.2f}x |")
-    o1, n1 = med["old"]["step_1"], med["new"]["step_1"]
-    print(f"| step_s (step 1) | {o1['step_s']:.1f} | {n1['step_s']:.1f} | {o1['step_s'] / n1['step_s']:.2f}x |")
-    wo, wn = med["old"]["wall_s"], med["new"]["wall_s"]
-    print(f"| process wall s | {wo:.0f} | {wn:.0f} | {wo / wn:.2f}x |")
+        faster = k.endswith("per_s") or k == "tokens_generated"
+        cells = [med[s]["steps_2_on"][k] for s in later]
+        speeds = [(n / o[k] if faster else o[k] / n) for n in cells]
+        print(f"| {k} (steps 2..{args.steps}) | {o[k]:.1f} | {_cells(cells, '.1f')} | {_cells(speeds, '.2f', 'x')} |")
+    firsts = [med[s]["step_1"]["step_s"] for s in ("old", *later)]
+    speeds = [firsts[0] / x for x in firsts[1:]]
+    print(f"| step_s (step 1) | {_cells(firsts, '.1f')} | {_cells(speeds, '.2f', 'x')} |")
+    walls = [med[s]["wall_s"] for s in ("old", *later)]
+    print(f"| process wall s | {_cells(walls, '.0f')} | {_cells([walls[0] / w for w in walls[1:]], '.2f', 'x')} |")
     for k in RATES:
-        cells = [x[k] for x in (o, n)]
+        cells = [med[s]["steps_2_on"][k] for s in ("old", *later)]
         shown = " | ".join("–" if x is None else f"{x:.1f} ({100 * x / peak:.0f} % of peak)" for x in cells)
-        print(f"| {k} (steps 2..{args.steps}) | {shown} | |")
+        print(f"| {k} (steps 2..{args.steps}) | {shown} |" + " |" * len(later))
     print("(speed ratios: old/new for seconds, new/old for tokens per second: > 1 means the new commit is faster)")
     print(f"fp32 matmul peak on this host, 2 threads, [1024, 1024] @ [1024, 1024], best before/after: {peak:.1f} GFLOP/s")
     if args.out:

@@ -185,6 +185,13 @@ class ModelConfig:
     ``plain``/``fewshot`` templates (a base model otherwise writes the next problem), none for ``chat``."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype for training and generation (the paper trains in bf16; fp32 is safer on CPU)."""
+    autocast: Literal["off", "bfloat16"] = "off"
+    """Mixed precision of the log-prob forwards (the update's forward and backward, the recompute of old log-probs,
+    scoring peer responses, the KL reference): ``bfloat16`` runs their matmuls under ``torch.autocast`` in bf16 while
+    weights, gradients and AdamW stay fp32 (TRL's ``bf16=True``, verl's FSDP mixed precision); faster where the CPU
+    has bf16 matmuls (AMX, ``avx512_bf16``) or on a GPU, log-probs ~1e-2 nats per token from fp32. Needs ``dtype:
+    float32`` and ``update.recompute_old_logprobs=true`` (the update's ratio then starts at 1 against a forward of the
+    same precision); sampling is ``rollout.engine``'s (``hf-bf16`` for a bf16 sampler)."""
     lr: float = 1e-6
     """AdamW learning rate."""
     weight_decay: float = 0.0
@@ -257,6 +264,12 @@ class ModelConfig:
             self.kl_loss_type in KL_ESTIMATORS,
             "kl_loss_type",
             f"{self.kl_loss_type!r} is not one of {', '.join(KL_ESTIMATORS)} (model {self.name})",
+        )
+        _check(
+            self.autocast == "off" or self.dtype == "float32",
+            "autocast",
+            f"model {self.name}: autocast={self.autocast} computes in bf16 over float32 weights, but dtype is {self.dtype} "
+            "(set dtype: float32, or autocast: off)",
         )
         _check(self.fewshot is None or self.fewshot >= 0, "fewshot", f"must be >= 0, got {self.fewshot} (model {self.name})")
         _check(
@@ -866,6 +879,14 @@ class Config:
                 "update.recompute_old_logprobs",
                 "must be true with rollout.engine=hf-bf16: the bf16 sampler's log-probs differ from the training "
                 "forward by up to ~0.4 nats per token, so the behaviour log-probs must come from a forward pass",
+            )
+        for i, m in enumerate(self.models):
+            _check(
+                m.autocast == "off" or self.update.recompute_old_logprobs,
+                f"models.{i}.autocast",
+                f"is {m.autocast} but update.recompute_old_logprobs is false: the update's bf16 forward differs from the "
+                "sampler's log-probs by ~1e-2 nats per token, so the behaviour log-probs must come from a forward of the "
+                "same precision (set update.recompute_old_logprobs=true)",
             )
         if self.backend == "ray":
             for name in self.ray.resources:

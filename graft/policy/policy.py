@@ -48,6 +48,9 @@ from graft.policy.optim import LeanAdamW
 from graft.seeds import sample_seed
 from graft.types import Sample
 
+AUTOCAST: dict[str, torch.dtype | None] = {"off": None, "bfloat16": torch.bfloat16}
+"""``models.I.autocast`` -> the dtype :meth:`Policy.forward_logprobs` computes in (None: the weights' own)."""
+
 HEAD_KEEP_BYTES = 1 << 30
 """Memory bound of :class:`_HeadLogProb`'s kept logits: one :meth:`Policy.forward_logprobs` call (one
 micro-batch) keeps the fp32 logits of its chunks for backward while their total stays within this many bytes
@@ -59,6 +62,10 @@ class _HeadLogProb(torch.autograd.Function):
     """``log_softmax(z)[target]`` with ``z = softcap(h W^T + b) / T`` for a plain ``nn.Linear`` head.
 
     Shapes: ``hidden`` [n, H], ``weight`` [V, H], ``bias`` [V] or None, ``targets`` [n] -> [n].
+
+    ``compute``: a copy of ``weight`` in a lower precision (``models.I.autocast``) that every head matmul uses instead,
+    on ``hidden`` (and ``bias``) cast to its dtype; the logits are still fp32 and the gradients return in the
+    inputs' own dtypes (``weight``'s reaches the fp32 parameter). ``None``: ``weight`` itself.
 
     ``keep=False`` saves only ``h``, the targets and the log-normaliser; backward recomputes the logits
     chunk in place (one n x V fp32 buffer, two with softcapping) instead of keeping the logits, their exp
@@ -81,9 +88,12 @@ class _HeadLogProb(torch.autograd.Function):
         softcap: float | None,
         temperature: float,
         keep: bool = False,
+        compute: Tensor | None = None,
     ) -> Tensor:
         assert hidden.dim() == 2 and targets.shape == hidden.shape[:1], (hidden.shape, targets.shape)
-        z = torch.nn.functional.linear(hidden, weight, bias).float()
+        w, h_dtype = (weight if compute is None else compute), hidden.dtype
+        hidden, bias = hidden.to(w.dtype), None if bias is None else bias.to(w.dtype)
+        z = torch.nn.functional.linear(hidden, w, bias).float()
         t = None
         if softcap:
             t = z.div_(softcap).tanh_()
@@ -95,8 +105,9 @@ class _HeadLogProb(torch.autograd.Function):
         e = (z - m) if keep and t is None else z.sub_(m)
         lse = e.exp_().sum(dim=-1).log_() + m.squeeze(-1)
         kept = (t if t is not None else z) if keep else None
-        ctx.save_for_backward(hidden, weight, bias, targets, lse, kept)
+        ctx.save_for_backward(hidden, w, bias, targets, lse, kept)
         ctx.softcap, ctx.temperature, ctx.keep = softcap, temperature, keep
+        ctx.dtypes = (h_dtype, weight.dtype)
         return picked - lse
 
     @staticmethod
@@ -118,10 +129,11 @@ class _HeadLogProb(torch.autograd.Function):
             gz.mul_(t.square_().neg_().add_(1.0))  # d softcap(x) / dx = 1 - tanh^2
         gz = gz.to(weight.dtype)
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        gh = gz @ weight if need_h else None
-        gw = gz.t() @ hidden if need_w else None
-        gb = gz.sum(0) if need_b and bias is not None else None
-        return gh, gw, gb, None, None, None, None
+        h_dtype, w_dtype = ctx.dtypes
+        gh = (gz @ weight).to(h_dtype) if need_h else None
+        gw = (gz.t() @ hidden).to(w_dtype) if need_w else None
+        gb = gz.sum(0).to(w_dtype) if need_b and bias is not None else None
+        return gh, gw, gb, None, None, None, None, None
 
 
 def entropy_of(z: Tensor, e: Tensor) -> Tensor:
@@ -255,6 +267,10 @@ class Policy:
         self.head_keep_bytes: int = HEAD_KEEP_BYTES
         """The fused head keeps a chunk's forward logits for backward (3 head matmuls instead of 4, same values)
         while one :meth:`forward_logprobs` call's kept logits stay within this many bytes (:data:`HEAD_KEEP_BYTES`)."""
+        self.autocast: torch.dtype | None = AUTOCAST[cfg.autocast]
+        """The log-prob forwards' compute dtype under ``torch.autocast`` (``models.I.autocast``), or None: the weights'."""
+        self._compute: tuple[tuple, Tensor] | None = None
+        """The fused head's weight in ``autocast``'s dtype and the weight version it was cast from (:meth:`_compute_copy`)."""
         self.common_prefix: bool = cfg.common_prefix
         """Prefill and the update forward the tokens all prompts of a call begin with once (:meth:`_common_length`;
         ``models.I.common_prefix``; same values up to float rounding)."""
@@ -616,7 +632,8 @@ class Policy:
         logits stay within ``self.head_keep_bytes`` (3 head matmuls) and recomputes them in backward
         beyond it (4), with the same values either way; any other head (LoRA on ``lm_head``,
         FSDP-sharded) runs a checkpointed chunk. Held for backward: at most ``head_keep_bytes`` plus
-        chunk x V.
+        chunk x V. With ``self.autocast`` (``models.I.autocast``) the decoder and head run under ``torch.autocast``
+        in that dtype (the fused head on one copy of the weight in it, made per call) and the log-probs stay fp32.
         """
         if len(prompt_ids) != len(response_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
@@ -635,11 +652,12 @@ class Policy:
         mask, resp = mask.to(dev), resp.to(dev)
         row_of: dict[tuple[int, ...], int] = {}
         inv = [row_of.setdefault(tuple(p), len(row_of)) for p in prompt_ids]
-        if shared_prefix and not self._checkpointing():
-            hidden = self._hidden_shared([list(k) for k in row_of], inv, resp, mask)
-        else:
-            hidden = self._hidden_joint(prompt_ids, resp, mask)  # [B, T, H]: row t predicts response token t
-        vals = self._head_logprobs(hidden[mask], resp[mask], max(1, int(chunk)), temperature)  # [N, H], [N] -> [N]
+        with torch.autocast(dev.type, dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None):
+            if shared_prefix and not self._checkpointing():
+                hidden = self._hidden_shared([list(k) for k in row_of], inv, resp, mask)
+            else:
+                hidden = self._hidden_joint(prompt_ids, resp, mask)  # [B, T, H]: row t predicts response token t
+            vals = self._head_logprobs(hidden[mask], resp[mask], max(1, int(chunk)), temperature)  # [N, H], [N] -> [N]
         logp = torch.zeros((B, T), dtype=vals.dtype, device=dev).masked_scatter(mask, vals)
         return logp, mask.float()
 
@@ -653,17 +671,27 @@ class Policy:
             self.fused_head and type(head) is torch.nn.Linear and type(head.weight) in (torch.Tensor, torch.nn.Parameter)
         )  # not LoRA-wrapped, not a DTensor
         parts, kept, V = [], 0, head.weight.shape[0] if fused else 0
+        compute = self._compute_copy(head.weight) if grad and fused and self.autocast is not None else None
         for i in range(0, hv.shape[0], chunk):
             h_c, t_c = hv[i : i + chunk], targets[i : i + chunk]
             if grad and fused:
                 keep = kept + 4 * h_c.shape[0] * V <= self.head_keep_bytes  # fp32 [n, V] held until backward
                 kept += 4 * h_c.shape[0] * V if keep else 0
-                parts.append(_HeadLogProb.apply(h_c, head.weight, head.bias, t_c, self.softcap, temperature, keep))
+                parts.append(_HeadLogProb.apply(h_c, head.weight, head.bias, t_c, self.softcap, temperature, keep, compute))
             elif grad:
                 parts.append(checkpoint(self._gather_logp, h_c, t_c, temperature, use_reentrant=False))
             else:
                 parts.append(self._gather_logp(h_c, t_c, temperature))
         return torch.cat(parts)
+
+    def _compute_copy(self, weight: Tensor) -> Tensor:
+        """``weight`` in ``self.autocast``'s dtype, cast again only after the weight changed in place (an optimiser
+        step or a loaded checkpoint bumps its version counter), so the micro-batches of one minibatch share a copy."""
+        key = (weight.data_ptr(), weight.shape, weight._version)
+        if self._compute is None or self._compute[0] != key:
+            self._compute = None  # the old copy is freed before the new one is made
+            self._compute = (key, weight.detach().to(self.autocast))
+        return self._compute[1]
 
     def _checkpointing(self) -> bool:
         """Gradient checkpointing is active now: it drops the KV cache the shared-prefix pass needs."""
