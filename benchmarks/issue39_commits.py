@@ -42,6 +42,21 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO / "configs/experiments/base/default-until-2026-12-04.yaml"
 FIELDS = ("step_s", "rollout_s", "update_s", "gen_tok_per_s", "upd_tok_per_s", "tokens_generated")
 RATES = ("rollout_gflops", "update_gflops", "step_gflops")
+KEPT = (
+    "tokens/prompt",
+    "tokens/generated",
+    "tokens/forwarded",
+    "tokens/update",
+    "reward/mean",
+    "ratio/mean",
+    "ratio/max",
+    "logprob_gap/mean_abs",
+    "logprob_gap/max_abs",
+    "clip_frac/own_low",
+    "clip_frac/own_high",
+    "grad_norm",
+)
+"""Per-model metrics each step keeps in the output JSON (token counts for the FLOP model; what the update saw)."""
 
 
 def step_figures(m: dict) -> dict:
@@ -96,6 +111,7 @@ def add_rates(raw: dict[str, list[dict]], shapes: dict[str, ModelShape]) -> None
         for r in runs:
             for s in r["steps"]:
                 m = s.pop("metrics")
+                s["kept"] = {k: v for k, v in m.items() if k.split("/", 1)[-1] in KEPT}
                 complete = all(f"{n}/{k}" in m for n in shapes for k in needed)
                 rates = phase_rates(m, shapes)
                 s |= {k: (rates[k] if complete else None) for k in ("rollout_gflops", "update_gflops", "step_gflops")}

@@ -17,6 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
     (["scripts/gpu_check.py", "--help"], "usage: gpu_check.py"),
     (["scripts/profile_rollout.py", "--help"], "usage: profile_rollout.py"),
     (["scripts/probe_task.py", "--help"], "usage: graft probe"),
+    (["benchmarks/issue39_commits.py", "--help"], "usage: issue39_commits.py"),
+    (["benchmarks/issue39_precision.py", "--help"], "usage: issue39_precision.py"),
+    (["benchmarks/issue39_ceiling.py", "--help"], "usage: issue39_ceiling.py"),
 ])
 def test_help(argv, usage):
     """Each command prints its usage and exits 0."""
