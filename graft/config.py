@@ -873,6 +873,18 @@ class Config:
             "eval.every",
             f"is {self.eval.every} but data.val is not set: there is nothing to evaluate on (set data.val, or eval.every=0)",
         )
+        self._check_behaviour_logprobs()
+        if self.backend == "ray":
+            for name in self.ray.resources:
+                _check(name in names, f"ray.resources.{name}", f"names no model; models: {names}")
+                _check(
+                    self.rollout.engine != "hf-bf16" or self.ray.resources[name].num_workers == 1,
+                    f"ray.resources.{name}.num_workers",
+                    "must be 1 with rollout.engine=hf-bf16 (its bf16 copy is of an unsharded model)",
+                )
+
+    def _check_behaviour_logprobs(self) -> None:
+        """A sampler or an update of lower precision than the other needs ``update.recompute_old_logprobs``."""
         if self.rollout.engine == "hf-bf16":
             _check(
                 self.update.recompute_old_logprobs,
@@ -888,14 +900,6 @@ class Config:
                 "sampler's log-probs by ~1e-2 nats per token, so the behaviour log-probs must come from a forward of the "
                 "same precision (set update.recompute_old_logprobs=true)",
             )
-        if self.backend == "ray":
-            for name in self.ray.resources:
-                _check(name in names, f"ray.resources.{name}", f"names no model; models: {names}")
-                _check(
-                    self.rollout.engine != "hf-bf16" or self.ray.resources[name].num_workers == 1,
-                    f"ray.resources.{name}.num_workers",
-                    "must be 1 with rollout.engine=hf-bf16 (its bf16 copy is of an unsharded model)",
-                )
 
     def _check_threads(self) -> None:
         """``threads``, ``threads_per_model``, ``threads_claim_freed``."""

@@ -633,7 +633,8 @@ class Policy:
         beyond it (4), with the same values either way; any other head (LoRA on ``lm_head``,
         FSDP-sharded) runs a checkpointed chunk. Held for backward: at most ``head_keep_bytes`` plus
         chunk x V. With ``self.autocast`` (``models.I.autocast``) the decoder and head run under ``torch.autocast``
-        in that dtype (the fused head on one copy of the weight in it, made per call) and the log-probs stay fp32.
+        in that dtype (the fused head on one copy of the weight in it, cast again after the weight changes: :meth:`_compute_copy`)
+        and the log-probs stay fp32.
         """
         if len(prompt_ids) != len(response_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
