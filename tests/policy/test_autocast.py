@@ -46,9 +46,11 @@ def test_fused_head_computes_with_the_bf16_copy_and_returns_fp32_gradients(softc
         return torch.log_softmax(z / temperature, -1).gather(-1, targets[:, None]).squeeze(-1)
 
     # the forward is the fp32 function of the bf16-rounded inputs with the bf16 matmul's logits rounded to bf16
-    # (bf16 x bf16 products are exact in fp32; only the summation order differs)
+    # (bf16 x bf16 products are exact in fp32; only the summation order differs, which on another CPU's kernel can
+    # round one logit to the neighbouring bf16 value: one row may differ by that much)
     ref = reference(*(_round(t.detach()) for t in (h, w, b)), bf16_logits=True)
-    assert torch.allclose(out.detach(), ref, atol=1e-5)
+    gap = (out.detach() - ref).abs()
+    assert int((gap <= 1e-5).sum()) >= len(gap) - 1 and float(gap.max()) < 0.1, gap
     exact = reference(h.detach(), w.detach(), b.detach())
     assert (out.detach() - exact).abs().max() > 1e-4  # and not the fp32 one: the copy was used
     # gradients: the bf16-rounded dlogits (relative 2^-8) through bf16 matmuls, so within a few percent of fp32
