@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from graft.bench.flops import matmul_peak_gflops
+from graft.bench.flops import matmul_peak_gflops, rollout_flops, update_flops
 from graft.config import load_config
 from graft.policy.loading import resolve_model_path
 
@@ -61,15 +61,13 @@ def layer_shapes(text_cfg) -> list[tuple[int, int]]:
 
 
 def model_costs(path: str, rows_decode: int, rows_update: int) -> dict:
-    """Seconds and FLOPs per token of each kind of work, at isolated-kernel rates."""
+    """Seconds per token of each kind of work, at isolated-kernel rates."""
     from transformers import AutoConfig
 
     folder, gguf = resolve_model_path(path)
     cfg = AutoConfig.from_pretrained(folder, **({"gguf_file": gguf} if gguf else {}))
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     shapes, L, H, V = layer_shapes(text), text.num_hidden_layers, text.hidden_size, text.vocab_size
-    body_flops = 2.0 * L * sum(i * o for i, o in shapes)
-    head_flops = 2.0 * H * V
 
     def per_token(n: int, backward: bool, head: bool) -> float:
         if head:
@@ -77,8 +75,6 @@ def model_costs(path: str, rows_decode: int, rows_update: int) -> dict:
         return L * sum(linear_seconds(n, i, o, backward) for i, o in shapes) / n
 
     return {
-        "body_flops": body_flops,
-        "head_flops": head_flops,
         "s_body_decode": per_token(rows_decode, False, False),
         "s_head_decode": per_token(rows_decode, False, True),
         "s_body_update": per_token(rows_update, True, False),
@@ -106,6 +102,9 @@ def main() -> int:
     torch.set_num_threads(2)
     models = load_config(args.config, []).models
     tokens = step_tokens(Path(args.metrics), [m.name for m in models])
+    from issue39_commits import model_shapes  # the FLOP model's sizes (benchmarks/ is sys.path[0] when run)
+
+    shapes = model_shapes(Path(args.config))
     peak = matmul_peak_gflops()
     flops = seconds = 0.0
     rows = []
@@ -113,11 +112,11 @@ def main() -> int:
         c, t = model_costs(m.path, args.rows_decode, args.rows_update), tokens[m.name]
         parts = {
             "rollout": (
-                c["body_flops"] * (t["tokens/prompt"] + t["tokens/generated"]) + c["head_flops"] * t["tokens/generated"],
+                rollout_flops(shapes[m.name], int(t["tokens/prompt"]), int(t["tokens/generated"])),
                 c["s_body_prefill"] * t["tokens/prompt"] + (c["s_body_decode"] + c["s_head_decode"]) * t["tokens/generated"],
             ),
             "update": (
-                3 * (c["body_flops"] * t["tokens/forwarded"] + c["head_flops"] * t["tokens/update"]),
+                update_flops(shapes[m.name], int(t["tokens/forwarded"]), int(t["tokens/update"])),
                 c["s_body_update"] * t["tokens/forwarded"] + c["s_head_update"] * t["tokens/update"],
             ),
         }
