@@ -801,6 +801,14 @@ class Config:
     engines keep their K to the end of their call). On Ray the driver, before each generation batch, scoring call
     and update minibatch of the phase, sets the grown count on every rank of the model's workers (``set_threads``)
     and puts them back on their own threads after the phase's calls."""
+    cpu_memory: Literal["keep", "release"] = "keep"
+    """Where the models run on CPU: ``keep`` makes the C allocator (glibc's ``malloc``) keep the memory freed tensors
+    give back and reuse it for the next allocation, instead of returning every large block to the kernel and
+    faulting it in again page by page (:mod:`graft.heap`); the same numbers, computed without the page faults: the
+    default job's Gemma-3 update 1.6x faster (SmolLM2's, with smaller buffers, unchanged), peak RSS +0.4 GB
+    (``benchmarks/issue39_malloc.md``).
+    The process's resident memory then stays at its peak. ``release``: the allocator's own behaviour. No effect on a
+    CUDA device or without glibc (musl, macOS: a notice says so)."""
     resume: str | bool = False
     """``true`` resumes from the newest checkpoint in ``run_dir`` that verifies (sha256 of every file; a damaged
     newer one is reported and skipped; none at all in a folder that holds metrics is an error); a path resumes

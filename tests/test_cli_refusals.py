@@ -182,6 +182,7 @@ ROWS = [
                                        "update.recompute_old_logprobs=true"],
         "models.0.autocast: model A: autocast=bfloat16 computes in bf16 over float32 weights, but dtype is bfloat16"),
     Row("autocast-choice", [*T, "models.0.autocast=bf16"], "models.0.autocast: 'bf16' is not one of off, bfloat16"),
+    Row("cpu-memory-choice", [*T, "cpu_memory=free"], "cpu_memory: 'free' is not one of keep, release"),
     Row("bad-override-value", [*T, "models.0.stop=["], "models.0.stop: '[' is not a valid value"),
     Row("delta_by_length-yaml-no-space", T, "exchange.delta_by_length: ", yaml_no_space_mapping),
     Row("eval.every-without-val", [*T, "eval.every=1"], "eval.every: is 1 but data.val is not set"),

@@ -52,7 +52,13 @@ class RayWorkers:
     """W actors of one model (``worker_cls``: :class:`~graft.trainer.workers.PolicyWorker`), in a placement group."""
 
     def __init__(
-        self, worker_cls: type, cfg: ModelConfig, resources: ResourceConfig, ray_cfg: RayConfig, threads: int | None = None
+        self,
+        worker_cls: type,
+        cfg: ModelConfig,
+        resources: ResourceConfig,
+        ray_cfg: RayConfig,
+        threads: int | None = None,
+        keep_memory: bool = False,
     ) -> None:
         ray = _ray()
         self.name = cfg.name
@@ -93,7 +99,7 @@ class RayWorkers:
                     self._pg, placement_group_bundle_index=r
                 ),
             )
-            self.actors.append(actor_cls.options(**opts).remote(cfg.name, r, W, thr))
+            self.actors.append(actor_cls.options(**opts).remote(cfg.name, r, W, thr, keep_memory))
 
     def setup(self, cfg: ModelConfig, device: str, weights_from: str | None, seed: int, engine: str) -> list[dict]:
         master = self._wait([self.actors[0].address.remote()], "start", ranks=[0])[0] if self.size > 1 else None

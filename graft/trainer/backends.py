@@ -27,6 +27,11 @@ def resources_for(cfg: Config, name: str) -> ResourceConfig:
     return cfg.ray.resources.get(name) or ResourceConfig()
 
 
+def keeps_memory(cfg: Config, device: str) -> bool:
+    """Whether the worker processes of a model on ``device`` keep freed memory (``cpu_memory: keep``, on CPU only)."""
+    return cfg.cpu_memory == "keep" and device == "cpu"
+
+
 def make_learners(cfg: Config, device: str, ckpt=None, progress: bool = False) -> dict[str, Learner]:
     """``{name: Learner}``: each model's ranks in this process (``backend: local``) or in a Ray actor
     group (``backend: ray``); ``progress``: a bar over the models loaded in this process."""
@@ -35,7 +40,7 @@ def make_learners(cfg: Config, device: str, ckpt=None, progress: bool = False) -
         out = {}
         for m in tqdm(cfg.models, desc="loading models", disable=not progress):
             torch.manual_seed(init_seed(cfg.seed, m.name))  # e.g. a fresh LoRA adapter: same init on every backend
-            out[m.name] = Learner.local(m, device=device, weights_from=weights[m.name], engine=cfg.rollout.engine)
+            out[m.name] = Learner.local(m, device, weights[m.name], cfg.rollout.engine, keep_memory=keeps_memory(cfg, device))
         return out
     return _ray_learners(cfg, weights)
 
@@ -55,7 +60,7 @@ def _ray_learners(cfg: Config, weights: dict[str, str | None]) -> dict[str, Lear
             wdev = "cuda" if r.num_gpus > 0 else "cpu"
             if cfg.device == "cuda" and wdev == "cpu":
                 raise ConfigError(f"device=cuda but ray.resources.{m.name}.num_gpus is 0")
-            workers = RayWorkers(PolicyWorker, m, r, cfg.ray, threads=cfg.threads)
+            workers = RayWorkers(PolicyWorker, m, r, cfg.ray, threads=cfg.threads, keep_memory=keeps_memory(cfg, wdev))
             learners[m.name] = Learner(m, workers, TextCodec.load(m, weights[m.name]))
             info = workers.setup(m, wdev, weights[m.name], init_seed(cfg.seed, m.name), cfg.rollout.engine)
             print(

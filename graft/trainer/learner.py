@@ -53,9 +53,12 @@ class Learner:
         self.optimizer = _Optimizer(self)
 
     @classmethod
-    def local(cls, cfg: ModelConfig, device: str = "cpu", weights_from=None, engine: str = "hf") -> "Learner":
-        """A learner whose one rank lives in this process (``backend: local``)."""
-        worker = PolicyWorker(cfg.name)
+    def local(
+        cls, cfg: ModelConfig, device: str = "cpu", weights_from=None, engine: str = "hf", keep_memory: bool = False
+    ) -> "Learner":
+        """A learner whose one rank lives in this process (``backend: local``; ``keep_memory``: see
+        :class:`~graft.trainer.workers.PolicyWorker`)."""
+        worker = PolicyWorker(cfg.name, keep_memory=keep_memory)
         worker.setup(cfg, device, None if weights_from is None else str(weights_from), None, None, engine)
         return cls(cfg, LocalWorkers(worker), worker.policy.codec)
 

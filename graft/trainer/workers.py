@@ -20,6 +20,7 @@ import math
 import os
 import resource
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +30,7 @@ import torch
 from graft.algos.losses import merge
 from graft.cores import poll
 from graft.files import write_text, writing
+from graft.heap import keep_freed_memory
 from graft.policy import fsdp
 from graft.policy.context import max_positions
 from graft.policy.engines import RolloutEngine, make_engine
@@ -74,10 +76,15 @@ def _local_shard(p: torch.Tensor) -> torch.Tensor:
 class PolicyWorker:
     """One rank of a model: its :class:`~graft.policy.policy.Policy`, optimizer and rollout engine."""
 
-    def __init__(self, name: str, rank: int = 0, world_size: int = 1, threads: int | None = None) -> None:
+    def __init__(
+        self, name: str, rank: int = 0, world_size: int = 1, threads: int | None = None, keep_memory: bool = False
+    ) -> None:
+        """``keep_memory``: this process's allocator keeps freed memory (``cpu_memory: keep``, :mod:`graft.heap`)."""
         self.name, self.rank, self.world = name, rank, world_size
         if threads:
             torch.set_num_threads(int(threads))
+        if keep_memory and not keep_freed_memory():
+            print(f"{name}: cpu_memory=keep has no effect here (the C library has no glibc mallopt)", file=sys.stderr)
         self.threads = torch.get_num_threads()
         self._policy: Policy | None = None
         self._optimizer: torch.optim.Optimizer | None = None

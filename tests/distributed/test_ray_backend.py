@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from graft.config import RayConfig
 from graft.distributed.ray_backend import WorkerFailure
@@ -100,6 +101,7 @@ def _run_steps(cfg, monkeypatch, log):
 
 
 PARAM_ATOL = 1e-6   # lr 1e-3, 2 steps; measured max |diff| ~2e-7 (gradient summation order only)
+LR = 1e-3           # tiny_config's learning rate
 
 
 @pytest.mark.slow
@@ -231,4 +233,11 @@ def test_ray_workers_claim_the_threads_of_the_model_that_finished(tmp_path, tiny
         for key in ("A/loss", "B/loss", "A/grad_norm", "B/grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), key
     for name in ("A", "B"):
-        assert max((params_l[name][k] - params_r[name][k]).abs().max().item() for k in params_l[name]) <= PARAM_ATOL
+        # Unlike the test above, the thread count an op runs on here depends on when the other model finished (in both
+        # runs), and so does its rounding; AdamW turns a rounding-level difference in a near-zero gradient into a step
+        # of up to about lr on that element (lr 1e-3, 2 steps: once 2.6e-6 against PARAM_ATOL). A change of behaviour
+        # moves whole tensors, not a few elements.
+        diff = torch.cat([(params_l[name][k] - params_r[name][k]).abs().flatten() for k in params_l[name]])
+        moved = int((diff > PARAM_ATOL).sum())
+        print(f"model {name}: max |param diff| {float(diff.max()):.3g}, {moved} of {diff.numel()} elements > {PARAM_ATOL}")
+        assert float(diff.max()) <= 2 * LR and moved <= 1e-4 * diff.numel(), (name, float(diff.max()), moved)
