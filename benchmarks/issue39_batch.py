@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import tempfile
@@ -22,7 +21,7 @@ import time
 import torch
 
 from graft.bench.common import cpu_model
-from graft.bench.runs import close_run, default_config_path
+from graft.bench.runs import close_run, default_config_path, write_results
 from graft.config import load_config
 from graft.trainer import loop
 
@@ -66,7 +65,8 @@ def main() -> int:
         f"torch {torch.__version__}, {cpu_model()}, 2 threads, {args.reps} reps; config {args.config} {args.overrides}; "
         f"{len(prompts)} prompts x {cfg.rollout.n} samples"
     )
-    print(f"| model | batch | seconds | generated tokens | tok/s | speed-up vs {args.sizes[0]} | responses as at {args.sizes[0]} |")
+    first_size = args.sizes[0]
+    print(f"| model | batch | seconds | generated tokens | tok/s | speed-up vs {first_size} | responses as at {first_size} |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, by_size in raw.items():
         base = statistics.median(r["seconds"] for r in by_size[str(args.sizes[0])])
@@ -74,10 +74,9 @@ def main() -> int:
             sec = statistics.median(r["seconds"] for r in rows)
             gen = rows[-1]["generated"]
             same = min(r["same_as_first_size"] for r in rows)
-            print(f"| {name} | {size} | {sec:.2f} | {gen} | {gen / sec:.1f} | {base / sec:.2f}x | {same}/{rows[-1]['responses']} |")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"raw": raw, "args": vars(args), "cpu": cpu_model(), "torch": torch.__version__}, f, indent=2)
+            total = rows[-1]["responses"]
+            print(f"| {name} | {size} | {sec:.2f} | {gen} | {gen / sec:.1f} | {base / sec:.2f}x | {same}/{total} |")
+    write_results(args.out, raw, args, cpu=cpu_model(), torch=torch.__version__)
     return 0
 
 

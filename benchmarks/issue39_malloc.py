@@ -41,7 +41,7 @@ def child(config: str, mode: str, updates: int, overrides: list[str]) -> dict:
     """One process's measurements under ``cpu_memory=mode``."""
     import torch
 
-    from graft.bench.runs import close_run
+    from graft.bench.runs import close_run, first_step
     from graft.config import load_config
     from graft.trainer import loop
 
@@ -51,10 +51,7 @@ def child(config: str, mode: str, updates: int, overrides: list[str]) -> dict:
         cfg = load_config(config, [*fixed, *overrides])
         run = loop.setup(cfg)
         try:
-            prompts, _ = run.sampler.next_batch()
-            groups, _ = loop.rollout_phase(run, prompts, 1)
-            loop.score_phase(run, groups)
-            train = loop.exchange_phase(run, groups, 1).train_groups
+            prompts, train = first_step(run)
             out: dict = {"rollout": _timed(lambda: loop.rollout_phase(run, prompts, 1))}
             for name, learner in run.learners.items():
                 pol = learner.workers.worker.policy
@@ -77,7 +74,7 @@ def child(config: str, mode: str, updates: int, overrides: list[str]) -> dict:
 
 def main() -> int:
     from graft.bench.common import cpu_model
-    from graft.bench.runs import default_config_path
+    from graft.bench.runs import default_config_path, write_results
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(default_config_path()))
@@ -98,9 +95,7 @@ def main() -> int:
             raw[mode].append(json.loads(p.stdout.strip().splitlines()[-1]))
             print(f"rep {rep + 1} {mode}: {raw[mode][-1]}", file=sys.stderr, flush=True)
     _report(raw, args)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"raw": raw, "args": vars(args), "cpu": cpu_model()}, f, indent=2)
+    write_results(args.out, raw, args, cpu=cpu_model())
     return 0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import time
 import torch
 
 from graft.bench.common import cpu_model
-from graft.bench.runs import close_run, default_config_path
+from graft.bench.runs import close_run, default_config_path, first_step, write_results
 from graft.config import load_config
 from graft.trainer import loop
 
@@ -44,10 +43,7 @@ def main() -> int:
         cfg = load_config(args.config, [*fixed, *args.overrides])
         run = loop.setup(cfg)
         try:
-            prompts, _ = run.sampler.next_batch()
-            groups, _ = loop.rollout_phase(run, prompts, 1)
-            loop.score_phase(run, groups)
-            train = loop.exchange_phase(run, groups, 1).train_groups
+            _, train = first_step(run)
             learners = run.learners
             policies = {n: lr.workers.worker.policy for n, lr in learners.items()}
             weights = {n: {k: v.detach().clone() for k, v in p.model.state_dict().items()} for n, p in policies.items()}
@@ -82,9 +78,7 @@ def main() -> int:
             f"| {n} | {a[0]['tokens/update']} | {sa:.2f} | {sb:.2f} | {sa / sb:.2f}x | {a[0]['loss']:.4f} / {b[0]['loss']:.4f} | "
             f"{a[0]['ratio/mean']:.4f} / {b[0]['ratio/mean']:.4f} |"
         )
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"raw": raw, "args": vars(args), "cpu": cpu_model(), "torch": torch.__version__}, f, indent=2)
+    write_results(args.out, raw, args, cpu=cpu_model(), torch=torch.__version__)
     return 0
 
 

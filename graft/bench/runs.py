@@ -13,6 +13,7 @@ from typing import Literal
 from graft.bench.flops import ModelShape, model_shape, phase_rates
 from graft.config import CONFIGS, Config, ModelConfig
 from graft.policy.loading import load_tokenizer
+from graft.trainer import loop
 from graft.trainer.backends import close_learners
 from graft.trainer.loop import train_step
 
@@ -55,6 +56,21 @@ def close_run(run) -> None:
     """Stop a Run's grader workers and learners."""
     run.grader.close()
     close_learners(run.learners)
+
+
+def first_step(run) -> tuple[list, dict]:
+    """Step 1 of ``run`` sampled, scored and exchanged once: ``(prompts, train groups per model)``, what the
+    equal-work benchmarks (``benchmarks/issue39_*.py``) update on again and again."""
+    prompts, _ = run.sampler.next_batch()
+    groups, _ = loop.rollout_phase(run, prompts, 1)
+    loop.score_phase(run, groups)
+    return prompts, loop.exchange_phase(run, groups, 1).train_groups
+
+
+def write_results(path: str | None, raw: dict, args, **extra) -> None:
+    """A benchmark's raw measurements, its arguments and ``extra`` as JSON at ``path`` (nothing when None)."""
+    if path:
+        Path(path).write_text(json.dumps({"raw": raw, "args": vars(args), **extra}, indent=2))
 
 
 def run_shapes(run) -> dict[str, ModelShape]:
