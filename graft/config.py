@@ -806,9 +806,8 @@ class Config:
     give back and reuse it for the next allocation, instead of returning every large block to the kernel and
     faulting it in again page by page (:mod:`graft.heap`); the same numbers, computed without the page faults: the
     default job's Gemma-3 update 1.6x faster (SmolLM2's, with smaller buffers, unchanged), peak RSS +0.4 GB
-    (``benchmarks/issue39_malloc.md``).
-    The process's resident memory then stays at its peak. ``release``: the allocator's own behaviour. No effect on a
-    CUDA device or without glibc (musl, macOS: a notice says so)."""
+    (``benchmarks/issue39_malloc.md``). The process's resident memory then stays at its peak. ``release``: the
+    allocator's own behaviour. No effect on a CUDA device or without glibc (musl, macOS: a notice says so)."""
     resume: str | bool = False
     """``true`` resumes from the newest checkpoint in ``run_dir`` that verifies (sha256 of every file; a damaged
     newer one is reported and skipped; none at all in a folder that holds metrics is an error); a path resumes

@@ -15,7 +15,6 @@ from graft.config import CONFIGS, Config, ModelConfig
 from graft.policy.loading import load_tokenizer
 from graft.trainer import loop
 from graft.trainer.backends import close_learners
-from graft.trainer.loop import train_step
 
 
 def default_config_path() -> Path:
@@ -94,6 +93,6 @@ def step_row(metrics: dict, shapes: dict[str, ModelShape]) -> dict:
 
 
 def rewound_step(run, state: dict, step: int) -> dict:
-    """One :func:`train_step` on the prompts the sampler gives from ``state``."""
+    """One :func:`graft.trainer.loop.train_step` on the prompts the sampler gives from ``state``."""
     run.sampler.load_state_dict(json.loads(json.dumps(state)))
-    return train_step(run, step)
+    return loop.train_step(run, step)

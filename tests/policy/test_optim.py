@@ -1,4 +1,6 @@
 """LeanAdamW equals torch's AdamW bit for bit, and its state_dict is interchangeable with torch's."""
+import copy
+
 import pytest
 import torch
 
@@ -73,3 +75,46 @@ def test_skips_parameters_without_gradient():
     a[0].grad = torch.ones(20)
     opt.step()
     assert torch.equal(a[1], before) and a[1] not in opt.state
+
+
+def _train(opt, params, steps):
+    for step in steps:
+        _grads(params, step)
+        opt.step()
+
+
+def test_make_adamw_takes_torchs_fused_kernel_for_plain_cpu_parameters():
+    shapes = [(3001,), (7, 143)]
+    ours, fused, single = _params(shapes), _params(shapes), _params(shapes)
+    opt = optim.make_adamw(ours, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.01)
+    assert all(g["fused"] for g in opt.param_groups)
+    _train(opt, ours, range(4))
+    _train(torch.optim.AdamW(fused, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.01, fused=True), fused, range(4))
+    _train(torch.optim.AdamW(single, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.01), single, range(4))
+    assert all(torch.equal(a, b) for a, b in zip(ours, fused))  # torch's fused kernel itself
+    for a, b in zip(ours, single):  # the same arithmetic as the single-tensor path, rounded another way
+        assert torch.allclose(a, b, rtol=0, atol=1e-6)
+    assert optim.make_adamw(_params([(3,)], seed=2)[:0] + [torch.nn.Parameter(torch.ones(3, device="meta"))],
+                            lr=1e-3, betas=(0.9, 0.999), weight_decay=0.0).param_groups[0]["fused"] is None
+
+
+@pytest.mark.parametrize("first_fused", [True, False])
+def test_a_checkpoint_resumes_with_this_processs_kernel(first_fused):
+    # A state written by one kernel loads into an optimiser of the other: the moments and steps move, the
+    # kernel choice stays (else a resumed run would silently take the other kernel). Continuing equals the
+    # other kernel trained from that state.
+    shapes = [(300,), (9, 11)]
+    a, b = _params(shapes), _params(shapes)
+    writer = LeanAdamW(a, lr=3e-3, fused=first_fused or None)
+    _train(writer, a, range(2))
+    with torch.no_grad():
+        for x, y in zip(a, b):
+            y.copy_(x)
+    reader = LeanAdamW(a, lr=3e-3, fused=(not first_fused) or None)
+    reader.load_state_dict(copy.deepcopy(writer.state_dict()))  # loading shares the saved tensors: one copy each
+    assert reader.param_groups[0]["fused"] is ((not first_fused) or None)
+    ref = torch.optim.AdamW(b, lr=3e-3, fused=not first_fused)
+    ref.load_state_dict(copy.deepcopy(writer.state_dict()))
+    ref.param_groups[0]["fused"] = (not first_fused) or None
+    _train(reader, a, range(2, 4)), _train(ref, b, range(2, 4))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))

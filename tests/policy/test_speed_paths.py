@@ -78,3 +78,70 @@ def test_kept_head_logits_refuse_a_second_backward():
     out.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="inplace"):
         out.backward()
+
+
+def test_accumulating_head_adds_its_weight_gradient_in_place_hand_worked():
+    # h = [1, 0], W = 0 (2 x 2): logits [0, 0], softmax [0.5, 0.5]; target 0 -> logp = -ln 2 and
+    # d logp / dz = onehot - softmax = [0.5, -0.5], so dW = dz^T h = [[0.5, 0], [-0.5, 0]]. With ones already
+    # in W.grad the head adds it there: [[1.5, 1], [0.5, 1]]; autograd receives no second copy of it.
+    h = torch.tensor([[1.0, 0.0]], requires_grad=True)
+    w = torch.zeros(2, 2, requires_grad=True)
+    w.grad = torch.ones(2, 2)
+    out = _HeadLogProb.apply(h, w, None, torch.tensor([0]), None, 1.0, True, None, True)
+    assert torch.allclose(out, torch.tensor([-0.6931472]))
+    out.sum().backward()
+    assert torch.equal(w.grad, torch.tensor([[1.5, 1.0], [0.5, 1.0]]))
+    assert torch.equal(h.grad, torch.zeros(1, 2))  # dh = dz W = 0
+
+
+def _two_microbatch_grads(pol: Policy, accumulate: bool) -> tuple:
+    """Gradients after two backward passes into the same ``.grad`` (two micro-batches), and whether the tied
+    embedding ran sparse."""
+    P = _prompts(pol)
+    R = [pol.codec.encode_response(t, finished=True) for t in (" 2 + 3 = 5, so \\boxed{5}.", " It is 137, I think.")]
+    pol.accumulate_head_grad = accumulate
+    pol.model.zero_grad(set_to_none=True)
+    try:
+        for rows in ([0, 1], [1]):
+            logp, mask = pol.forward_logprobs([P[i] for i in rows], [R[i] for i in rows], chunk=5)
+            (logp * mask * torch.linspace(-1, 2, logp.numel()).view_as(logp)).sum().backward()
+        tied = pol._tied_embedding()
+        sparse = tied is not None and tied.sparse
+    finally:
+        pol.accumulate_head_grad = True
+    grads = tuple(p.grad.clone() for p in pol.trainable_parameters())
+    pol.model.zero_grad(set_to_none=True)
+    return grads, sparse
+
+
+def _assert_same_gradients(new: tuple, old: tuple) -> None:
+    assert all(not g.is_sparse for g in new)
+    for a, b in zip(new, old, strict=True):  # another order of float additions, nothing else
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (a - b).abs().max()
+
+
+def test_accumulated_head_and_sparse_tied_embedding_give_autograds_gradients(pol):
+    (new, sparse_on), (old, sparse_off) = _two_microbatch_grads(pol, True), _two_microbatch_grads(pol, False)
+    assert sparse_on and not sparse_off  # both tiny models tie the head to the input embedding
+    _assert_same_gradients(new, old)
+
+
+def test_an_untied_head_accumulates_and_its_embedding_stays_dense(tiny_llama_dir):
+    from graft.config import ModelConfig
+
+    pol = Policy.load(ModelConfig(name="A", path=tiny_llama_dir, template="plain"))
+    head = pol._head
+    head.weight = torch.nn.Parameter(head.weight.detach().clone())
+    assert pol._tied_embedding() is None
+    (new, sparse_on), (old, _) = _two_microbatch_grads(pol, True), _two_microbatch_grads(pol, False)
+    assert not sparse_on and not pol.model.get_input_embeddings().sparse
+    _assert_same_gradients(new, old)
+
+
+def test_no_accumulation_under_autocast_or_without_gradients(tiny_gemma_dir):
+    from graft.config import ModelConfig
+
+    pol = Policy.load(ModelConfig(name="B", path=tiny_gemma_dir, template="plain", autocast="bfloat16"))
+    assert not pol._accumulates_head_grad()  # the bf16 copy's gradient is cast back: autograd adds it
+    with torch.no_grad():
+        assert not Policy.load(ModelConfig(name="B", path=tiny_gemma_dir, template="plain"))._accumulates_head_grad()
