@@ -13,7 +13,6 @@ heap) apart from the later ones.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import resource
 import statistics
@@ -41,7 +40,7 @@ def child(config: str, mode: str, updates: int, overrides: list[str]) -> dict:
     """One process's measurements under ``cpu_memory=mode``."""
     import torch
 
-    from graft.bench.runs import close_run, first_step
+    from graft.bench.runs import close_run, first_step, restore_model, snapshot_models
     from graft.config import load_config
     from graft.trainer import loop
 
@@ -53,15 +52,11 @@ def child(config: str, mode: str, updates: int, overrides: list[str]) -> dict:
         try:
             prompts, train = first_step(run)
             out: dict = {"rollout": _timed(lambda: loop.rollout_phase(run, prompts, 1))}
-            for name, learner in run.learners.items():
-                pol = learner.workers.worker.policy
-                weights = {k: v.detach().clone() for k, v in pol.model.state_dict().items()}
-                optim = copy.deepcopy(learner.optimizer.state_dict())
+            start = snapshot_models(run)
+            for name in run.learners:
                 rows = []
                 for _ in range(updates):
-                    with torch.no_grad():
-                        pol.model.load_state_dict(weights)
-                    learner.optimizer.load_state_dict(copy.deepcopy(optim))
+                    restore_model(run, name, start)
                     got: dict = {}
                     rows.append(_timed(lambda n=name, g=got: g.update(loop.update_model(run, n, train[n], 1))))
                     rows[-1] |= {"loss": got["loss"], "tokens": got["tokens/update"]}

@@ -13,7 +13,6 @@ tokens, and the update's ratio and loss (what the precision changed in the resul
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import sys
 import tempfile
@@ -22,7 +21,7 @@ import time
 import torch
 
 from graft.bench.common import cpu_model
-from graft.bench.runs import close_run, default_config_path, first_step, write_results
+from graft.bench.runs import close_run, default_config_path, first_step, restore_model, snapshot_models, write_results
 from graft.config import load_config
 from graft.trainer import loop
 
@@ -46,14 +45,11 @@ def main() -> int:
             _, train = first_step(run)
             learners = run.learners
             policies = {n: lr.workers.worker.policy for n, lr in learners.items()}
-            weights = {n: {k: v.detach().clone() for k, v in p.model.state_dict().items()} for n, p in policies.items()}
-            optim = {n: copy.deepcopy(lr.optimizer.state_dict()) for n, lr in learners.items()}
+            start = snapshot_models(run)
             for rep in range(args.reps):
                 for prec, dtype in PRECISIONS.items():
                     for n, pol in policies.items():
-                        with torch.no_grad():
-                            pol.model.load_state_dict(weights[n])
-                        learners[n].optimizer.load_state_dict(copy.deepcopy(optim[n]))
+                        restore_model(run, n, start)
                         pol.autocast, pol._compute = dtype, None
                         own = [g for g in train[n] if not g.is_peer]
                         learners[n].recompute_old_logprobs(own, cfg.update, cfg.rollout.temperature)

@@ -20,7 +20,6 @@ each variant's ratio to ``autograd``, and how far its loss and parameters moved 
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import time
 import torch
 
 from graft.bench.common import cpu_model
-from graft.bench.runs import close_run, default_config_path, first_step, write_results
+from graft.bench.runs import close_run, default_config_path, first_step, restore_model, snapshot_models, write_results
 from graft.config import load_config
 from graft.trainer import loop
 
@@ -56,16 +55,12 @@ def main() -> int:
         policies = {n: lr.workers.worker.policy for n, lr in run.learners.items()}
         try:
             _, train = first_step(run)
-            weights = {n: {k: v.detach().clone() for k, v in p.model.state_dict().items()} for n, p in policies.items()}
-            optim = {n: copy.deepcopy(lr.optimizer.state_dict()) for n, lr in run.learners.items()}
+            start = snapshot_models(run)
             for rep in range(args.reps + 1):
                 for variant, (accumulate, fused) in VARIANTS.items():
                     for n, pol in policies.items():
-                        with torch.no_grad():
-                            pol.model.load_state_dict(weights[n])
-                        opt = run.learners[n].workers.worker.optimizer
-                        opt.load_state_dict(copy.deepcopy(optim[n]))
-                        for group in opt.param_groups:
+                        restore_model(run, n, start)
+                        for group in run.learners[n].workers.worker.optimizer.param_groups:
                             group["fused"] = fused
                         pol.accumulate_head_grad = accumulate
                         t0 = time.perf_counter()

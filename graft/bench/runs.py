@@ -3,12 +3,15 @@ and the timings of one training step."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
 import statistics
 from pathlib import Path
 from typing import Literal
+
+import torch
 
 from graft.bench.flops import ModelShape, model_shape, phase_rates
 from graft.config import CONFIGS, Config, ModelConfig
@@ -64,6 +67,27 @@ def first_step(run) -> tuple[list, dict]:
     groups, _ = loop.rollout_phase(run, prompts, 1)
     loop.score_phase(run, groups)
     return prompts, loop.exchange_phase(run, groups, 1).train_groups
+
+
+def snapshot_models(run) -> dict[str, tuple[dict, dict]]:
+    """Copies of every model's weights and optimiser state now, for :func:`restore_model`: the equal-work
+    benchmarks update from the same start again and again."""
+    return {
+        name: (
+            {k: v.detach().clone() for k, v in learner.workers.worker.policy.model.state_dict().items()},
+            copy.deepcopy(learner.optimizer.state_dict()),
+        )
+        for name, learner in run.learners.items()
+    }
+
+
+def restore_model(run, name: str, snapshot: dict[str, tuple[dict, dict]]) -> None:
+    """Model ``name`` of ``run`` back to its weights and optimiser state in ``snapshot`` (:func:`snapshot_models`)."""
+    weights, optim = snapshot[name]
+    learner = run.learners[name]
+    with torch.no_grad():
+        learner.workers.worker.policy.model.load_state_dict(weights)
+    learner.optimizer.load_state_dict(copy.deepcopy(optim))
 
 
 def write_results(path: str | None, raw: dict, args, **extra) -> None:
