@@ -6,8 +6,10 @@ mmap threshold (at most 32 MB) with a fresh ``mmap`` and unmaps it on ``free``, 
 its memory in again, page by page, with the kernel zeroing each page: in the default job's Gemma-3 update, 4.4
 million minor faults and 14 s of system time in a 26 s update (``benchmarks/issue39_malloc.md``). With ``mallopt``
 set to never ``mmap`` (``M_MMAP_MAX = 0``) and never return the heap's top to the kernel (``M_TRIM_THRESHOLD = -1``),
-a freed block stays in the heap and the next allocation of its size reuses it: no faults after the first step. The
-numbers computed are the same (only where the buffers live changes); the process's resident memory stays at its peak.
+a freed block stays in the heap and later allocations reuse it: no faults after the first step (torch's
+``posix_memalign`` cannot reuse a freed chunk of exactly its size, so a block may be faulted in twice before the
+heap holds enough free space; ``tests/test_heap.py``). The numbers computed are the same (only where the buffers
+live changes); the process's resident memory stays at its peak.
 """
 
 from __future__ import annotations

@@ -14,16 +14,19 @@ from tests.patience import patient
 
 REPO = Path(__file__).resolve().parents[1]
 
-# 256 MB allocated, touched and freed three times, before and after a worker that keeps memory is made. Without it
+# 256 MB allocated, touched and freed five times, before and after a worker that keeps memory is made. Without it
 # glibc serves the block with a fresh mmap each time: 65,536 pages of 4 KB fault in every time. With it the first
-# allocation grows the heap (faults once) and the next two reuse it (no new pages).
+# allocation grows the heap and later ones reuse it. torch allocates with posix_memalign(64, n), which cannot reuse a
+# freed chunk of exactly n bytes, so when some small allocation lands above the first block before it is freed (another
+# thread, the heap's layout), the second grows the heap once more (seen in CI: 65458, 65536, 0); from then on the freed
+# space is reused. So: at most two of the five fault, against all five without it.
 PROBE = """
 import json, resource, torch
 from graft.trainer.workers import PolicyWorker
 torch.set_num_threads(1)
 def faults():
     out = []
-    for _ in range(3):
+    for _ in range(5):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t = torch.ones(64 * 2**20)
         del t
@@ -43,7 +46,7 @@ def test_a_worker_that_keeps_memory_reuses_freed_blocks_without_faulting():
         pytest.skip("this C library has no glibc mallopt: " + p.stderr.strip())
     got = json.loads(p.stdout)
     assert all(n > 30_000 for n in got["released"]), got  # each time ~65,536 fresh pages
-    assert got["kept"][0] > 30_000 and max(got["kept"][1:]) < 1_000, got  # the heap grows once, then is reused
+    assert sum(n > 30_000 for n in got["kept"]) <= 2 and min(got["kept"][2:]) < 1_000, got  # grows, then reused
 
 
 def test_memory_is_kept_by_default_on_cpu_only(tmp_path):
