@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
     (["benchmarks/issue39_batch.py", "--help"], "usage: issue39_batch.py"),
     (["benchmarks/issue39_malloc.py", "--help"], "usage: issue39_malloc.py"),
     (["benchmarks/issue39_update.py", "--help"], "usage: issue39_update.py"),
+    (["benchmarks/issue39_head.py", "--help"], "usage: issue39_head.py"),
 ])
 def test_help(argv, usage):
     """Each command prints its usage and exits 0."""

@@ -170,10 +170,11 @@ def entropy_of(z: Tensor, e: Tensor) -> Tensor:
 
 class DecodeBuffers:
     """The sampler's per-step fp32 tensors, allocated once per :meth:`Policy.generate` call and reused at every
-    decoding step: the logits ``z`` [B, V] and their exp ``e`` [B, V] (B: the generation batch; a step with b <= B
-    rows alive uses the first b rows, contiguous). Over Gemma-3's 262k vocabulary and 64 rows each is 64 MiB that
-    the allocator would otherwise map and fault in afresh twice per step. Filled by the same kernels as the
-    allocating path (``torch.mm``/``addmm``/``exp`` with ``out=``), so every value is bit-identical to it.
+    decoding step: the logits ``z`` [B, V], their transpose as the head's matmul writes it ``zt`` [V, B] and their
+    exp ``e`` [B, V] (B: the generation batch; a step with b <= B rows alive uses the first b rows, contiguous).
+    Over Gemma-3's 262k vocabulary and 64 rows each is 64 MiB that the allocator would otherwise map and fault in
+    afresh every step. Filled by the same kernels as the allocating path (``torch.mm``/``addmm``/``exp`` with
+    ``out=``), so every value is bit-identical to it.
 
     ``entropy``: record the per-token entropy of the sampling distribution (:func:`entropy_of`); off, the
     samples carry ``entropies=None`` and the sampler skips its two passes over [b, V] (the rollout asks for it:
@@ -183,6 +184,7 @@ class DecodeBuffers:
     def __init__(self, entropy: bool = True, reuse: bool = True) -> None:
         self.entropy, self.reuse = entropy, reuse
         self._z: Tensor | None = None
+        self._zt: Tensor | None = None
         self._e: Tensor | None = None
 
     def _rows(self, name: str, b: int, V: int, like: Tensor) -> Tensor:
@@ -193,24 +195,39 @@ class DecodeBuffers:
         return buf[:b]
 
     def logits(self, head: Any, hidden: Tensor) -> Tensor:
-        """``head(hidden).float()`` [b, V] for ``hidden`` [b, H]; into the reused buffer when ``head`` is a plain
-        fp32 ``nn.Linear`` (the only kind whose kernel ``F.linear`` is known: ``mm`` / ``addmm``) and no gradient
-        is recorded (``out=`` has none)."""
+        """``head(hidden).float()`` [b, V] for ``hidden`` [b, H].
+
+        A plain fp32 ``nn.Linear`` head (the only kind whose kernel ``F.linear`` is known: ``mm`` / ``addmm``) with
+        no gradient recorded (``out=`` has none) is computed as the transposed product ``W @ hidden.T`` [V, b] and
+        copied into [b, V]: the same dot products, but BLAS streams the [V, H] weight once as its row operand
+        instead of packing it as the column one. Gemma-3's [262144, 640] head took 25 instead of 101 ms for 4 rows
+        and 185 instead of 211 ms for 64, transposing copy included (2 threads, AMD EPYC; SmolLM2's head alike:
+        ``benchmarks/issue39_head.md``). Equal to ``head(hidden)`` bit for bit where both calls take the same
+        kernel (at 1 and >= 12 rows there), else up to float rounding (a few 1e-7 relative)."""
         assert hidden.dim() == 2, hidden.shape
         w = getattr(head, "weight", None)
         if not (
-            self.reuse
-            and not torch.is_grad_enabled()
+            not torch.is_grad_enabled()
             and type(head) is torch.nn.Linear
             and isinstance(w, Tensor)
             and type(w) in (Tensor, torch.nn.Parameter)
             and w.dtype == hidden.dtype == torch.float32
         ):
             return head(hidden).float()
-        out = self._rows("_z", hidden.shape[0], w.shape[0], hidden)
-        if head.bias is None:
-            return torch.mm(hidden, w.t(), out=out)
-        return torch.addmm(head.bias, hidden, w.t(), out=out)
+        (b, _), V = hidden.shape, w.shape[0]
+        zt = self._flat(V, b, hidden)
+        zt = torch.mm(w, hidden.t(), out=zt) if head.bias is None else torch.addmm(head.bias[:, None], w, hidden.t(), out=zt)
+        if not self.reuse:
+            return zt.t().contiguous()
+        return self._rows("_z", b, V, hidden).copy_(zt.t())
+
+    def _flat(self, V: int, b: int, like: Tensor) -> Tensor:
+        """A contiguous [V, b] tensor: the first V * b elements of the reused ``zt`` buffer (fresh without ``reuse``)."""
+        if not self.reuse:
+            return torch.empty((V, b), dtype=torch.float32, device=like.device)
+        if self._zt is None or self._zt.numel() < V * b or self._zt.device != like.device:
+            self._zt = torch.empty(V * b, dtype=torch.float32, device=like.device)
+        return self._zt[: V * b].view(V, b)
 
     def exp(self, z: Tensor) -> Tensor:
         """``exp(z)`` [b, V] for ``z`` [b, V], into the reused buffer."""

@@ -42,9 +42,31 @@ def test_decode_buffers_fall_back_for_a_head_they_do_not_know():
     head = torch.nn.Linear(4, 7).to(torch.float64)
     h = torch.randn(3, 4, dtype=torch.float64)
     assert torch.equal(DecodeBuffers().logits(head, h), head(h).float())
-    bufs, lin = DecodeBuffers(), torch.nn.Linear(4, 7)
-    h32 = torch.randn(5, 4)
-    assert torch.equal(bufs.logits(lin, h32), lin(h32)) and torch.equal(bufs.logits(lin, h32[:2]), lin(h32[:2]))
+
+
+def test_decode_buffers_take_the_head_as_is_while_a_gradient_is_recorded():
+    lin, h = torch.nn.Linear(4, 7), torch.randn(5, 4)
+    assert torch.equal(DecodeBuffers().logits(lin, h), lin(h))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("bias", [False, True])
+def test_decode_buffers_compute_a_linear_head_as_the_transposed_product(bias):
+    # z[r, v] = sum_k h[r, k] * W[v, k] (+ b[v]) whichever operand BLAS streams: W @ h.T, copied back to [b, V]
+    lin = torch.nn.Linear(64, 300, bias=bias)
+    bufs = DecodeBuffers()
+    for rows in (1, 2, 5, 16, 9, 40):  # growing and shrinking through the reused buffers
+        h = torch.randn(rows, 64)
+        z = bufs.logits(lin, h)
+        expect = torch.mm(lin.weight, h.t()) if not bias else torch.addmm(lin.bias[:, None], lin.weight, h.t())
+        assert z.shape == (rows, 300) and z.is_contiguous()
+        assert torch.equal(z, expect.t())  # bit for bit: the same kernel as the allocating path
+        torch.testing.assert_close(z, lin(h), rtol=1e-5, atol=1e-6)
+        assert torch.equal(DecodeBuffers(reuse=False).logits(lin, h), z)
+    one = torch.nn.Linear(2, 2, bias=False)
+    one.weight.copy_(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    # rows [1, 1] and [2, 0]: [1 + 2, 3 + 4] and [2, 6]
+    assert bufs.logits(one, torch.tensor([[1.0, 1.0], [2.0, 0.0]])).tolist() == [[3.0, 7.0], [2.0, 6.0]]
 
 
 def _head_grads(pol: Policy, keep_bytes: int, temperature: float) -> tuple:
