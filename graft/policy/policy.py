@@ -168,6 +168,10 @@ def entropy_of(z: Tensor, e: Tensor) -> Tensor:
     return s.log() - ez / s
 
 
+TRANSPOSED_HEAD_ROWS = 12
+"""Rows from which the sampler's fp32 head is computed as ``W @ x.T`` on CPU (:meth:`DecodeBuffers.logits`)."""
+
+
 class DecodeBuffers:
     """The sampler's per-step fp32 tensors, allocated once per :meth:`Policy.generate` call and reused at every
     decoding step: the logits ``z`` [B, V], their transpose as the head's matmul writes it ``zt`` [V, B] and their
@@ -198,12 +202,14 @@ class DecodeBuffers:
         """``head(hidden).float()`` [b, V] for ``hidden`` [b, H].
 
         A plain fp32 ``nn.Linear`` head (the only kind whose kernel ``F.linear`` is known: ``mm`` / ``addmm``) with
-        no gradient recorded (``out=`` has none) is computed as the transposed product ``W @ hidden.T`` [V, b] and
-        copied into [b, V]: the same dot products, but BLAS streams the [V, H] weight once as its row operand
-        instead of packing it as the column one. Gemma-3's [262144, 640] head took 25 instead of 101 ms for 4 rows
-        and 185 instead of 211 ms for 64, transposing copy included (2 threads, AMD EPYC; SmolLM2's head alike:
-        ``benchmarks/issue39_head.md``). Equal to ``head(hidden)`` bit for bit where both calls take the same
-        kernel (at 1 and >= 12 rows there), else up to float rounding (a few 1e-7 relative)."""
+        no gradient recorded (``out=`` has none) is computed into the reused buffers. On CPU from
+        :data:`TRANSPOSED_HEAD_ROWS` rows on, as the transposed product ``W @ hidden.T`` [V, b] copied into [b, V]:
+        the same dot products, but BLAS streams the [V, H] weight as its row operand instead of packing it (Gemma-3's
+        [262144, 640] head 1.14-1.35x faster at 16-128 rows, AMD EPYC, 2 threads: ``benchmarks/issue39_head.md``).
+        Fewer rows keep ``hidden @ W.T``: below 12 rows the transposed product takes BLAS kernels whose rounding
+        depends on the number of rows, and a row's logits must not depend on how its batch is split (the Ray
+        backend's per-sample seeds promise the same samples split or not); from 12 rows on both products agreed
+        bit for bit on the hosts measured, so the switch changes no value there."""
         assert hidden.dim() == 2, hidden.shape
         w = getattr(head, "weight", None)
         if not (
@@ -215,6 +221,9 @@ class DecodeBuffers:
         ):
             return head(hidden).float()
         (b, _), V = hidden.shape, w.shape[0]
+        if b < TRANSPOSED_HEAD_ROWS or hidden.device.type != "cpu":
+            out = self._rows("_z", b, V, hidden) if self.reuse else None
+            return torch.mm(hidden, w.t(), out=out) if head.bias is None else torch.addmm(head.bias, hidden, w.t(), out=out)
         zt = self._flat(V, b, hidden)
         zt = torch.mm(w, hidden.t(), out=zt) if head.bias is None else torch.addmm(head.bias[:, None], w, hidden.t(), out=zt)
         if not self.reuse:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graft.policy.policy import DecodeBuffers, Policy, _HeadLogProb
+from graft.policy.policy import TRANSPOSED_HEAD_ROWS, DecodeBuffers, Policy, _HeadLogProb
 
 
 @pytest.fixture(params=["llama", "gemma"])
@@ -51,22 +51,25 @@ def test_decode_buffers_take_the_head_as_is_while_a_gradient_is_recorded():
 
 @torch.no_grad()
 @pytest.mark.parametrize("bias", [False, True])
-def test_decode_buffers_compute_a_linear_head_as_the_transposed_product(bias):
-    # z[r, v] = sum_k h[r, k] * W[v, k] (+ b[v]) whichever operand BLAS streams: W @ h.T, copied back to [b, V]
+def test_decode_buffers_compute_a_linear_head_transposed_from_twelve_rows(bias):
+    # z[r, v] = sum_k h[r, k] * W[v, k] (+ b[v]) whichever operand BLAS streams: W @ h.T from 12 rows, else h @ W.T
     lin = torch.nn.Linear(64, 300, bias=bias)
     bufs = DecodeBuffers()
-    for rows in (1, 2, 5, 16, 9, 40):  # growing and shrinking through the reused buffers
+    for rows in (1, 2, 5, 16, 9, 40, 12, 11):  # growing and shrinking through the reused buffers
         h = torch.randn(rows, 64)
         z = bufs.logits(lin, h)
-        expect = torch.mm(lin.weight, h.t()) if not bias else torch.addmm(lin.bias[:, None], lin.weight, h.t())
+        if rows >= TRANSPOSED_HEAD_ROWS:
+            expect = (torch.mm(lin.weight, h.t()) if not bias else torch.addmm(lin.bias[:, None], lin.weight, h.t())).t()
+        else:
+            expect = torch.mm(h, lin.weight.t()) if not bias else torch.addmm(lin.bias, h, lin.weight.t())
         assert z.shape == (rows, 300) and z.is_contiguous()
-        assert torch.equal(z, expect.t())  # bit for bit: the same kernel as the allocating path
+        assert torch.equal(z, expect)  # bit for bit: the same kernel as the allocating path
         torch.testing.assert_close(z, lin(h), rtol=1e-5, atol=1e-6)
         assert torch.equal(DecodeBuffers(reuse=False).logits(lin, h), z)
     one = torch.nn.Linear(2, 2, bias=False)
     one.weight.copy_(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
-    # rows [1, 1] and [2, 0]: [1 + 2, 3 + 4] and [2, 6]
-    assert bufs.logits(one, torch.tensor([[1.0, 1.0], [2.0, 0.0]])).tolist() == [[3.0, 7.0], [2.0, 6.0]]
+    # rows [1, 1] and [2, 0], repeated 6 times (12 rows: transposed): [1 + 2, 3 + 4] and [2, 6]
+    assert bufs.logits(one, torch.tensor([[1.0, 1.0], [2.0, 0.0]] * 6)).tolist() == [[3.0, 7.0], [2.0, 6.0]] * 6
 
 
 def _head_grads(pol: Policy, keep_bytes: int, temperature: float) -> tuple:
