@@ -168,13 +168,14 @@ def entropy_of(z: Tensor, e: Tensor) -> Tensor:
     return s.log() - ez / s
 
 
-TRANSPOSED_HEAD_ROWS = 12
-"""Rows from which the sampler's fp32 head is computed as ``W @ x.T`` on CPU (:meth:`DecodeBuffers.logits`)."""
+HEAD_COLUMNS = 16
+"""The sampler's fp32 head on CPU is ``W @ x.T`` over a multiple of this many columns (:meth:`DecodeBuffers.logits`)."""
 
 
 class DecodeBuffers:
     """The sampler's per-step fp32 tensors, allocated once per :meth:`Policy.generate` call and reused at every
-    decoding step: the logits ``z`` [B, V], their transpose as the head's matmul writes it ``zt`` [V, B] and their
+    decoding step: the logits ``z`` [B, V], their transpose as the head's matmul writes it ``zt`` [V, P] (over the
+    hidden states zero-padded to P rows, ``x`` [P, H]) and their
     exp ``e`` [B, V] (B: the generation batch; a step with b <= B rows alive uses the first b rows, contiguous).
     Over Gemma-3's 262k vocabulary and 64 rows each is 64 MiB that the allocator would otherwise map and fault in
     afresh every step. Filled by the same kernels as the allocating path (``torch.mm``/``addmm``/``exp`` with
@@ -189,6 +190,7 @@ class DecodeBuffers:
         self.entropy, self.reuse = entropy, reuse
         self._z: Tensor | None = None
         self._zt: Tensor | None = None
+        self._x: Tensor | None = None
         self._e: Tensor | None = None
 
     def _rows(self, name: str, b: int, V: int, like: Tensor) -> Tensor:
@@ -202,14 +204,16 @@ class DecodeBuffers:
         """``head(hidden).float()`` [b, V] for ``hidden`` [b, H].
 
         A plain fp32 ``nn.Linear`` head (the only kind whose kernel ``F.linear`` is known: ``mm`` / ``addmm``) with
-        no gradient recorded (``out=`` has none) is computed into the reused buffers. On CPU from
-        :data:`TRANSPOSED_HEAD_ROWS` rows on, as the transposed product ``W @ hidden.T`` [V, b] copied into [b, V]:
-        the same dot products, but BLAS streams the [V, H] weight as its row operand instead of packing it (Gemma-3's
-        [262144, 640] head 1.14-1.35x faster at 16-128 rows, AMD EPYC, 2 threads: ``benchmarks/issue39_head.md``).
-        Fewer rows keep ``hidden @ W.T``: below 12 rows the transposed product takes BLAS kernels whose rounding
-        depends on the number of rows, and a row's logits must not depend on how its batch is split (the Ray
-        backend's per-sample seeds promise the same samples split or not); from 12 rows on both products agreed
-        bit for bit on the hosts measured, so the switch changes no value there."""
+        no gradient recorded (``out=`` has none) is computed into the reused buffers. On CPU as the transposed product
+        ``W @ x.T`` [V, P] copied into [b, V], where ``x`` [P, H] is ``hidden`` with zero rows up to ``P``, the next
+        multiple of :data:`HEAD_COLUMNS`: the same dot products, but BLAS streams the [V, H] weight as its row operand
+        instead of packing it at every call, and at a column count that fills its vectors. Gemma-3's [262144, 640]
+        head: 1.3-2.2x faster than ``hidden @ W.T`` at 2-127 rows, 0.6x at 1 row (AMD EPYC, 2 threads:
+        ``benchmarks/issue39_head.md``). The padding also makes a row's logits independent of how many rows are alive:
+        with the exact row count, BLAS takes kernels whose rounding depends on it below 12 rows, and a row's logits
+        must not depend on how its batch is split (the Ray backend's per-sample seeds promise the same samples split
+        or not). From 12 rows on the padded, exact and untransposed products agreed bit for bit on the hosts
+        measured."""
         assert hidden.dim() == 2, hidden.shape
         w = getattr(head, "weight", None)
         if not (
@@ -221,14 +225,29 @@ class DecodeBuffers:
         ):
             return head(hidden).float()
         (b, _), V = hidden.shape, w.shape[0]
-        if b < TRANSPOSED_HEAD_ROWS or hidden.device.type != "cpu":
+        if hidden.device.type != "cpu":
             out = self._rows("_z", b, V, hidden) if self.reuse else None
             return torch.mm(hidden, w.t(), out=out) if head.bias is None else torch.addmm(head.bias, hidden, w.t(), out=out)
-        zt = self._flat(V, b, hidden)
-        zt = torch.mm(w, hidden.t(), out=zt) if head.bias is None else torch.addmm(head.bias[:, None], w, hidden.t(), out=zt)
+        x = self._padded(hidden)
+        zt = self._flat(V, x.shape[0], hidden)
+        zt = torch.mm(w, x.t(), out=zt) if head.bias is None else torch.addmm(head.bias[:, None], w, x.t(), out=zt)
         if not self.reuse:
-            return zt.t().contiguous()
-        return self._rows("_z", b, V, hidden).copy_(zt.t())
+            return zt[:, :b].t().contiguous()
+        return self._rows("_z", b, V, hidden).copy_(zt[:, :b].t())
+
+    def _padded(self, hidden: Tensor) -> Tensor:
+        """``hidden`` [b, H] with zero rows up to the next multiple of :data:`HEAD_COLUMNS` [P, H] (itself when b is
+        such a multiple), in the reused buffer."""
+        b, H = hidden.shape
+        P = -(-b // HEAD_COLUMNS) * HEAD_COLUMNS
+        if P == b:
+            return hidden
+        if not self.reuse or self._x is None or self._x.shape[0] < P or self._x.shape[1] != H:
+            self._x = torch.empty((P, H), dtype=hidden.dtype, device=hidden.device)
+        x = self._x[:P]
+        x[:b].copy_(hidden)
+        x[b:].zero_()
+        return x
 
     def _flat(self, V: int, b: int, like: Tensor) -> Tensor:
         """A contiguous [V, b] tensor: the first V * b elements of the reused ``zt`` buffer (fresh without ``reuse``)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graft.policy.policy import TRANSPOSED_HEAD_ROWS, DecodeBuffers, Policy, _HeadLogProb
+from graft.policy.policy import HEAD_COLUMNS, DecodeBuffers, Policy, _HeadLogProb
 
 
 @pytest.fixture(params=["llama", "gemma"])
@@ -49,27 +49,45 @@ def test_decode_buffers_take_the_head_as_is_while_a_gradient_is_recorded():
     assert torch.equal(DecodeBuffers().logits(lin, h), lin(h))
 
 
+def _padded_product(lin: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
+    """``W @ x.T`` over ``h`` [b, H] with zero rows up to a multiple of HEAD_COLUMNS, its first b columns as [b, V]."""
+    x = torch.zeros(-(-h.shape[0] // HEAD_COLUMNS) * HEAD_COLUMNS, h.shape[1])
+    x[: h.shape[0]] = h
+    zt = torch.mm(lin.weight, x.t()) if lin.bias is None else torch.addmm(lin.bias[:, None], lin.weight, x.t())
+    return zt[:, : h.shape[0]].t()
+
+
 @torch.no_grad()
 @pytest.mark.parametrize("bias", [False, True])
-def test_decode_buffers_compute_a_linear_head_transposed_from_twelve_rows(bias):
-    # z[r, v] = sum_k h[r, k] * W[v, k] (+ b[v]) whichever operand BLAS streams: W @ h.T from 12 rows, else h @ W.T
+def test_decode_buffers_compute_a_linear_head_transposed_over_padded_columns(bias):
+    # z[r, v] = sum_k h[r, k] * W[v, k] (+ b[v]) whichever operand BLAS streams: W @ x.T, x = h and zero rows
     lin = torch.nn.Linear(64, 300, bias=bias)
     bufs = DecodeBuffers()
-    for rows in (1, 2, 5, 16, 9, 40, 12, 11):  # growing and shrinking through the reused buffers
+    for rows in (1, 2, 5, 16, 9, 40, 12, 11, 32):  # growing and shrinking through the reused buffers
         h = torch.randn(rows, 64)
         z = bufs.logits(lin, h)
-        if rows >= TRANSPOSED_HEAD_ROWS:
-            expect = (torch.mm(lin.weight, h.t()) if not bias else torch.addmm(lin.bias[:, None], lin.weight, h.t())).t()
-        else:
-            expect = torch.mm(h, lin.weight.t()) if not bias else torch.addmm(lin.bias, h, lin.weight.t())
         assert z.shape == (rows, 300) and z.is_contiguous()
-        assert torch.equal(z, expect)  # bit for bit: the same kernel as the allocating path
+        assert torch.equal(z, _padded_product(lin, h))  # bit for bit: the same kernel on the same operands
         torch.testing.assert_close(z, lin(h), rtol=1e-5, atol=1e-6)
         assert torch.equal(DecodeBuffers(reuse=False).logits(lin, h), z)
     one = torch.nn.Linear(2, 2, bias=False)
     one.weight.copy_(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
-    # rows [1, 1] and [2, 0], repeated 6 times (12 rows: transposed): [1 + 2, 3 + 4] and [2, 6]
-    assert bufs.logits(one, torch.tensor([[1.0, 1.0], [2.0, 0.0]] * 6)).tolist() == [[3.0, 7.0], [2.0, 6.0]] * 6
+    # rows [1, 1] and [2, 0] (padded with 14 zero rows): [1 + 2, 3 + 4] and [2, 6]
+    assert bufs.logits(one, torch.tensor([[1.0, 1.0], [2.0, 0.0]])).tolist() == [[3.0, 7.0], [2.0, 6.0]]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("shape", [(300, 64), (49152, 32)])  # tiny SmolLM2's head
+def test_a_rows_logits_do_not_depend_on_how_many_rows_are_alive(shape):
+    # what the Ray backend's split sampling relies on: row r's logits from a batch of b rows, for every b, are the
+    # logits of the full batch (with the exact row count, BLAS rounds differently below 12 rows on an AMD EPYC)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(shape[1], shape[0], bias=False)
+    h = torch.randn(40, shape[1])
+    full = DecodeBuffers().logits(lin, h).clone()
+    bufs = DecodeBuffers()
+    for rows in range(40, 0, -1):  # the batch shrinking as rows finish, through the reused buffers
+        assert torch.equal(bufs.logits(lin, h[:rows]), full[:rows]), rows
 
 
 def _head_grads(pol: Policy, keep_bytes: int, temperature: float) -> tuple:
