@@ -1,13 +1,20 @@
-"""Issue 39: one rollout phase of a config's models, one after the other vs side by side with claiming, alternating.
+"""Issue 39: one rollout phase of a config's models two ways, alternating, in one process.
 
-    python benchmarks/issue39_claim.py [--config configs/default.yaml] [--reps 3] [--out FILE.json]
+    python benchmarks/issue39_rollout_ab.py [--compare claim|prefix] [--config configs/default.yaml] [--reps 3]
+        [--out FILE.json]
 
 Sets the config's run up once, samples its first batch of prompts, and runs the trainer's own rollout phase
-(:func:`graft.trainer.loop.rollout_phase`, step 1's seeds) alternately as configured (``threads_per_model`` empty:
-each model in turn on ``threads`` threads) and with ``threads_per_model={rollout: 1}`` and ``threads_claim_freed=true``
-(each model on one thread of its own, the one still sampling taking the other's thread once it is free), after one
-untimed warm-up phase. Prints seconds and tokens generated per repetition: equal token counts say both ways sampled
-the same responses.
+(:func:`graft.trainer.loop.rollout_phase`, step 1's seeds) alternately the two ways ``--compare`` names, after one
+untimed warm-up phase:
+
+- ``claim`` (default): as configured with ``threads_per_model`` empty (each model in turn on ``threads`` threads) vs
+  ``threads_per_model={rollout: 1}`` and ``threads_claim_freed=true`` (each model on one thread of its own, the one
+  still sampling taking the other's thread once it is free).
+- ``prefix``: every model's ``common_prefix`` off vs on (the prompts' shared template and worked examples forwarded
+  once per generation batch), everything else as configured.
+
+Prints seconds and tokens generated per repetition, and how many responses of the last repetition are token for
+token the same on both sides: a change that reorders float sums may move a sampled token at a sampling-CDF boundary.
 """
 
 from __future__ import annotations
@@ -19,19 +26,41 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from graft.bench.common import environment
 from graft.bench.runs import close_run
 from graft.config import load_config
-from graft.trainer.loop import rollout_phase, setup
+from graft.trainer.loop import Run, rollout_phase, setup
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _sides(compare: str, run: Run) -> dict[str, Callable[[], None]]:
+    """The two ways, each as what makes ``run`` go that way."""
+    cfg = run.cfg
+
+    def config(c) -> Callable[[], None]:
+        return lambda: setattr(run, "cfg", c)
+
+    def prefix(on: bool) -> Callable[[], None]:
+        def apply() -> None:
+            for learner in run.learners.values():
+                learner.policy.common_prefix = on
+
+        return apply
+
+    if compare == "claim":
+        claim = dataclasses.replace(cfg, threads_per_model={"rollout": 1}, threads_claim_freed=True)
+        return {"in turn": config(dataclasses.replace(cfg, threads_per_model={})), "side by side": config(claim)}
+    return {"prefix off": prefix(False), "prefix on": prefix(True)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--compare", choices=("claim", "prefix"), default="claim")
     p.add_argument("--config", default=str(REPO / "configs/default.yaml"))
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out", default=None)
@@ -39,31 +68,43 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(args.config, ["progress=false", "resume=false", f"run_dir={tmp}/run"])
         torch.set_num_threads(cfg.threads)
-        claim = dataclasses.replace(cfg, threads_per_model={"rollout": 1}, threads_claim_freed=True)
-        sides = {"in turn": cfg, "side by side": claim}
         run = setup(cfg)
         try:
+            sides = _sides(args.compare, run)
             prompts, _ = run.sampler.next_batch()
             rollout_phase(run, prompts, 1)  # warm-up
             seconds: dict[str, list[float]] = {k: [] for k in sides}
             tokens: dict[str, list[int]] = {k: [] for k in sides}
+            last = {}
             for _ in range(args.reps):
-                for side, c in sides.items():
-                    run.cfg = c
+                for side, apply in sides.items():
+                    apply()
                     t0 = time.perf_counter()
                     groups, _ = rollout_phase(run, prompts, 1)
                     seconds[side].append(time.perf_counter() - t0)
                     torch.set_num_threads(cfg.threads)
-                    tokens[side].append(sum(len(t) for gs in groups.values() for g in gs for t in g.token_ids))
+                    last[side] = [list(t) for gs in groups.values() for g in gs for t in g.token_ids]
+                    tokens[side].append(sum(len(t) for t in last[side]))
         finally:
             close_run(run)
-    ratio = statistics.median(seconds["in turn"]) / statistics.median(seconds["side by side"])
-    print(f"{args.config}: rollout phase, {args.reps} alternating repetitions")
+    a, b = sides
+    same = sum(x == y for x, y in zip(last[a], last[b], strict=True))
+    ratio = statistics.median(seconds[a]) / statistics.median(seconds[b])
+    print(f"{args.config}: rollout phase, {args.reps} alternating repetitions, {args.compare}")
     for side in sides:
         print(f"  {side}: s {', '.join(f'{s:.2f}' for s in seconds[side])}; tokens {tokens[side]}")
-    print(f"  in turn / side by side (medians): {ratio:.3f}x")
+    print(f"  responses token for token the same: {same} of {len(last[a])}")
+    print(f"  {a} / {b} (medians): {ratio:.3f}x")
     if args.out:
-        result = {"config": args.config, "environment": environment(), "seconds": seconds, "tokens": tokens, "ratio": ratio}
+        result = {
+            "config": args.config,
+            "compare": args.compare,
+            "environment": environment(),
+            "seconds": seconds,
+            "tokens": tokens,
+            "same_responses": [same, len(last[a])],
+            "ratio": ratio,
+        }
         Path(args.out).write_text(json.dumps(result, indent=2))
 
 

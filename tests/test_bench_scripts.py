@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
     (["benchmarks/issue39_malloc.py", "--help"], "usage: issue39_malloc.py"),
     (["benchmarks/issue39_update.py", "--help"], "usage: issue39_update.py"),
     (["benchmarks/issue39_head.py", "--help"], "usage: issue39_head.py"),
-    (["benchmarks/issue39_claim.py", "--help"], "usage: issue39_claim.py"),
+    (["benchmarks/issue39_rollout_ab.py", "--help"], "usage: issue39_rollout_ab.py"),
 ])
 def test_help(argv, usage):
     """Each command prints its usage and exits 0."""
