@@ -224,7 +224,8 @@ class ModelConfig:
     """Forward the tokens that all prompts of a generation batch or update micro-batch begin with (the template and
     its worked examples) once, as one row whose KV cache the prompts share, and then only each prompt's rest. The
     same samples and log-probs up to float rounding, which can still move a sampled token to its neighbour at a
-    CDF boundary (hence off by default: a run is then not token for token today's). Not used where a layer's
+    CDF boundary (hence off by default: a run is then not token for token the run without; the embedded default job,
+    ``configs/default.yaml``, turns it on: ``docs/scaling.md``). Not used where a layer's
     sliding window is shorter than prompt plus response (the prompts are forwarded whole, as when off), nor by an
     FSDP-sharded update."""
     lora: LoraConfig = field(default_factory=LoraConfig)
