@@ -451,6 +451,14 @@ class RewardConfig:
     """``code``: wall-clock limit of one test of a program (the whole program gets ``timeout_s``)."""
     sandbox_memory_mb: int = 512
     """``code``: address-space limit of the sandboxed program."""
+    allow_weak_sandbox: bool = False
+    """``code``: grade with a sandbox weaker than bubblewrap when bubblewrap is not usable here (``rlimits+setuid``
+    as root, ``rlimits`` otherwise; docs/your-task.md says what each exposes). Off: training or grading code
+    without a working bubblewrap stops with one line saying what is missing and how to install it."""
+    holdout_tests: int = 0
+    """``code``: this many tests of every row (chosen by a seed drawn from the row's tests; at most all but one)
+    leave the reward and only feed the detector: a rewarded program that fails one has status and monitor flag
+    ``holdout_fail``. The built-in ``code_task`` holds out tests on fresh inputs of each family already."""
     timeout_s: float = 5.0
     """Hard wall-clock limit per verification (for ``code``: per program, all its tests); a timeout scores 0 and
     is counted."""
@@ -483,6 +491,7 @@ class RewardConfig:
         _check(self.function_timeout_s > 0, "function_timeout_s", f"must be > 0, got {self.function_timeout_s}")
         _check(self.test_timeout_s > 0, "test_timeout_s", f"must be > 0, got {self.test_timeout_s}")
         _check(self.sandbox_memory_mb >= 64, "sandbox_memory_mb", f"must be >= 64, got {self.sandbox_memory_mb}")
+        _check(self.holdout_tests >= 0, "holdout_tests", f"must be >= 0, got {self.holdout_tests}")
         _check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
         _check(self.workers >= 0, "workers", f"must be >= 0 (0 grades in-process), got {self.workers}")
         _check(0 < self.max_timeout_frac <= 1, "max_timeout_frac", f"must be in (0, 1], got {self.max_timeout_frac}")

@@ -58,7 +58,7 @@ def grade_main(argv: list[str]) -> int:
         rewards, statuses = grader.grade([r for _, r in items], [q.answer for q, _ in items])
     flagged: Counter = Counter()
     for (q, response), reward, status in zip(items, rewards, statuses, strict=True):  # a grade per response
-        flags = [k for k, v in domain.response_flags(response, q.problem, q.answer).items() if v]
+        flags = [k for k, v in domain.response_flags(response, q.problem, q.answer, status).items() if v]
         if reward > 0.5:
             flagged.update(flags)
         if args.json:

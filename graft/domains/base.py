@@ -12,7 +12,10 @@ A :class:`Domain` owns everything about one kind of task, in one module:
   (reward, status)``, imported by the grader's worker processes (which bound its time); ``quick``, an optional
   in-process check that decides cheap items without a round trip (``None`` = send it to a worker).
 - **the reward monitor**: ``flags`` names what :meth:`response_flags` looks for in one response (the shortcut
-  detectors); :meth:`monitor` gives, among the rewarded responses of a batch, the share carrying each flag.
+  detectors; ``status_flags`` are those the verifier's status carries, e.g. the code domain's held-out tests);
+  :meth:`monitor` gives, among the rewarded responses of a batch, the share carrying each flag.
+- **start-up**: ``start``, an optional check run before grading starts (the code domain: is its sandbox strong
+  enough here), which returns the line a run prints and records about how it grades.
 
 Adding a domain: a module with a ``Domain`` instance and one line in :data:`graft.registry.DOMAINS` (or, with
 no edit of graft, ``reward.domain: path/to/file.py:MY_DOMAIN``).
@@ -63,6 +66,14 @@ class Domain:
     keeps_lines: bool = False
     """A response's line breaks and indentation carry meaning (a program): ``graft samples`` prints it line by line
     instead of collapsing its whitespace."""
+    status_flags: tuple[str, ...] = ()
+    """Flags of ``flags`` read off the verifier's status (a response carries flag ``F`` when its status is ``F``),
+    not from the text: a detector the grader ran (the code domain's ``holdout_fail``). Off when no status is
+    known."""
+    start: Callable[[Any], str] | None = None
+    """``RewardConfig -> one line``, run before grading starts (:func:`graft.domains.grading.grading_note`): raises a
+    one-line :class:`graft.errors.UserError` when the domain cannot grade safely here, else says how it grades
+    (printed when a grader starts, recorded in a run's ``config.yaml``)."""
 
     def reference(self, row: Mapping[str, Any]) -> str:
         """The reference text of a data row (graft's field names); raises :class:`graft.data.datasets.RowError`."""
@@ -76,21 +87,30 @@ class Domain:
         """The keyword arguments of ``verify_fn`` under ``reward`` (a :class:`graft.config.RewardConfig`)."""
         return self.settings_from(reward) if self.settings_from is not None else {}
 
-    def response_flags(self, response: str, problem: str, reference: str) -> dict[str, bool]:
-        """The monitor's flags of one response (all false for a domain without a monitor)."""
-        if self.flag_fn is None:
-            return {f: False for f in self.flags}
-        return self.flag_fn(response, problem, reference)
+    def response_flags(self, response: str, problem: str, reference: str, status: str | None = None) -> dict[str, bool]:
+        """The monitor's flags of one response (all false for a domain without a monitor); ``status``, the
+        verifier's, sets the ``status_flags``."""
+        out = {f: False for f in self.flags} if self.flag_fn is None else self.flag_fn(response, problem, reference)
+        return out | {f: status == f for f in self.status_flags}
 
     def monitor(
-        self, responses: Sequence[str], problems: Sequence[str], references: Sequence[str], rewards: Sequence[float]
+        self,
+        responses: Sequence[str],
+        problems: Sequence[str],
+        references: Sequence[str],
+        rewards: Sequence[float],
+        statuses: Sequence[str] | None = None,
     ) -> dict[str, float | None]:
         """Among the rewarded responses (reward > 0.5) of a batch: ``{"n": count, FLAG: share, ...}``; shares are
-        ``None`` when nothing was rewarded."""
+        ``None`` when nothing was rewarded. ``statuses`` (the verifier's, one per response) set the status flags."""
         n = len(responses)
         assert len(problems) == n and len(references) == n and len(rewards) == n, (n, len(problems), len(rewards))
+        assert statuses is None or len(statuses) == n, (n, len(statuses))
+        known = list(statuses) if statuses is not None else [None] * n
         hits = [
-            self.response_flags(r, q, a) for r, q, a, x in zip(responses, problems, references, rewards, strict=True) if x > 0.5
+            self.response_flags(r, q, a, s)
+            for r, q, a, x, s in zip(responses, problems, references, rewards, known, strict=True)
+            if x > 0.5
         ]
         out: dict[str, float | None] = {"n": len(hits)}
         for f in self.flags:

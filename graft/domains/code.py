@@ -9,7 +9,10 @@ program in :mod:`graft.reward.sandbox` under ``reward.timeout_s`` (all tests), `
 test) and ``reward.sandbox_memory_mb``.
 
 The monitor (:mod:`graft.reward.code_monitor`) flags rewarded programs that special-case the tests' inputs,
-exit early, touch the interpreter or the harness, are trivial, or are missing.
+exit early, touch the interpreter or the harness, are trivial, or are missing; ``holdout_fail``, read off the
+grader's status, flags rewarded programs that fail a held-out test (the built-in task's tests on fresh inputs of
+the row's family; ``reward.holdout_tests`` of a user's rows). Grading refuses to start without bubblewrap unless
+``reward.allow_weak_sandbox`` (:func:`graft.reward.code.describe_isolation`, the domain's ``start``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from graft.data.datasets import RowError
 from graft.domains.base import Domain
 from graft.reward import code_monitor, verifier
-from graft.reward.code import code_reference
+from graft.reward.code import HOLDOUT_FAIL, code_reference, describe_isolation
 
 INSTRUCTION = "Write the complete function in Python, in one ```python code block."
 
@@ -75,6 +78,8 @@ def _settings(reward: Any) -> dict[str, Any]:
         "timeout_s": reward.timeout_s,
         "test_timeout_s": reward.test_timeout_s,
         "memory_mb": reward.sandbox_memory_mb,
+        "holdout_tests": reward.holdout_tests,
+        "allow_weak_sandbox": reward.allow_weak_sandbox,
     }
 
 
@@ -84,10 +89,12 @@ CODE = Domain(
     instruction=INSTRUCTION,
     fewshot=FEWSHOT_EXAMPLES,
     reference_fields=("tests", "entry_point"),
-    flags=code_monitor.CODE_FLAGS,
+    flags=(*code_monitor.CODE_FLAGS, HOLDOUT_FAIL),
+    status_flags=(HOLDOUT_FAIL,),
     flag_fn=_flags,
     quick=_quick,
     make_reference=_reference,
     settings_from=_settings,
     keeps_lines=True,
+    start=describe_isolation,
 )

@@ -7,6 +7,7 @@ with :func:`load_data`, so a domain or a user's reward function reaches every co
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ from graft.reward.functions import FunctionGrader, row_reference
 from graft.reward.grader import Grader
 from graft.types import Prompt
 
-__all__ = ["load_data", "make_grader", "reference_of", "task_domain"]
+__all__ = ["grading_note", "load_data", "make_grader", "reference_of", "task_domain"]
 
 
 def task_domain(reward: RewardConfig) -> Domain:
@@ -31,10 +32,23 @@ def reference_of(reward: RewardConfig) -> Callable[[Mapping[str, Any]], str]:
     return row_reference if reward.function else task_domain(reward).reference
 
 
+def grading_note(reward: RewardConfig) -> str | None:
+    """The domain's start-up check (:attr:`Domain.start`): the line saying how it grades here (the code domain:
+    which sandbox), or a one-line :class:`graft.errors.UserError` when it cannot grade safely here. None for a
+    domain without one, and for the user's reward functions."""
+    if reward.function:
+        return None
+    domain = task_domain(reward)
+    return domain.start(reward) if domain.start is not None else None
+
+
 def make_grader(reward: RewardConfig, workers: int | None = None, timeout_s: float | None = None):
     """The grader of ``reward``: the user's functions (:class:`FunctionGrader`) when ``reward.function`` is set,
-    else the domain's verifier in worker processes (:class:`Grader`). ``workers``/``timeout_s`` override the
-    config's (``graft eval --verify-workers``)."""
+    else the domain's verifier in worker processes (:class:`Grader`), after its start-up check (:func:`grading_note`,
+    printed on stderr). ``workers``/``timeout_s`` override the config's (``graft eval --verify-workers``)."""
+    note = grading_note(reward)
+    if note:
+        print(f"grading: {note}", file=sys.stderr)
     workers = reward.workers if workers is None else workers
     if reward.function:
         return FunctionGrader(

@@ -59,12 +59,14 @@ class Sample:
     answer: str
     response: str
     reward: float
+    status: str | None = None
+    """The verifier's status when the run recorded it (sets the domain's status flags, e.g. ``holdout_fail``)."""
 
     def flags(self, domain: Domain) -> list[str]:
         """The domain's reward-monitor flags set on this response (empty without the question's text)."""
         if self.problem is None:
             return []
-        return [k for k, v in domain.response_flags(self.response, self.problem, self.answer).items() if v]
+        return [k for k, v in domain.response_flags(self.response, self.problem, self.answer, self.status).items() if v]
 
 
 def run_domain(run: Path) -> Domain:
@@ -114,7 +116,7 @@ def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int
     wanted = None if steps is None else [s for s in stored if steps[0] <= s <= steps[1]]
     if wanted == [] and steps is not None:
         raise SamplesError(f"no stored step of {run} lies in --steps {steps[0]}-{steps[1]} (stored: {stored[0]}-{stored[-1]})")
-    cols = ["model", "step", "prompt_id", "problem", "answer", "response", "reward", "admitted_by"]
+    cols = ["model", "step", "prompt_id", "problem", "answer", "response", "reward", "admitted_by", "verify_status"]
     t = store.read(models=[model] if source == "train" and model else None, steps=wanted, columns=cols)
     c = {k: t[k].to_pylist() for k in cols}
     out = []
@@ -135,6 +137,7 @@ def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int
                     c["answer"][r],
                     c["response"][r],
                     float(c["reward"][r]),
+                    c["verify_status"][r],
                 )
             )
     return out
@@ -176,8 +179,8 @@ def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, 
                         f"{path}:{i}: not an eval response row (id, answer, responses, rewards): {type(e).__name__}: {e}"
                     ) from None
                 out.extend(
-                    Sample("eval", name, None, None, path.parent.name, rec.id, problems.get(rec.id), rec.answer, response, x)
-                    for response, x in zip(rec.responses, rec.rewards, strict=True)
+                    Sample("eval", name, None, None, path.parent.name, rec.id, problems.get(rec.id), rec.answer, response, x, s)
+                    for response, x, s in zip(rec.responses, rec.rewards, rec.statuses, strict=True)
                     if keep_reward(x, reward)
                 )
     return out

@@ -69,6 +69,7 @@ sandbox uid cannot read); every run returns status ``"error"`` rather than run c
 from __future__ import annotations
 
 import ast
+import cmath
 import fcntl
 import functools
 import json
@@ -79,6 +80,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import site
 import stat
 import subprocess
 import sys
@@ -124,15 +126,21 @@ class SandboxResult:
     passed: int
     total: int
     status: str
-    """"ok" (ran to the end; passed may be < total), "timeout", "output_limit", "error" (sandbox/infra:
-    failure is None then), "no_program"."""
+    """"ok" (every test ran; passed may be < total), "timeout", "output_limit" (the run stopped before every test
+    had run), "error" (sandbox/infra: failure is None then), "no_program"."""
     failure: str | None
-    """Kind of the FIRST failing test: "wrong_answer", "exception:<TypeName>", "syntax", "timeout",
-    "memory", "output_limit", "missing_result"; None when all passed (or status is "error"/"no_program")."""
+    """Kind of the first failing test (in the order given, whatever order they ran in): "wrong_answer",
+    "exception:<TypeName>", "syntax", "timeout", "memory", "output_limit", "missing_result"; None when all passed
+    (or status is "error"/"no_program")."""
     seconds: float
     stdout: str = ""
     stderr: str = ""
     """The program's output, each cut at max_output_bytes; for status "error", what went wrong."""
+    extra_passed: int = 0
+    extra_total: int = 0
+    extra_failure: str | None = None
+    """The ``extra`` tests (:func:`run_tests`): how many passed, of how many, and the kind of the first that failed
+    ("not_run" when they were skipped: fewer than ``extra_after`` tests passed)."""
 
 
 # ---------------------------------------------------------------------------------------------- tests
@@ -211,23 +219,38 @@ def _test_code(source: str, tree: ast.Module, entry_point: str | None) -> str:
     return f"{source}\n\ncheck({entry_point})\n"
 
 
+FLOAT_REL_TOL, FLOAT_ABS_TOL = 1e-9, 1e-12
+"""The tolerance of a float (or complex) expected value: ``math.isclose(expected, got, rel_tol, abs_tol)``."""
+
+
+def _canon(value: object) -> object:
+    """A hashable form of a literal in which values of different types differ (``True`` vs ``1``, ``1`` vs ``1.0``)."""
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_canon(v) for v in value))
+    if isinstance(value, frozenset):
+        return ("frozenset", frozenset(_canon(v) for v in value))
+    return (type(value).__name__, value)
+
+
 def _same(expected: object, got: object) -> bool:
-    """``expected == got`` for literals, with a tolerance for floats (at any depth)."""
-    if isinstance(expected, float) or isinstance(got, float):
-        if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-            try:
-                return math.isclose(expected, got, rel_tol=1e-9, abs_tol=1e-12)
-            except OverflowError:  # an int too large for a float
-                return False
+    """Strict equality of two literals, at any depth: the types must be the same (``True != 1``, ``92.0 != 92``,
+    ``[1] != (1,)``), floats and complex numbers equal within ``FLOAT_REL_TOL``/``FLOAT_ABS_TOL``, dict keys and set
+    elements compared by :func:`_canon`."""
+    if type(expected) is not type(got):
         return False
+    if isinstance(expected, float):
+        return math.isclose(expected, got, rel_tol=FLOAT_REL_TOL, abs_tol=FLOAT_ABS_TOL)  # type: ignore[arg-type]
+    if isinstance(expected, complex):
+        return cmath.isclose(expected, got, rel_tol=FLOAT_REL_TOL, abs_tol=FLOAT_ABS_TOL)  # type: ignore[arg-type]
     if isinstance(expected, (list, tuple)):
-        return (
-            type(got) is type(expected)
-            and len(got) == len(expected)
-            and all(_same(e, g) for e, g in zip(expected, got, strict=True))
-        )
+        return len(got) == len(expected) and all(_same(e, g) for e, g in zip(expected, got, strict=True))  # type: ignore[arg-type]
     if isinstance(expected, dict):
-        return isinstance(got, dict) and got.keys() == expected.keys() and all(_same(v, got[k]) for k, v in expected.items())
+        theirs = {_canon(k): v for k, v in got.items()}  # type: ignore[attr-defined]
+        return len(theirs) == len(expected) and all(
+            _canon(k) in theirs and _same(v, theirs[_canon(k)]) for k, v in expected.items()
+        )
+    if isinstance(expected, (set, frozenset)):
+        return {_canon(v) for v in expected} == {_canon(v) for v in got}  # type: ignore[attr-defined]
     return bool(expected == got)
 
 
@@ -242,6 +265,8 @@ def _exception_kind(name: object, code_test: bool) -> str:
 
 def _outcome(test: TestCase, tag: str, payload: object) -> str | None:
     """None (passed) or the failure kind of one reported test."""
+    if tag == "O":
+        return "timeout"
     if tag == "E":
         return _exception_kind(payload, test.code is not None)
     if test.code is not None:
@@ -262,27 +287,37 @@ def run_tests(
     program: str,
     tests: list[TestCase],
     *,
+    extra: list[TestCase] | tuple[TestCase, ...] = (),
+    extra_after: int | None = None,
     timeout_s: float = 10.0,
     test_timeout_s: float = 3.0,
     memory_mb: int = 512,
     max_output_bytes: int = 1 << 20,
 ) -> SandboxResult:
-    """Run ``program`` against ``tests`` in the sandbox (see the module docstring). Never raises for
-    anything the program does; returns within about ``timeout_s`` + 2 s (the first call in a process also
-    runs the mechanism's self-test: ~0.2 s, at most SELF_TEST_TIMEOUT_S). Thread- and worker-safe."""
+    """Run ``program`` against ``tests`` in the sandbox (see the module docstring): every test in a process of its
+    own, forked after the import, in an order drawn afresh. ``extra`` tests (a detector's held-out tests) run after
+    all of ``tests``, only when at least ``extra_after`` of them passed (default: all), and are reported apart
+    (``SandboxResult.extra_*``); the program cannot tell them from the others. Never raises for anything the
+    program does; returns within about ``timeout_s`` + 2 s (the first call in a process also runs the mechanism's
+    self-test: ~0.1 s, at most SELF_TEST_TIMEOUT_S). Thread- and worker-safe."""
     t0 = time.monotonic()
-    tests = list(tests)
+    tests, extra = list(tests), list(extra)
     if not isinstance(program, str) or not program.strip():
-        return SandboxResult(0, len(tests), "no_program", None, 0.0)
+        return SandboxResult(0, len(tests), "no_program", None, 0.0, extra_total=len(extra), extra_failure="not_run")
     mechanism = _mechanism()
     if mechanism not in MECHANISMS:
-        return SandboxResult(0, len(tests), "error", None, time.monotonic() - t0, stderr=f"no usable sandbox: {isolation()}")
+        return SandboxResult(
+            0, len(tests), "error", None, time.monotonic() - t0, stderr=f"no usable sandbox: {isolation()}",
+            extra_total=len(extra), extra_failure="not_run",
+        )  # fmt: skip
+    plan = _Plan.draw(tests, extra, len(tests) if extra_after is None else extra_after)
     try:
-        return _run(mechanism, program, tests, _Options(timeout_s, test_timeout_s, memory_mb, max_output_bytes), t0)
+        return _run(mechanism, program, plan, _Options(timeout_s, test_timeout_s, memory_mb, max_output_bytes), t0)
     except Exception as e:  # noqa: BLE001 - infrastructure trouble is reported, never raised
         return SandboxResult(
-            0, len(tests), "error", None, time.monotonic() - t0, stderr=f"sandbox error: {type(e).__name__}: {e}"
-        )
+            0, len(tests), "error", None, time.monotonic() - t0, stderr=f"sandbox error: {type(e).__name__}: {e}",
+            extra_total=len(extra), extra_failure="not_run",
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -293,7 +328,29 @@ class _Options:
     max_output_bytes: int
 
 
-def _run(mechanism: str, program: str, tests: list[TestCase], opts: _Options, t0: float) -> SandboxResult:
+@dataclass(frozen=True)
+class _Plan:
+    """The calls in the order they run: ``tests`` shuffled, then ``extra`` shuffled (``calls[i]`` is
+    ``(is_extra, index into its list)``), drawn from the OS's randomness for every run."""
+
+    tests: list[TestCase]
+    extra: list[TestCase]
+    extra_after: int
+    calls: list[tuple[bool, int]]
+
+    @classmethod
+    def draw(cls, tests: list[TestCase], extra: list[TestCase], extra_after: int) -> "_Plan":
+        rng = secrets.SystemRandom()
+        order = [(False, j) for j in rng.sample(range(len(tests)), len(tests))]
+        order += [(True, j) for j in rng.sample(range(len(extra)), len(extra))]
+        return cls(tests, extra, extra_after, order)
+
+    def case(self, i: int) -> TestCase:
+        is_extra, j = self.calls[i]
+        return self.extra[j] if is_extra else self.tests[j]
+
+
+def _run(mechanism: str, program: str, plan: _Plan, opts: _Options, t0: float) -> SandboxResult:
     root = os.geteuid() == 0
     lease = _lease_uid() if root and mechanism != "rlimits" else None  # "rlimits" as root: tests only
     uid = lease[0] if lease else None
@@ -301,17 +358,17 @@ def _run(mechanism: str, program: str, tests: list[TestCase], opts: _Options, t0
     workdir = None
     try:
         workdir = None if mechanism == "bwrap" else tempfile.mkdtemp(prefix="graft-sandbox-")
-        if uid is not None:
-            _kill_uid(uid, surely=False)  # leftovers of a run whose parent died
+        if uid is not None and mechanism != "bwrap":
+            _kill_uid(uid, surely=False)  # leftovers of a run whose parent died (bwrap: none outlive its PID namespace)
             if workdir:
                 os.chown(workdir, uid, uid)
-        job = _job(program, tests, opts, uid=uid, unshare=mechanism == "rlimits+setuid", workdir=workdir or "/tmp")
-        watcher = _Watcher(len(tests), opts, t0)
+        job = _job(mechanism, program, plan, opts, uid=uid, workdir=workdir or "/tmp")
+        watcher = _Watcher(plan, opts, t0)
         proc, fds = _launch(mechanism, job, workdir, marker)
         try:
             watcher.watch(proc, *fds)
         finally:
-            _stop(proc, uid, marker, bwrap=mechanism == "bwrap")
+            _stop(proc, mechanism, uid, marker)
             for fd in fds:
                 os.close(fd)
     finally:
@@ -319,10 +376,10 @@ def _run(mechanism: str, program: str, tests: list[TestCase], opts: _Options, t0
             shutil.rmtree(workdir, ignore_errors=True)
         if lease:
             os.close(lease[1])
-    return watcher.result(tests, time.monotonic() - t0)
+    return watcher.result(time.monotonic() - t0)
 
 
-def _job(program: str, tests: list[TestCase], opts: _Options, *, uid: int | None, unshare: bool, workdir: str) -> dict:
+def _job(mechanism: str, program: str, plan: _Plan, opts: _Options, *, uid: int | None, workdir: str) -> dict:
     limits = {
         "RLIMIT_AS": opts.memory_mb << 20,
         "RLIMIT_CPU": math.ceil(opts.timeout_s) + 1,
@@ -330,16 +387,22 @@ def _job(program: str, tests: list[TestCase], opts: _Options, *, uid: int | None
         "RLIMIT_NOFILE": MAX_OPEN_FILES,
         "RLIMIT_CORE": 0,
         "RLIMIT_NPROC": MAX_PROCESSES,
+        "RLIMIT_MSGQUEUE": 0,
     }
+    calls = [plan.case(i) for i in range(len(plan.calls))]
     return {
         "program": program,
         "uid": uid,
-        "unshare": unshare,
+        "pidns": mechanism == "bwrap",
+        "unshare": mechanism == "rlimits+setuid",
+        "seccomp": True,
         "workdir": workdir,
+        "roots": ["/tmp"] if mechanism == "bwrap" else [workdir],
         "limits": limits,
         "tmpfs_bytes": TMPFS_BYTES,
         "max_line": opts.max_output_bytes,
-        "tests": [["code", t.code] if t.code is not None else ["call", t.call] for t in tests],
+        "call_timeout_s": opts.test_timeout_s,
+        "calls": [["code", t.code] if t.code is not None else ["call", t.call] for t in calls],
     }
 
 
@@ -352,18 +415,19 @@ def _python() -> str:
     return os.path.realpath(sys.executable)
 
 
+def _hidden_paths() -> list[str]:
+    """Folders of third-party packages (graft among them when it is installed there): covered by an empty,
+    read-only tmpfs in the bwrap sandbox, whose interpreter prefix and /usr are otherwise bound whole."""
+    paths = set(site.getsitepackages()) | {site.getusersitepackages()}
+    paths.add(str(Path(__file__).resolve().parents[2]))  # the folder graft is imported from
+    return sorted(os.path.realpath(p) for p in paths if os.path.isdir(p))
+
+
 def _bwrap_argv(root: bool) -> list[str]:
-    """bubblewrap's arguments: every namespace, a read-only system + interpreter, fresh /proc, /dev, /tmp."""
-    argv = [
-        shutil.which("bwrap") or "bwrap",
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-    ]
+    """bubblewrap's arguments: every namespace, a read-only system + interpreter (without third-party packages),
+    fresh /proc, a read-only /dev, a private /tmp; the harness is PID 1 of the sandbox (and reaps it)."""
+    argv = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--as-pid-1", "--unshare-pid"]
+    argv += ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not root:  # as root bwrap needs no user namespace, and the harness drops to the sandbox uid
         argv.append("--unshare-user")
     bound: list[str] = []
@@ -385,20 +449,11 @@ def _bwrap_argv(root: bool) -> list[str]:
                 made.add(folder)
         argv += ["--ro-bind", path, path]
         bound.append(path)
-    return argv + [
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--size",
-        str(TMPFS_BYTES),
-        "--perms",
-        "1777",
-        "--tmpfs",
-        "/tmp",
-        "--chdir",
-        "/tmp",
-    ]
+    for path in _hidden_paths():
+        if any(path == b or path.startswith(b + "/") for b in bound):
+            argv += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    return argv + ["--size", str(TMPFS_BYTES), "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp"]
 
 
 def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
@@ -440,17 +495,24 @@ def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
     return proc, (result_r, out_r, err_r)
 
 
-class _Watcher:
-    """Reads the sandbox's result lines and output, enforces the timeouts and the output limit."""
+CALL_SLACK_S = 1.0
+"""The harness stops a call after ``test_timeout_s`` itself; this process gives it this much longer (since the
+last reported result) before it stops the whole run."""
 
-    def __init__(self, n_tests: int, opts: _Options, t0: float) -> None:
-        self.n, self.opts, self.t0 = n_tests, opts, t0
+
+class _Watcher:
+    """Reads the sandbox's result lines and output, enforces the timeouts and the output limit, and ends the run
+    when the tests are all in and the extra tests are not wanted."""
+
+    def __init__(self, plan: _Plan, opts: _Options, t0: float) -> None:
+        self.plan, self.opts, self.t0 = plan, opts, t0
+        self.n = len(plan.calls)
         self.last: float | None = None  # when the harness last reported (None: not started yet)
         self.ready = self.loaded = self.finished = False
         self.fatal: str | None = None
         self.program_failure: str | None = None
         self.stop: str | None = None  # "timeout" | "output_limit"
-        self.outcomes: list[tuple[str, object]] = []
+        self.outcomes: dict[int, tuple[str, object]] = {}
         self.pending = bytearray()
         self.output = {"stdout": bytearray(), "stderr": bytearray()}
 
@@ -464,7 +526,7 @@ class _Watcher:
                 now = time.monotonic()
                 deadline = self.t0 + self.opts.timeout_s
                 if self.last is not None:
-                    deadline = min(deadline, self.last + self.opts.test_timeout_s)
+                    deadline = min(deadline, self.last + self.opts.test_timeout_s + CALL_SLACK_S)
                 if now >= deadline:
                     self.stop = "timeout"
                     break
@@ -528,24 +590,48 @@ class _Watcher:
             self.finished = True
         elif tag == "P" and not self.loaded:
             self.loaded, self.last = True, now
-        elif tag in ("V", "T", "E") and len(msg) >= 2 and msg[1] == len(self.outcomes) and self.loaded:
-            self.outcomes.append((tag, msg[2] if len(msg) > 2 else None))
-            self.last = now
-            self.finished = len(self.outcomes) >= self.n
+        elif tag in ("V", "T", "E", "O") and self.loaded and len(msg) >= 2 and type(msg[1]) is int:
+            self._record(msg[1], tag, msg[2] if len(msg) > 2 else None, now)
         elif tag == "D":
             self.finished = True
 
-    def result(self, tests: list[TestCase], seconds: float) -> SandboxResult:
+    def _record(self, i: int, tag: str, payload: object, now: float) -> None:
+        """The first report of call ``i`` counts; the run ends when every call is in, or when the tests are in and
+        too few passed for the extra tests to be wanted."""
+        if not 0 <= i < self.n or i in self.outcomes:
+            return
+        self.outcomes[i] = (tag, payload)
+        self.last = now
+        n_tests = len(self.plan.tests)
+        if len(self.outcomes) >= self.n:
+            self.finished = True
+        elif self.plan.extra and all(i in self.outcomes for i in range(n_tests)):
+            passed = sum(self._kind(i) is None for i in range(n_tests))
+            self.finished = passed < self.plan.extra_after
+
+    def _kind(self, i: int, missing: str = "missing_result") -> str | None:
+        return _outcome(self.plan.case(i), *self.outcomes[i]) if i in self.outcomes else missing
+
+    def result(self, seconds: float) -> SandboxResult:
         out = {k: v.decode("utf-8", "replace") for k, v in self.output.items()}
+        plan, n_tests = self.plan, len(self.plan.tests)
         if not self.ready:
             why = self.fatal or ("timed out starting" if self.stop else "ended before starting")
             return SandboxResult(
-                0, len(tests), "error", None, seconds, out["stdout"], f"sandbox did not start: {why}\n{out['stderr']}"
-            )
+                0, n_tests, "error", None, seconds, out["stdout"], f"sandbox did not start: {why}\n{out['stderr']}",
+                extra_total=len(plan.extra), extra_failure="not_run",
+            )  # fmt: skip
         missing = self.program_failure or self.stop or "missing_result"
-        kinds = [_outcome(t, *self.outcomes[i]) if i < len(self.outcomes) else missing for i, t in enumerate(tests)]
-        failure = next((k for k in kinds if k is not None), None)
-        return SandboxResult(kinds.count(None), len(tests), self.stop or "ok", failure, seconds, out["stdout"], out["stderr"])
+        kinds: dict[tuple[bool, int], str | None] = {call: self._kind(i, missing) for i, call in enumerate(plan.calls)}
+        tests = [kinds[(False, j)] for j in range(n_tests)]
+        extra = [kinds[(True, j)] for j in range(len(plan.extra))]
+        all_in = self.program_failure is not None or all(i in self.outcomes for i in range(n_tests))
+        ran_extra = tests.count(None) >= plan.extra_after and self.program_failure is None
+        return SandboxResult(
+            tests.count(None), n_tests, "ok" if all_in else (self.stop or "ok"), next((k for k in tests if k), None),
+            seconds, out["stdout"], out["stderr"], extra.count(None) if ran_extra else 0, len(plan.extra),
+            next((k for k in extra if k), None) if ran_extra else "not_run",
+        )  # fmt: skip
 
 
 def _exited(proc: subprocess.Popen) -> bool:
@@ -559,29 +645,37 @@ def _exited(proc: subprocess.Popen) -> bool:
 # ---------------------------------------------------------------------------------------------- cleanup
 
 
-def _stop(proc: subprocess.Popen, uid: int | None, marker: str | None, bwrap: bool) -> None:
-    """Kill the sandbox's whole tree. Under bwrap: its PID namespace's init first, so the namespace dies
-    and bwrap itself reaps that init and exits (no orphan left to the host's PID 1). Then the process
-    group (before reaping its leader, so that the group id cannot have been reused), then every process
-    of the sandbox uid (or carrying the run's marker)."""
-    if bwrap:
-        for pid in _children(proc.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        deadline = time.monotonic() + KILL_WAIT_S / 2
-        while not _exited(proc) and time.monotonic() < deadline:
-            time.sleep(0.005)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
+def _stop(proc: subprocess.Popen, mechanism: str, uid: int | None, marker: str | None) -> None:
+    """End the sandbox and reap everything it started. A run that ended by itself has done so already: the
+    harness's warden killed and reaped every process before it exited. Otherwise the sandbox's processes are
+    killed while the warden lives, so that it (a child subreaper, under bwrap the PID namespace's init) reaps
+    them: under bwrap the warden itself (its PID namespace dies with it and the kernel reaps the rest; bwrap
+    reaps the warden and exits), under a dedicated uid every process of that uid (not the root warden), in the
+    ``rlimits`` floor the processes carrying the run's marker but the warden. Then the warden is waited for (and
+    killed with its process group if it does not end within ``KILL_WAIT_S``) and reaped."""
+    if not _exited(proc):
+        if mechanism == "bwrap":
+            for pid in _children(proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        elif uid is not None:
+            _kill_uid(uid)
+        elif marker is not None:
+            _kill_marked(marker, spare=proc.pid)
     try:
         proc.wait(timeout=KILL_WAIT_S)
     except subprocess.TimeoutExpired:
-        pass
-    if uid is not None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
+    if uid is not None and mechanism != "bwrap":
         _kill_uid(uid)
     if marker is not None:
         _kill_marked(marker)
@@ -639,14 +733,15 @@ def _kill_uid(uid: int, *, surely: bool = True) -> None:
     _kill_matching(_has_uid(uid))
 
 
-def _kill_marked(marker: str) -> None:
-    """The non-root fallback: SIGKILL our uid's processes whose initial environment holds the run's marker."""
+def _kill_marked(marker: str, spare: int | None = None) -> None:
+    """The non-root fallback: SIGKILL our uid's processes whose initial environment holds the run's marker (but
+    ``spare``)."""
     needle = f"{_MARKER}={marker}".encode()
     me = os.getpid()
 
     def match(pid: int) -> bool:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return pid != me and needle in f.read().split(b"\0")
+            return pid not in (me, spare) and needle in f.read().split(b"\0")
 
     _kill_matching(match)
 
@@ -714,7 +809,7 @@ def _self_test(mechanism: str) -> tuple[bool, str]:
     probe = [TestCase("f(1)", 2), TestCase("socket.create_connection(('127.0.0.1', 9), timeout=1) and 0", 0)]
     opts = _Options(SELF_TEST_TIMEOUT_S, SELF_TEST_TIMEOUT_S, 256, 1 << 16)
     try:
-        r = _run(mechanism, program, probe, opts, time.monotonic())
+        r = _run(mechanism, program, _Plan(probe, [], len(probe), [(False, 0), (False, 1)]), opts, time.monotonic())
     except Exception as e:  # noqa: BLE001
         return False, f"{type(e).__name__}: {e}"
     if r.status != "ok" or r.passed < 1:  # the first test must pass; the second only probes the network
@@ -732,6 +827,14 @@ def _mechanism() -> str:
         if _probe(mechanism)[0]:
             return mechanism
     return "none"
+
+
+def problem(mechanism: str) -> str:
+    """Why ``mechanism`` is not usable here, as a phrase ("bwrap is not installed"); "" when it is."""
+    ok, why = _probe(mechanism)
+    if ok:
+        return ""
+    return why if why.endswith(("not installed", "needs root")) else f"{mechanism} fails its self-test here ({why})"
 
 
 def isolation() -> str:

@@ -30,7 +30,7 @@ from graft.config import Config, ConfigError, config_diff, save_config, to_dict,
 from graft.data.arithmetic import family_of
 from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint
 from graft.domains import Domain
-from graft.domains.grading import load_data, make_grader, task_domain
+from graft.domains.grading import grading_note, load_data, make_grader, task_domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 from graft.exchange.common import complementarity, counts
@@ -244,7 +244,8 @@ def reward_monitor(domain: Domain, groups: list[RolloutGroup], by_family: bool) 
     problems = [g.problem for g in groups for _ in g.responses]
     references = [g.answer for g in groups for _ in g.responses]
     rewards = [x for g in groups for x in g.rewards]
-    out = prefixed("rewarded", domain.monitor(texts, problems, references, rewards))
+    statuses = [s for g in groups for s in g.status]
+    out = prefixed("rewarded", domain.monitor(texts, problems, references, rewards, statuses))
     out["distinct_frac"] = sum(len(set(g.responses)) / g.size for g in groups) / max(len(groups), 1)
     if by_family:
         fams: dict[str, list[float]] = {}
@@ -346,6 +347,7 @@ def setup(cfg: Config) -> Run:
     if stats.get("skipped"):
         print(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}", file=sys.stderr)
     check_batch_fits(prompts, cfg.batch_prompts, cfg.data.train)
+    grading_note(cfg.reward)  # a domain that cannot grade safely here (code without its sandbox) stops before models load
     val = _load_data("data.val", cfg.data.val, cfg, cfg.data.val_limit)[0] if cfg.data.val else None
     check_run_dir(run_dir)  # before anything is loaded or written
     lock = FolderLock(run_dir, "run_dir").acquire()  # a second process on this run stops here, having written nothing
@@ -371,7 +373,8 @@ def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) ->
         close_learners(learners)
         raise
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml", describe_exchange(cfg).lines())  # what the exchange does, stated
+    note = grading_note(cfg.reward)  # how the run grades (code: its sandbox), stated beside the exchange
+    save_config(cfg, run_dir / "config.yaml", describe_exchange(cfg).lines() + ([f"grading: {note}"] if note else []))
     run = Run(
         cfg=cfg,
         run_dir=run_dir,

@@ -185,11 +185,12 @@ def test_program_may_use_its_own_folder_and_stdlib(mech):
     assert r.passed == 1, r
 
 
-def test_per_test_and_whole_run_timeouts_keep_earlier_passes(mech):
+def test_per_test_and_whole_run_timeouts_keep_the_other_passes(mech):
+    # a call past test_timeout_s is stopped by the harness, and the other calls still run
     program = "import time\ndef f(x):\n    time.sleep(x)\n    return 1\n"
     r = timed_run(program, [TestCase("f(0)", 1), TestCase("f(60)", 1), TestCase("f(0)", 1)],
                   timeout_s=5.0, test_timeout_s=0.5)
-    assert (r.passed, r.status, r.failure) == (1, "timeout", "timeout")
+    assert (r.passed, r.status, r.failure) == (2, "ok", "timeout")
     assert r.seconds < 3.0
     r = timed_run(program, [TestCase("f(0.2)", 1)] * 20, timeout_s=1.0, test_timeout_s=0.5)
     assert 0 < r.passed < 20 and (r.status, r.failure) == ("timeout", "timeout")
@@ -229,7 +230,8 @@ def test_callable_from_threads_and_a_forkserver_worker():
 ], ids=["at import", "in the call", "ignoring signals"])
 def test_infinite_loops_are_killed(mech, program):
     r = timed_run(program, [TestCase("f(1)", 2)], timeout_s=1.0, test_timeout_s=0.5)
-    assert (r.passed, r.status, r.failure) == (0, "timeout", "timeout")
+    # a call is stopped by the harness (status ok: every test ran), the import by the whole run's clock
+    assert (r.passed, r.failure) == (0, "timeout") and r.status == ("timeout" if "while" in program[:5] else "ok")
     assert_no_survivors()
 
 
