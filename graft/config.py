@@ -351,13 +351,20 @@ class CodeTaskConfig:
     families: list[str] | None = None
     """Problem families (graft/data/code_task.py ``CODE_FAMILIES``: add, reverse, list_stat, ...): prompt i comes
     from ``families[i % len(families)]``; ``None``: every family but ``factorial``."""
-    tests_per_prompt: int = 4
-    """Hidden ``assert f(x) == y`` tests per problem (never the example the problem text shows)."""
+    tests_per_prompt: int = 10
+    """Hidden ``assert f(x) == y`` tests per problem (never the example the problem text shows): each family's edge
+    classes first, then random inputs; 10 rejects every wrong program of the mutant suite on every row
+    (``results/code/kill_rates.md``)."""
+    fresh_tests: int = 6
+    """Held-out tests per problem on inputs drawn afresh from its family: never in the reward, run on rewarded
+    programs only (status and monitor flag ``holdout_fail``: a program that fits the tests without solving the
+    problem). 0: none."""
 
     def __post_init__(self) -> None:
         _check(self.num_prompts > 0, "num_prompts", f"must be positive, got {self.num_prompts}")
         _check(self.families is None or len(self.families) > 0, "families", "must name at least one family (or be null)")
         _check(self.tests_per_prompt >= 1, "tests_per_prompt", f"must be >= 1, got {self.tests_per_prompt}")
+        _check(self.fresh_tests >= 0, "fresh_tests", f"must be >= 0, got {self.fresh_tests}")
 
 
 @dataclass

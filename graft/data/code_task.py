@@ -1,35 +1,41 @@
 """The ``code`` domain's embedded task: seeded procedural problems asking for one small Python function.
 
-``make_code_task(3, 0, ["add", "transform", "palindrome"])`` gives rows such as::
+``make_code_task(1, 0, ["add"])[0]`` is a row such as::
 
     {"id": "add-00000",
      "problem": "Write a Python function `add_50(x)` that returns x plus 50. For example, add_50(97) returns 147.",
-     "tests": ["assert add_50(53) == 103", "assert add_50(5) == 55", "assert add_50(33) == 83",
-               "assert add_50(65) == 115"],
+     "tests": ["assert add_50(0) == 50", "assert add_50(-50) == 0", "assert add_50(-1) == 49", ...],
+     "fresh_tests": ["assert add_50(-6613) == -6563", ...],
      "entry_point": "add_50"}
 
-(hand-checked: 97 + 50 = 147 in the text; 53 + 50 = 103 in the first test). A row asks for ONE function, states
-precisely what it returns and shows ONE example call with its result. Its ``tests`` are hidden unit tests of
-exactly the form ``assert NAME(ARGS) == LITERAL`` (literal arguments, literal expected value: a grader can split
-each into call and expected value, and the expected values never need to enter the sandbox), on inputs that
-differ from the example's and from each other. Expected values come from the reference implementation of each
-family (:attr:`CodeSpec.ref`, plain Python); :func:`solution` gives the separately written reference *source*
-(a correct response), and the tests check that the two agree.
+(hand-checked: 97 + 50 = 147 in the text; 0 + 50 = 50 and -50 + 50 = 0 in the tests). A row asks for ONE function,
+states precisely what it returns and shows ONE example call with its result. Its ``tests`` are hidden unit tests of
+exactly the form ``assert NAME(ARGS) == LITERAL`` (literal arguments, literal expected value: a grader splits each
+into call and expected value, and the expected values never enter the sandbox), on inputs that differ from the
+example's and from each other. ``fresh_tests`` are more of the same on inputs drawn afresh from the family (a
+separate random stream): they never count toward the reward; the grader runs them on rewarded programs only, to
+detect a program that fits the tests without solving the problem (status and monitor flag ``holdout_fail``).
+Expected values come from the reference implementation of each family (:attr:`CodeSpec.ref`, plain Python);
+:func:`solution` gives the separately written reference *source* (a correct response), and the tests check that
+the two agree.
 
-Families (:data:`CODE_FAMILIES`, name -> generator, easiest first within each group) draw their constants,
-so a family has many distinct functions: ``add_7`` and ``add_12`` are two problems of ``add``. The function name
-carries the constants (``clamp_3_20``, ``count_e``), so one name always means one specification, in every
-draw. Families whose function is fixed (``transform``'s ``reverse_string``, ``palindrome``, ...) vary by the
-example and the tests only. Boolean and piecewise families draw their test inputs from alternating strata
-(divisible / not, palindrome / not, below / inside / above the range), so a constant answer cannot pass
-all the tests. The first four tests also hold inputs on which each family's plausible near misses go wrong
-(``multiple``: n = 0; ``count_above``: k itself; ``max_of_list``: an all-negative list; ``palindrome``: a near
-palindrome; see each draw's comment), made by reshaping drawn values, without further draws;
-tests/data/test_code_task.py lists the shortcuts and near misses that must fail (with fewer tests some pass).
+**What the tests cover.** Each family lists its input classes in priority order (:attr:`CodeSpec.edges`): the
+boundaries and edge inputs of its specification, each one deliberately (zero, negatives, each bound and its
+neighbours, empty and one-element inputs, long inputs, values far from the constants, repeated values, an order
+that is not sorted, and the inputs on which known near misses go wrong; see each family's ``edges``). A row's
+first tests are those classes (values drawn for each), then random inputs from the whole input space
+(:attr:`CodeSpec.draw`: sizes up to 10**9, strings and lists up to ~150 long) fill ``tests_per_prompt``. The
+number of tests was chosen by measuring how many wrong programs of a committed mutant suite they reject
+(tests/data/code_mutants.py, ``results/code/kill_rates.md``), not by feel.
 
-Like :mod:`graft.data.arithmetic`: ``random.Random(seed)`` with integer draws only (``randint``,
-``randrange``, ``choice``), so the same arguments give the same rows, ids and order on every run and
-platform. The instruction to answer in a fenced ```python block belongs to the prompt template, not here.
+Families (:data:`CODE_FAMILIES`, name -> generator) draw their constants, so a family has many distinct functions:
+``add_7`` and ``add_12`` are two problems of ``add``. The function name carries the constants (``clamp_3_20``,
+``count_e``), so one name always means one specification, in every draw. Families whose function is fixed
+(``transform``'s ``reverse_string``, ``palindrome``, ...) vary by the example and the tests only.
+
+Like :mod:`graft.data.arithmetic`: ``random.Random(seed)`` with integer draws only (``randint``, ``randrange``,
+``choice``, ``shuffle``), so the same arguments give the same rows, ids and order on every run and platform. The
+instruction to answer in a fenced ```python block belongs to the prompt template, not here.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ from functools import lru_cache
 from typing import Any
 
 from graft.data.arithmetic import family_of
+
+Args = tuple
+"""The arguments of one call."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,12 @@ class CodeSpec:
     """What the function returns, the text after "that returns" (``x plus 7``)."""
     ref: Callable[..., Any]
     """The reference implementation: computes every expected value."""
-    draw: Callable[[random.Random, int], tuple]
-    """The arguments of call ``j`` (``j = 0``: the example; ``1, 2, ...``: the tests), drawn from ``rng``."""
+    example: Callable[[random.Random], Args]
+    """The problem's example call: a typical input, none of the edge classes."""
+    edges: Callable[[random.Random], list[Args]]
+    """The input classes every row tests, in priority order (values drawn from ``rng`` where a class has many)."""
+    draw: Callable[[random.Random], Args]
+    """A random input from the whole input space (the tests beyond the edge classes, and the fresh tests)."""
     source: str
     """The reference solution's code (what :func:`solution` returns), written apart from ``ref``."""
 
@@ -91,11 +104,16 @@ drum python code data table chair sofa lamp clock phone camera""".split()
 )
 
 _VOWELS = "aeiou"
+BIG = 10**9
+"""The largest magnitude of a drawn integer (floats hold every integer up to 2**53 exactly)."""
+LOOPED = 10**7
+"""The largest magnitude where a correct program may plausibly loop once per unit (a multiplication by repeated
+addition, a divisibility test by repeated subtraction): it still ends within the sandbox's time per test."""
 
 
-def _letters(rng: random.Random, lo: int, hi: int) -> str:
-    """``lo..hi`` random lowercase letters."""
-    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(lo, hi)))
+def _letters(rng: random.Random, lo: int, hi: int, alphabet: str = string.ascii_lowercase) -> str:
+    """``lo..hi`` random characters of ``alphabet``."""
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(lo, hi)))
 
 
 def _text(rng: random.Random) -> str:
@@ -103,29 +121,41 @@ def _text(rng: random.Random) -> str:
     return rng.choice(_WORDS) if rng.randrange(2) else _letters(rng, 3, 8)
 
 
+def _long_text(rng: random.Random) -> str:
+    """60..150 lowercase letters."""
+    return _letters(rng, 60, 150)
+
+
+def _wide(rng: random.Random, big: int = BIG) -> int:
+    """An integer of random size and sign: below 10, 1000, 10**6 or ``big`` in magnitude, each as likely."""
+    mag = rng.choice((10, 1000, 10**6, big))
+    return rng.randint(-mag + 1, mag - 1)
+
+
 def _ints(rng: random.Random, lo: int, hi: int, min_len: int, max_len: int) -> list[int]:
     return [rng.randint(lo, hi) for _ in range(rng.randint(min_len, max_len))]
 
 
-def _with_letter(rng: random.Random, c: str) -> str:
-    """A word holding the letter ``c`` one to three more times, at random places."""
-    s = _text(rng)
-    for _ in range(rng.randint(1, 3)):
-        i = rng.randint(0, len(s))
-        s = s[:i] + c + s[i:]
-    return s
+def _wide_list(rng: random.Random, min_len: int = 0) -> list[int]:
+    """A list of random length (``min_len``..12, or 20..60 one time in four) of integers of one random size."""
+    n = rng.randint(20, 60) if rng.randrange(4) == 0 else rng.randint(min_len, 12)
+    mag = rng.choice((10, 100, 1000, 10**6))
+    return [rng.randint(-mag, mag) for _ in range(n)]
 
 
-def _palindrome(rng: random.Random) -> str:
-    half = _letters(rng, 1, 4)
+def _next(c: str) -> str:
+    """The next lowercase letter (``z`` -> ``a``)."""
+    return chr((ord(c) - ord("a") + 1) % 26 + ord("a"))
+
+
+def _palindrome(rng: random.Random, lo: int = 1, hi: int = 4) -> str:
+    half = _letters(rng, lo, hi)
     return half + (rng.choice(string.ascii_lowercase) if rng.randrange(2) else "") + half[::-1]
 
 
 def _not_palindrome(rng: random.Random) -> str:
     s = _text(rng)
-    if s == s[::-1]:  # first and last letters differ afterwards
-        s = chr((ord(s[-1]) - ord("a") + 1) % 26 + ord("a")) + s[1:]
-    return s
+    return _next(s[-1]) + s[1:] if s[0] == s[-1] else s  # first and last letters differ afterwards
 
 
 def _mixed_case(rng: random.Random) -> str:
@@ -144,7 +174,10 @@ def _add(k: int) -> CodeSpec:
         "x",
         f"x plus {k}",
         lambda x: x + k,
-        lambda rng, j: (rng.randint(0, 99),),
+        lambda rng: (rng.randint(1, 99),),
+        # 0 (x * k, x - k), -k (sum 0), negatives (abs, max(x, 0)), sizes far beyond a lookup table over 0..99
+        lambda rng: [(0,), (-k,), (-1,), (rng.randint(-99, -2),), (rng.randint(10**4, BIG),), (rng.randint(-BIG, -(10**4)),)],
+        lambda rng: (_wide(rng),),
         f"def add_{k}(x):\n    return x + {k}\n",
     )
 
@@ -156,99 +189,138 @@ def _mul(k: int) -> CodeSpec:
         "x",
         f"x times {k}",
         lambda x: x * k,
-        lambda rng, j: (rng.randint(0, 60),),
+        lambda rng: (rng.randint(2, 60),),
+        # 0 and 1 (x + k, x ** k), negatives (repeated addition over range(x), abs), sizes beyond a table
+        lambda rng: [
+            (0,),
+            (1,),
+            (-1,),
+            (rng.randint(-60, -2),),
+            (rng.randint(10**4, LOOPED // k),),
+            (rng.randint(-LOOPED // k, -(10**4)),),
+        ],
+        lambda rng: (_wide(rng, LOOPED) // k,),
         f"def times_{k}(x):\n    return x * {k}\n",
     )
 
 
 def _multiple(k: int) -> CodeSpec:
-    """is_multiple_of_k(n) returns whether k divides n (k in 2..12; k = 2 is "is even"); tests alternate True/False."""
-
-    # j = 0: the example, j >= 1: the tests. The first test is a positive n below k, so `n % k == 0 or n // k == 0`
-    # (rewarded in a run when no test tried such an n: results/code/README.md) fails. The second is n = 0 (divisible
-    # by every k), so `n % k == 0 and n > 0` fails; no other draw is 0 (m = 0 reads as 61 in the other multiples).
-    # A wrong divisor fails too: for composite k the False tests are k // q and k * m + k // p (p, q the smallest
-    # and largest prime factors of k), so every proper divisor of k divides one of them (12: 4 and 12m + 6), and
-    # the fourth test is k * m with m divisible by neither k - 1 nor k + 1.
+    """is_multiple_of_k(n) returns whether k divides n (k in 2..12; k = 2 is "is even"); tests True and False alike."""
+    # p, q: the smallest and largest prime factors of k. For composite k the False inputs k // q and k * m + k // p
+    # hold every proper divisor of k between them (12: 4 and 12m + 6), so `n % d == 0` fails for each divisor d.
     p = next(d for d in range(2, k + 1) if k % d == 0)
     q = next(d for d in range(k, 1, -1) if k % d == 0 and all(d % e for e in range(2, d)))
 
-    def draw(rng, j):
-        m, r = rng.randint(0, 60), 0 if j % 2 == 0 else rng.randint(1, k - 1)
-        if j == 1:
-            return (k // q if q < k else r,)
-        if j == 2:
-            return (0,)
-        if j == 3:
-            return (k * m + (k // p if p < k else r),)
-        if j == 4:
-            m = next(x for x in range(m or 1, m + 5) if x % (k + 1) and (k < 3 or x % (k - 1)))
-        return (k * (m or 61) + r,)
+    def edges(rng: random.Random) -> list[Args]:
+        r = rng.randint(1, k - 1)
+        m = next(x for x in range(rng.randint(2, 60), 200) if x % (k + 1) and (k < 3 or x % (k - 1)))  # not k +- 1
+        return [
+            (0,),  # divisible by every k
+            (1,),
+            (k // q if q < k else r,),  # a positive n below k: `n // k == 0` says True
+            (-k,),  # a negative multiple: `n > 0` guards
+            (k * m,),  # a multiple of k, not of k - 1 or k + 1
+            (k * m + (k // p if p < k else r),),
+            (-(k * rng.randint(1, 60) + r),),  # a negative non-multiple
+            (k * rng.randint(10**4, LOOPED // k),),  # large: a rule over small n only
+            (k * rng.randint(10**4, LOOPED // k) + r,),
+            (k + 1,),  # n % k == 1: `n % k <= 1`
+            (k,),
+        ]
 
     return CodeSpec(
         f"is_multiple_of_{k}",
         "n",
         f"True if the integer n is divisible by {k}, and False otherwise",
         lambda n: n % k == 0,
-        draw,
+        lambda rng: (k * rng.randint(2, 60) + rng.choice((0, rng.randint(1, k - 1))),),
+        edges,
+        lambda rng: (k * (_wide(rng, LOOPED) // k) + rng.choice((0, 0, rng.randint(1, k - 1))),),
         f"def is_multiple_of_{k}(n):\n    return n % {k} == 0\n",
     )
 
 
 def _distance(k: int) -> CodeSpec:
-    """distance_from_k(x) returns abs(x - k), for k in 1..60; inputs alternate below and above k."""
-
-    def draw(rng, j):
-        return (rng.randint(k - 30, k - 1) if j % 2 == 0 else rng.randint(k + 1, k + 30),)
-
+    """distance_from_k(x) returns abs(x - k), for k in 1..60."""
     return CodeSpec(
         f"distance_from_{k}",
         "x",
         f"the absolute difference between the integer x and {k}",
         lambda x: abs(x - k),
-        draw,
+        lambda rng: (rng.randint(k + 2, k + 30) if k < 3 or rng.randrange(2) else rng.randint(max(1, k - 30), k - 2),),
+        # x = k and its neighbours, 0, -k and other negatives (abs(x) - k, abs(abs(x) - k)), far on both sides
+        lambda rng: [
+            (k,),
+            (k + 1,),
+            (k - 1,),
+            (0,),
+            (-k,),
+            (rng.randint(-1000, -1),),
+            (rng.randint(10**4, BIG),),
+            (rng.randint(-BIG, -(10**4)),),
+        ],
+        lambda rng: (_wide(rng),),
         f"def distance_from_{k}(x):\n    return abs(x - {k})\n",
     )
 
 
 def _clamp(lo: int, hi: int) -> CodeSpec:
-    """clamp_lo_hi(x) returns x limited to [lo, hi] (0 <= lo <= 20, hi - lo in 5..40); inputs inside, below, above."""
-
-    def draw(rng, j):
-        return ((rng.randint(lo + 1, hi - 1), rng.randint(lo - 20, lo - 1), rng.randint(hi + 1, hi + 20))[j % 3],)
-
+    """clamp_lo_hi(x) returns x limited to [lo, hi] (0 <= lo <= 20, hi - lo in 5..40)."""
     return CodeSpec(
         f"clamp_{lo}_{hi}",
         "x",
         f"the integer x limited to the range {lo} to {hi}: {lo} when x is less "
         f"than {lo}, {hi} when x is greater than {hi}, and x itself otherwise",
         lambda x: min(max(x, lo), hi),
-        draw,
+        lambda rng: (rng.choice((rng.randint(lo + 2, hi - 2), rng.randint(lo - 30, lo - 2), rng.randint(hi + 2, hi + 30))),),
+        # each bound and both its neighbours, inside, and far outside on both sides
+        lambda rng: [
+            (lo,),
+            (hi,),
+            (lo - 1,),
+            (hi + 1,),
+            (lo + 1,),
+            (hi - 1,),
+            (rng.randint(lo + 2, hi - 2),),
+            (rng.randint(-BIG, -(10**3)),),
+            (rng.randint(10**3, BIG),),
+        ],  # fmt: skip
+        lambda rng: (_wide(rng),),
         f"def clamp_{lo}_{hi}(x):\n    if x < {lo}:\n        return {lo}\n    if x > {hi}:\n        return {hi}\n    return x\n",
     )
 
 
 def _digit_sum() -> CodeSpec:
-    """sum_of_digits(n) returns the sum of the decimal digits of n >= 0 (one function; n has 1 to 6 digits)."""
+    """sum_of_digits(n) returns the sum of the decimal digits of n >= 0 (one function)."""
 
-    # The first test is n * 1000 + 789 (digit sum >= 24): `n % 9`, the digital root, `n % 10 + n // 10` and
-    # returning n itself all fail there, while a test of 1 or 2 digits cannot tell them from the digit sum.
-    def draw(rng, j):
-        n = rng.randint(0, 10 ** rng.randint(1, 6) - 1)
-        return (n * 1000 + 789 if j == 1 else n,)
+    def edges(rng: random.Random) -> list[Args]:
+        # 0, one digit, 9 (n % 9), 10, a digit sum >= 24 (the digital root, n % 10 + n // 10), inner zeros, 10..15
+        # digits (a sum over the first few digits only)
+        return [
+            (0,),
+            (9,),
+            (rng.randint(1, 8),),
+            (10,),
+            (rng.randint(1, 999) * 1000 + 789,),
+            (10 ** rng.randint(4, 8) + rng.randint(1, 9),),
+            (rng.randint(10**9, 10**15),),
+            (rng.randint(11, 99),),
+        ]
 
     return CodeSpec(
         "sum_of_digits",
         "n",
         "the sum of the decimal digits of the non-negative integer n",
         lambda n: sum(int(d) for d in str(n)),
-        draw,
+        lambda rng: (rng.randint(100, 99999),),
+        edges,
+        lambda rng: (rng.randint(0, 10 ** rng.randint(1, 15)),),
         "def sum_of_digits(n):\n    total = 0\n    while n > 0:\n        total += n % 10\n        n //= 10\n    return total\n",
     )
 
 
 def _factorial() -> CodeSpec:
-    """factorial(n) returns n! for n in 0..10 (one function, 11 inputs: 11 problems, not in the default mix)."""
+    """factorial(n) returns n! for n >= 0 (one function; examples 3..10: 8 problems, not in the default mix)."""
 
     def ref(n):
         out = 1
@@ -256,22 +328,15 @@ def _factorial() -> CodeSpec:
             out *= i
         return out
 
-    # The first test is n = 0 (unless the example, drawn just before, is 0: then n = 1), so a recursion whose only
-    # base case is n == 1 (RecursionError at 0) fails. The example's n is kept to tell the two apart.
-    shown: list[int] = []
-
-    def draw(rng, j):
-        n = rng.randint(0, 10)
-        if j == 0:
-            shown[:] = [n]
-        return (1 if shown == [0] else 0,) if j == 1 else (n,)
-
     return CodeSpec(
         "factorial",
         "n",
         "the factorial of the integer n >= 0, that is 1 * 2 * ... * n (and 1 when n is 0)",
         ref,
-        draw,
+        lambda rng: (rng.randint(3, 10),),
+        # 0 (a recursion whose only base case is 1), 1, 2, and past a lookup table over 0..10 or float precision
+        lambda rng: [(0,), (1,), (2,), (rng.randint(11, 17),), (rng.randint(18, 25),), (rng.randint(26, 30),)],
+        lambda rng: (rng.randint(0, 30),),
         "def factorial(n):\n    result = 1\n    for i in range(1, n + 1):\n        result *= i\n    return result\n",
     )
 
@@ -279,54 +344,118 @@ def _factorial() -> CodeSpec:
 # ----------------------------------------------------------------------------- string families
 
 
-def _capital_first(rng: random.Random, j: int) -> str:
-    """to_upper's inputs: the first test starts with a capital ('Clock'): on lowercase words only, `s.swapcase()` and
-    `chr(ord(c) - 32)` for every c agree with `s.upper()`."""
-    s = _text(rng)
-    return s[0].upper() + s[1:] if j == 1 else s
+def _odd_text(rng: random.Random) -> str:
+    """Letters, digits, spaces and punctuation in mixed case (a string that is not one lowercase word)."""
+    return _letters(rng, 4, 12, string.ascii_letters + string.digits + " .,!-")
 
 
-_TRANSFORMS: dict[str, tuple[str, Callable[[str], str], str, Callable[[random.Random, int], str]]] = {
-    "reverse_string": ("the string s reversed", lambda s: s[::-1], "s[::-1]", lambda rng, j: _text(rng)),
-    "to_upper": ("the string s with every letter in upper case", str.upper, "s.upper()", _capital_first),
-    "to_lower": ("the string s with every letter in lower case", str.lower, "s.lower()", lambda rng, j: _mixed_case(rng)),
+def _string_edges(case: str) -> Callable[[random.Random], list[Args]]:
+    """The inputs of a fixed string function: '', one character, a word starting with a capital, an all-capital
+    word, mixed case with digits and punctuation, two words, a long string of mixed case (``case`` picks the
+    word's case)."""
+
+    def edges(rng: random.Random) -> list[Args]:
+        word = _text(rng)
+        first = word if case == "lower" else word[0].upper() + word[1:]
+        return [
+            ("",),
+            (rng.choice(string.ascii_letters),),
+            (first,),
+            (word.upper() if case != "upper" else _text(rng),),
+            (_odd_text(rng),),
+            (f"{_text(rng)} {_mixed_case(rng)}",),
+            (_letters(rng, 30, 150, string.ascii_letters + " "),),
+            (f" {_mixed_case(rng)} ",),  # spaces at both ends: a result stripped of them
+        ]
+
+    return edges
+
+
+_TRANSFORMS: dict[str, tuple[str, Callable[[str], str], str, str]] = {
+    "reverse_string": ("the string s reversed", lambda s: s[::-1], "s[::-1]", "any"),
+    "to_upper": ("the string s with every letter in upper case", str.upper, "s.upper()", "upper"),
+    "to_lower": ("the string s with every letter in lower case", str.lower, "s.lower()", "lower"),
 }
-"""Per function: what it returns, the reference, the reference solution's expression, and the input of call j."""
+"""Per function: what it returns, the reference, the reference solution's expression, and which case its
+typical input has."""
 
 
 def _transform(name: str) -> CodeSpec:
     """reverse_string(s), to_upper(s) or to_lower(s): one of three fixed string functions."""
-    returns, ref, expr, text = _TRANSFORMS[name]
-    return CodeSpec(name, "s", returns, ref, lambda rng, j: (text(rng, j),), f"def {name}(s):\n    return {expr}\n")
+    returns, ref, expr, case = _TRANSFORMS[name]
+    return CodeSpec(
+        name,
+        "s",
+        returns,
+        ref,
+        lambda rng: (_mixed_case(rng) if case == "lower" else _text(rng),),
+        _string_edges(case),
+        lambda rng: (rng.choice((_text(rng), _odd_text(rng), _letters(rng, 0, 150, string.ascii_letters + " "))),),
+        f"def {name}(s):\n    return {expr}\n",
+    )
+
+
+def _sprinkle(rng: random.Random, s: str, c: str, times: int) -> str:
+    """``s`` with ``times`` more ``c`` at random places."""
+    for _ in range(times):
+        i = rng.randint(0, len(s))
+        s = s[:i] + c + s[i:]
+    return s
 
 
 def _count_char(c: str) -> CodeSpec:
     """count_c(s) returns how many times the letter c appears in s (26 letters), or count_vowels(s) (c = "vowels")."""
     if c == "vowels":
-        # The first test ends in "uyu": counting y, distinct vowels only, or missing u all fail there.
-        return CodeSpec(
-            "count_vowels",
-            "s",
-            "the number of vowels (a, e, i, o, u) in the lowercase string s",
-            lambda s: sum(ch in _VOWELS for ch in s),
-            lambda rng, j: (_text(rng) + ("uyu" if j == 1 else ""),),
-            "def count_vowels(s):\n    return sum(1 for ch in s if ch in 'aeiou')\n",
-        )
+        return _count_vowels()
+    other = _next(c)
 
-    # The second test holds c at least twice, so `c in s` (True == 1, False == 0) cannot pass on counts of 0 and 1.
-    def draw(rng, j):
-        if j % 2:
-            return (_text(rng),)
-        s = _with_letter(rng, c)
-        return (s if j != 2 or s.count(c) > 1 else s[: len(s) // 2] + c + s[len(s) // 2 :],)
+    def edges(rng: random.Random) -> list[Args]:
+        # '' and a string without c (0), c alone, c 4..7 times (min(count, 3)), c at both ends, only c's, long
+        plain = _text(rng).replace(c, other)
+        return [
+            ("",),
+            (plain,),
+            (c,),
+            (_sprinkle(rng, plain, c, rng.randint(4, 7)),),
+            (c + _text(rng).replace(c, other) + c,),
+            (c * rng.randint(2, 9),),
+            (_sprinkle(rng, _long_text(rng).replace(c, other), c, rng.randint(8, 20)),),
+        ]
 
     return CodeSpec(
         f"count_{c}",
         "s",
         f"the number of times the letter '{c}' appears in the string s",
         lambda s: s.count(c),
-        draw,
+        lambda rng: (_sprinkle(rng, _text(rng).replace(c, other), c, rng.randint(1, 3)),),
+        edges,
+        lambda rng: (_sprinkle(rng, _letters(rng, 0, 80), c, rng.randint(0, 12)),),
         f"def count_{c}(s):\n    return s.count('{c}')\n",
+    )
+
+
+def _count_vowels() -> CodeSpec:
+    def edges(rng: random.Random) -> list[Args]:
+        # '', no vowel (and y), 'uyu' (y counted, u missed), every vowel, vowels repeated (distinct ones), long
+        return [
+            ("",),
+            (_letters(rng, 3, 8, "bcdfghjklmnpqrstvwxyz"),),
+            (_text(rng) + "uyu",),
+            ("".join(rng.sample(_VOWELS, 5)),),
+            (rng.choice(_VOWELS) * rng.randint(3, 6) + _text(rng),),
+            (_long_text(rng),),
+            (rng.choice(_VOWELS),),
+        ]
+
+    return CodeSpec(
+        "count_vowels",
+        "s",
+        "the number of vowels (a, e, i, o, u) in the lowercase string s",
+        lambda s: sum(ch in _VOWELS for ch in s),
+        lambda rng: (_text(rng),),
+        edges,
+        lambda rng: (_letters(rng, 0, 100),),
+        "def count_vowels(s):\n    return sum(1 for ch in s if ch in 'aeiou')\n",
     )
 
 
@@ -337,57 +466,91 @@ def _repeat(k: int) -> CodeSpec:
         "s",
         f"the string s repeated {k} times, joined into one string",
         lambda s: s * k,
-        lambda rng, j: (_letters(rng, 1, 4),),
+        lambda rng: (_letters(rng, 2, 4),),
+        # '', one character, a word, words with spaces (one at the end: a result stripped), a long string (a result cut)
+        lambda rng: [
+            ("",),
+            (rng.choice(string.ascii_lowercase),),
+            (_text(rng),),
+            (f"{_text(rng)} {_text(rng)} ",),
+            (_long_text(rng),),
+        ],
+        lambda rng: (_letters(rng, 0, 60, string.ascii_lowercase + " "),),
         f"def repeat_{k}(s):\n    return s * {k}\n",
     )
 
 
 def _first_n(n: int) -> CodeSpec:
-    """first_n(s) returns the first n characters of s, all of s if shorter (n in 1..9); inputs alternate longer/not."""
+    """first_n(s) returns the first n characters of s, all of s if shorter (n in 1..9)."""
 
-    def draw(rng, j):  # a longer test never ends as it starts (its last letter moves on), so s[-n:] fails there
-        if j % 2:
-            return (_letters(rng, 1, n),)
-        s = _letters(rng, n + 1, n + 6)
-        return (s[:-1] + chr((ord(s[-1]) - ord("a") + 1) % 26 + ord("a")) if j and s[-n:] == s[:n] else s,)
+    def longer(rng: random.Random, lo: int, hi: int) -> str:
+        s = _letters(rng, lo, hi)
+        return s[:-1] + _next(s[-1]) if s[-n:] == s[:n] else s  # its end differs from its start: s[-n:] fails
+
+    def edges(rng: random.Random) -> list[Args]:
+        # '' (s[0] + s[1:n]), exactly n, one longer, long, shorter by one, one character, two words
+        out = [("",), (_letters(rng, n, n),), (longer(rng, n + 1, n + 1),), (longer(rng, 30, 150),), (longer(rng, n + 2, n + 6),)]
+        out += [(_letters(rng, n - 1, n - 1),), (_letters(rng, 1, 1),)] if n > 1 else []
+        return out + [(f" {_text(rng)}",)]  # a space first: the first word, a result stripped
 
     returns = (
-        "the first character of the non-empty string s"
+        "the first character of the string s (the empty string when s is empty)"
         if n == 1
         else f"the first {n} characters of the string s (all of s when s is shorter than {n} characters)"
     )
-    return CodeSpec(f"first_{n}", "s", returns, lambda s: s[:n], draw, f"def first_{n}(s):\n    return s[:{n}]\n")
+    return CodeSpec(
+        f"first_{n}",
+        "s",
+        returns,
+        lambda s: s[:n],
+        lambda rng: (longer(rng, n + 2, n + 6),),
+        edges,
+        lambda rng: (_letters(rng, 0, 2 * n + 10),),
+        f"def first_{n}(s):\n    return s[:{n}]\n",
+    )
 
 
-def _palindrome_draw(rng: random.Random, j: int) -> tuple:
-    """Test j: 1 any non-palindrome, 2 an even palindrome, 3 a near palindrome, 4 an odd palindrome, then again.
+def _near_palindrome(rng: random.Random, lo: int, hi: int) -> str:
+    """w + w[::-1] with one pair of letters in its inner half made to differ: the ends match, a check of the first
+    few pairs says True."""
+    half = _letters(rng, lo, hi)
+    s = list(half + half[::-1])
+    i = rng.randint(len(half) // 2, len(half) - 1)
+    s[i] = _next(s[i])
+    return "".join(s)
 
-    The near palindrome is w + w[::-1] with its two middle letters made to differ ('nktug' -> 'nktughutkn'): every
-    check of only the ends (s[0] == s[-1]), or of all pairs but the middle one, says True there. Even and odd
-    palindromes both: comparing s[:len(s) // 2] with s[len(s) // 2:][::-1] fails on odd ones.
-    """
-    if j % 2:
-        s = _not_palindrome(rng)
-        return (s + chr((ord(s[-1]) - ord("a") + 1) % 26 + ord("a")) + s[-2::-1] if j % 4 == 3 else s,)
-    s = _palindrome(rng)
-    h = len(s) // 2
-    if j and j % 4 == 2 and len(s) % 2:  # even: drop the middle letter
-        s = s[:h] + s[h + 1 :]
-    elif j and j % 4 == 0 and len(s) % 2 == 0:  # odd: double the middle letter
-        s = s[:h] + s[h] + s[h:]
-    if j and len(set(s)) == 1:  # two letters at least ('cc' -> 'dccd'): s == ''.join(sorted(s)) fails
-        s = chr((ord(s[0]) - ord("a") + 1) % 26 + ord("a")).join(("", s, ""))
-    return (s,)
+
+def _palindrome_edges(rng: random.Random) -> list[Args]:
+    # '', one letter, two equal and two different letters, even and odd palindromes, the middle pair differing,
+    # equal ends around a non-palindrome, long palindromes and near palindromes (a check of the first few pairs)
+    a = rng.choice(string.ascii_lowercase)
+    half = _letters(rng, 2, 4)
+    s = _not_palindrome(rng)
+    return [
+        ("",),
+        (a,),
+        (a + a,),
+        (a + _next(a),),
+        (half + half[::-1],),
+        (half + _next(half[-1]) + half[::-1],),
+        (s + _next(s[-1]) + s[-2::-1],),
+        (a + s + a,),
+        (_palindrome(rng, 15, 40),),
+        (_near_palindrome(rng, 15, 40),),
+        (_not_palindrome(rng),),
+    ]
 
 
 def _palindrome_fn() -> CodeSpec:
-    """is_palindrome(s) returns whether s reads the same backwards (one function); tests alternate True/False."""
+    """is_palindrome(s) returns whether s reads the same backwards (one function); tests True and False alike."""
     return CodeSpec(
         "is_palindrome",
         "s",
         "True if the lowercase string s reads the same forwards and backwards, and False otherwise",
         lambda s: s == s[::-1],
-        _palindrome_draw,
+        lambda rng: (rng.choice((_palindrome(rng, 2, 4), _not_palindrome(rng))),),
+        _palindrome_edges,
+        lambda rng: (rng.choice((_palindrome(rng, 1, 40), _near_palindrome(rng, 1, 40), _letters(rng, 0, 40))),),
         "def is_palindrome(s):\n    return s == s[::-1]\n",
     )
 
@@ -395,50 +558,67 @@ def _palindrome_fn() -> CodeSpec:
 # ----------------------------------------------------------------------------- list families
 
 
-def _sum_list_input(v: list[int], j: int) -> list[int]:
-    """Test 1 is [] (`nums[0] + ...`, `reduce` fail), test 2 all negative (`abs`, positives only fail), no other call
-    is empty ([] reads as [0])."""
-    return [] if j == 1 else [x - 51 for x in v or [0]] if j == 2 else v or [0]
+def _sum_list_edges(rng: random.Random) -> list[Args]:
+    # [] (nums[0] + ...), one element, all negative (abs, positives only), a repeated value (sum of a set), long
+    # lists (a sum over the first few), large values, a list summing to 0
+    v = _ints(rng, -50, 50, 3, 6)
+    x = rng.randint(1, 99)
+    return [([],), ([rng.randint(-99, 99)],), ([-abs(e) - 1 for e in v],), (v + [v[0], x, x],), (_ints(rng, -99, 99, 20, 60),),
+            (_ints(rng, -BIG, BIG, 2, 6),), ([x, -x],)]  # fmt: skip
 
 
-def _max_of_list_input(v: list[int], j: int) -> list[int]:
-    """Test 1 all negative with its unique maximum last (`m = 0` as the start, `nums[0]`, `max(nums[:-1])` fail), test
-    2 a unique maximum first (`nums[-1]`, `max(nums[1:])` fail)."""
-    return [x - 52 for x in v] + [-1] if j == 1 else [max(v) + 1, *v] if j == 2 else v
+def _max_of_list_edges(rng: random.Random) -> list[Args]:
+    # one element, all negative with the maximum last (m = 0 to start, nums[0]), the maximum first (nums[-1]),
+    # the maximum twice, long with the maximum past the first few, large negative values, the maximum second (a
+    # maximum over every other element)
+    v = _ints(rng, -50, 50, 3, 6)
+    neg = [e - 52 for e in v]
+    long = _ints(rng, -99, 99, 20, 60)
+    long.insert(rng.randint(8, len(long)), 100)
+    return [([rng.randint(-99, 99)],), (neg + [max(neg) + 1],), ([max(v) + 1, *v],), (v + [max(v) + 5, max(v) + 5],), (long,),
+            (_ints(rng, -BIG, -1, 2, 6),), ([v[0], max(v) + 3, *v[1:]],)]  # fmt: skip
 
 
-def _list_length_input(v: list[int], j: int) -> list[int]:
-    """Test 1 repeats an element (`len(set(items))` fails)."""
-    return (v + v[:1] if v else [0, 0]) if j == 1 else v
+def _list_length_edges(rng: random.Random) -> list[Args]:
+    # [] and one element, repeats and a 0 (len(set(items)), a count of truthy items), long lists, a list of strings
+    v = _ints(rng, -9, 50, 2, 6)
+    return [
+        ([],),
+        ([rng.randint(-9, 50)],),
+        (v + v[:2] + [0],),
+        (_ints(rng, -9, 9, 20, 80),),
+        ([_text(rng) for _ in range(rng.randint(2, 6))],),
+    ]
 
 
-def _last_element_input(v: list[int], j: int) -> list[int]:
-    """Test 1 ends in a value that is neither its first, its largest nor its smallest ([a - 1, ..., a + 1, a])."""
-    return [v[0] - 1, *v[1:], v[0] + 1, v[0]] if j == 1 else v
+def _last_element_edges(rng: random.Random) -> list[Args]:
+    # one element, a last value that is neither the first, the largest nor the smallest, long lists, words
+    v = _ints(rng, -9, 50, 2, 6)
+    return [([rng.randint(-9, 50)],), ([v[0] - 1, *v[1:], v[0] + 1, v[0]],), (_ints(rng, -99, 99, 20, 60),),
+            ([_text(rng) for _ in range(rng.randint(2, 6))],)]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class _Stat:
     """One fixed list function: its parameter, what it returns (the prompt's words), the reference, the shortest
-    list it takes, the reference solution's expression, and ``test_input(v, j)``: the list of call ``j`` made from
-    the drawn list ``v`` (no further draws: the same rng use for every function)."""
+    list it takes, the reference solution's expression, and its edge inputs."""
 
     param: str
     returns: str
     ref: Callable[..., Any]
     min_len: int
     expr: str
-    test_input: Callable[[list[int], int], list[int]]
+    edges: Callable[[random.Random], list[Args]]
 
 
 _STATS: dict[str, _Stat] = {
     "sum_list": _Stat(
-        "nums", "the sum of the integers in the list nums (0 when nums is empty)", sum, 0, "sum(nums)", _sum_list_input
+        "nums", "the sum of the integers in the list nums (0 when nums is empty)", sum, 0, "sum(nums)", _sum_list_edges
     ),
-    "max_of_list": _Stat("nums", "the largest integer in the non-empty list nums", max, 1, "max(nums)", _max_of_list_input),
-    "list_length": _Stat("items", "the number of elements in the list items", len, 0, "len(items)", _list_length_input),
+    "max_of_list": _Stat("nums", "the largest integer in the non-empty list nums", max, 1, "max(nums)", _max_of_list_edges),
+    "list_length": _Stat("items", "the number of elements in the list items", len, 0, "len(items)", _list_length_edges),
     "last_element": _Stat(
-        "items", "the last element of the non-empty list items", lambda v: v[-1], 1, "items[-1]", _last_element_input
+        "items", "the last element of the non-empty list items", lambda v: v[-1], 1, "items[-1]", _last_element_edges
     ),
 }
 
@@ -451,7 +631,9 @@ def _list_stat(name: str) -> CodeSpec:
         st.param,
         st.returns,
         st.ref,
-        lambda rng, j: (st.test_input(_ints(rng, -9, 50, st.min_len, 6), j),),
+        lambda rng: (_ints(rng, -9, 50, max(2, st.min_len), 6),),
+        st.edges,
+        lambda rng: (_wide_list(rng, st.min_len),),
         f"def {name}({st.param}):\n    return {st.expr}\n",
     )
 
@@ -459,20 +641,24 @@ def _list_stat(name: str) -> CodeSpec:
 def _count_above(k: int) -> CodeSpec:
     """count_greater_than_k(nums) returns how many integers of nums exceed k, for k in 0..20 (0: count positives)."""
 
-    # The first test starts with k + 1 and ends with k: `v >= k`, `v > k - 1` and `v > k + 1` all miscount it. The
-    # second has no integer above k (those above are mirrored to 2k - v): its answer 0 differs from the first's.
-    def draw(rng, j):
-        nums = _ints(rng, k - 10, k + 10, 2, 7)
-        if j == 1:
-            return ([k + 1, *nums[1:-1], k],)
-        return ([min(v, 2 * k - v) for v in nums] if j == 2 else nums,)
+    def edges(rng: random.Random) -> list[Args]:
+        # [], k alone, k + 1 alone, [k + 1, ..., k] (>=, > k + 1), nothing above k, values far above k (a window
+        # k < v <= k + 10) and far below, a value above k repeated (a count of distinct values), long lists
+        nums = _ints(rng, k - 10, k + 10, 3, 7)
+        far = [rng.randint(k + 100, k + 1000), rng.randint(k + 11, k + 1000), rng.randint(-1000, k - 11)]
+        rng.shuffle(far)
+        up = rng.randint(k + 1, k + 9)
+        return [([],), ([k],), ([k + 1],), ([k + 1, *nums[1:-1], k],), ([min(v, 2 * k - v) for v in nums],), (far,),
+                (nums + [up, up, up],), (_ints(rng, k - 50, k + 50, 20, 60),)]  # fmt: skip
 
     return CodeSpec(
         f"count_greater_than_{k}",
         "nums",
         f"how many integers in the list nums are greater than {k}",
         lambda nums: sum(v > k for v in nums),
-        draw,
+        lambda rng: (_ints(rng, k - 10, k + 10, 3, 7),),
+        edges,
+        lambda rng: ([k + e for e in _wide_list(rng)],),
         f"def count_greater_than_{k}(nums):\n    count = 0\n    for v in nums:\n        if v > {k}:\n"
         "            count += 1\n    return count\n",
     )
@@ -481,18 +667,21 @@ def _count_above(k: int) -> CodeSpec:
 def _scale(k: int) -> CodeSpec:
     """multiply_each_by_k(nums) returns [v * k for v in nums], for k in 2..10 (2: double each)."""
 
-    # The first test starts with its unique largest value and ends with a negative one: a sorted result, or
-    # abs(v) * k, fails there.
-    def draw(rng, j):
-        nums = _ints(rng, -5, 20, 1, 5)
-        return ([max(nums) + 1, *nums, -abs(nums[0]) - 1] if j == 1 else nums,)
+    def edges(rng: random.Random) -> list[Args]:
+        # [], one element, the largest first and a negative last (sorted, abs), zeros and repeats (a filter, a set),
+        # long lists (a result cut short), large values
+        nums = _ints(rng, -5, 20, 2, 5)
+        return [([],), ([rng.randint(-20, 20)],), ([max(nums) + 1, *nums, -abs(nums[0]) - 1],),
+                ([0, *nums, nums[0], 0],), (_ints(rng, -99, 99, 20, 60),), (_ints(rng, -BIG // k, BIG // k, 2, 6),)]  # fmt: skip
 
     return CodeSpec(
         f"multiply_each_by_{k}",
         "nums",
         f"a new list holding each integer of the list nums multiplied by {k}, in the same order",
         lambda nums: [v * k for v in nums],
-        draw,
+        lambda rng: (_ints(rng, 1, 20, 2, 5),),
+        edges,
+        lambda rng: ([v // k for v in _wide_list(rng)],),
         f"def multiply_each_by_{k}(nums):\n    return [v * {k} for v in nums]\n",
     )
 
@@ -500,26 +689,25 @@ def _scale(k: int) -> CodeSpec:
 def _keep_multiples(k: int) -> CodeSpec:
     """keep_multiples_of_k(nums) returns the integers of nums divisible by k, in order (k in 2..9; 2: the evens)."""
 
-    # The first test starts with a multiple m >= 2k and ends with m - k twice (kept in that order and with the repeat:
-    # a sorted result, a set, or the list read backwards fails there); the third holds 0, divisible by every k
-    # (`if v and v % k == 0` fails).
-    def draw(rng, j):
-        nums = _ints(rng, 0, 40, 2, 6)
-        if j % 2 == 0:  # at least one multiple: a non-empty answer
-            nums[rng.randrange(len(nums))] = k * rng.randint(1, 40 // k)
-        elif j == 1:
-            m = k * max(2, nums[0] // k)
-            nums = [m, *nums[1:-1], m - k, m - k]
-        elif j == 3:
-            nums[len(nums) // 2] = 0
-        return (nums,)
+    def edges(rng: random.Random) -> list[Args]:
+        # [], none divisible ([]), all divisible (6..9 of them: a result cut short), [m, ..., m - k, m - k] (sorted,
+        # a set, the list read backwards), 0 (divisible by every k), negative and large multiples (v > 0, v < 100),
+        # long lists
+        m = k * rng.randint(2, 40 // k + 2)
+        none = [k * rng.randint(0, 9) + rng.randint(1, k - 1) for _ in range(rng.randint(2, 5))]
+        return [([],), (none,), ([k * rng.randint(-9, 9) for _ in range(rng.randint(6, 9))],),
+                ([m, *none[:2], m - k, m - k],), ([*none[:2], 0, k * rng.randint(1, 9)],),
+                ([-k * rng.randint(1, 20), *none[:1], -k, k, k * rng.randint(100, 10**5)],),
+                (_ints(rng, -99, 99, 20, 60),)]  # fmt: skip
 
     return CodeSpec(
         f"keep_multiples_of_{k}",
         "nums",
         f"a list of the integers in the list nums that are divisible by {k}, in their original order",
         lambda nums: [v for v in nums if v % k == 0],
-        draw,
+        lambda rng: ([k * rng.randint(1, 9), *_ints(rng, 1, 40, 2, 5)],),
+        edges,
+        lambda rng: (_wide_list(rng),),
         f"def keep_multiples_of_{k}(nums):\n    return [v for v in nums if v % {k} == 0]\n",
     )
 
@@ -548,10 +736,18 @@ CODE_FAMILIES: dict[str, CodeFamily] = {
 """Family name -> generator (``CODE_FAMILIES["add"](rng)`` draws a :class:`CodeSpec`); ``.doc`` is its one line."""
 
 DEFAULT_FAMILIES: tuple[str, ...] = tuple(f for f in CODE_FAMILIES if f != "factorial")
-"""Every family but ``factorial`` (11 inputs, so only 11 distinct problems: it cannot fill a large task). The
-narrowest, ``mul`` and ``multiple``, have 671 distinct problems each, so the mix fills ~10,000 prompts."""
+"""Every family but ``factorial`` (8 examples, so only 8 distinct problems: it cannot fill a large task)."""
+
+TESTS_PER_PROMPT = 10
+"""The default number of hidden tests of a problem (``data.code_task.tests_per_prompt``): the edge classes of every
+family (at most 11) first, then random inputs; chosen by the mutant measurement of ``results/code/kill_rates.md``."""
+FRESH_TESTS = 6
+"""The default number of held-out tests on fresh inputs (``data.code_task.fresh_tests``)."""
 
 _MAX_TRIES = 2_000
+_STREAMS = 1_000_003
+"""Prompt i's tests come from ``random.Random((seed * _STREAMS + i) * 2)`` and its fresh tests from ``... * 2 + 1``:
+streams of their own, so the problems do not depend on how many tests each has, nor the tests on the fresh tests."""
 
 
 def _example_text(spec: CodeSpec, args: tuple) -> str:
@@ -562,32 +758,54 @@ def _example_text(spec: CodeSpec, args: tuple) -> str:
     )
 
 
-def _tests(spec: CodeSpec, rng: random.Random, example: tuple, n: int, family: str) -> list[str]:
-    """``n`` tests on distinct inputs, none of them the example's."""
+def _assert(spec: CodeSpec, args: tuple) -> str:
+    return f"assert {spec.name}({', '.join(map(repr, args))}) == {spec.ref(*args)!r}"
+
+
+def _pick(spec: CodeSpec, rng: random.Random, first: list[Args], n: int, seen: set[str], family: str) -> list[str]:
+    """``n`` tests on distinct inputs not in ``seen`` (which grows): ``first`` in order, then ``spec.draw``."""
     tests: list[str] = []
-    seen, tries = {repr(example)}, 0
-    while len(tests) < n:
-        args = spec.draw(rng, len(tests) + 1)
-        tries += 1
+    queue = list(first)
+    for _ in range(_MAX_TRIES + len(queue)):
+        if len(tests) >= n:
+            return tests
+        args = queue.pop(0) if queue else spec.draw(rng)
         if repr(args) not in seen:
             seen.add(repr(args))
-            tests.append(f"assert {spec.name}({', '.join(map(repr, args))}) == {spec.ref(*args)!r}")
-        elif tries > _MAX_TRIES:
-            raise ValueError(f"code family {family!r} ({spec.name}) has too few distinct inputs for tests_per_prompt={n}")
-    return tests
+            tests.append(_assert(spec, args))
+    raise ValueError(f"code family {family!r} ({spec.name}) has too few distinct inputs for {n} tests")
+
+
+def _row(fam: str, i: int, width: int, spec: CodeSpec, example: Args, n_tests: int, n_fresh: int, seed: int) -> dict:
+    seen = {repr(example)}
+    rng = random.Random((seed * _STREAMS + i) * 2)
+    tests = _pick(spec, rng, spec.edges(rng), n_tests, seen, fam)
+    fresh: list[str] = []
+    if n_fresh:
+        rng = random.Random((seed * _STREAMS + i) * 2 + 1)
+        first = spec.edges(rng)  # the edge classes again, with values drawn afresh, then random inputs
+        rng.shuffle(first)
+        fresh = _pick(spec, rng, first[: n_fresh // 2], n_fresh, seen, fam)
+    row = {"id": f"{fam}-{i:0{width}d}", "problem": _example_text(spec, example), "tests": tests, "entry_point": spec.name}
+    return row | ({"fresh_tests": fresh} if fresh else {})
 
 
 def make_code_task(
-    num_prompts: int, seed: int, families: list[str] | tuple[str, ...] | None = None, tests_per_prompt: int = 4
+    num_prompts: int,
+    seed: int,
+    families: list[str] | tuple[str, ...] | None = None,
+    tests_per_prompt: int = TESTS_PER_PROMPT,
+    fresh_tests: int = FRESH_TESTS,
 ) -> list[dict]:
     """``num_prompts`` distinct problems, prompt i from ``families[i % len(families)]`` (a family named twice gets
-    twice the share; ``None``: :data:`DEFAULT_FAMILIES`), each with ``tests_per_prompt`` hidden tests.
+    twice the share; ``None``: :data:`DEFAULT_FAMILIES`), each with ``tests_per_prompt`` hidden tests (its edge
+    classes first) and ``fresh_tests`` held-out tests on fresh inputs (row key ``fresh_tests``; absent when 0).
 
-    Rows ``{"id": "FAMILY-00017", "problem", "tests", "entry_point"}``; the id's number is the index over the whole
-    list, so ids are unique and every result can be broken down by family (:func:`family_of`). Problems are
-    distinct as texts (two rows may ask for the same function with different examples and tests). Raises
-    ``ValueError`` on an unknown family, ``num_prompts <= 0``, ``tests_per_prompt <= 0``, or a family with too few
-    distinct problems or inputs. Deterministic in the arguments.
+    Rows ``{"id": "FAMILY-00017", "problem", "tests", "entry_point"[, "fresh_tests"]}``; the id's number is the index
+    over the whole list, so ids are unique and every result can be broken down by family (:func:`family_of`).
+    Problems are distinct as texts (two rows may ask for the same function with different examples and tests).
+    Raises ``ValueError`` on an unknown family, ``num_prompts <= 0``, ``tests_per_prompt <= 0``, ``fresh_tests < 0``,
+    or a family with too few distinct problems or inputs. Deterministic in the arguments.
     """
     families = list(DEFAULT_FAMILIES if families is None else families)
     unknown = [f for f in families if f not in CODE_FAMILIES]
@@ -597,6 +815,8 @@ def make_code_task(
         raise ValueError(f"num_prompts must be positive, got {num_prompts}")
     if tests_per_prompt <= 0:
         raise ValueError(f"tests_per_prompt must be positive, got {tests_per_prompt}")
+    if fresh_tests < 0:
+        raise ValueError(f"fresh_tests must be >= 0, got {fresh_tests}")
     rng = random.Random(seed)
     seen: set[str] = set()
     rows = []
@@ -605,21 +825,14 @@ def make_code_task(
         fam = families[i % len(families)]
         for _ in range(_MAX_TRIES):
             spec = CODE_FAMILIES[fam](rng)
-            example = spec.draw(rng, 0)
+            example = spec.example(rng)
             problem = _example_text(spec, example)
             if problem not in seen:
                 break
         else:
             raise ValueError(f"code family {fam!r} has too few distinct problems for {num_prompts} prompts")
         seen.add(problem)
-        rows.append(
-            {
-                "id": f"{fam}-{i:0{width}d}",
-                "problem": problem,
-                "tests": _tests(spec, rng, example, tests_per_prompt, fam),
-                "entry_point": spec.name,
-            }
-        )
+        rows.append(_row(fam, i, width, spec, example, tests_per_prompt, fresh_tests, seed))
     return rows
 
 

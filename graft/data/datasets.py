@@ -226,7 +226,7 @@ def _saved_dataset_rows(folder: Path, split: str | None) -> Iterator[tuple[str, 
 def _code_task(cfg: CodeTaskConfig | None) -> list[dict]:
     cfg = cfg or CodeTaskConfig()
     try:
-        return make_code_task(cfg.num_prompts, cfg.seed, cfg.families, cfg.tests_per_prompt)
+        return make_code_task(cfg.num_prompts, cfg.seed, cfg.families, cfg.tests_per_prompt, cfg.fresh_tests)
     except ValueError as e:
         raise DataError(f"data.code_task: {e}") from None
 
