@@ -7,12 +7,15 @@ the other is skipped with the reason. The attacks that would hurt the host if th
 """
 from __future__ import annotations
 
+import ast
+import json
 import multiprocessing
 import os
 import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -494,3 +497,319 @@ def test_rlimits_floor_still_kills_escaped_children(monkeypatch):
     monkeypatch.setattr(sandbox, "_FORCE", "rlimits")
     assert timed_run(ESCAPE, [TestCase("f(1)", 2)]).passed == 1
     assert_no_survivors()
+
+
+# ------------------------------------------------------------------------------------------ calls share nothing
+
+ALTERNATING = [TestCase(f"f({i})", i % 2 == 1) for i in range(8)]
+"""Expected False, True, False, ...: a program that counts its calls (True on every second call) passes all eight
+when the calls share a state and run in this order; with a fresh state per call it answers the same every time."""
+
+STATEFUL = {
+    "counter": "_c = [0]\ndef f(x):\n    _c[0] += 1\n    return _c[0] % 2 == 0\n",
+    "global": "n = 0\ndef f(x):\n    global n\n    n += 1\n    return n % 2 == 0\n",
+    "cache": "seen = {}\ndef f(x):\n    seen[len(seen)] = x\n    return len(seen) % 2 == 0\n",
+    "class attribute": "class C:\n    n = 0\ndef f(x):\n    C.n += 1\n    return C.n % 2 == 0\n",
+    "generator": "import itertools\ng = itertools.cycle([False, True])\ndef f(x):\n    return next(g)\n",
+    "function attribute": "def f(x):\n    f.n = getattr(f, 'n', 0) + 1\n    return f.n % 2 == 0\n",
+    "default argument": "def f(x, _c=[]):\n    _c.append(x)\n    return len(_c) % 2 == 0\n",
+    "sys.modules": dedent("""\
+        import sys, types
+        def f(x):
+            m = sys.modules.setdefault('counter', types.SimpleNamespace(n=0))
+            m.n += 1
+            return m.n % 2 == 0
+    """),
+    "builtins": dedent("""\
+        import builtins
+        def f(x):
+            builtins.calls = getattr(builtins, 'calls', 0) + 1
+            return builtins.calls % 2 == 0
+    """),
+    "environment": dedent("""\
+        import os
+        def f(x):
+            os.environ['CALLS'] = str(int(os.environ.get('CALLS', '0')) + 1)
+            return int(os.environ['CALLS']) % 2 == 0
+    """),
+    "file in the working folder": dedent("""\
+        import os
+        def f(x):
+            open('calls', 'a').write('x')
+            return os.path.getsize('calls') % 2 == 0
+    """),
+    "file in /tmp": dedent("""\
+        import os
+        def f(x):
+            open('/tmp/calls', 'a').write('x')
+            return os.path.getsize('/tmp/calls') % 2 == 0
+    """),
+    "files made at import": dedent("""\
+        import os
+        for i in range(8):
+            open(f'slot{i}', 'w').close()
+        def f(x):
+            left = sorted(os.listdir('.'))
+            os.remove(left[0])
+            return len(left) % 2 == 1
+    """),
+    "access times": dedent("""\
+        import os
+        for i in range(8):
+            open(f'slot{i}', 'w').write('x')
+        def f(x):
+            used = sum(os.stat(f'slot{i}').st_atime_ns > os.stat(f'slot{i}').st_mtime_ns for i in range(8))
+            open(f'slot{used}').read()
+            return used % 2 == 1
+    """),
+    "shared memory": "import mmap\nm = mmap.mmap(-1, 8)\ndef f(x):\n    m[0] += 1\n    return m[0] % 2 == 0\n",
+    "pipe made at import": dedent("""\
+        import os
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        def f(x):
+            try:
+                n = len(os.read(r, 100))
+            except OSError:
+                n = 0
+            os.write(w, b'x' * (n + 1))
+            return n % 2 == 1
+    """),
+    "a server process made at import": dedent("""\
+        import os, socket, time
+        a, b = socket.socketpair()
+        if os.fork() == 0:
+            n = 0
+            while True:
+                a.recv(1)
+                n += 1
+                a.send(bytes([n % 2]))
+        def f(x):
+            b.send(b'x')
+            return b.recv(1) == bytes([0])
+    """),
+    "a child left by a call": dedent("""\
+        import os, socket, time
+        def f(x):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                s.bind('\\0graft-counter')
+            except OSError:
+                s.sendto(b'x', '\\0graft-counter')
+                return True
+            if os.fork() == 0:
+                time.sleep(30)
+            return False
+    """),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATEFUL))
+def test_every_call_starts_from_the_state_after_the_import(mech, name):
+    # each call sees exactly the state the import left: a counter says "first call" every time, so it answers the
+    # same on all eight calls and passes the four calls expecting that answer (or none, when it is refused)
+    r = timed_run(STATEFUL[name], ALTERNATING)
+    assert r.passed in (0, 4), (name, r)
+    assert r.status == "ok"
+    assert_no_survivors()
+
+
+def test_a_fresh_state_per_call_still_runs_an_honest_program_with_state_of_its_own(mech):
+    # module-level constants, caches filled at import, lru_cache, files written at import: all fine per call
+    program = dedent("""\
+        import functools
+        TABLE = {i: i * i for i in range(10)}
+        open('data.txt', 'w').write('7')
+        @functools.lru_cache(maxsize=None)
+        def f(x):
+            return TABLE[x] + int(open('data.txt').read())
+    """)
+    r = timed_run(program, [TestCase(f"f({i})", i * i + 7) for i in range(10)])
+    assert (r.passed, r.failure) == (10, None), r
+
+
+def test_the_calls_run_in_an_order_drawn_afresh(mech):
+    program = "def f(x):\n    print(x)\n    return x\n"
+    tests = [TestCase(f"f({i})", i) for i in range(8)]
+    orders = set()
+    for _ in range(4):
+        r = timed_run(program, tests)
+        assert r.passed == 8
+        order = tuple(int(line) for line in r.stdout.split())
+        assert sorted(order) == list(range(8))
+        orders.add(order)
+    assert len(orders) > 1, orders   # 4 draws of 8! orders alike: 1 in 40320**3
+
+
+def test_the_harness_refuses_a_thread_or_changed_fds_left_by_the_import(mech):
+    thread = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\ndef f(x):\n    return x\n"
+    r = timed_run(thread, [TestCase("f(1)", 1)])
+    assert (r.passed, r.failure) == (0, "exception:ThreadAtImport"), r
+    fds = "import os\nr, w = os.pipe()\nos.dup2(r, 0)\ndef f(x):\n    return x\n"
+    r = timed_run(fds, [TestCase("f(1)", 1)])
+    assert (r.passed, r.failure) == (0, "exception:FdsChangedAtImport"), r
+    # threads inside a call, and children, are the call's own business
+    inside = dedent("""\
+        import subprocess
+        from concurrent.futures import ThreadPoolExecutor
+        def f(x):
+            with ThreadPoolExecutor(4) as pool:
+                doubled = sum(pool.map(lambda v: 2 * v, [x]))
+            return doubled + subprocess.run(['true']).returncode
+    """)
+    assert timed_run(inside, [TestCase("f(3)", 6)]).passed == 1
+
+
+SYSCALLS = dedent("""\
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    def denied():
+        out = {}
+        for name, call in [('semget', lambda: libc.semget(1234, 1, 0o1666)), ('msgget', lambda: libc.msgget(1234, 0o1666)),
+                           ('shmget', lambda: libc.shmget(1234, 4096, 0o1666)),
+                           ('add_key', lambda: libc.syscall(248 if os.uname().machine == 'x86_64' else 217, b'user', b'k', b'v', 1, -4)),
+                           ('ptrace', lambda: libc.ptrace(16, os.getppid(), 0, 0)), ('unshare', lambda: libc.unshare(0x10000000)),
+                           ('setpriority', lambda: libc.setpriority(0, 0, 5)), ('mq_open', lambda: libc.mq_open(b'/q', 0o100, 0o600, None))]:
+            ctypes.set_errno(0)
+            out[name] = (call(), ctypes.get_errno())
+        return out
+""")
+
+
+def test_the_seccomp_filter_denies_what_calls_could_share_through(mech):
+    # SysV IPC, message queues, keyrings, ptrace, namespaces and another process's priority outlive a call or reach
+    # another process: each fails (EPERM; mq_open may fail with ENOSYS where the C library has no mq_open)
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("no seccomp table for this architecture (documented)")
+    r = timed_run(SYSCALLS + "def show():\n    print(denied())\n", [TestCase("show()", None)])
+    assert r.status == "ok", r
+    got = ast.literal_eval(r.stdout.strip())
+    assert len(got) == 8 and all(v[0] == -1 and v[1] in (1, 38) for v in got.values()), got
+
+
+# ------------------------------------------------------------------------------------------ nothing left behind
+
+REAPED = dedent("""\
+    import ctypes, json, os, sys, time
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER: orphans come here, not to the host's init
+    from graft.reward import sandbox
+    from graft.reward.sandbox import TestCase, run_tests
+    if len(sys.argv) > 1:
+        sandbox._FORCE = sys.argv[1]
+    programs = json.loads(sys.stdin.read())
+    for i in range(50):
+        run_tests(programs[i % len(programs)], [TestCase("f(1)", 2), TestCase("f(2)", 4)], timeout_s=2.0, test_timeout_s=0.5)
+    time.sleep(0.3)
+    me = os.getpid()
+    children = [int(c) for t in os.listdir(f"/proc/{me}/task") for c in open(f"/proc/{me}/task/{t}/children").read().split()]
+    zombies = [p for p in os.listdir("/proc") if p.isdigit() and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[:2] == ["Z", str(me)]]
+    print(json.dumps({"children": children, "zombies": zombies}))
+""")
+
+LEAVERS = [
+    DOUBLE,
+    "def f(x):\n    while True:\n        pass\n",
+    ESCAPE,
+    "import os\nif os.fork() == 0:\n    import time\n    time.sleep(60)\ndef f(x):\n    return 2 * x\n",
+    "import os, time\ndef f(x):\n    for _ in range(3):\n        if os.fork() == 0:\n            os.setsid()\n            time.sleep(60)\n    return 2 * x\n",
+    "import os\ndef f(x):\n    os.kill(os.getpid(), 9)\n",
+    "import threading, time\ndef f(x):\n    threading.Thread(target=time.sleep, args=(60,)).start()\n    return 2 * x\n",
+    "import sys\nsys.exit(0)\n",
+    "import os\ndef f(x):\n    if os.fork():\n        os._exit(0)\n    import time\n    time.sleep(60)\n",
+    "def f(x):\n    return 2 * x\nwhile True:\n    pass\n",
+]
+
+
+def test_fifty_programs_leave_no_zombie_and_no_process(mech):
+    # a grader whose process is a child subreaper (as a container's PID 1 is) gets every orphan of the sandbox:
+    # after 50 programs that fork, daemonize, loop, exit early or are killed, it has no child and no zombie left
+    proc = subprocess.run([sys.executable, "-c", REAPED, mech], input=json.dumps(LEAVERS), capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(Path(sandbox.__file__).parents[2])})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"children": [], "zombies": []}, got
+    assert_no_survivors()
+
+
+# ------------------------------------------------------------------------------------------ graft out of reach
+
+def test_a_program_can_neither_import_graft_nor_read_the_run_folder(tmp_path, monkeypatch):
+    """Under bwrap the sandbox holds neither graft's code (third-party package folders are covered) nor the run
+    folder: a program that tries to recompute the expected values from either finds nothing."""
+    if not sandbox._probe("bwrap")[0]:
+        pytest.skip(f"bwrap is not usable here: {sandbox._probe('bwrap')[1]}")
+    monkeypatch.setattr(sandbox, "_FORCE", "bwrap")
+    import site
+
+    import graft
+    config = tmp_path / "run" / "config.yaml"
+    config.parent.mkdir()
+    config.write_text("data:\n  train: code_task\n  code_task: {seed: 1234}\n")
+    config.chmod(0o644)
+    places = sorted({str(Path(graft.__file__).parents[1]), *site.getsitepackages(), site.getusersitepackages(), sys.prefix})
+    program = dedent(f"""\
+        import os, sys
+        def attack():
+            found = []
+            for place in {places!r}:
+                sys.path.insert(0, place)
+            try:
+                import graft.data.code_task
+                found.append('imported graft')
+            except Exception as e:
+                found.append(type(e).__name__)
+            for place in {sorted(site.getsitepackages())!r}:   # the interpreter's own, bound read-only: covered
+                try:
+                    if os.listdir(place):
+                        found.append('listed ' + place)
+                except OSError as e:
+                    found.append(type(e).__name__)
+            for path in [{str(config)!r}, {str(tmp_path)!r}, {str(Path(graft.__file__))!r}]:
+                try:
+                    open(path).read()
+                    found.append('read ' + path)
+                except Exception as e:
+                    found.append(type(e).__name__)
+            print(found)
+            return [f for f in found if ' ' in f]
+    """)
+    r = timed_run(program, [TestCase("attack()", [])])
+    assert r.passed == 1, r
+
+
+# ------------------------------------------------------------------------------------------ strict comparison
+
+@pytest.mark.parametrize("expected,got,same", [
+    (True, 1, False), (1, True, False), (False, 0, False), (92, 92.0, False), (92.0, 92, False), ("1", 1, False),
+    ([1, 2], (1, 2), False), ({1: "a"}, {True: "a"}, False), ({1, 2}, {True, 2}, False), (None, 0, False),
+    ([True, 2], [True, 2], True), ({"a": [1.0]}, {"a": [1.0 + 1e-12]}, True), (0.1 + 0.2, 0.3, True),
+    (1.0, 1.001, False), ({(1, "x"): None}, {(1, "x"): None}, True), ({(1, "x")}, {(True, "x")}, False),
+    (1 + 2j, 1 + 2j, True), ([[1], [2.5]], [[1], [2.5]], True), ([[1], [2.5]], [[1], [2]], False),
+])
+def test_strict_comparison(expected, got, same):
+    # bool, int, float and str are distinct at any depth; floats within rel 1e-9 (abs 1e-12)
+    assert sandbox._same(expected, got) is same
+
+
+def test_strict_comparison_through_the_sandbox(mech):
+    program = "def f(x):\n    return [1, 92.0, 'a', (1,), True, 2][x]\n"
+    r = timed_run(program, [TestCase("f(0)", True), TestCase("f(1)", 92), TestCase("f(2)", "a"), TestCase("f(3)", [1]),
+                            TestCase("f(4)", 1), TestCase("f(5)", 2)])
+    assert (r.passed, r.failure) == (2, "wrong_answer"), r   # only 'a' and 2 are the very values
+
+
+# ------------------------------------------------------------------------------------------ extra (held-out) tests
+
+def test_extra_tests_run_after_the_tests_only_when_enough_passed(mech):
+    program = "def f(x):\n    print(x)\n    return 2 * x if x < 100 else 0\n"
+    tests, extra = [TestCase(f"f({i})", 2 * i) for i in range(4)], [TestCase("f(7)", 14), TestCase("f(500)", 1000)]
+    r = timed_run(program, tests, extra=extra)
+    assert (r.passed, r.total, r.failure) == (4, 4, None)
+    assert (r.extra_passed, r.extra_total, r.extra_failure) == (1, 2, "wrong_answer")
+    order = [int(x) for x in r.stdout.split()]
+    assert sorted(order[:4]) == [0, 1, 2, 3] and sorted(order[4:]) == [7, 500]   # every test before any extra
+    r = timed_run(program, tests + [TestCase("f(300)", 600)], extra=extra)
+    assert (r.passed, r.extra_passed, r.extra_failure) == (4, 0, "not_run")      # a test failed: no extra ran
+    assert "7" not in r.stdout.split() and "500" not in r.stdout.split()
+    r = timed_run(program, tests + [TestCase("f(300)", 600)], extra=extra, extra_after=3)
+    assert (r.passed, r.extra_passed, r.extra_total) == (4, 1, 2)                # enough passed for them to run
