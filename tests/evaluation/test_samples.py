@@ -142,3 +142,14 @@ def test_a_program_keeps_its_lines_and_indentation():
                   program, 1.0)
     head = format_sample(long, CODE).splitlines()[0]
     assert head == "-- step 1 · A · p1 · answer " + long.answer[:59] + "… · reward 1"
+
+
+def test_the_verifiers_status_reaches_the_samples_and_sets_the_status_flags(tmp_path):
+    from graft.domains.code import CODE
+    run = make_run(tmp_path / "run")
+    assert {s.status for s in collect(run, "train", None, None, "any")} == {"ok"}   # the store's verify_status
+    reference = json.dumps({"tests": ["assert f(1) == 2"], "entry_point": "f", "holdout": ["assert f(50) == 100"]})
+    program = "```python\ndef f(x):\n    return 2 * x if x < 10 else 0\n```"
+    held = Sample("train", "A", None, 1, None, "p1", "Write f.", reference, program, 1.0, "holdout_fail")
+    assert held.flags(CODE) == ["holdout_fail"]
+    assert Sample("train", "A", None, 1, None, "p1", "Write f.", reference, program, 1.0, "ok").flags(CODE) == []

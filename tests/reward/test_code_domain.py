@@ -1,7 +1,10 @@
 """The ``code`` domain: rows to references, grading through the grader's workers, the quick check, the monitor."""
 from __future__ import annotations
 
+import ast
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -9,8 +12,11 @@ from graft.config import RewardConfig
 from graft.data.code_task import make_code_task, solution
 from graft.data.datasets import RowError
 from graft.domains.code import CODE
-from graft.domains.grading import make_grader
+from graft.domains.grading import grading_note, make_grader
 from graft.registry import DOMAINS
+from graft.reward import sandbox
+from graft.reward.code import SandboxUnavailable, split_holdout, verify_code
+from graft.reward.sandbox import parse_tests
 
 ROW = {"id": "x", "problem": "Write add_3(x).", "tests": ["assert add_3(1) == 4", "assert add_3(-3) == 0"],
        "entry_point": "add_3"}
@@ -127,3 +133,98 @@ def test_a_domains_failure_kinds_are_counted_per_step_and_math_statuses_add_no_k
         {"verify/failed/syntax": 1, "verify/failed/wrong_answer": 2}
     math = group_stats([group(["ok", "no_answer", "timeout", "error"])])
     assert not any(k.startswith("verify/failed/") for k in math)     # a math run's metrics keep their keys
+
+
+# ----------------------------------------------------------------------------- the reward cannot be had without the skill
+
+BUILTIN = make_code_task(6, seed=2, families=["palindrome", "multiple", "clamp", "first_n", "count_above", "digit_sum"])
+
+TRICKS = {
+    # stateful and order-keyed: each call is a fresh process forked after the import, in an order drawn afresh
+    "counter": "_c = [0]\ndef {name}(*a):\n    _c[0] += 1\n    return _c[0] % 2 == 0\n",
+    "answers by position": "_i = [0]\nANSWERS = {answers!r}\ndef {name}(*a):\n    _i[0] += 1\n    return ANSWERS[_i[0] - 1]\n",
+    "file counter": "import os\ndef {name}(*a):\n    open('n', 'a').write('x')\n    return {answers!r}[os.path.getsize('n') - 1]\n",
+    # graft's own task generator and the run folder are out of reach under bwrap
+    "the task generator": "import sys\nsys.path[:0] = {paths!r}\nfrom graft.data.code_task import make_code_task\n"
+                          "def {name}(*a):\n    return make_code_task(6, 2)[0]\n",
+}
+
+
+@pytest.mark.parametrize("trick", sorted(TRICKS))
+def test_tricks_earn_nothing_on_the_builtin_task(trick):
+    """Programs that would pass the built-in rows' tests if the calls shared a state in the rows' order (``answers
+    by position`` holds the expected values in the tests' order), or if the sandbox held graft's code: reward 0."""
+    import site
+
+    import graft
+
+    paths = sorted({str(Path(graft.__file__).parents[1]), *site.getsitepackages()})
+    texts = []
+    for row in BUILTIN:
+        answers = [t.rsplit(" == ", 1)[1] for t in row["tests"]]
+        program = TRICKS[trick].format(name=row["entry_point"], answers=[ast.literal_eval(a) for a in answers], paths=paths)
+        texts.append(f"```python\n{program}```")
+    with make_grader(RewardConfig(domain="code", workers=1, timeout_s=8.0)) as g:
+        rewards, statuses = g.grade(texts, [CODE.reference(r) for r in BUILTIN])
+    assert rewards == [0.0] * len(BUILTIN), list(zip([r["id"] for r in BUILTIN], statuses))
+
+
+def test_held_out_tests_flag_a_rewarded_program_without_changing_its_reward():
+    row = {"id": "x", "problem": "p", "entry_point": "f", "tests": ["assert f(1) == 2", "assert f(2) == 4"],
+           "fresh_tests": ["assert f(50) == 100", "assert f(7) == 14"]}
+    ref = CODE.reference(row)
+    right = "```python\ndef f(x):\n    return 2 * x\n```"
+    small = "```python\ndef f(x):\n    return 2 * x if x < 10 else 0\n```"       # right on the tests, wrong at 50
+    wrong = "```python\ndef f(x):\n    return 2 * x if x < 2 else 0\n```"
+    assert verify_code(right, ref) == (1.0, "ok")
+    assert verify_code(small, ref) == (1.0, "holdout_fail")                        # rewarded all the same
+    assert verify_code(wrong, ref) == (0.0, "wrong_answer")
+    assert verify_code(wrong, ref, partial_credit=True) == (0.5, "wrong_answer")   # 1 of 2: held-out tests not run
+    # reward.holdout_tests: the row's own tests, 2 of 5 held out (the same 2 in every grading)
+    user = CODE.reference({"id": "u", "problem": "p", "entry_point": "f", "tests": [f"assert f({i}) == {2 * i}" for i in range(5)]})
+    counted, held = split_holdout(parse_tests(json.loads(user)["tests"]), 2)
+    assert len(counted) == 3 and len(held) == 2 and split_holdout(parse_tests(json.loads(user)["tests"]), 2)[1] == held
+    miss = "```python\ndef f(x):\n    return -1 if x == %s else 2 * x\n```" % held[0].call[2:-1]
+    assert verify_code(miss, user) == (0.0, "wrong_answer")                        # every test counts by default
+    assert verify_code(miss, user, holdout_tests=2) == (1.0, "holdout_fail")
+    assert split_holdout(parse_tests(["assert f(1) == 2"]), 3) == (parse_tests(["assert f(1) == 2"]), [])   # one is kept
+
+
+def test_the_holdout_flag_is_a_share_of_the_rewarded_read_off_the_status():
+    ref = CODE.reference(ROW)
+    shares = CODE.monitor([HONEST, HONEST, HONEST, HALF], ["p"] * 4, [ref] * 4, [1.0, 1.0, 1.0, 0.0],
+                          ["ok", "holdout_fail", "ok", "wrong_answer"])
+    assert shares["n"] == 3 and shares["holdout_fail"] == pytest.approx(1 / 3)   # 1 of the 3 rewarded
+    assert CODE.monitor([HONEST], ["p"], [ref], [1.0])["holdout_fail"] == 0.0     # no status known: off
+    assert CODE.response_flags(HONEST, "p", ref, "holdout_fail")["holdout_fail"]
+
+
+# ----------------------------------------------------------------------------- isolation that fails closed
+
+def _without_bwrap(monkeypatch):
+    """This process as if bubblewrap were not installed (the weaker mechanism's self-test runs for real)."""
+    monkeypatch.setattr(sandbox, "_FORCE", None)
+    monkeypatch.setattr(sandbox, "_detected", {"bwrap": (False, "bwrap is not installed")})
+
+
+def test_grading_code_without_bubblewrap_stops_in_one_line_unless_opted_in(monkeypatch, capsys):
+    _without_bwrap(monkeypatch)
+    with pytest.raises(SandboxUnavailable) as e:
+        make_grader(RewardConfig(domain="code", workers=0))
+    msg = str(e.value)
+    assert "\n" not in msg and "bwrap is not installed" in msg and "apt-get install bubblewrap" in msg
+    assert "reward.allow_weak_sandbox=true" in msg
+    assert verify_code(HONEST, CODE.reference(ROW)) == (0.0, "error")             # the worker refuses as well
+    if sandbox._probe("rlimits+setuid" if os.geteuid() == 0 else "rlimits")[0]:
+        with make_grader(RewardConfig(domain="code", workers=0, allow_weak_sandbox=True)) as g:
+            assert g.grade([HONEST], [CODE.reference(ROW)]) == ([1.0], ["ok"])
+        assert "grading: code programs run in the WEAK rlimits" in capsys.readouterr().err
+
+
+def test_the_grader_says_which_sandbox_it_uses(capsys):
+    if not sandbox._probe("bwrap")[0]:
+        pytest.skip("bwrap is not usable here")
+    with make_grader(RewardConfig(domain="code", workers=0)):
+        pass
+    assert "grading: code programs run in the bwrap sandbox" in capsys.readouterr().err
+    assert grading_note(RewardConfig(domain="math")) is None
