@@ -25,6 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
     (["benchmarks/issue39_update.py", "--help"], "usage: issue39_update.py"),
     (["benchmarks/issue39_head.py", "--help"], "usage: issue39_head.py"),
     (["benchmarks/issue39_rollout_ab.py", "--help"], "usage: issue39_rollout_ab.py"),
+    (["benchmarks/code_grading_cost.py", "--help"], "usage: code_grading_cost.py"),
+    (["results/code/kill_rates.py", "--help"], "usage: kill_rates.py"),
 ])
 def test_help(argv, usage):
     """Each command prints its usage and exits 0."""

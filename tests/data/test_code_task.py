@@ -37,18 +37,20 @@ def test_known_rows_are_stable_across_runs_and_platforms():
     rows = make_code_task(3, 0, ["add", "transform", "palindrome"])
     assert rows[0]["problem"] == ("Write a Python function `add_50(x)` that returns x plus 50. For example, add_50(98) "
                                   "returns 148.")
-    # the edge classes of add first: 0 + 50, -50 + 50 (= 0), -1 + 50, a negative above -100, then sizes past 10**4
-    assert rows[0]["tests"][:4] == ["assert add_50(0) == 50", "assert add_50(-50) == 0", "assert add_50(-1) == 49",
-                                    "assert add_50(-46) == 4"]
-    # '' and one letter are palindromes; 'de' is not; 'mucdcum' is odd, 'ozzdijdzzo' differs in its middle pair only
-    assert rows[2]["tests"][:4] == ["assert is_palindrome('') == True", "assert is_palindrome('d') == True",
-                                    "assert is_palindrome('dd') == True", "assert is_palindrome('de') == False"]
-    assert rows[2]["tests"][5:7] == ["assert is_palindrome('mucdcum') == True", "assert is_palindrome('ozzdijdzzo') == False"]
+    # the edge classes of add first: 0 + 50, -50 + 50 (= 0), -1 + 50 (the negative above -100 drew -50 again and
+    # was skipped), then sizes past 10**4 of both signs
+    assert rows[0]["tests"][:5] == ["assert add_50(0) == 50", "assert add_50(-50) == 0", "assert add_50(-1) == 49",
+                                    "assert add_50(813857339) == 813857389", "assert add_50(-44107872) == -44107822"]
+    # '' and one letter are palindromes; 'hi' is not; 'dxmnmxd' is odd, 'hforesth' has equal ends around 'forest'
+    assert rows[2]["tests"][:4] == ["assert is_palindrome('') == True", "assert is_palindrome('h') == True",
+                                    "assert is_palindrome('hh') == True", "assert is_palindrome('hi') == False"]
+    assert rows[2]["tests"][5:8] == ["assert is_palindrome('dxmnmxd') == True", "assert is_palindrome('forestuserof') == False",
+                                     "assert is_palindrome('hforesth') == False"]
     # pinned: random.Random(seed) integer draws are stable across Python versions and platforms
     digest = hashlib.sha256(json.dumps(make_code_task(512, 1234), sort_keys=True).encode()).hexdigest()
     # re-pinned when every family's tests became its edge classes plus random inputs, with fresh tests (before:
     # dd48167df5cc...442f6, four tests per problem)
-    assert digest == "PIN"
+    assert digest == "b0beb0fff33121b850c7e97684952b1449e453b52f5ae913b7aef14b822c7303"
 
 
 def test_deterministic_in_the_seed():

@@ -153,7 +153,7 @@ def test_honest_variants_carry_no_flag(program, tests):
 
 
 def test_every_reference_solution_carries_no_flag():
-    rows = make_code_task(400, 21) + make_code_task(11, 21, ["factorial"])
+    rows = make_code_task(400, 21) + make_code_task(8, 21, ["factorial"])
     for row in rows:
         program = extract_program(solution(row))
         assert program is not None and on(program, row["tests"]) == set(), (row["id"], program)
