@@ -20,13 +20,14 @@ Expected values come from the reference implementation of each family (:attr:`Co
 the two agree.
 
 **What the tests cover.** Each family lists its input classes in priority order (:attr:`CodeSpec.edges`): the
-boundaries and edge inputs of its specification, each one deliberately (zero, negatives, each bound and its
-neighbours, empty and one-element inputs, long inputs, values far from the constants, repeated values, an order
-that is not sorted, and the inputs on which known near misses go wrong; see each family's ``edges``). A row's
-first tests are those classes (values drawn for each), then random inputs from the whole input space
-(:attr:`CodeSpec.draw`: sizes up to 10**9, strings and lists up to ~150 long) fill ``tests_per_prompt``. The
-number of tests was chosen by measuring how many wrong programs of a committed mutant suite they reject
-(tests/data/code_mutants.py, ``results/code/kill_rates.md``), not by feel.
+boundaries and edge inputs of its specification, each one deliberately (zero, one and minus one, negatives, each
+bound and its neighbours, the remainders next to a multiple, empty, one- and two-element inputs, long inputs past
+100 characters or items, values past 10**8 (10**6 where a correct program may loop once per unit), repeated values
+side by side, an order that is not sorted, spaces and digits in strings, and the inputs on which known near misses
+go wrong; see each family's ``edges``). A row's first tests are those classes (values drawn for each), then random
+inputs from the whole input space (:attr:`CodeSpec.draw`) fill ``tests_per_prompt``. The number of tests was chosen
+by measuring how many wrong programs of a committed mutant suite they reject (tests/data/code_mutants.py,
+``results/code/kill_rates.md``), not by feel.
 
 Families (:data:`CODE_FAMILIES`, name -> generator) draw their constants, so a family has many distinct functions:
 ``add_7`` and ``add_12`` are two problems of ``add``. The function name carries the constants (``clamp_3_20``,
@@ -121,9 +122,18 @@ def _text(rng: random.Random) -> str:
     return rng.choice(_WORDS) if rng.randrange(2) else _letters(rng, 3, 8)
 
 
-def _long_text(rng: random.Random) -> str:
-    """60..150 lowercase letters."""
-    return _letters(rng, 60, 150)
+LONG_TEXT, LONG_LIST = (101, 200), (101, 160)
+"""The lengths of a long input: past 100 characters and 100 items (a result cut at a round number)."""
+
+
+def _long_text(rng: random.Random, alphabet: str = string.ascii_lowercase) -> str:
+    """A long string (:data:`LONG_TEXT`) of ``alphabet``."""
+    return _letters(rng, *LONG_TEXT, alphabet)
+
+
+def _long_list(rng: random.Random, lo: int = -99, hi: int = 99) -> list[int]:
+    """A long list (:data:`LONG_LIST`) of integers in ``lo..hi``."""
+    return _ints(rng, lo, hi, *LONG_LIST)
 
 
 def _wide(rng: random.Random, big: int = BIG) -> int:
@@ -176,7 +186,7 @@ def _add(k: int) -> CodeSpec:
         lambda x: x + k,
         lambda rng: (rng.randint(1, 99),),
         # 0 (x * k, x - k), -k (sum 0), negatives (abs, max(x, 0)), sizes far beyond a lookup table over 0..99
-        lambda rng: [(0,), (-k,), (-1,), (rng.randint(-99, -2),), (rng.randint(10**4, BIG),), (rng.randint(-BIG, -(10**4)),)],
+        lambda rng: [(0,), (-k,), (-1,), (rng.randint(-99, -2),), (rng.randint(10**8, BIG),), (rng.randint(-BIG, -(10**8)),)],
         lambda rng: (_wide(rng),),
         f"def add_{k}(x):\n    return x + {k}\n",
     )
@@ -216,16 +226,17 @@ def _multiple(k: int) -> CodeSpec:
         m = next(x for x in range(rng.randint(2, 60), 200) if x % (k + 1) and (k < 3 or x % (k - 1)))  # not k +- 1
         return [
             (0,),  # divisible by every k
-            (1,),
+            (1,),  # the remainders 1 and k - 1 (off by one from a multiple), above and below 0
+            (-1,),
             (k // q if q < k else r,),  # a positive n below k: `n // k == 0` says True
             (-k,),  # a negative multiple: `n > 0` guards
+            (k - 1,),
+            (k + 1,),
             (k * m,),  # a multiple of k, not of k - 1 or k + 1
             (k * m + (k // p if p < k else r),),
-            (-(k * rng.randint(1, 60) + r),),  # a negative non-multiple
-            (k * rng.randint(10**4, LOOPED // k),),  # large: a rule over small n only
+            (k * (2 * rng.randint(10**6 // (2 * k) + 1, LOOPED // (2 * k)) - 1),),  # 10**6 and more, odd for odd k
             (k * rng.randint(10**4, LOOPED // k) + r,),
-            (k + 1,),  # n % k == 1: `n % k <= 1`
-            (k,),
+            (k * next(x for x in range(rng.randint(61, 400), 500) if x % 5),),  # one more, its last digit not 0 or 5
         ]
 
     return CodeSpec(
@@ -256,8 +267,8 @@ def _distance(k: int) -> CodeSpec:
             (0,),
             (-k,),
             (rng.randint(-1000, -1),),
-            (rng.randint(10**4, BIG),),
-            (rng.randint(-BIG, -(10**4)),),
+            (rng.randint(10**8, BIG),),
+            (rng.randint(-BIG, -(10**8)),),
         ],
         lambda rng: (_wide(rng),),
         f"def distance_from_{k}(x):\n    return abs(x - {k})\n",
@@ -282,8 +293,8 @@ def _clamp(lo: int, hi: int) -> CodeSpec:
             (lo + 1,),
             (hi - 1,),
             (rng.randint(lo + 2, hi - 2),),
-            (rng.randint(-BIG, -(10**3)),),
-            (rng.randint(10**3, BIG),),
+            (rng.randint(-BIG, -(10**8)),),
+            (rng.randint(10**8, BIG),),
         ],  # fmt: skip
         lambda rng: (_wide(rng),),
         f"def clamp_{lo}_{hi}(x):\n    if x < {lo}:\n        return {lo}\n    if x > {hi}:\n        return {hi}\n    return x\n",
@@ -364,7 +375,7 @@ def _string_edges(case: str) -> Callable[[random.Random], list[Args]]:
             (word.upper() if case != "upper" else _text(rng),),
             (_odd_text(rng),),
             (f"{_text(rng)} {_mixed_case(rng)}",),
-            (_letters(rng, 30, 150, string.ascii_letters + " "),),
+            (_long_text(rng, string.ascii_letters + " "),),
             (f" {_mixed_case(rng)} ",),  # spaces at both ends: a result stripped of them
         ]
 
@@ -410,7 +421,8 @@ def _count_char(c: str) -> CodeSpec:
     other = _next(c)
 
     def edges(rng: random.Random) -> list[Args]:
-        # '' and a string without c (0), c alone, c 4..7 times (min(count, 3)), c at both ends, only c's, long
+        # '' and a string without c (0), c alone, c 4..7 times (min(count, 3)), c at both ends, only c's, long,
+        # words with spaces and digits (a count over letters-only strings)
         plain = _text(rng).replace(c, other)
         return [
             ("",),
@@ -420,6 +432,7 @@ def _count_char(c: str) -> CodeSpec:
             (c + _text(rng).replace(c, other) + c,),
             (c * rng.randint(2, 9),),
             (_sprinkle(rng, _long_text(rng).replace(c, other), c, rng.randint(8, 20)),),
+            (f"{_text(rng).replace(c, other)} {c} {rng.randint(10, 99)} {c}",),
         ]
 
     return CodeSpec(
@@ -436,7 +449,8 @@ def _count_char(c: str) -> CodeSpec:
 
 def _count_vowels() -> CodeSpec:
     def edges(rng: random.Random) -> list[Args]:
-        # '', no vowel (and y), 'uyu' (y counted, u missed), every vowel, vowels repeated (distinct ones), long
+        # '', no vowel (and y), 'uyu' (y counted, u missed), every vowel, vowels repeated (distinct ones), long, one
+        # vowel, words with spaces
         return [
             ("",),
             (_letters(rng, 3, 8, "bcdfghjklmnpqrstvwxyz"),),
@@ -445,6 +459,7 @@ def _count_vowels() -> CodeSpec:
             (rng.choice(_VOWELS) * rng.randint(3, 6) + _text(rng),),
             (_long_text(rng),),
             (rng.choice(_VOWELS),),
+            (f"{_text(rng)} {_text(rng)} {_text(rng)}",),
         ]
 
     return CodeSpec(
@@ -489,9 +504,15 @@ def _first_n(n: int) -> CodeSpec:
 
     def edges(rng: random.Random) -> list[Args]:
         # '' (s[0] + s[1:n]), exactly n, one longer, long, shorter by one, one character, two words
-        out = [("",), (_letters(rng, n, n),), (longer(rng, n + 1, n + 1),), (longer(rng, 30, 150),), (longer(rng, n + 2, n + 6),)]
+        out = [
+            ("",),
+            (_letters(rng, n, n),),
+            (longer(rng, n + 1, n + 1),),
+            (longer(rng, *LONG_TEXT),),
+            (longer(rng, n + 2, n + 6),),
+        ]
         out += [(_letters(rng, n - 1, n - 1),), (_letters(rng, 1, 1),)] if n > 1 else []
-        return out + [(f" {_text(rng)}",)]  # a space first: the first word, a result stripped
+        return out + [(f" {_letters(rng, n + 2, n + 6)}",)]  # a space first: the first word, a result stripped
 
     returns = (
         "the first character of the string s (the empty string when s is empty)"
@@ -560,42 +581,45 @@ def _palindrome_fn() -> CodeSpec:
 
 def _sum_list_edges(rng: random.Random) -> list[Args]:
     # [] (nums[0] + ...), one element, all negative (abs, positives only), a repeated value (sum of a set), long
-    # lists (a sum over the first few), large values, a list summing to 0
+    # lists (a sum over the first few), large values, a list summing to 0, 1 over 49 items (a sum through the
+    # mean: 1 / 49 * 49 is 0.999...)
     v = _ints(rng, -50, 50, 3, 6)
     x = rng.randint(1, 99)
-    return [([],), ([rng.randint(-99, 99)],), ([-abs(e) - 1 for e in v],), (v + [v[0], x, x],), (_ints(rng, -99, 99, 20, 60),),
-            (_ints(rng, -BIG, BIG, 2, 6),), ([x, -x],)]  # fmt: skip
+    return [([],), ([rng.randint(-99, 99)],), ([-abs(e) - 1 for e in v],), (v + [v[0], x, x],), (_long_list(rng),),
+            (_ints(rng, -BIG, BIG, 2, 6),), ([x, -x],), ([0] * 48 + [1],)]  # fmt: skip
 
 
 def _max_of_list_edges(rng: random.Random) -> list[Args]:
     # one element, all negative with the maximum last (m = 0 to start, nums[0]), the maximum first (nums[-1]),
     # the maximum twice, long with the maximum past the first few, large negative values, the maximum second (a
-    # maximum over every other element)
+    # maximum over every other element), two items
     v = _ints(rng, -50, 50, 3, 6)
     neg = [e - 52 for e in v]
-    long = _ints(rng, -99, 99, 20, 60)
+    long = _long_list(rng)
     long.insert(rng.randint(8, len(long)), 100)
     return [([rng.randint(-99, 99)],), (neg + [max(neg) + 1],), ([max(v) + 1, *v],), (v + [max(v) + 5, max(v) + 5],), (long,),
-            (_ints(rng, -BIG, -1, 2, 6),), ([v[0], max(v) + 3, *v[1:]],)]  # fmt: skip
+            (_ints(rng, -BIG, -1, 2, 6),), ([v[0], max(v) + 3, *v[1:]],), ([v[0], v[0] + rng.randint(1, 9)],)]  # fmt: skip
 
 
 def _list_length_edges(rng: random.Random) -> list[Args]:
-    # [] and one element, repeats and a 0 (len(set(items)), a count of truthy items), long lists, a list of strings
+    # [] and one and two items, repeats side by side and 0 (len(set(items)), a count of truthy items), long lists
+    # (a length capped at some round number), words
     v = _ints(rng, -9, 50, 2, 6)
     return [
         ([],),
         ([rng.randint(-9, 50)],),
-        (v + v[:2] + [0],),
-        (_ints(rng, -9, 9, 20, 80),),
+        ([v[0], v[0] + 1],),
+        (v + [v[-1], 0, 0],),
+        (_long_list(rng, -9, 9),),
         ([_text(rng) for _ in range(rng.randint(2, 6))],),
     ]
 
 
 def _last_element_edges(rng: random.Random) -> list[Args]:
-    # one element, a last value that is neither the first, the largest nor the smallest, long lists, words
+    # one and two items, a last value that is neither the first, the largest nor the smallest, long lists, words
     v = _ints(rng, -9, 50, 2, 6)
-    return [([rng.randint(-9, 50)],), ([v[0] - 1, *v[1:], v[0] + 1, v[0]],), (_ints(rng, -99, 99, 20, 60),),
-            ([_text(rng) for _ in range(rng.randint(2, 6))],)]  # fmt: skip
+    return [([rng.randint(-9, 50)],), ([v[0] - 1, *v[1:], v[0] + 1, v[0]],), (_long_list(rng),),
+            ([_text(rng) for _ in range(rng.randint(2, 6))],), ([v[0] + 1, v[0]],)]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -643,13 +667,15 @@ def _count_above(k: int) -> CodeSpec:
 
     def edges(rng: random.Random) -> list[Args]:
         # [], k alone, k + 1 alone, [k + 1, ..., k] (>=, > k + 1), nothing above k, values far above k (a window
-        # k < v <= k + 10) and far below, a value above k repeated (a count of distinct values), long lists
+        # k < v <= k + 10) and far below, a value above k repeated (a count of distinct values), all but one above
+        # (a count over some of the list), long lists
         nums = _ints(rng, k - 10, k + 10, 3, 7)
         far = [rng.randint(k + 100, k + 1000), rng.randint(k + 11, k + 1000), rng.randint(-1000, k - 11)]
         rng.shuffle(far)
         up = rng.randint(k + 1, k + 9)
         return [([],), ([k],), ([k + 1],), ([k + 1, *nums[1:-1], k],), ([min(v, 2 * k - v) for v in nums],), (far,),
-                (nums + [up, up, up],), (_ints(rng, k - 50, k + 50, 20, 60),)]  # fmt: skip
+                (nums + [up, up, up],), ([k, *(up + i for i in range(rng.randint(3, 6)))],),
+                (_long_list(rng, k - 50, k + 50),)]  # fmt: skip
 
     return CodeSpec(
         f"count_greater_than_{k}",
@@ -668,11 +694,12 @@ def _scale(k: int) -> CodeSpec:
     """multiply_each_by_k(nums) returns [v * k for v in nums], for k in 2..10 (2: double each)."""
 
     def edges(rng: random.Random) -> list[Args]:
-        # [], one element, the largest first and a negative last (sorted, abs), zeros and repeats (a filter, a set),
-        # long lists (a result cut short), large values
+        # [], one element, the largest first and a negative last (sorted, abs), zeros and repeats side by side (a
+        # filter, a set, adjacent duplicates dropped), -1, 0 and 1, long lists (a result cut short), large values
         nums = _ints(rng, -5, 20, 2, 5)
         return [([],), ([rng.randint(-20, 20)],), ([max(nums) + 1, *nums, -abs(nums[0]) - 1],),
-                ([0, *nums, nums[0], 0],), (_ints(rng, -99, 99, 20, 60),), (_ints(rng, -BIG // k, BIG // k, 2, 6),)]  # fmt: skip
+                ([0, 0, *nums, nums[0], nums[0]],), ([-1, 0, 1],), (_long_list(rng),),
+                (_ints(rng, -BIG // k, BIG // k, 2, 6),)]  # fmt: skip
 
     return CodeSpec(
         f"multiply_each_by_{k}",
@@ -691,14 +718,14 @@ def _keep_multiples(k: int) -> CodeSpec:
 
     def edges(rng: random.Random) -> list[Args]:
         # [], none divisible ([]), all divisible (6..9 of them: a result cut short), [m, ..., m - k, m - k] (sorted,
-        # a set, the list read backwards), 0 (divisible by every k), negative and large multiples (v > 0, v < 100),
+        # a set, the list read backwards), 0 (divisible by every k), negative and large multiples of both signs,
         # long lists
         m = k * rng.randint(2, 40 // k + 2)
         none = [k * rng.randint(0, 9) + rng.randint(1, k - 1) for _ in range(rng.randint(2, 5))]
         return [([],), (none,), ([k * rng.randint(-9, 9) for _ in range(rng.randint(6, 9))],),
                 ([m, *none[:2], m - k, m - k],), ([*none[:2], 0, k * rng.randint(1, 9)],),
-                ([-k * rng.randint(1, 20), *none[:1], -k, k, k * rng.randint(100, 10**5)],),
-                (_ints(rng, -99, 99, 20, 60),)]  # fmt: skip
+                ([-k * rng.randint(1, 20), *none[:1], -k, k, k * rng.randint(100, 10**5), -k * rng.randint(100, 10**5)],),
+                (_long_list(rng),)]  # fmt: skip
 
     return CodeSpec(
         f"keep_multiples_of_{k}",
@@ -738,9 +765,11 @@ CODE_FAMILIES: dict[str, CodeFamily] = {
 DEFAULT_FAMILIES: tuple[str, ...] = tuple(f for f in CODE_FAMILIES if f != "factorial")
 """Every family but ``factorial`` (8 examples, so only 8 distinct problems: it cannot fill a large task)."""
 
-TESTS_PER_PROMPT = 10
+TESTS_PER_PROMPT = 12
 """The default number of hidden tests of a problem (``data.code_task.tests_per_prompt``): the edge classes of every
-family (at most 11) first, then random inputs; chosen by the mutant measurement of ``results/code/kill_rates.md``."""
+family (at most 11) first, then random inputs. Chosen by the mutant measurement of ``results/code/kill_rates.md``:
+10 is the fewest that reject every program of the suite on every row; 2 more give every family at least one random
+input beyond its edge classes, for wrong programs outside the suite."""
 FRESH_TESTS = 6
 """The default number of held-out tests on fresh inputs (``data.code_task.fresh_tests``)."""
 

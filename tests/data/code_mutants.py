@@ -71,9 +71,9 @@ def shortcuts(row: dict) -> dict[str, str]:
     name = row["entry_point"]
     args, value = _example(row)
     out = {
-        f"returns {c}": f"def {name}(*args):\n    return {c}\n"
-        for c in ("None", "True", "False", "0", "1", "''", "[]", "args[0]", value)
+        f"returns {c}": f"def {name}(*args):\n    return {c}\n" for c in ("None", "True", "False", "0", "1", "''", "[]", "args[0]")
     }
+    out["returns the example's value"] = f"def {name}(*args):\n    return {value}\n"
     out["example only"] = f"def {name}(*args):\n    if args == ({args},):\n        return {value}\n    return args[0]\n"
     return out
 
@@ -439,3 +439,148 @@ def variants(row: dict) -> dict[str, str]:
 def reference(row: dict) -> str:
     """The row's reference solution (source, without the fence)."""
     return spec_of(row).source
+
+
+# ----------------------------------------------------------------------------- a second set, written afterwards
+
+_LATER = {
+    "add": lambda k: ("x", {"mod 10**9": f"(x + {k}) % (10**9 + 7)", "truncated": f"int(str(x + {k})[:9])",
+                            "sign of x": f"x + {k} if x >= 0 else x - {k}", "round": f"round(x + {k}, -1)"}),
+    "mul": lambda k: ("x", {"odd off": f"x * {k} if x % 2 == 0 else x * {k} + 1", "float scale": f"int(x * ({k} + 1e-4))",
+                            "abs loop": f"sum({k} for _ in range(abs(x)))", "halves": f"x * {k} // 2 * 2"}),
+    "multiple": lambda k: ("n", {"gcd wrong": f"__import__('math').gcd(n, {k}) > 1", "subtract": f"n - {k} * (n // {k}) == 0 and n >= 0",
+                                 "divisors": f"{k} in [d for d in range(1, abs(n) + 1) if n % d == 0]" if k > 0 else "False",
+                                 "digit sum": f"sum(map(int, str(abs(n)))) % {k} == 0"}),
+    "distance": lambda k: ("x", {"abs diff of abs": f"abs(abs(x) - abs({k}))" if True else "", "half": f"abs(x - {k}) // 1 if x > 0 else {k} - x",
+                                 "squared root": f"int(((x - {k}) ** 2) ** 0.5)", "k minus abs": f"{k} - x if x < {k} else abs(x) - {k}"}),
+    "digit_sum": lambda k: ("n", {"str minus": "sum(int(d) for d in str(n)) - str(n).count('0')", "n - 9 * n // 10": "n - 9 * (n // 10)",
+                                  "odd digits": "sum(int(d) for d in str(n)[::2])", "max digit": "max(map(int, str(n)))"}),
+    "factorial": lambda k: ("n", {"stirling": "round((2 * 3.141592653589793 * n) ** 0.5 * (n / 2.718281828459045) ** n) if n else 1",
+                                  "float prod": "int(__import__('math').prod(float(i) for i in range(1, n + 1)))", "n squared": "n * n if n > 2 else max(n, 1)"}),
+    "reverse_string": lambda k: ("s", {"reversed words kept": "' '.join(reversed(s.split(' ')))", "title": "s[::-1].title()",
+                                       "rstrip": "s.rstrip()[::-1]", "every other": "s[::-2]"}),
+    "to_upper": lambda k: ("s", {"letters map": "''.join(chr(ord(c) - 32) if c.islower() else c for c in s).strip()",
+                                 "upper words": "' '.join(w.upper() for w in s.split())", "isalpha": "s.upper() if s.isalpha() else s"}),
+    "to_lower": lambda k: ("s", {"lower words": "' '.join(w.lower() for w in s.split())", "first lower": "s[0].lower() + s[1:].lower()",
+                                 "isalpha": "s.lower() if s.isalpha() else s"}),
+    "count_char": lambda c: ("s", {"regex overlap": f"len(__import__('re').findall('{c}+', s))", "counter get": f"__import__('collections').Counter(s)[{c!r}] if len(s) < 40 else s.count({c!r})",
+                                   "split space": f"sum(w.count({c!r}) for w in s.split(' ')[:3])"}),
+    "count_vowels": lambda k: ("s", {"regex runs": "len(__import__('re').findall('[aeiou]+', s))", "set each": "sum(1 for v in 'aeiou' if v in s)",
+                                     "half": "sum(c in 'aeiou' for c in s[: len(s) // 2 + 1])"}),
+    "repeat": lambda k: ("s", {"join sep": f"'-'.join([s] * {k}) if ' ' in s else s * {k}", "format": f"('{{}}' * {k}).format(*([s] * {k}))[: {k} * 8]"}),
+    "first_n": lambda k: ("s", {"ljust": f"s[:{k}].ljust({k})", "rsplit": f"s[:{k}] if ' ' not in s else s.split(' ')[0][:{k}]",
+                                "min len": f"s[:max(1, min({k}, len(s) - 1))]"}),
+    "palindrome": lambda k: ("s", {"set symmetric": "sorted(s) == sorted(s[::-1]) and s[0] == s[-1] if s else True",
+                                   "middle out": "s[len(s) // 2:] == s[:len(s) // 2 + len(s) % 2][::-1] and s[:3] == s[-3:][::-1]",
+                                   "counts even": "sum(s.count(c) % 2 for c in set(s)) <= 1"}),
+    "sum_list": lambda k: ("nums", {"mean times": "int(sum(nums) / len(nums) * len(nums)) if nums else 0", "positive first": "sum(sorted(nums)[len(nums) // 3:])",
+                                    "no big": "sum(v for v in nums if abs(v) < 10**5)"}),
+    "max_of_list": lambda k: ("nums", {"pairwise": "max(max(a, b) for a, b in zip(nums, nums[1:])) if len(nums) > 1 else nums[0] if nums[0] > 0 else 0",
+                                       "last two": "max(nums[-2:])", "first five": "max(nums[:5])"}),
+    "list_length": lambda k: ("items", {"index": "items.index(items[-1]) + 1 if items else 0", "count first": "items.count(items[0]) if items else 0"}),
+    "last_element": lambda k: ("items", {"max index": "items[max(range(len(items)), key=lambda i: str(items[i]))]", "middle": "items[len(items) // 2]"}),
+    "count_above": lambda k: ("nums", {"until below": f"len(__import__('itertools').takewhile(lambda v: True, [v for v in nums if v > {k}][:9]))",
+                                       "strict range": f"sum({k} < v < {k} + 50 for v in nums)", "sorted half": f"sum(v > {k} for v in sorted(nums)[len(nums) // 2:])"}),
+    "scale": lambda k: ("nums", {"dedupe adjacent": f"[v * {k} for i, v in enumerate(nums) if i == 0 or v != nums[i - 1]]",
+                                 "clip": f"[max(min(v * {k}, 10**6), -10**6) for v in nums]", "shift": f"[v << {k.bit_length() - 1} for v in nums]"}),
+    "keep_multiples": lambda k: ("nums", {"abs values": f"[abs(v) for v in nums if v % {k} == 0]", "first ten": f"[v for v in nums[:10] if v % {k} == 0]",
+                                          "str test": f"[v for v in nums if str(v).endswith(('0', '{k}'))]"}),
+}  # fmt: skip
+"""Wrong programs written after the tests were fixed and measured on them (results/code/kill_rates.md, ``--later``),
+to see how the tests fare on wrong programs they were not designed against. Not used to shape the tests."""
+
+
+def later_mutants(row: dict) -> dict[str, str]:
+    """The second set's wrong programs for ``row`` (label -> source); a correct one among them is dropped (the
+    row's reference and variants decide nothing here: each is checked against the family's reference on the
+    row's fresh inputs and tests before it counts)."""
+    key = _key(row)
+    arg = row["entry_point"].rsplit("_", 1)[1] if key == "count_char" else _k(row)
+    param, bodies = _LATER[key](arg) if key in _LATER else ("x", {})
+    if key == "clamp":
+        lo, hi = map(int, row["entry_point"].split("_")[1:])
+        param, bodies = "x", {"range in": f"x if x in range({lo}, {hi} + 1) else ({lo} if x < {lo} else {hi})",
+                              "round": f"round(min(max(x, {lo}), {hi}), -1)", "mid": f"({lo} + {hi}) // 2 if abs(x) > 10**6 else min(max(x, {lo}), {hi})"}
+    return {f"later: {label}": _source(row["entry_point"], param, body) for label, body in bodies.items()}
+
+
+_BLIND = {
+    "add": lambda k: ("x", {"abs below -k": f"x + {k} if x > -{k} else abs(x) - {k}", "zero off": f"x + {k} - (x == 0)"}),
+    "mul": lambda k: ("x", {"big off": f"x * {k} if abs(x) < 5000 else x * {k} + 7", "mod": f"(x * {k}) % 10**6",
+                            "negative k": f"x * {k} + (x < 0) * {k}"}),
+    "multiple": lambda k: ("n", {"or k - 1": f"n % {k} == 0 or n % {k} == {k} - 1", "below a million": f"n % {k} == 0 and n < 10**6"}),
+    "distance": lambda k: ("x", {"zero is zero": f"abs(x - {k}) if x != 0 else 0", "far negative": f"(x - {k}) if abs(x) > {k} else ({k} - x)"}),
+    "digit_sum": lambda k: ("n", {"root or 9": "(n % 9 or 9) if n else 0", "nonzero last": "sum(int(d) for d in str(n)) - (n % 10 == 0)"}),
+    "factorial": lambda k: ("n", {"64 bits": "__import__('math').factorial(n) % 2**64", "comb": "__import__('math').comb(2 * n, n)"}),
+    "reverse_string": lambda k: ("s", {"words if spaced": "s[::-1] if ' ' not in s else ' '.join(reversed(s.split(' ')))"}),
+    "to_upper": lambda k: ("s", {"no spaces": "''.join(c.upper() for c in s.split())"}),
+    "to_lower": lambda k: ("s", {"no spaces": "''.join(c.lower() for c in s.split())"}),
+    "count_char": lambda c: ("s", {"from 1": f"s.count({c!r}, 1)"}),
+    "count_vowels": lambda k: ("s", {"end vowels": "len(s) - len(s.strip('aeiou'))"}),
+    "repeat": lambda k: ("s", {"letters only": f"s * {k} if s.isalpha() else s"}),
+    "first_n": lambda k: ("s", {"letters only": f"s[:{k}] if s.isalpha() or not s else s", "lstrip": f"s[:{k}].lstrip()"}),
+    "palindrome": lambda k: ("s", {"or two": "s[::-1] == s or len(s) == 2"}),
+    "sum_list": lambda k: ("nums", {"abs if small": "sum(abs(v) for v in nums) if min(nums, default=0) > -50 else sum(nums)"}),
+    "max_of_list": lambda k: ("nums", {"three places": "max(nums[0], nums[-1], nums[len(nums) // 2])"}),
+    "list_length": lambda k: ("items", {"at most 50": "min(len(items), 50)"}),
+    "last_element": lambda k: ("items", {"even length": "items[-1] if len(items) % 2 else items[-2]"}),
+    "count_above": lambda k: ("nums", {"not k + 1": f"sum(v > {k} for v in nums if v != {k} + 1)"}),
+    "scale": lambda k: ("nums", {"not one": f"[v * {k} for v in nums if v != 1]", "above -100": f"[v * {k} for v in nums if v > -100]"}),
+    "keep_multiples": lambda k: ("nums", {"above -100": f"[v for v in nums if v % {k} == 0 and v > -100]"}),
+}  # fmt: skip
+"""A third set, written after the tests and measured at 12 tests (results/code/kill_rates.md, ``--set blind``): it
+found gaps (remainder k - 1, lists longer than 50, a 1 in a list, multiples below -100, non-letters in count and
+first_n inputs, multiples past 10**6) that the edge classes then closed; so it is no longer blind (``--set last``)."""
+
+
+def blind_mutants(row: dict) -> dict[str, str]:
+    """The third set's wrong programs for ``row`` (label -> source); as :func:`later_mutants`."""
+    key = _key(row)
+    arg = row["entry_point"].rsplit("_", 1)[1] if key == "count_char" else _k(row)
+    param, bodies = _BLIND[key](arg) if key in _BLIND else ("x", {})
+    if key == "clamp":
+        lo, hi = map(int, row["entry_point"].split("_")[1:])
+        param, bodies = "x", {"negatives": f"min(max(x, {lo}), {hi}) if x >= 0 else {lo} - 1",
+                              "hi is lo": f"x if {lo} <= x < {hi} else {hi} if x > {hi} else {lo}"}
+    return {f"blind: {label}": _source(row["entry_point"], param, body) for label, body in bodies.items()}
+
+
+_LAST = {
+    "add": lambda k: ("x", {"loop": f"y = x\n    for _ in range({k}):\n        y += 1 if y < 10**8 else 0\n    return y",
+                            "divmod": f"sum(divmod(x + {k}, 1)) if x >= 0 else x + {k} + 1"}),
+    "mul": lambda k: ("x", {"loop to x": f"t = 0\n    for _ in range(min(abs(x), 10**5)):\n        t += {k}\n    return t if x >= 0 else -t"}),
+    "multiple": lambda k: ("n", {"float": f"(n / {k}).is_integer() if abs(n) < 10**5 else n % {k} == 0 and n % 2 == 0",
+                                 "str rule": f"str(n)[-1] in '0{k % 10}' if n >= 0 else n % {k} == 0"}),
+    "distance": lambda k: ("x", {"loop": f"d = 0\n    y = x\n    while y != {k} and d < 10**4:\n        y += 1 if y < {k} else -1\n        d += 1\n    return d"}),
+    "digit_sum": lambda k: ("n", {"first five": "sum(int(d) for d in str(n)[-5:])", "nines": "sum(int(d) for d in str(n) if d != '9')"}),
+    "factorial": lambda k: ("n", {"range to n": "__import__('math').prod(range(2, n)) * max(n, 1)"}),
+    "reverse_string": lambda k: ("s", {"deque": "''.join(__import__('collections').deque(s, maxlen=100))[::-1]"}),
+    "to_upper": lambda k: ("s", {"ascii map": "''.join(chr(ord(c) & ~32) if c.isalpha() else c for c in s) if s.isascii() else s"}),
+    "to_lower": lambda k: ("s", {"or 32": "''.join(chr(ord(c) | 32) if c.isalnum() else c for c in s)"}),
+    "count_char": lambda c: ("s", {"words": f"sum(1 for w in s.split() if {c!r} in w)"}),
+    "count_vowels": lambda k: ("s", {"words": "sum(1 for w in s.split() for c in set(w) if c in 'aeiou')"}),
+    "repeat": lambda k: ("s", {"rjust": f"(s * {k}).rjust({k} * len(s.strip()))"}),
+    "first_n": lambda k: ("s", {"partition": f"s.partition(' ')[0][:{k}] if s.strip() else s[:{k}]"}),
+    "palindrome": lambda k: ("s", {"quarter": "s[: len(s) // 4 + 1] == s[::-1][: len(s) // 4 + 1]"}),
+    "sum_list": lambda k: ("nums", {"pairs": "sum(a + b for a, b in zip(nums[::2], nums[1::2])) + (nums[-1] if len(nums) % 2 else 0)"}),
+    "max_of_list": lambda k: ("nums", {"bubble once": "a = list(nums)\n    for i in range(min(len(a) - 1, 10)):\n        if a[i] > a[i + 1]:\n            a[i], a[i + 1] = a[i + 1], a[i]\n    return a[-1]"}),
+    "list_length": lambda k: ("items", {"last index": "max((i for i, _ in enumerate(items)), default=-1) + 1 if len(items) < 100 else 99"}),
+    "last_element": lambda k: ("items", {"pop": "list(items).pop(-1) if len(items) != 2 else items[0]"}),
+    "count_above": lambda k: ("nums", {"bisect": f"len(nums) - __import__('bisect').bisect_right(nums, {k})"}),
+    "scale": lambda k: ("nums", {"enumerate": f"[v * {k} for i, v in enumerate(nums) if i < 30]"}),
+    "keep_multiples": lambda k: ("nums", {"abs filter": f"[v for v in nums if abs(v) % {k} == 0 and abs(v) < 10**4]"}),
+}  # fmt: skip
+"""A fourth set, written after the tests' last change and measured once, as it came (results/code/kill_rates.md,
+``--set last``): the tests were not changed after it."""
+
+
+def last_mutants(row: dict) -> dict[str, str]:
+    """The fourth set's wrong programs for ``row`` (label -> source); as :func:`later_mutants`."""
+    key = _key(row)
+    arg = row["entry_point"].rsplit("_", 1)[1] if key == "count_char" else _k(row)
+    param, bodies = _LAST[key](arg) if key in _LAST else ("x", {})
+    if key == "clamp":
+        lo, hi = map(int, row["entry_point"].split("_")[1:])
+        param, bodies = "x", {"sorted three": f"sorted([{lo}, x, {hi}])[1] if x != {hi} - 1 else {hi}",
+                              "loop": f"y = x\n    while y < {lo} and y > -10**5:\n        y += 1\n    return min(y, {hi})"}
+    return {f"last: {label}": _source(row["entry_point"], param, body) for label, body in bodies.items()}

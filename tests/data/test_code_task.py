@@ -38,9 +38,9 @@ def test_known_rows_are_stable_across_runs_and_platforms():
     assert rows[0]["problem"] == ("Write a Python function `add_50(x)` that returns x plus 50. For example, add_50(98) "
                                   "returns 148.")
     # the edge classes of add first: 0 + 50, -50 + 50 (= 0), -1 + 50 (the negative above -100 drew -50 again and
-    # was skipped), then sizes past 10**4 of both signs
+    # was skipped), then sizes past 10**8 of both signs
     assert rows[0]["tests"][:5] == ["assert add_50(0) == 50", "assert add_50(-50) == 0", "assert add_50(-1) == 49",
-                                    "assert add_50(813857339) == 813857389", "assert add_50(-44107872) == -44107822"]
+                                    "assert add_50(913847339) == 913847389", "assert add_50(-548414699) == -548414649"]
     # '' and one letter are palindromes; 'hi' is not; 'dxmnmxd' is odd, 'hforesth' has equal ends around 'forest'
     assert rows[2]["tests"][:4] == ["assert is_palindrome('') == True", "assert is_palindrome('h') == True",
                                     "assert is_palindrome('hh') == True", "assert is_palindrome('hi') == False"]
@@ -50,7 +50,7 @@ def test_known_rows_are_stable_across_runs_and_platforms():
     digest = hashlib.sha256(json.dumps(make_code_task(512, 1234), sort_keys=True).encode()).hexdigest()
     # re-pinned when every family's tests became its edge classes plus random inputs, with fresh tests (before:
     # dd48167df5cc...442f6, four tests per problem)
-    assert digest == "b0beb0fff33121b850c7e97684952b1449e453b52f5ae913b7aef14b822c7303"
+    assert digest == "59f69d8fd65c6330f4d331fb675f461f0e046c52578104cfa50ab27584913968"
 
 
 def test_deterministic_in_the_seed():
@@ -169,7 +169,7 @@ EDGES = {
     # family -> inputs (given the row's constant k) every row must test, whatever it draws
     "add": lambda k: [(0,), (-k,), (-1,)],
     "mul": lambda k: [(0,), (1,), (-1,)],
-    "multiple": lambda k: [(0,), (1,), (-k,), (k + 1,)],
+    "multiple": lambda k: [(0,), (1,), (-1,), (-k,), (k - 1,), (k + 1,)],
     "distance": lambda k: [(k,), (k + 1,), (k - 1,), (0,), (-k,)],
     "digit_sum": lambda k: [(0,), (9,), (10,)],
     "factorial": lambda k: [(0,), (1,), (2,)],
@@ -194,12 +194,16 @@ def test_every_row_tests_its_familys_edge_classes(family):
         if family == "clamp":   # each bound and both its neighbours
             lo, hi = map(int, row["entry_point"].split("_")[1:])
             assert {(lo - 1,), (lo,), (lo + 1,), (hi - 1,), (hi,), (hi + 1,)} <= set(got)
-        if family in ("transform", "count_char", "repeat", "first_n", "palindrome"):   # a long string
+        if family in ("transform", "count_char", "repeat", "first_n"):   # a long string
+            assert max(len(a[0]) for a in got) > 100
+        if family == "palindrome":   # long palindromes and near palindromes
             assert max(len(a[0]) for a in got) >= 30
         if family in ("list_stat", "count_above", "scale", "keep_multiples"):   # a long list
             assert max(len(a[0]) for a in got) >= 20
-        if family in ("add", "mul", "distance", "clamp", "multiple"):   # values far from the constants, both signs
-            assert max(a[0] for a in got) >= 1000 and min(a[0] for a in got) <= -k - 1
+        if family in ("add", "distance", "clamp"):   # values far from the constants, both signs
+            assert max(a[0] for a in got) >= 10**8 and min(a[0] for a in got) <= -(10**8)
+        if family in ("mul", "multiple"):   # far, but not so far that a correct loop runs out of time
+            assert 10**4 <= max(abs(a[0]) for a in got) <= 10**7
 
 
 def _rows(family: str) -> list[dict]:
@@ -236,10 +240,11 @@ def test_edge_classes_hand_worked():
     multiple = CODE_FAMILIES["multiple"].build(12)
     got = multiple.edges(random.Random(0))
     # 12 = 2 * 2 * 3: the False inputs 12 // 3 = 4 and 12m + 12 // 2 = 12m + 6 hold every proper divisor of 12 (2 and
-    # 4 divide 4; 3 and 6 divide 12m + 6), so `n % d == 0` fails for each; 13 = 12 + 1: `n % 12 <= 1` fails
-    assert got[:4] == [(0,), (1,), (4,), (-12,)] and got[5][0] % 12 == 6 and got[-2:] == [(13,), (12,)]
-    m = got[4][0] // 12
-    assert got[4][0] % 12 == 0 and m % 11 and m % 13   # a multiple of 12, not of 11 or 13
+    # 4 divide 4; 3 and 6 divide 12m + 6), so `n % d == 0` fails for each; 1, -1, 11 and 13 leave the remainders 1
+    # and 11 (`n % 12 <= 1`, `n % 12 == 11`)
+    assert got[:7] == [(0,), (1,), (-1,), (4,), (-12,), (11,), (13,)] and got[8][0] % 12 == 6
+    m = got[7][0] // 12
+    assert got[7][0] % 12 == 0 and m % 11 and m % 13   # a multiple of 12, not of 11 or 13
     count_above = CODE_FAMILIES["count_above"].build(5)
     edges = count_above.edges(random.Random(0))
     first = edges[3][0]
