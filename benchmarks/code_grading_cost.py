@@ -51,7 +51,9 @@ print(json.dumps(out))
 
 def run_tree(tree: Path, rows: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    done = subprocess.run([sys.executable, "-c", WORKER, str(rows)], env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(  # run in the tree: `python -c` puts the working folder first on sys.path
+        [sys.executable, "-c", WORKER, str(rows)], env=env, cwd=tree, capture_output=True, text=True, check=False
+    )
     if done.returncode:
         raise SystemExit(f"{tree}: the worker failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -6,61 +6,75 @@ a sandbox and returns a :class:`SandboxResult`; ``isolation()`` names the mechan
 How a run goes
 --------------
 A fresh interpreter (``python -I -S -B``: no site-packages, no user site, no ``PYTHON*`` variables) runs
-:mod:`graft.reward.sandbox_harness` with an environment of only ``PATH``, ``HOME``, ``LANG``, in its
-own session, under rlimits (address space ``memory_mb``, CPU time, file size, open files, core 0,
-processes), with stdin from /dev/null and stdout/stderr captured by this process up to
-``max_output_bytes`` each (more than that kills the run: status and failure ``"output_limit"``). The
-harness executes the program, evaluates each test and reports one JSON line per test on a dedicated
-pipe fd (not stdout). The whole process tree is killed afterwards, whatever it did.
+:mod:`graft.reward.sandbox_harness` with an environment of only ``PATH``, ``HOME``, ``LANG``, in its own session
+(a signal to graft's process group never reaches it), under rlimits (address space ``memory_mb``, CPU time, file
+size, open files, core 0, processes, POSIX message queues 0), with stdin from /dev/null and stdout/stderr captured
+by this process up to ``max_output_bytes`` each (more than that kills the run: status and failure
+``"output_limit"``). Its first process, the *warden*, never runs the program; it forks the *template*, which drops
+privileges, installs a seccomp filter (no SysV IPC, message queues, keyrings, ptrace, namespaces, mounts, or
+changing another process's scheduling or limits; x86-64 and aarch64) and imports the program.
 
-**Expected values never enter the sandbox.** For a split test (``assert CALL == LITERAL``) only ``CALL``
-goes in; the harness reports ``repr()`` of the value and THIS process parses it with
-``ast.literal_eval`` and compares it with the expected literal (exact ``==``; floats with
-``math.isclose(rel_tol=1e-9, abs_tol=1e-12)``; a repr that is not a literal is a wrong answer). So
-patching ``assert``/``==``/builtins, returning an object with a forged ``__eq__``, printing fake
-results, writing to other fds, or exiting early (missing results fail: ``"missing_result"``) cannot earn
-a pass for a value the program does not compute. Timeouts are measured here: ``test_timeout_s`` since
-the last reported result (or since the harness started, for the program's import) and ``timeout_s``
-for the whole run; a program that ignores signals is SIGKILLed with its whole tree.
+**Test calls share nothing.** After the import the template seals what the calls could share (kills every other
+process of the sandbox, refuses a program that left a thread running or changed fds 0-2, closes the program's
+fds, makes shared memory mappings private, becomes non-dumpable, blocks signals, records the writable folders);
+then every call runs in a child forked from it, and after each the template kills what the call left, reaps it
+and puts the writable folders back as the import left them. The calls come in an order drawn afresh from the OS's
+randomness at every run (this process shuffles them and maps the results back), so nothing in the sandbox knows
+the order of a row's tests either. A program that tampers with the template at import is in the same interpreter
+and could undo the seal; it then still sees the calls in a random order, and the monitor flags the tampering.
+
+**Expected values never enter the sandbox.** For a split test (``assert CALL == LITERAL``) only ``CALL`` goes in;
+each child reports ``repr()`` of the value and THIS process parses it with ``ast.literal_eval`` and compares it
+with the expected literal strictly (:func:`_same`: the same type at every depth, ``True != 1``, ``92.0 != 92``;
+floats with ``math.isclose(rel_tol=1e-9, abs_tol=1e-12)``; a repr that is not a literal is a wrong answer). So
+patching ``assert``/``==``/builtins, returning an object with a forged ``__eq__``, printing fake results, writing to
+other fds, or exiting early (missing results fail: ``"missing_result"``) cannot earn a pass for a value the program
+does not compute. Timeouts: the template stops a call after ``test_timeout_s`` (failure ``"timeout"``, the other
+calls still run); this process stops the run ``test_timeout_s`` + ``CALL_SLACK_S`` after the last reported result
+(or after the start, for the import) and after ``timeout_s`` in all (status ``"timeout"``).
+
+**Extra tests** (``run_tests(..., extra=...)``: a detector's held-out tests) run after every test, only when enough
+tests passed, and are reported apart; the program cannot tell them from the tests.
 
 **Code tests** (``TestCase(code=...)``: unsplittable test code such as HumanEval's ``check(candidate)``)
-run inside the sandbox, in the program's interpreter, and the harness reports pass/fail: a program can
-forge that verdict by tampering with the harness (it shares the interpreter). graft's built-in code
-task uses split tests only; use code tests for evaluation of trusted models, not as an RL reward.
+run inside the sandbox, in a call's child, and the harness reports pass/fail: a program can forge that verdict by
+tampering with the harness (it shares the interpreter). graft's built-in code task uses split tests only; use code
+tests for evaluation of trusted models, not as an RL reward.
 
 Isolation
 ---------
 ``bwrap`` (bubblewrap, when installed and its self-test passes; detected once per process): new PID,
 network, IPC, UTS, cgroup (and, when not root, user) namespaces; a root file system of only /usr,
-/bin, /lib*, /sbin and the interpreter's prefix, all read-only; a fresh ``/proc``, a minimal ``/dev``,
-and a 64 MiB tmpfs ``/tmp`` as the working folder. When graft runs as root, the harness drops to a
-dedicated uid (61000 + a random slot, locked per run) before the program runs, so RLIMIT_NPROC counts
-the sandbox alone, no host file is writable and no host process can be signalled. No network, no
-writes outside the tmpfs, no view of the host's processes, their environments or memory; when the
-run ends the PID namespace dies with every process in it (and every process of the uid is killed).
+/bin, /lib*, /sbin and the interpreter's prefix, all read-only, with every third-party package folder (graft
+among them, where installed) covered by an empty tmpfs; a fresh ``/proc``, a read-only minimal ``/dev``, and a
+64 MiB tmpfs ``/tmp`` as the working folder. The warden is the PID namespace's init (``--as-pid-1``): when it ends,
+the kernel kills and reaps every process in it, and bwrap reaps the warden. When graft runs as root, the template
+drops to a dedicated uid (61000 + a random slot, locked per run), so RLIMIT_NPROC counts the sandbox alone, no host
+file is writable and no host process can be signalled. No network, no writes outside the tmpfs, no view of the
+host's processes, their environments or memory, nor of graft's code, the run folder or its config.
 
-``rlimits+setuid`` (no usable bwrap, graft runs as root): the harness enters new mount, network, IPC
+``rlimits+setuid`` (no usable bwrap, graft runs as root): the warden enters new mount, network, IPC
 and UTS namespaces (``isolation()`` then says ``+namespaces``), covers /tmp, /var/tmp, /run/lock and
 /dev/shm with private tmpfs, hides a non-public folder holding the interpreter (e.g. /root) behind a
-tmpfs with only the interpreter bound back read-only, then drops to a dedicated uid as above; every
-process of that uid is killed at the end. It does NOT isolate: reading the host's file system (whatever
-is world-readable), writing to world-writable places other than those four folders (and
-world-writable UNIX sockets), the list of host processes and their command lines (/proc is the
-host's; environments and memory of other uids stay unreadable). Where the kernel refuses the
-namespaces (no CAP_SYS_ADMIN, e.g. a default Docker container) it does not isolate the network nor
-/tmp either, and an interpreter the sandbox uid cannot read makes it unusable.
+tmpfs with only the interpreter bound back read-only; it keeps root (a child subreaper the sandbox uid cannot
+signal), the template drops to a dedicated uid as above; every process of that uid is killed at the end. It does
+NOT isolate: reading the host's file system (whatever is world-readable: graft's code, a world-readable run
+folder), writing to world-writable places other than those four folders (and world-writable UNIX sockets; those
+places are also a channel between calls), the list of host processes and their command lines (/proc is the
+host's; environments and memory of other uids stay unreadable). Where the kernel refuses the namespaces (no
+CAP_SYS_ADMIN, e.g. a default Docker container) it does not isolate the network nor /tmp either, and an
+interpreter the sandbox uid cannot read makes it unusable.
 
-``rlimits`` (no usable bwrap, not root): rlimits, a scrubbed environment, a temporary working folder and,
-at the end, killing the process group and every process still carrying the run's marker variable. It
-does NOT isolate anything else: the program runs as graft's own user, so it can read the environment
-and memory of graft's processes (``/proc/<pid>/environ``: tracker keys; ``/proc/<pid>/mem`` where
-ptrace rules allow it: the expected values), signal or kill them, read and write every file the user
-can, use the network, and survive the final kill by dropping its marker (exec with another
-environment) or forking while the kill scans /proc.
+``rlimits`` (no usable bwrap, not root): rlimits, the seccomp filter, a scrubbed environment, a temporary working
+folder and, at the end, killing the process group and every process still carrying the run's marker variable. It
+does NOT isolate anything else: the program runs as graft's own user, so it can read the environment and memory of
+graft's processes (``/proc/<pid>/environ``: tracker keys; ``/proc/<pid>/mem`` where ptrace rules allow it: the
+expected values), signal or kill them, read and write every file the user can, use the network, and survive a
+call or the final kill by leaving its process group and dropping its marker.
 
-None of them has a seccomp filter (the kernel's whole system-call surface is exposed, including user
-namespaces inside the root-mode bwrap sandbox), and memory is limited per process (RLIMIT_AS): a run
-can hold up to ``MAX_PROCESSES`` x ``memory_mb`` plus its tmpfs.
+The code domain refuses both weaker mechanisms unless ``reward.allow_weak_sandbox`` is set
+(:func:`graft.reward.code.check_isolation`). Memory is limited per process (RLIMIT_AS): a run can hold up to
+``MAX_PROCESSES`` x ``memory_mb`` plus its tmpfs.
 
 ``none: ...``: no mechanism passed its self-test (e.g. root without namespaces and an interpreter the
 sandbox uid cannot read); every run returns status ``"error"`` rather than run code as root.
