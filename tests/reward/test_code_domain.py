@@ -228,3 +228,17 @@ def test_the_grader_says_which_sandbox_it_uses(capsys):
         pass
     assert "grading: code programs run in the bwrap sandbox" in capsys.readouterr().err
     assert grading_note(RewardConfig(domain="math")) is None
+
+
+def test_graft_analyze_shows_the_holdout_share_per_third():
+    from graft.evaluation.analyze import monitor_lines, reward_monitor
+
+    # steps 1-3, 4 rewarded programs each; 1, 0 and 3 of them failed a held-out test: per third (one step each)
+    # 25 %, 0 %, 75 %
+    rows = [{"step": s, "A/rewarded/n": 4, **{f"A/rewarded/{f}": 0.0 for f in CODE.flags}} for s in (1, 2, 3)]
+    for row, share in zip(rows, (0.25, 0.0, 0.75)):
+        row["A/rewarded/holdout_fail"] = share
+    mon = reward_monitor(rows, "A", None, CODE.flags)
+    assert [e["holdout_fail"] for e in mon["ranges"]] == [0.25, 0.0, 0.75]
+    text = "\n".join(monitor_lines({"A": mon}))
+    assert "holdout_fail 25%" in text and "holdout_fail 75%" in text, text
