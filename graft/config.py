@@ -353,8 +353,8 @@ class CodeTaskConfig:
     from ``families[i % len(families)]``; ``None``: every family but ``factorial``."""
     tests_per_prompt: int = 12
     """Hidden ``assert f(x) == y`` tests per problem (never the example the problem text shows): each family's edge
-    classes first, then random inputs. 10 is the fewest that reject every wrong program of the mutant suite on every
-    row, 12 leaves every family a random input or more beyond its edge classes (``results/code/kill_rates.md``)."""
+    classes first, then random inputs. 12 is the fewest that reject every wrong program of the mutant suite on every
+    row (``results/code/kill_rates.md``)."""
     fresh_tests: int = 6
     """Held-out tests per problem on inputs drawn afresh from its family: never in the reward, run on rewarded
     programs only (status and monitor flag ``holdout_fail``: a program that fits the tests without solving the
