@@ -19,7 +19,8 @@ from unittest import mock
 import pytest
 
 from graft.commands.cli import COMMANDS, unknown_command
-from graft.config import _key_templates, load_config
+from graft.config import load_config
+from graft.config.keys import key_templates as _key_templates
 from graft.console import split_flags
 from graft.docs_gen import PAGES, command_parser, config_reference
 from graft.errors import UserError

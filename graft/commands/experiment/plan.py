@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from graft.config import ANSWER_FORMS as LEGACY_ANSWER_FORMS, ConfigError, load_config, to_dict
+from graft.config import ConfigError, load_config, to_dict
+from graft.config.upgrade import ANSWER_FORMS as LEGACY_ANSWER_FORMS
 from graft.exchange.kinds import hands_over
 
 PLAN_KEYS = (

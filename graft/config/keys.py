@@ -1,0 +1,90 @@
+"""The dotted keys of the config tree: a key's type hint, every key, and the nearest valid key to a misspelt one."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any
+
+from graft.config.root import Config
+
+
+def field_hint(key: str) -> Any:
+    """Type hint of the dotted config field ``key`` (``exchange.delta_by_length``, ``models.0.lr``),
+    or ``None`` when no such field exists (then :func:`build` reports the key)."""
+    hint: Any = Config
+    for part in key.split("."):
+        while typing.get_origin(hint) in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(hint) if a is not type(None)]
+            if len(members) != 1:
+                return None
+            hint = members[0]
+        origin = typing.get_origin(hint)
+        if dataclasses.is_dataclass(hint):
+            hints = typing.get_type_hints(hint)
+            if part not in hints:
+                return None
+            hint = hints[part]
+        elif origin in (list, tuple, dict) and typing.get_args(hint):
+            hint = typing.get_args(hint)[-1 if origin is dict else 0]
+        else:
+            return None
+    return hint
+
+
+def dataclass_of(hint: Any) -> Any:
+    """The dataclass a field holds (itself, optional, or as list/dict items), else None."""
+    while typing.get_origin(hint) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(members) != 1:
+            return None
+        hint = members[0]
+    if typing.get_origin(hint) in (list, dict) and typing.get_args(hint):
+        hint = typing.get_args(hint)[-1]
+    return hint if dataclasses.is_dataclass(hint) else None
+
+
+def key_templates(cls: type | None = None, prefix: str = "") -> list[str]:
+    """Every dotted leaf key of the config tree, list items and mapping values as ``*``
+    (``models.*.lr``, ``ray.resources.*.num_gpus``)."""
+    cls = cls or Config
+    out = []
+    for name, hint in typing.get_type_hints(cls).items():
+        sub = dataclass_of(hint)
+        key = prefix + name
+        if sub is None:
+            out.append(key)
+        elif sub is hint:
+            out += key_templates(sub, key + ".")
+        else:
+            out += key_templates(sub, key + ".*.")
+    return out
+
+
+def nearest_key(key: str) -> str | None:
+    """The valid dotted key closest to the unknown ``key`` (``report_to`` -> ``logging.report_to``):
+    difflib over every dotted key and over the leaf names, list indices taken from ``key``; None
+    when nothing is close."""
+
+    parts = key.split(".")
+    templates = key_templates()
+    filled = []
+    for t in templates:
+        tp = t.split(".")
+        filled.append(
+            ".".join(
+                parts[i] if p == "*" and i < len(parts) and parts[i].isdigit() else "0" if p == "*" else p
+                for i, p in enumerate(tp)
+            )
+        )
+    score = {}
+    for full in filled:
+        r = max(
+            difflib.SequenceMatcher(None, key, full).ratio(),
+            difflib.SequenceMatcher(None, parts[-1], full.split(".")[-1]).ratio(),
+        )
+        score[full] = r + 0.01 * full.startswith(".".join(parts[:-1]) + ".")  # same section wins a tie
+    best = max(score, key=score.__getitem__)
+    return best if score[best] >= 0.75 else None
