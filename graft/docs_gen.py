@@ -10,7 +10,6 @@ import dataclasses
 import importlib
 import json
 import re
-import typing
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +17,7 @@ import yaml
 
 from graft.commands.cli import COMMANDS
 from graft.config import Config, field_docs
+from graft.config.checks import field_types
 from graft.config.coerce import hint_words
 from graft.config.keys import dataclass_of
 from graft.config.show import field_default
@@ -114,7 +114,7 @@ def _sections(cls: type, prefix: str, about: str, docs: dict) -> list[tuple[str,
     """``(dotted prefix, dataclass, the description of the field holding it)`` of ``cls`` and of every dataclass
     below it, in tree order."""
     out = [(prefix, cls, about)]
-    for name, hint in typing.get_type_hints(cls).items():
+    for name, hint in field_types(cls).items():
         sub = dataclass_of(hint)
         if sub is not None:
             out += _sections(
@@ -137,7 +137,7 @@ def config_reference() -> str:
         "",
     ]
     for prefix, cls, about in _sections(Config, "", "The run as a whole.", docs):
-        hints = typing.get_type_hints(cls)
+        hints = field_types(cls)
         rows = [f for f in dataclasses.fields(cls) if dataclass_of(hints[f.name]) is None]
         out += [
             f"## `{prefix.rstrip('.') or 'top level'}`",

@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import ctypes
 
+from graft.registry import CPU_MEMORY
+
 M_TRIM_THRESHOLD = -1
 """glibc ``malloc.h``: the free memory at the heap's top above which ``free`` returns it to the kernel; -1: never."""
 M_MMAP_MAX = -4
 """glibc ``malloc.h``: how many blocks may be served by ``mmap`` at once; 0: none (every block from the heap)."""
+
+
+CPU_MEMORY.register("keep", True)
+CPU_MEMORY.register("release", False)
 
 
 def keep_freed_memory() -> bool:

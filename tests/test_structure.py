@@ -11,8 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "graft"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("graft", "graft.errors"),
-    ("graft.types", "graft.seeds", "graft.registry", "graft.files", "graft.console", "graft.cores", "graft.heap"),
+    ("graft", "graft.errors", "graft.registry"),
+    ("graft.types", "graft.seeds", "graft.files", "graft.console", "graft.cores", "graft.heap"),
     ("graft.config",),
     ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),
     ("graft.domains",),

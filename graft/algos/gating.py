@@ -64,11 +64,13 @@ def gate_metrics(s: Tensor, admitted: Tensor) -> dict:
     }
 
 
+@ADMISSIONS.register("gate")
 def admit_gate(passes: Tensor, generator: torch.Generator | None) -> Tensor:
     """``gate``: admit the responses with s > δ (``passes``)."""
     return passes
 
 
+@ADMISSIONS.register("random")
 def admit_random(passes: Tensor, generator: torch.Generator | None) -> Tensor:
     """``random``: admit as many responses as the gate would, drawn uniformly."""
     admitted = torch.zeros_like(passes)
@@ -77,16 +79,19 @@ def admit_random(passes: Tensor, generator: torch.Generator | None) -> Tensor:
     return admitted
 
 
+@ADMISSIONS.register("all")
 def admit_all(passes: Tensor, generator: torch.Generator | None) -> Tensor:
     """``all``: admit every response."""
     return torch.ones_like(passes)
 
 
+@WEIGHTINGS.register("compat")
 def weight_compat(s: Tensor, admitted: Tensor, cap: float) -> Tensor:
     """``compat``: w = min(s, cap) if admitted else 0."""
     return torch.where(admitted, s.clamp(max=cap), torch.zeros_like(s))
 
 
+@WEIGHTINGS.register("none")
 def weight_none(s: Tensor, admitted: Tensor, cap: float) -> Tensor:
     """``none``: w = 1 if admitted else 0."""
     return admitted.to(s.dtype)

@@ -76,6 +76,7 @@ from graft.config import ConfigError, load_config
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.evaluation.analyze import read_jsonl
 from graft.evaluation.metrics import paired_interval
+from graft.exchange.common import adv_norm
 from graft.exchange.handover import Scoring
 from graft.exchange.kinds import exchange_kind
 from graft.exchange.live import exchange_live
@@ -371,7 +372,7 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
 def _exchange_arms(run, groups: dict[str, list[RolloutGroup]], step: int) -> dict[str, ExchangeResult]:
     """The exchange of this state under the graft arm's admission and under ``admission=all``."""
     cfg = run.cfg
-    adv = (cfg.update.adv_eps, cfg.update.adv_std == "unbiased")
+    adv = adv_norm(cfg.update)
     return {
         arm: exchange_live(
             step,

@@ -6,16 +6,15 @@ parser."""
 from __future__ import annotations
 
 import argparse
-import typing
 
-from graft.config import EvalConfig, ModelConfig
-from graft.registry import DOMAINS, ENGINES
+from graft.config import EvalConfig
+from graft.registry import DOMAINS, DTYPES as DTYPES_REGISTRY, ENGINES
 
 CONFIG_HELP = "a YAML config file, or the name of a packaged one (default, code, trio, baselines/grpo_n16, ...)"
 """What a command's config argument takes (:func:`graft.config.config_path`)."""
 OVERRIDES_HELP = "key=value overrides, e.g. steps=10 models.0.lr=2e-6"
 
-DTYPES = typing.get_args(typing.get_type_hints(ModelConfig)["dtype"])
+DTYPES = list(DTYPES_REGISTRY)
 """Weight dtypes a model can be evaluated or exported in: those of ``models.I.dtype``."""
 BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
 """Short names accepted by ``graft eval --data``; resolved to ``DATA_DIR/NAME.jsonl``."""

@@ -50,7 +50,7 @@ from graft.console import bars, quiet_bars
 from graft.data.arithmetic import family_of
 from graft.data.datasets import PromptSampler
 from graft.domains.grading import load_data, make_grader
-from graft.exchange.common import complementarity, counts
+from graft.exchange.common import adv_norm, complementarity, counts
 from graft.exchange.handover import Scoring, hand_over
 from graft.exchange.live import exchange_live, select
 from graft.exchange.pairing import PairingWindow
@@ -287,7 +287,7 @@ def predict_exchange(
                 Scoring.of(cfg),
                 lambda peers: None,
                 gen,
-                (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"),
+                adv_norm(cfg.update),
                 window,
             )
             step_rows = _exchanged_rows(res, ex.pairing)

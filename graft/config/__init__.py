@@ -39,7 +39,7 @@ from graft.config.load import (
     read_yaml_tree,
     save_config,
 )
-from graft.config.models import KL_ESTIMATORS, LR_SCHEDULES, LoraConfig, ModelConfig
+from graft.config.models import LoraConfig, ModelConfig
 from graft.config.reward import RewardConfig
 from graft.config.rollout import RolloutConfig
 from graft.config.root import Config
@@ -50,8 +50,6 @@ from graft.config.upgrade import upgrade_tree
 
 __all__ = [
     "CONFIGS",
-    "KL_ESTIMATORS",
-    "LR_SCHEDULES",
     "ArithmeticConfig",
     "CheckpointConfig",
     "CodeTaskConfig",

@@ -1,11 +1,12 @@
 """How the config reports what is wrong: :class:`ConfigError` (one ``field: reason`` line), several at once
-(:class:`ConfigErrors`), and :func:`check`, the one way a section states an invariant."""
+(:class:`ConfigErrors`), :func:`check`, the one way a section states an invariant, and :func:`registry_of`, how a
+field takes its choices from a registry."""
 
 from __future__ import annotations
 
 import contextvars
 import typing
-from typing import Any, Callable
+from typing import Annotated, Any
 
 from graft.errors import UserError
 from graft.registry import Registry
@@ -48,7 +49,7 @@ def each(check: Any, items: Any) -> list:
 
 
 BROKEN: contextvars.ContextVar[list[ConfigError] | None] = contextvars.ContextVar("graft_config_broken", default=None)
-"""While :func:`build` runs a dataclass's ``__post_init__``: the invariants found broken so far (:func:`_check`
+"""While :func:`build` runs a dataclass's ``__post_init__``: the invariants found broken so far (:func:`check`
 records each and lets the checks after it run); outside it, ``None`` and a broken invariant raises at once."""
 
 
@@ -60,31 +61,26 @@ def check(ok: bool, field: str, reason: str) -> None:
         broken.append(FieldError(field, reason))
 
 
-_Cls = typing.TypeVar("_Cls", bound=type)
-CHOICES: dict[str, Registry] = {}
-"""``Class.field`` -> the registry whose names the field takes (filled by :func:`registry_choices`)."""
+def field_types(cls: Any) -> dict[str, Any]:
+    """The type hints of a section's fields as declared, each choice's registry kept (``Annotated[str, REGISTRY]``:
+    :func:`registry_of`)."""
+    return typing.get_type_hints(cls, include_extras=True)
 
 
-def registry_choices(**registries: Registry) -> Callable[[_Cls], _Cls]:
-    """Field -> the registry whose names it takes (``engine=ENGINES``): its runtime type hint becomes a ``Literal``
-    of the names (``list`` of it for a field declared ``list[str]``).
+def registry_of(hint: Any) -> Registry | None:
+    """The registry whose names a field of type ``hint`` takes (``Annotated[str, ENGINES]`` -> ``ENGINES``), else
+    None. The names are read when a value is checked, so a variant registered after import is a choice too."""
+    if typing.get_origin(hint) is not Annotated:
+        return None
+    return next((m for m in typing.get_args(hint)[1:] if isinstance(m, Registry)), None)
 
-    A registry's names are known only when the hints are read (a plugin or a test may register more after import),
-    and a static type checker cannot read a ``Literal`` built from them. So the class body declares such a field as
-    ``str`` or ``list[str]`` (what a type checker sees), and this replaces its annotation by a text evaluated in this
-    module like every other annotation here (``from __future__ import annotations``): ``typing.get_type_hints``
-    (:func:`build`, :func:`field_hint`, the docs) builds the ``Literal`` from the registry as it is at that moment.
-    Apply it above ``@dataclass``."""
 
-    def apply(cls: _Cls) -> _Cls:
-        for name, registry in registries.items():
-            declared = cls.__annotations__.get(name)
-            if declared not in ("str", "list[str]"):
-                raise TypeError(f"{cls.__name__}.{name} must be declared str or list[str], not {declared!r}")
-            key = f"{cls.__name__}.{name}"
-            CHOICES[key] = registry
-            hint = f"Literal[tuple(CHOICES[{key!r}])]"
-            cls.__annotations__[name] = hint if declared == "str" else f"list[{hint}]"
-        return cls
-
-    return apply
+def check_choices(section: Any) -> None:
+    """:func:`check` every choice field of a section built in code (the loader checks them before the section is
+    built): a name, or each name of a list, that its registry holds."""
+    for name, hint in field_types(type(section)).items():
+        value = getattr(section, name)
+        registry = registry_of(typing.get_args(hint)[0] if typing.get_origin(hint) is list else hint)
+        if registry is not None:
+            for item in value if isinstance(value, list) else [value]:
+                check(item in registry, name, f"{item!r} is not one of {registry.choices()}")

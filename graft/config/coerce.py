@@ -8,11 +8,11 @@ import math
 import re
 import types
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 
-from graft.config.checks import BROKEN, ConfigError, ConfigErrors, FieldError, each
+from graft.config.checks import BROKEN, ConfigError, ConfigErrors, FieldError, each, field_types, registry_of
 from graft.config.keys import nearest_key
 
 
@@ -29,7 +29,7 @@ def build(cls: type, data: Any, where: str) -> Any:
         return data
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping of {cls.__name__} fields, got {show_value(data)}")
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     known = [f.name for f in dataclasses.fields(cls)]
 
     def check(name: Any, value: Any) -> Any:
@@ -104,6 +104,9 @@ def hint_words(hint: Any) -> str:
         return "text"
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
+    if origin is Annotated:
+        registry = registry_of(hint)
+        return "one of " + registry.choices() if registry is not None else hint_words(args[0])
     if origin in (typing.Union, types.UnionType):
         parts = [hint_words(a) for a in args if a is not type(None)]
         if type(None) in args:
@@ -136,6 +139,9 @@ def _exact(hint: Any, value: Any) -> bool:
     origin = typing.get_origin(hint)
     if origin is Literal:
         return any(type(value) is type(a) and value == a for a in typing.get_args(hint))
+    if origin is Annotated:
+        registry = registry_of(hint)
+        return isinstance(value, str) and value in registry if registry is not None else _exact(typing.get_args(hint)[0], value)
     if origin in (list, tuple):
         return isinstance(value, (list, tuple))
     if origin is dict or dataclasses.is_dataclass(hint):
@@ -146,8 +152,8 @@ def _exact(hint: Any, value: Any) -> bool:
 def coerce(hint: Any, value: Any, where: str) -> Any:
     """``value`` checked against (and converted to) the type ``hint`` of field ``where``.
 
-    Literal: one of the choices, exactly (``GRPO`` is not ``grpo``). int: an integer (a float
-    with an integral value is accepted; booleans are not). float: a number (ints accepted; text
+    A choice (``Annotated[str, REGISTRY]``) or a Literal: one of the names, exactly (``GRPO`` is not ``grpo``).
+    int: an integer (a float with an integral value is accepted; booleans are not). float: a number (ints accepted; text
     such as ``2e-6``, which YAML 1.1 reads as a string, is converted; NaN is rejected). bool:
     true/false. str: text (numbers are turned into text). ``X | None``: null or X. list/tuple:
     a list whose items are checked (``models.0``; a single text or number is a one-item list),
@@ -172,6 +178,15 @@ def _to_literal(hint: Any, args: tuple, value: Any, where: str) -> Any:
     if any(type(value) is type(a) and value == a for a in args):
         return value
     raise ConfigError(f"{where}: {show_value(value)} is not one of {', '.join(str(a) for a in args)}")
+
+
+def _to_annotated(hint: Any, args: tuple, value: Any, where: str) -> Any:
+    registry = registry_of(hint)
+    if registry is None:
+        return coerce(args[0], value, where)
+    if isinstance(value, str) and value in registry:
+        return value
+    raise ConfigError(f"{where}: {show_value(value)} is not one of {registry.choices()}")
 
 
 def _to_union(hint: Any, args: tuple, value: Any, where: str) -> Any:
@@ -268,8 +283,16 @@ def _to_dict(hint: Any, args: tuple, value: Any, where: str) -> dict:
 
 _SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
 """Plain field types -> their check-and-convert function."""
-_GENERICS = {Literal: _to_literal, typing.Union: _to_union, list: _to_list, tuple: _to_tuple, dict: _to_dict}
-"""Generic origins (``Literal[...]``, ``X | None``, ``list[X]`` ...) -> their check-and-convert function."""
+_GENERICS = {
+    Literal: _to_literal,
+    Annotated: _to_annotated,
+    typing.Union: _to_union,
+    list: _to_list,
+    tuple: _to_tuple,
+    dict: _to_dict,
+}
+"""Generic origins (``Annotated[str, REGISTRY]``, ``Literal[...]``, ``X | None``, ``list[X]`` ...) -> their
+check-and-convert function."""
 
 
 def accepts_none(hint: Any) -> bool:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated
 
-from graft.config.checks import check
-from graft.registry import FAMILIES, STYLES
+from graft.config.checks import check, check_choices
+from graft.registry import BAD_ROWS, FAMILIES, STYLES
 
 
 @dataclass
@@ -83,7 +83,7 @@ class DataConfig:
     """Validation set for in-training evaluation (same forms as ``train``); ``None`` disables it."""
     val_limit: int | None = None
     """Use only the first ``val_limit`` validation prompts."""
-    on_bad_row: Literal["error", "skip"] = "error"
+    on_bad_row: Annotated[str, BAD_ROWS] = "error"
     """A malformed row stops the run (``error``) or is skipped and counted (``skip``)."""
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     """Settings of the procedural arithmetic task."""
@@ -96,6 +96,7 @@ class DataConfig:
     names are id, problem, answer, tests, entry_point. Every other column is kept and reaches the reward."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         check(bool(str(self.train).strip()), "train", "is required (arithmetic, a data file or folder, or hub:NAME)")
         bad = [k for k in self.fields if k not in ("id", "problem", "answer", "tests", "entry_point")]
         check(not bad, "fields", f"{bad[:1]} is not a graft field name; map id, problem, answer, tests, entry_point")

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
-from graft.config.checks import CHOICES, check, registry_choices  # noqa: F401 (registry_choices' annotations read CHOICES)
-from graft.registry import ADMISSIONS, BALANCES, CONFLICTS, EXCHANGES, PAIRINGS, WEIGHTINGS
+from graft.config.checks import check, check_choices
+from graft.registry import ADMISSIONS, BALANCES, CONFLICTS, EXCHANGES, PAIRINGS, SELECTIONS, WEIGHTINGS
 
 
-@registry_choices(balance=BALANCES, admission=ADMISSIONS, weighting=WEIGHTINGS, conflict=CONFLICTS, pairing=PAIRINGS)
 @dataclass
 class ExchangeConfig:
-    kind: str = "live"
+    kind: Annotated[str, EXCHANGES] = "live"
     """Which exchange the run performs, a name of :data:`graft.registry.EXCHANGES`: ``live`` (GRAFT among the
     co-trained models), ``none`` (GRPO: each model trains alone, same loop otherwise), ``stored`` (GRAFT with a
     peer replayed from a trajectory store, ``peer.*``) or ``hacpo`` (HACPO's sharing; with ``update.rule=hacpo``).
@@ -23,20 +22,20 @@ class ExchangeConfig:
     """Gate: a peer response with compatibility s <= delta is dropped (spec §3.4)."""
     weight_cap: float = 1.0
     """Admitted peer responses get weight min(s, weight_cap)."""
-    balance: str = "min"
+    balance: Annotated[str, BALANCES] = "min"
     """Selection size per direction: ``min`` keeps m = min(|C_AB|, |C_BA|) (paper); ``none`` keeps all
     candidates; ``asymmetric`` keeps min(|C_dir|, ceil(balance_ratio * |C_other|) + balance_floor)."""
     balance_ratio: float = 2.0
     """``asymmetric`` balancing: how many times the other direction's count the richer one may keep."""
     balance_floor: int = 1
     """``asymmetric`` balancing: extra prompts a direction may keep beyond ratio times the other."""
-    selection: Literal["ranked", "random"] = "ranked"
+    selection: Annotated[str, SELECTIONS] = "ranked"
     """``ranked`` keeps the candidates with most source successes (ties kept); ``random`` draws the same
     number from the receiver's all-fail prompts (ablation)."""
-    admission: str = "gate"
+    admission: Annotated[str, ADMISSIONS] = "gate"
     """``gate`` admits s > delta; ``random`` admits as many responses as the gate would, at random;
     ``all`` admits every response (with ``weighting: none`` this is the no-compatibility ablation)."""
-    weighting: str = "compat"
+    weighting: Annotated[str, WEIGHTINGS] = "compat"
     """``compat`` weights admitted responses min(s, weight_cap); ``none`` gives them weight 1."""
     include_all_correct: bool = False
     """Beyond the paper: also hand over peer groups with k_S = n; their advantages are set to
@@ -51,12 +50,12 @@ class ExchangeConfig:
     delta_by_length: dict[int, float] = field(default_factory=dict)
     """Beyond the paper: per-length-bucket gates ``{max_tokens: delta}``; a response of L receiver tokens uses
     the delta of the smallest bucket bound >= L, else ``delta``."""
-    conflict: str = "most_successes"
+    conflict: Annotated[str, CONFLICTS] = "most_successes"
     """With three or more models, which source's group a receiver gets when several sources kept the same
     prompt after balancing: ``most_successes`` (highest k_S, then highest mean s, then model order),
     ``most_compatible`` (highest mean s, then k_S, then model order) or ``model_order`` (the earlier model
     in ``models``). Every conflict is written into the audit log. Never arises with two models."""
-    pairing: str = "all"
+    pairing: Annotated[str, PAIRINGS] = "all"
     """With three or more models (``exchange.kind: live``), which peers each receiver draws from at a step, a name of
     :data:`graft.registry.PAIRINGS`: ``all`` (every peer, as before this key), ``complementary`` (the one peer that
     solved, k_S >= 1, the most of the receiver's all-fail prompts over the last ``pairing_window`` steps) or
@@ -69,7 +68,7 @@ class ExchangeConfig:
     a receiver's choice reads."""
 
     def __post_init__(self) -> None:
-        check(self.kind in EXCHANGES, "kind", f"{self.kind!r} is not one of {EXCHANGES.choices()}")
+        check_choices(self)
         check(self.delta >= 0, "delta", f"must be >= 0, got {self.delta}")
         check(self.weight_cap > 0, "weight_cap", f"must be > 0, got {self.weight_cap}")
         check(self.balance_ratio >= 0, "balance_ratio", f"must be >= 0, got {self.balance_ratio}")

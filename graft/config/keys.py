@@ -8,6 +8,7 @@ import types
 import typing
 from typing import Any
 
+from graft.config.checks import field_types
 from graft.config.root import Config
 
 
@@ -23,7 +24,7 @@ def field_hint(key: str) -> Any:
             hint = members[0]
         origin = typing.get_origin(hint)
         if dataclasses.is_dataclass(hint):
-            hints = typing.get_type_hints(hint)
+            hints = field_types(hint)
             if part not in hints:
                 return None
             hint = hints[part]
@@ -51,7 +52,7 @@ def key_templates(cls: type | None = None, prefix: str = "") -> list[str]:
     (``models.*.lr``, ``ray.resources.*.num_gpus``)."""
     cls = cls or Config
     out = []
-    for name, hint in typing.get_type_hints(cls).items():
+    for name, hint in field_types(cls).items():
         sub = dataclass_of(hint)
         key = prefix + name
         if sub is None:

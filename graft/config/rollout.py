@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal  # noqa: F401 (registry_choices' annotations read it)
+from typing import Annotated
 
-from graft.config.checks import CHOICES, check, registry_choices  # noqa: F401 (registry_choices' annotations read CHOICES)
+from graft.config.checks import check, check_choices
 from graft.registry import ENGINES
 
 
-@registry_choices(engine=ENGINES)
 @dataclass
 class RolloutConfig:
     n: int = 8
@@ -22,12 +21,13 @@ class RolloutConfig:
     """Nucleus sampling threshold of training rollouts."""
     batch_size: int = 64
     """Sequences per generation call (memory knob; results do not depend on it except through RNG order)."""
-    engine: str = "hf"
+    engine: Annotated[str, ENGINES] = "hf"
     """Generation backend: graft's own sampler over transformers models (``hf``, CPU/GPU), the same over a
     bfloat16 copy of the weights (``hf-bf16``: faster on CPU; needs ``update.recompute_old_logprobs=true``),
     transformers' continuous batching (``hf-cb``) or vLLM (GPU, when installed); see ``graft/policy/engines.py``."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         check(self.n >= 2, "n", f"must be >= 2: GRPO normalises inside a group, got {self.n}")
         check(
             self.max_new_tokens > 0,

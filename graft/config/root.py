@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated
 
-from graft.config.checks import check
+from graft.config.checks import check, check_choices
 from graft.config.cluster import RayConfig
 from graft.config.data import DataConfig
 from graft.config.exchange import ExchangeConfig, PeerConfig
@@ -15,7 +15,7 @@ from graft.config.reward import RewardConfig
 from graft.config.rollout import RolloutConfig
 from graft.config.saving import CheckpointConfig, EvalConfig, LoggingConfig
 from graft.config.update import UpdateConfig
-from graft.registry import EXCHANGES
+from graft.registry import BACKENDS, CPU_MEMORY, EXCHANGES
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Config:
     engines keep their K to the end of their call). On Ray the driver, before each generation batch, scoring call
     and update minibatch of the phase, sets the grown count on every rank of the model's workers (``set_threads``)
     and puts them back on their own threads after the phase's calls."""
-    cpu_memory: Literal["keep", "release"] = "keep"
+    cpu_memory: Annotated[str, CPU_MEMORY] = "keep"
     """Where the models run on CPU: ``keep`` makes the C allocator (glibc's ``malloc``) keep the memory freed tensors
     give back and reuse it for the next allocation, instead of returning every large block to the kernel and
     faulting it in again page by page (:mod:`graft.heap`); the same numbers, computed without the page faults: the
@@ -62,7 +62,7 @@ class Config:
     newer one is reported and skipped; none at all in a folder that holds metrics is an error); a path resumes
     from that checkpoint; ``restart`` deliberately deletes what ``run_dir`` holds of an earlier run (metrics,
     audit log, trajectories, eval, checkpoints, TensorBoard events) and starts from scratch."""
-    backend: Literal["local", "ray"] = "local"
+    backend: Annotated[str, BACKENDS] = "local"
     """Single process, or one Ray actor group per model."""
     progress: bool = True
     """Progress bars on stderr, drawn only when stderr is a terminal (a log file or CI gets one plain line per
@@ -91,6 +91,7 @@ class Config:
     """Experiment trackers (TensorBoard, W&B, MLflow)."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         names = [m.name for m in self.models]
         for m in self.models:
             m.bind_domain(self.reward.domain)

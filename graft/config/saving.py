@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
-from graft.config.checks import CHOICES, check, registry_choices  # noqa: F401 (registry_choices' annotations read CHOICES)
-from graft.registry import TRACKERS
+from graft.config.checks import check, check_choices
+from graft.registry import TRACKERS, WANDB_MODES
 
 
 @dataclass
@@ -32,6 +31,7 @@ class CheckpointConfig:
     steps 6, 12, 18, ... for later measurement (``graft onestep --from``, ``graft eval``, ``graft export``)."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         check(self.save_every >= 0, "save_every", f"must be >= 0 (0: only at the end), got {self.save_every}")
         check(self.keep_period >= 0, "keep_period", f"must be >= 0 (0: keep no period), got {self.keep_period}")
 
@@ -60,15 +60,9 @@ class EvalConfig:
         check(self.repeats >= 1, "repeats", f"must be >= 1, got {self.repeats}")
 
 
-WandbMode = Literal["auto", "online", "offline"]
-WANDB_MODES: tuple[str, ...] = typing.get_args(WandbMode)
-"""``logging.wandb_mode`` choices (resolved by :func:`graft.trainer.tracking.run_mode`)."""
-
-
-@registry_choices(report_to=TRACKERS)
 @dataclass
 class LoggingConfig:
-    report_to: list[str] = field(default_factory=list)
+    report_to: list[Annotated[str, TRACKERS]] = field(default_factory=list)
     """Experiment trackers that receive every ``metrics.jsonl`` value at the same step index (eval results
     included), plus the resolved config: ``tensorboard`` writes ``RUN_DIR/tensorboard/`` (config as text and
     hparams), ``wandb`` a W&B run under ``RUN_DIR/wandb/`` (config as the run config), ``mlflow`` an MLflow run
@@ -76,7 +70,7 @@ class LoggingConfig:
     package (``pip install 'graft[trackers]'``); graft/trainer/tracking.py has the details."""
     wandb_project: str = "graft"
     """W&B project of the run (the W&B run name is the run folder's name; ``WANDB_ENTITY`` picks the entity)."""
-    wandb_mode: WandbMode = "auto"
+    wandb_mode: Annotated[str, WANDB_MODES] = "auto"
     """``auto``: ``WANDB_MODE`` if set, else ``online`` when a W&B API key is configured (``WANDB_API_KEY`` or
     ``wandb login``) and the W&B host answers within 3 s, ``offline`` otherwise (said in one line; no network
     needed; upload later with ``wandb sync``). ``online`` with the host unreachable stops before any model loads."""
@@ -90,8 +84,6 @@ class LoggingConfig:
         if isinstance(self.report_to, str):  # `logging.report_to=tensorboard` on the command line
             self.report_to = [self.report_to]
         self.report_to = list(self.report_to or [])
-        bad = [t for t in self.report_to if t not in TRACKERS]
-        check(not bad, "report_to", f"unknown tracker(s) {bad}; choose from {TRACKERS.choices()}")
-        check(self.wandb_mode in WANDB_MODES, "wandb_mode", f"must be one of {', '.join(WANDB_MODES)}, got {self.wandb_mode!r}")
+        check_choices(self)
         check(bool(str(self.mlflow_experiment).strip()), "mlflow_experiment", "must not be empty")
         check(self.log_completions >= 0, "log_completions", f"must be >= 0 (0 = off), got {self.log_completions}")

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from graft.config.checks import field_types
 from graft.config.coerce import hint_words
 from graft.config.keys import dataclass_of
 from graft.config.root import Config
@@ -25,7 +26,7 @@ def sections(root: type | None = None) -> list[type]:
     def walk(cls: type) -> None:
         if cls not in out:
             out.append(cls)
-            for hint in typing.get_type_hints(cls).values():
+            for hint in field_types(cls).values():
                 sub = dataclass_of(hint)
                 if sub is not None:
                     walk(sub)
@@ -91,7 +92,7 @@ def describe(cfg: Any) -> list[Setting]:
 
     def walk(obj: Any, prefix: str) -> list[Setting]:
         rows = []
-        hints = typing.get_type_hints(type(obj))
+        hints = field_types(type(obj))
         for f in dataclasses.fields(obj):
             value, key = getattr(obj, f.name), prefix + f.name
             if dataclasses.is_dataclass(value):

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated
 
-from graft.config.checks import CHOICES, check, registry_choices  # noqa: F401 (registry_choices' annotations read CHOICES)
-from graft.registry import LOSS_AGGS, RULES
+from graft.config.checks import check, check_choices
+from graft.registry import ADV_STDS, LOSS_AGGS, ORDERS, RATIO_LEVELS, RULES
 
 
-@registry_choices(rule=RULES, loss_agg=LOSS_AGGS)
 @dataclass
 class UpdateConfig:
-    rule: str = "graft"
+    rule: Annotated[str, RULES] = "graft"
     """Update rule for peer data: GRAFT (weighted clipped token ratio), HACPO, LUFFY shaping or SGT NLL
     (formulas in graft/algos/losses.py). configs/baselines/ has the matching selection settings of each
     baseline (e.g. HACPO shares every prompt and aggregates seq-mean-token-mean)."""
@@ -20,20 +19,20 @@ class UpdateConfig:
     """Lower clip: ratios below 1 - clip_low are clipped."""
     clip_high: float = 0.28
     """Upper clip: ratios above 1 + clip_high are clipped."""
-    loss_agg: str = "token-mean"
+    loss_agg: Annotated[str, LOSS_AGGS] = "token-mean"
     """``token-mean``: sum of weighted token losses over all valid tokens of the minibatch (the paper's text, DAPO, verl's
     default); ``seq-mean-token-mean``: per-sequence token mean, then mean over sequences (the paper's formula)."""
-    ratio_level: Literal["token", "sequence"] = "token"
+    ratio_level: Annotated[str, RATIO_LEVELS] = "token"
     """``token``: per-token ratio (paper); ``sequence``: exp(mean_t log ratio) per sequence (ablation)."""
     num_minibatches: int = 4
     """Optimiser steps per rollout batch; a prompt's group never straddles minibatches."""
     epochs: int = 1
     """Passes over the rollout batch."""
-    order: Literal["peer_last", "peer_first", "random"] = "peer_last"
+    order: Annotated[str, ORDERS] = "peer_last"
     """Minibatch order: peer-containing minibatches after the receiver's own (paper), before, or shuffled."""
     adv_eps: float = 1e-6
     """epsilon in (r - mean) / (std + eps); verl uses 1e-6, TRL 1e-4."""
-    adv_std: Literal["unbiased", "biased"] = "unbiased"
+    adv_std: Annotated[str, ADV_STDS] = "unbiased"
     """Group std with Bessel's correction (verl, TRL) or without."""
     logprob_chunk: int = 1024
     """Tokens per chunk when computing log-probs; the full-vocabulary log-softmax never exceeds chunk x V."""
@@ -57,6 +56,7 @@ class UpdateConfig:
     model the run stops (exit 3), keeping its last checkpoint."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         check(0 <= self.clip_low < 1, "clip_low", f"must be in [0, 1), got {self.clip_low}")
         check(self.clip_high >= 0, "clip_high", f"must be >= 0, got {self.clip_high}")
         check(self.num_minibatches >= 1, "num_minibatches", f"must be >= 1, got {self.num_minibatches}")

@@ -25,6 +25,12 @@ _WORDS = {"+": "plus", "-": "minus", "*": "times"}
 _LATEX = {"+": "+", "-": "-", "*": r"\times"}
 _UNICODE = {"+": "+", "-": "-", "*": "×"}
 
+STYLES.register("question", "What is {a} {op} {b}?")
+STYLES.register("times", "What is {a} {op_unicode} {b}?")
+STYLES.register("words", "What is {a} {op_word} {b}?")
+STYLES.register("compute", "Compute ${a} {op_latex} {b}$.")
+STYLES.register("calculate", "Calculate {a} {op} {b}.")
+
 DEFAULT_STYLE = "question"
 
 
@@ -122,88 +128,105 @@ def _ordered(rng: random.Random, lo: int, hi: int) -> tuple[int, int]:
     return (a, b) if a >= b else (b, a)
 
 
+@FAMILIES.register("add")
 def _fam_add(rng, m):
     a, b = _pair(rng, 0, m)
     return f"What is {a} + {b}?", a + b
 
 
+@FAMILIES.register("sub")
 def _fam_sub(rng, m):
     a, b = _ordered(rng, 0, m)
     return f"What is {a} - {b}?", a - b
 
 
+@FAMILIES.register("mul")
 def _fam_mul(rng, m):
     a, b = _pair(rng, 0, m)
     return f"What is {a} * {b}?", a * b
 
 
+@FAMILIES.register("words")
 def _fam_words(rng, m):
     a, b = _pair(rng, 0, m)
     op = rng.choice(("plus", "times"))
     return f"What is {a} {op} {b}?", a + b if op == "plus" else a * b
 
 
+@FAMILIES.register("latex")
 def _fam_latex(rng, m):
     a, b = _pair(rng, 0, m)
     op = rng.choice(("+", "\\times"))
     return f"Compute ${a} {op} {b}$.", a + b if op == "+" else a * b
 
 
+@FAMILIES.register("chain")
 def _fam_chain(rng, m):
     a, b, c = rng.randint(0, m), rng.randint(0, m), rng.randint(0, m)
     return f"What is {a} + {b} - {c}?", a + b - c
 
 
+@FAMILIES.register("story_add")
 def _fam_story_add(rng, m):
     a, b = _pair(rng, 1, m)
     return f"Sam has {a} marbles and finds {b} more. How many marbles does Sam have now?", a + b
 
 
+@FAMILIES.register("story_sub")
 def _fam_story_sub(rng, m):
     a, b = _ordered(rng, 1, m)
     return f"A shelf holds {a} books. {b} of them are taken away. How many books are left on the shelf?", a - b
 
 
+@FAMILIES.register("story_mul")
 def _fam_story_mul(rng, m):
     a, b = _pair(rng, 2, max(2, m // 2))
     return f"There are {a} bags with {b} apples in each bag. How many apples are there in total?", a * b
 
 
+@FAMILIES.register("spelled")
 def _fam_spelled(rng, m):
     a, b = _pair(rng, 0, min(m, 99))
     return f"What is {number_words(a)} plus {number_words(b)}?", a + b
 
 
+@FAMILIES.register("big_add")
 def _fam_big_add(rng, m):
     a, b = _pair(rng, 100, 999)
     return f"What is {a} + {b}?", a + b
 
 
+@FAMILIES.register("div")
 def _fam_div(rng, m):
     b, q = rng.randint(2, 12), rng.randint(2, max(2, m))
     return f"What is {b * q} divided by {b}?", q
 
 
+@FAMILIES.register("mod")
 def _fam_mod(rng, m):
     a, b = rng.randint(10, max(10, 3 * m)), rng.randint(2, 9)
     return f"What is the remainder when {a} is divided by {b}?", a % b
 
 
+@FAMILIES.register("square")
 def _fam_square(rng, m):
     a = rng.randint(0, 2 * m)
     return f"What is {a} squared?", a * a
 
 
+@FAMILIES.register("next")
 def _fam_next(rng, m):
     a = rng.randint(10, 999)
     return f"What number comes right after {a}?", a + 1
 
 
+@FAMILIES.register("double")
 def _fam_double(rng, m):
     a = rng.randint(0, 5 * m)
     return f"What is twice {a}?", 2 * a
 
 
+@FAMILIES.register("max")
 def _fam_max(rng, m):
     a, b = rng.sample(range(0, 10 * m + 1), 2)
     return f"Which number is larger: {a} or {b}?", max(a, b)

@@ -43,6 +43,7 @@ from graft.config import ArithmeticConfig, CodeTaskConfig
 from graft.data.arithmetic import make_arithmetic, make_families
 from graft.data.code_task import make_code_task
 from graft.errors import UserError
+from graft.registry import BAD_ROWS, UnknownName
 from graft.types import Prompt
 
 
@@ -63,6 +64,20 @@ GRAFT_FIELDS = ("id", "problem", "answer", "tests", "entry_point")
 
 
 # ----------------------------------------------------------------------------- loading
+
+
+@BAD_ROWS.register("error")
+def refuse_bad_row(e: RowError, where: str, skip_hint: str, stats: dict) -> None:
+    """``error``: the row stops the load, its location, its fault and ``skip_hint`` in one line."""
+    hint = f" ({skip_hint})" if skip_hint else ""
+    raise DataError(f"{where}: {e.detail}{hint}") from None
+
+
+@BAD_ROWS.register("skip")
+def skip_bad_row(e: RowError, where: str, skip_hint: str, stats: dict) -> None:
+    """``skip``: the row is left out and counted by its reason."""
+    stats["skipped"] += 1
+    stats["skipped_reasons"][e.reason] = stats["skipped_reasons"].get(e.reason, 0) + 1
 
 
 def load_prompts(
@@ -86,8 +101,10 @@ def load_prompts(
     ``fields``: graft name -> the file's column (:data:`GRAFT_FIELDS`); ``reference``: ``row -> text`` the grader
     compares against (raises :class:`RowError`; default: :func:`answer_text` of the row's ``answer``).
     """
-    if on_bad_row not in ("error", "skip"):
-        raise DataError(f"on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")
+    try:
+        bad_row = BAD_ROWS[on_bad_row]
+    except UnknownName as e:
+        raise DataError(f"on_bad_row: {e}") from None
     if limit is not None and limit <= 0:
         raise DataError(f"limit must be positive, got {limit}")
     spec = str(spec).strip()
@@ -105,11 +122,7 @@ def load_prompts(
             if p.id in seen:
                 raise RowError("duplicate_id", f"duplicate id {p.id!r} (first at {seen[p.id]})")
         except RowError as e:
-            if on_bad_row == "error":
-                hint = f" ({skip_hint})" if skip_hint else ""
-                raise DataError(f"{where}, {loc}: {e.detail}{hint}") from None
-            stats["skipped"] += 1
-            stats["skipped_reasons"][e.reason] = stats["skipped_reasons"].get(e.reason, 0) + 1
+            bad_row(e, f"{where}, {loc}", skip_hint, stats)
             continue
         seen[p.id] = loc
         prompts.append(p)

@@ -14,8 +14,9 @@ A :class:`Domain` owns everything about one kind of task, in one module:
 - **the reward monitor**: ``flags`` names what :meth:`response_flags` looks for in one response (the shortcut
   detectors); :meth:`monitor` gives, among the rewarded responses of a batch, the share carrying each flag.
 
-Adding a domain: a module with a ``Domain`` instance and one line in :data:`graft.registry.DOMAINS` (or, with
-no edit of graft, ``reward.domain: path/to/file.py:MY_DOMAIN``).
+Adding a domain: a module in graft/domains/ with ``DOMAINS.register("name", Domain(...))`` (:data:`graft.registry.DOMAINS`),
+or, with no edit of graft, the same call in your own code before the config loads, or ``reward.domain:
+path/to/file.py:MY_DOMAIN``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ class DomainError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class Domain:
-    name: str
-    """The name ``reward.domain`` uses."""
     verify_fn: str
     """``"module:function"``: ``(response, reference, **settings) -> (reward in [0, 1], status)``, run in the
     grader's workers under ``reward.timeout_s``."""
@@ -63,6 +62,9 @@ class Domain:
     keeps_lines: bool = False
     """A response's line breaks and indentation carry meaning (a program): ``graft samples`` prints it line by line
     instead of collapsing its whitespace."""
+    name: str = ""
+    """The name ``reward.domain`` uses: given by ``DOMAINS.register("name", Domain(...))``; a domain named by its
+    ``"module:ATTR"`` keeps the name it was built with."""
 
     def reference(self, row: Mapping[str, Any]) -> str:
         """The reference text of a data row (graft's field names); raises :class:`graft.data.datasets.RowError`."""

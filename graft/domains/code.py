@@ -20,6 +20,7 @@ from typing import Any
 
 from graft.data.datasets import RowError
 from graft.domains.base import Domain
+from graft.registry import DOMAINS
 from graft.reward import code_monitor, verifier
 from graft.reward.code import code_reference
 
@@ -78,16 +79,18 @@ def _settings(reward: Any) -> dict[str, Any]:
     }
 
 
-CODE = Domain(
-    name="code",
-    verify_fn="graft.reward.code:verify_code",
-    instruction=INSTRUCTION,
-    fewshot=FEWSHOT_EXAMPLES,
-    reference_fields=("tests", "entry_point"),
-    flags=code_monitor.CODE_FLAGS,
-    flag_fn=_flags,
-    quick=_quick,
-    make_reference=_reference,
-    settings_from=_settings,
-    keeps_lines=True,
+CODE = DOMAINS.register(
+    "code",
+    Domain(
+        verify_fn="graft.reward.code:verify_code",
+        instruction=INSTRUCTION,
+        fewshot=FEWSHOT_EXAMPLES,
+        reference_fields=("tests", "entry_point"),
+        flags=code_monitor.CODE_FLAGS,
+        flag_fn=_flags,
+        quick=_quick,
+        make_reference=_reference,
+        settings_from=_settings,
+        keeps_lines=True,
+    ),
 )

@@ -116,7 +116,8 @@ class Sampler(Protocol):
 class RolloutEngine:
     """Samples responses for one policy. Subclasses implement :meth:`_sample`."""
 
-    kind = "base"
+    name = "base"
+    """Its registry name (``rollout.engine``), set by ``@ENGINES.register``."""
 
     def __init__(self, policy, codec: TextCodec | None = None) -> None:
         self.policy = policy
@@ -188,10 +189,10 @@ class RolloutEngine:
         """Free the engine's memory."""
 
 
+@ENGINES.register("hf")
 class HFEngine(RolloutEngine):
     """:meth:`Policy.generate` (the reference sampler; per-sample seeds when given)."""
 
-    kind = "hf"
     sampling_model = None
     """The model to sample from instead of the policy's own (a subclass's copy); ``None``: the policy's."""
 
@@ -227,10 +228,9 @@ class HFEngine(RolloutEngine):
         )
 
 
+@ENGINES.register("hf-bf16")
 class HFBf16Engine(HFEngine):
     """:meth:`Policy.generate` over a bfloat16 copy of the policy's model (see the module docstring)."""
-
-    kind = "hf-bf16"
 
     def __init__(self, policy) -> None:
         super().__init__(policy)
@@ -261,10 +261,9 @@ def _accepts(fn: Callable, name: str) -> bool:
         return False
 
 
+@ENGINES.register("hf-cb")
 class ContinuousBatchingEngine(RolloutEngine):
     """transformers' continuous batching (``generate_batch``, paged KV cache, ``return_logprobs``)."""
-
-    kind = "hf-cb"
 
     def __init__(self, policy) -> None:
         super().__init__(policy)
@@ -402,14 +401,13 @@ def _vllm_load_weights(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> 
     return len(weights)
 
 
+@ENGINES.register("vllm")
 class VllmEngine(RolloutEngine):
     """vLLM colocated with the trainer on its GPU; weights pushed after each update.
 
     ``folder``: serve that Hugging Face folder (or hub id) instead of a Policy's in-memory weights --
     ``graft eval --backend vllm`` of a checkpoint; ``policy`` is then None, ``codec`` the model's
     :class:`~graft.policy.codec.TextCodec` (prompts, decoding, stop strings), and nothing is pushed."""
-
-    kind = "vllm"
 
     def __init__(
         self,

@@ -23,6 +23,8 @@ import math
 import torch
 from torch.optim.optimizer import _get_scalar_dtype
 
+from graft.registry import LR_SCHEDULES
+
 CHUNK = 1 << 22
 """Elements per slice of the denominator (16 MiB in fp32); a multiple of every SIMD width."""
 KERNEL_FLAGS = ("fused", "foreach")
@@ -120,19 +122,26 @@ def scheduled_lr(lr: float, schedule: str, warmup: int, step: int, steps: int) -
     the first step after warm-up, never 0 on the last."""
     if step <= warmup:
         return lr * step / warmup
-    shape = LR_SHAPES.get(schedule)
-    if shape is None:
-        raise ValueError(f"unknown learning-rate schedule {schedule!r}; valid: {', '.join(LR_SHAPES)}")
-    factor = shape(min(1.0, (step - warmup - 1) / max(1, steps - warmup)))
+    factor = LR_SCHEDULES[schedule](min(1.0, (step - warmup - 1) / max(1, steps - warmup)))
     return lr if factor == 1.0 else lr * factor  # the configured float itself at full rate
 
 
-LR_SHAPES = {
-    "constant": lambda p: 1.0,
-    "linear": lambda p: 1.0 - p,
-    "cosine": lambda p: 0.5 * (1.0 + math.cos(math.pi * p)),
-}
-"""``models.I.lr_schedule`` -> the factor of ``lr`` at progress ``p`` in [0, 1] after warm-up (:func:`scheduled_lr`)."""
+@LR_SCHEDULES.register("constant")
+def constant_schedule(p: float) -> float:
+    """``constant``: the factor of ``lr`` at progress ``p`` in [0, 1] after warm-up (:func:`scheduled_lr`) is 1."""
+    return 1.0
+
+
+@LR_SCHEDULES.register("linear")
+def linear_schedule(p: float) -> float:
+    """``linear``: 1 - p."""
+    return 1.0 - p
+
+
+@LR_SCHEDULES.register("cosine")
+def cosine_schedule(p: float) -> float:
+    """``cosine``: (1 + cos(pi p)) / 2."""
+    return 0.5 * (1.0 + math.cos(math.pi * p))
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -45,11 +45,12 @@ from graft.policy.fsdp import is_sharded
 from graft.policy.kvcache import attention_span, buffered_cache
 from graft.policy.loading import load_model, load_tokenizer, unwrap as _unwrap
 from graft.policy.optim import make_adamw
+from graft.registry import AUTOCASTS
 from graft.seeds import sample_seed
 from graft.types import Sample
 
-AUTOCAST: dict[str, torch.dtype | None] = {"off": None, "bfloat16": torch.bfloat16}
-"""``models.I.autocast`` -> the dtype :meth:`Policy.forward_logprobs` computes in (None: the weights' own)."""
+AUTOCASTS.register("off", None)
+AUTOCASTS.register("bfloat16", torch.bfloat16)
 
 HEAD_KEEP_BYTES = 1 << 30
 """Memory bound of :class:`_HeadLogProb`'s kept logits: one :meth:`Policy.forward_logprobs` call (one
@@ -336,7 +337,7 @@ class Policy:
         self.head_keep_bytes: int = HEAD_KEEP_BYTES
         """The fused head keeps a chunk's forward logits for backward (3 head matmuls instead of 4, same values)
         while one :meth:`forward_logprobs` call's kept logits stay within this many bytes (:data:`HEAD_KEEP_BYTES`)."""
-        self.autocast: torch.dtype | None = AUTOCAST[cfg.autocast]
+        self.autocast: torch.dtype | None = AUTOCASTS[cfg.autocast]
         """The log-prob forwards' compute dtype under ``torch.autocast`` (``models.I.autocast``), or None: the weights'."""
         self._compute: tuple[tuple, Tensor] | None = None
         """The fused head's weight in ``autocast``'s dtype and the weight version it was cast from (:meth:`_compute_copy`)."""

@@ -33,7 +33,7 @@ from graft.domains import Domain
 from graft.domains.grading import load_data, make_grader, task_domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
-from graft.exchange.common import complementarity, counts
+from graft.exchange.common import adv_norm, complementarity, counts
 from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, open_peer_store
 from graft.files import dumps_json, write_text, writing
 from graft.policy.context import check_learner_context
@@ -222,7 +222,7 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
     metrics: dict = {}
     up = run.cfg.update
     for name, gs in groups.items():
-        adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), up.adv_eps, up.adv_std == "unbiased")
+        adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), *adv_norm(up))
         for g, a in zip(gs, adv, strict=True):  # adv: a row per group
             g.advantages = a.tolist()
         st = group_stats(gs) | in_group_reward_stats([g.rewards for g in gs])

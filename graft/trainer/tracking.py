@@ -67,7 +67,7 @@ import yaml
 
 from graft.config import Config, ConfigError, LoggingConfig, to_dict
 from graft.policy.loading import unreachable_reason
-from graft.registry import TRACKERS
+from graft.registry import TRACKERS, WANDB_MODES
 
 WANDB_HOST = "https://api.wandb.ai"
 _WANDB_PROBES: dict[str, str | None] = {}
@@ -150,15 +150,29 @@ def has_wandb_credentials(env: Mapping[str, str] | None = None) -> bool:
         return False
 
 
-def wandb_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
-    """The W&B mode asked for: ``setting`` unless ``auto``, then ``WANDB_MODE`` when set, else ``online``
-    with an API key and ``offline`` without one (see the module doc; :func:`run_mode` adds the host)."""
-    env = os.environ if env is None else env
-    if setting != "auto":
-        return setting
+@WANDB_MODES.register("auto")
+def auto_wandb_mode(env: Mapping[str, str]) -> str:
+    """``auto``: ``WANDB_MODE`` when set, else ``online`` with an API key and ``offline`` without one."""
     if env.get("WANDB_MODE"):
         return env["WANDB_MODE"]
     return "online" if has_wandb_credentials(env) else "offline"
+
+
+@WANDB_MODES.register("online")
+def online_wandb_mode(env: Mapping[str, str]) -> str:
+    """``online``: whatever the environment says."""
+    return "online"
+
+
+@WANDB_MODES.register("offline")
+def offline_wandb_mode(env: Mapping[str, str]) -> str:
+    """``offline``: whatever the environment says."""
+    return "offline"
+
+
+def wandb_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
+    """The W&B mode ``logging.wandb_mode`` asks for in ``env`` (see the module doc; :func:`run_mode` adds the host)."""
+    return WANDB_MODES[setting](os.environ if env is None else env)
 
 
 def run_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
@@ -171,6 +185,7 @@ def run_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
     return mode
 
 
+@TRACKERS.register("tensorboard")
 class TensorBoardTracker:
     module, package = "tensorboard", "tensorboard"
     """The module it imports and the pip package that provides it (every tracker class says both)."""
@@ -203,6 +218,7 @@ class TensorBoardTracker:
         self.writer.close()
 
 
+@TRACKERS.register("wandb")
 class WandbTracker:
     module, package = "wandb", "wandb"
 
@@ -256,6 +272,7 @@ class WandbTracker:
         self.run.finish()
 
 
+@TRACKERS.register("mlflow")
 class MLflowTracker:
     module, package = "mlflow", "mlflow-skinny"
 

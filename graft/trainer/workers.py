@@ -154,7 +154,7 @@ class PolicyWorker:
         return self.rank
 
     def _gathered(self):
-        return fsdp.gathered(self.policy.model) if self.engine.kind != "vllm" else contextlib.nullcontext()
+        return fsdp.gathered(self.policy.model) if self.engine.name != "vllm" else contextlib.nullcontext()
 
     # ------------------------------------------------------------------ primitives
     def generate(self, prompt_ids: list[list[int]], seeds: list[int], kwargs: dict) -> list[list]:
@@ -236,7 +236,7 @@ class PolicyWorker:
     def set_engine(self, kind: str) -> None:
         """Sample with another rollout engine from now on (``hf``, ``hf-cb``, ``vllm``)."""
 
-        if self._engine is None or self._engine.kind != kind:
+        if self._engine is None or self._engine.name != kind:
             if self._engine is not None:
                 self._engine.close()
             self._engine = make_engine(kind, self.policy)
