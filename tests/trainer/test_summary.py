@@ -29,3 +29,17 @@ def test_warns_when_a_graft_run_exchanged_nothing():
     assert "WARNING: no peer response was exchanged" in out and "graft probe runs/x/config.yaml --compat" in out
     assert "--from peer" not in out
     assert "WARNING" not in _text(BASE | {"exchange": {}, "exchange_expected": False})   # mode: grpo
+
+
+def test_median_s_is_named_for_every_transferred_response_with_the_admitted_ones_beside_it():
+    """Steps 1 and 3 transferred responses (median s of all of them 0.62 / 0.91), step 2 none (NaN: no median);
+    the gate admitted some at step 1 (their median 0.88) and none at step 3 (NaN -> "-")."""
+    nan = float("nan")
+    out = _text(BASE | {"steps": 3, "exchange": {"A->B": 4}, "exchange_steps": {"A->B": 1}, "exchange_expected": True,
+                        "exchange_s_p50": {"A->B": [0.62, nan, 0.91]},
+                        "exchange_s_p50_admitted": {"A->B": [0.88, nan, nan]}})
+    assert ("median s per step of all transferred responses (admitted and dropped) 0.62 0.91, "
+            "of the admitted ones 0.88 -") in out
+    # a summary without the admitted medians (a run from before they were logged) names only the first list
+    old = _text(BASE | {"steps": 3, "exchange": {"A->B": 4}, "exchange_s_p50": {"A->B": [0.62, None, 0.91]}})
+    assert "(admitted and dropped) 0.62 0.91" in old and "of the admitted ones" not in old
