@@ -785,7 +785,11 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
     out["exchange_correct"] = {k.split("/")[1]: sum(x.get(k + "_correct", 0) or 0 for x in rows) for k in admitted_keys}
     # exchange_s_p50: per step, the median s of every transferred response, admitted or dropped by the gate
     out["exchange_s_p50"] = {k.split("/")[1]: [x.get(k.replace("/admitted", "/s_p50")) for x in rows] for k in admitted_keys}
-    out["exchange_s_p50_admitted"] = {k.split("/")[1]: [x.get(k + "/s_p50_admitted") for x in rows] for k in admitted_keys}
+    out["exchange_s_p50_admitted"] = {  # a run logged before this metric existed has no entry
+        k.split("/")[1]: [x.get(m) for x in rows]
+        for k in admitted_keys
+        if any((m := k.replace("/admitted", "/s_p50_admitted")) in x for x in rows)
+    }
     out["exchange_steps"] = {k.split("/")[1]: sum(1 for x in rows if (x.get(k) or 0) > 0) for k in admitted_keys}
     out["exchange_expected"] = run.exchange.hands_over
     out["exchange_description"] = run.exchange.describe().lines()
@@ -799,22 +803,18 @@ def _mean_of(rows: list[dict], key: str) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def _s_medians(every: list, admitted: list) -> str:
+def _s_medians(every: list, admitted: list | None) -> str:
     """The summary's median ``s`` per step with a transfer: of every transferred response (admitted and dropped
-    alike), and beside it of the admitted ones only (``-``: the gate admitted none that step). A step's entry is
-    None (the key absent: an older run) or NaN (nothing to read) when there is no median."""
+    alike), and beside it of the admitted ones only (``-``: the gate admitted none that step; ``admitted`` None: a
+    run logged before that median existed). A step without a median has None (null in metrics.jsonl) or NaN."""
     steps = [i for i, x in enumerate(every) if x is not None and x == x]
     if not steps:
         return ""
-    kept = [admitted[i] if i < len(admitted) else None for i in steps]
-    return (
-        f"; median s per step of all transferred responses (admitted and dropped) {' '.join(f'{every[i]:.2f}' for i in steps)}"
-        + (
-            f", of the admitted ones {' '.join(f'{x:.2f}' if x is not None and x == x else '-' for x in kept)}"
-            if any(x is not None for x in admitted)
-            else ""
-        )
-    )
+    out = f"; median s per step of all transferred responses (admitted and dropped) {' '.join(f'{every[i]:.2f}' for i in steps)}"
+    if admitted is not None:
+        kept = [admitted[i] if i < len(admitted) else None for i in steps]
+        out += f", of the admitted ones {' '.join(f'{x:.2f}' if x is not None and x == x else '-' for x in kept)}"
+    return out
 
 
 def print_summary(s: dict, file=sys.stderr) -> None:
@@ -843,7 +843,7 @@ def print_summary(s: dict, file=sys.stderr) -> None:
             f"  exchange {d}: {n} peer responses admitted"
             + (f", {correct} of them correct" if correct is not None else "")
             + (f" (in {steps} of {s['steps']} steps)" if steps is not None else "")
-            + _s_medians(s.get("exchange_s_p50", {}).get(d, []), s.get("exchange_s_p50_admitted", {}).get(d, [])),
+            + _s_medians(s.get("exchange_s_p50", {}).get(d, []), s.get("exchange_s_p50_admitted", {}).get(d)),
             file=file,
         )
     for name, m in s["models"].items():
