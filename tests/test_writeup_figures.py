@@ -175,9 +175,9 @@ def test_the_default_job_across_its_committed_runs(fig):
     for run in short:   # both ways in steps 1-4, step 5 missing in at least one direction
         steps = d["runs"][run].values()
         assert all(all(x > 0 for x in s[:4]) for s in steps) and any(s[4] == 0 for s in steps)
-    into = lambda r: [sum(v["gemma3->smollm2"]) for v in d["runs"].values()] if r == "smollm2" else \
-        [sum(v["smollm2->gemma3"]) for v in d["runs"].values()]  # noqa: E731
-    assert (min(into("smollm2")), max(into("smollm2")), min(into("gemma3")), max(into("gemma3"))) == (5, 7, 10, 13)
+    into_smollm2 = [sum(v["gemma3->smollm2"]) for v in d["runs"].values()]
+    into_gemma3 = [sum(v["smollm2->gemma3"]) for v in d["runs"].values()]
+    assert (min(into_smollm2), max(into_smollm2), min(into_gemma3), max(into_gemma3)) == (5, 7, 10, 13)
     assert "in all 5 steps in 4 of them" in README and "5–7 correct into SmolLM2 and 10–13 into Gemma" in README
     assert "**4 of the 7**" in DEFAULT_PAIR and "5–7 correct peer responses went into SmolLM2 and 10–13 into Gemma" in DEFAULT_PAIR
 
