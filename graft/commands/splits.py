@@ -5,11 +5,14 @@
 Writes ``test.jsonl`` (the training task's families and operand range, another seed, no problem shared
 with the ``data.arithmetic.num_prompts`` training prompts) and ``test_hard.jsonl`` (the same families with
 operands up to ``--hard-scale`` times larger, disjoint from training and from ``test.jsonl``). "The same
-problem" is the same computation in any wording (``graft.data.arithmetic.problem_key``: its integers and answer),
-not only the same text. ``--exclude`` names earlier splits (JSONL) whose problems must not recur either, so that a
-confirmation can be graded on prompts no earlier result was read on. Rows are ``{id, problem, answer, source}``
-like ../shared/data, so ``graft eval --data NAME=PATH`` reads them. (Formerly ``scripts/make_task_splits.py``, which
-now calls this command; the split files it wrote are unchanged.)
+problem" is the same computation in any wording (``graft.data.arithmetic.problem_key``: its operands in any order,
+written in digits or words or implied by the wording, and its answer: ``13 * 14``, ``Compute $14 \\times 13$.`` and
+13 bags of 14 apples are one problem), not only the same text. ``--exclude`` names earlier splits (JSONL) whose
+computations must not recur either, so that a confirmation can be graded on prompts no earlier result was read
+on. Rows are ``{id, problem, answer, source}`` like ../shared/data, so ``graft eval --data NAME=PATH`` reads them.
+(Formerly ``scripts/make_task_splits.py``, which now calls this command. Split files written before the key read
+number words and implied operands, such as the study's and its confirmation's, are kept as they were: the same
+command today writes other files.)
 """
 
 from __future__ import annotations

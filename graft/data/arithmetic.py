@@ -232,13 +232,34 @@ def _fam_max(rng, m):
     return f"Which number is larger: {a} or {b}?", max(a, b)
 
 
+_NUMBER_WORD = {number_words(n): n for n in range(1000)}
+_NUMBER_WORDS = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _NUMBER_WORD), key=len, reverse=True)) + r")\b")
+_IMPLIED_OPERAND = (
+    ("squared", lambda ints: ints + ints),
+    ("twice", lambda ints: [*ints, 2]),
+    ("right after", lambda ints: [*ints, 1]),
+)
+"""Wordings whose computation has an operand the text does not write: ``a squared`` is a × a, ``twice a`` is
+2 × a, ``the number right after a`` is a + 1."""
+
+
 def problem_key(problem: str, answer: object) -> tuple:
-    """What makes two problems the same computation, whatever their wording: the integers they are written with
-    (in any order) and the answer (``"What is 6 + 4?"``, ``"Compute $4 + 6$."`` and ``"A box has 6 eggs; 4 more
-    come."`` -> ``((4, 6), "10")``); a problem without digits (``spelled``) is its lower-cased, whitespace-collapsed
-    text. Held-out splits are kept apart from training and from each other by this key."""
-    ints = tuple(sorted(int(x) for x in re.findall(r"\d+", problem)))
-    return (ints, str(answer)) if ints else (" ".join(problem.lower().split()),)
+    """What makes two problems the same computation, whatever their wording: the operands, in any order, and the
+    answer. Numbers written as words count (``"What is nine plus zero?"`` is ``"What is 0 + 9?"``), and so does an
+    operand the wording implies (:data:`_IMPLIED_OPERAND`: ``"What is 17 squared?"`` is ``"Compute $17 \\times
+    17$."``). ``"What is 13 * 14?"``, ``"Compute $14 \\times 13$."`` and ``"There are 13 bags with 14 apples in each
+    bag. ..."`` -> ``((13, 14), "182")``. Two computations with the same operands and answer but different operations
+    (``2 + 2``, ``2 * 2``) share a key: splits kept apart by it lose a few candidates, never keep a repeat. A problem
+    with no number is its lower-cased, whitespace-collapsed text. Held-out splits are kept apart from training and
+    from each other by this key."""
+    text = " ".join(problem.lower().split())
+    ints = [int(x) for x in re.findall(r"\d+", _NUMBER_WORDS.sub(lambda m: str(_NUMBER_WORD[m.group(1)]), text))]
+    if not ints:
+        return (text,)
+    for phrase, complete in _IMPLIED_OPERAND:
+        if phrase in text:
+            ints = complete(ints)
+    return (tuple(sorted(ints)), str(answer))
 
 
 def make_families(

@@ -783,7 +783,13 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
     admitted_keys = sorted({k for x in rows for k in x if k.startswith("exchange/") and k.endswith("/admitted")})
     out["exchange"] = {k.split("/")[1]: sum(x.get(k, 0) or 0 for x in rows) for k in admitted_keys}
     out["exchange_correct"] = {k.split("/")[1]: sum(x.get(k + "_correct", 0) or 0 for x in rows) for k in admitted_keys}
+    # exchange_s_p50: per step, the median s of every transferred response, admitted or dropped by the gate
     out["exchange_s_p50"] = {k.split("/")[1]: [x.get(k.replace("/admitted", "/s_p50")) for x in rows] for k in admitted_keys}
+    out["exchange_s_p50_admitted"] = {  # a run logged before this metric existed has no entry
+        k.split("/")[1]: [x.get(m) for x in rows]
+        for k in admitted_keys
+        if any((m := k.replace("/admitted", "/s_p50_admitted")) in x for x in rows)
+    }
     out["exchange_steps"] = {k.split("/")[1]: sum(1 for x in rows if (x.get(k) or 0) > 0) for k in admitted_keys}
     out["exchange_expected"] = run.exchange.hands_over
     out["exchange_description"] = run.exchange.describe().lines()
@@ -795,6 +801,20 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
 def _mean_of(rows: list[dict], key: str) -> float | None:
     vals = [x[key] for x in rows if x.get(key) is not None]
     return sum(vals) / len(vals) if vals else None
+
+
+def _s_medians(every: list, admitted: list | None) -> str:
+    """The summary's median ``s`` per step with a transfer: of every transferred response (admitted and dropped
+    alike), and beside it of the admitted ones only (``-``: the gate admitted none that step; ``admitted`` None: a
+    run logged before that median existed). A step without a median has None (null in metrics.jsonl) or NaN."""
+    steps = [i for i, x in enumerate(every) if x is not None and x == x]
+    if not steps:
+        return ""
+    out = f"; median s per step of all transferred responses (admitted and dropped) {' '.join(f'{every[i]:.2f}' for i in steps)}"
+    if admitted is not None:
+        kept = [admitted[i] if i < len(admitted) else None for i in steps]
+        out += f", of the admitted ones {' '.join(f'{x:.2f}' if x is not None and x == x else '-' for x in kept)}"
+    return out
 
 
 def print_summary(s: dict, file=sys.stderr) -> None:
@@ -819,12 +839,11 @@ def print_summary(s: dict, file=sys.stderr) -> None:
     for d, n in s.get("exchange", {}).items():
         steps = s.get("exchange_steps", {}).get(d)
         correct = s.get("exchange_correct", {}).get(d)
-        s50 = [x for x in s.get("exchange_s_p50", {}).get(d, []) if x is not None and x == x]
         print(
             f"  exchange {d}: {n} peer responses admitted"
             + (f", {correct} of them correct" if correct is not None else "")
             + (f" (in {steps} of {s['steps']} steps)" if steps is not None else "")
-            + (f"; median s of transferred responses per step {' '.join(f'{x:.2f}' for x in s50)}" if s50 else ""),
+            + _s_medians(s.get("exchange_s_p50", {}).get(d, []), s.get("exchange_s_p50_admitted", {}).get(d)),
             file=file,
         )
     for name, m in s["models"].items():
