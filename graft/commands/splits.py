@@ -8,8 +8,7 @@ operands up to ``--hard-scale`` times larger, disjoint from training and from ``
 problem" is the same computation in any wording (``graft.data.arithmetic.problem_key``: its integers and answer),
 not only the same text. ``--exclude`` names earlier splits (JSONL) whose problems must not recur either, so that a
 confirmation can be graded on prompts no earlier result was read on. Rows are ``{id, problem, answer, source}``
-like ../shared/data, so ``graft eval --data NAME=PATH`` reads them. (Formerly ``scripts/make_task_splits.py``, which
-now calls this command; the split files it wrote are unchanged.)
+like the shared benchmark files, so ``graft eval --data NAME=PATH`` reads them.
 """
 
 from __future__ import annotations
