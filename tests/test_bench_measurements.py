@@ -187,3 +187,17 @@ def test_rollout_profile_splits_every_phase(tmp_path, tiny_llama_dir, tiny_gemma
             r = m[phase]
             assert set(r["seconds"]) == set(PARTS) and sum(r["share"].values()) == pytest.approx(1.0, abs=1e-6)
     assert capsys.readouterr().out.strip() == (out / "profile.md").read_text().strip()
+
+
+def test_train_step_refuses_a_bad_recipe_before_any_run(capsys):
+    assert main(["bench", "train-step", "--recipe", "exchange.gate=0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "exchange.gate" in err[0]
+
+
+def test_train_step_stops_in_one_line_when_a_side_fails(tmp_path, capsys):
+    (tmp_path / "fake" / "graft").mkdir(parents=True)
+    (tmp_path / "fake" / "graft" / "__init__.py").write_text("")   # a graft without graft.cli: its run fails
+    assert main(["bench", "train-step", "--old", str(tmp_path / "fake"), "--steps", "2", "--reps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: graft train on ") and str(tmp_path / "fake") in err[-1] and "exited 1" in err[-1]

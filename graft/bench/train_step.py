@@ -35,6 +35,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from graft.bench.flops import ModelShape, matmul_peak_gflops, model_shape, phase_rates
 from graft.bench.runs import default_config_path
 from graft.config import ConfigError, load_config
+from graft.errors import UserError
 from graft.policy.loading import resolve_model_path
 
 THIS_CHECKOUT = Path(__file__).resolve().parents[2]
@@ -96,8 +97,10 @@ def run_side(code: Path, config: Path, steps: int, run_dir: Path, overrides: lis
     cmd = [sys.executable, "-m", "graft.cli", "-q", "train", str(config), f"steps={steps}", f"run_dir={run_dir}"]
     cmd += ["progress=false", f"checkpoint.save_every={steps + 1}", *overrides]
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=code, env=env, check=True)
+    rc = subprocess.run(cmd, cwd=code, env=env).returncode
     wall = time.perf_counter() - t0
+    if rc != 0:
+        raise UserError(f"graft train on {code} exited {rc} (its messages above): {' '.join(cmd[3:])}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     shutil.rmtree(run_dir)  # its final checkpoint holds every model and its optimiser state (GBs)
     steps_rows = [step_figures(r) | {"metrics": r} for r in rows if "time/step_s" in r]
@@ -201,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
     by_side = sides(args)
     config = Path(args.config or default_config_path()).resolve()
     cfg = load_config(str(config), args.overrides)
+    load_config(str(config), [*args.overrides, *args.recipe])  # a bad recipe stops here, before any run
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     peak = matmul_peak_gflops()
