@@ -70,7 +70,10 @@ def _help(parser: argparse.ArgumentParser) -> str:
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return {
+    """The parser's subcommands: argparse's, or those a parser that dispatches by its first argument names
+    (``subcommands()``, :class:`graft.bench.args.BenchParser`)."""
+    named: dict[str, argparse.ArgumentParser] = getattr(parser, "subcommands", dict)()
+    return named | {
         name: sub
         for action in parser._actions
         if isinstance(action, argparse._SubParsersAction)

@@ -4,7 +4,7 @@ A CPU update allocates and frees the same large buffers every micro-batch (Gemma
 [262k, 640] gradient of the tied embedding, the optimiser's temporaries). glibc's malloc serves each block above its
 mmap threshold (at most 32 MB) with a fresh ``mmap`` and unmaps it on ``free``, so every such allocation page-faults
 its memory in again, page by page, with the kernel zeroing each page: in the default job's Gemma-3 update, 4.4
-million minor faults and 14 s of system time in a 26 s update (``benchmarks/issue39_malloc.md``). With ``mallopt``
+million minor faults and 14 s of system time in a 26 s update (``benchmarks/results/cpu-memory/``). With ``mallopt``
 set to never ``mmap`` (``M_MMAP_MAX = 0``) and never return the heap's top to the kernel (``M_TRIM_THRESHOLD = -1``),
 a freed block stays in the heap and later allocations reuse it: no faults after the first step (torch's
 ``posix_memalign`` cannot reuse a freed chunk of exactly its size, so a block may be faulted in twice before the

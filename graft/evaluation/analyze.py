@@ -532,7 +532,7 @@ def _median(xs: Sequence[float]) -> float | None:
 
 
 def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
-    """Did the exchange happen, and what limited it (issue 20 §3), from the audit log and metrics of one direction.
+    """Did the exchange happen, and what limited it, from the audit log and metrics of one direction.
 
     Balancing: steps where this direction had candidates but the balanced m was 0 (the other direction had
     none). Gate: transferred vs admitted responses, correct (graded by the source) and not. Drift: the median
@@ -582,7 +582,7 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
 
 def treatment_lines(tr: dict[str, dict]) -> list[str]:
     """The treatment section of ``graft analyze``."""
-    lines = ["\ntreatment (did the exchange happen? issue 20 §3):"]
+    lines = ["\ntreatment (did the exchange happen?):"]
     for d, t in tr.items():
         gate = f"{t['admitted_correct']}/{t['transferred_correct']}" if t["transferred_correct"] else "0/0"
         lines.append(

@@ -2,7 +2,7 @@
 
 :func:`make_adamw` gives plain parameters on a CPU or CUDA device torch's fused AdamW (``fused=True``: one pass
 over parameter, gradient and both moments; on the default job's Gemma-3 0.15 s a step instead of 0.43 s,
-``benchmarks/issue39_update.md``), which rounds a little differently from the single-tensor path; FSDP2 shards
+``benchmarks/results/update-head-gradient/``), which rounds a little differently from the single-tensor path; FSDP2 shards
 (``DTensor``) and other devices get :class:`LeanAdamW`'s chunked single-tensor step. Both keep torch's
 ``state_dict`` layout, so a checkpoint written with either resumes with either (the kernel is this process's
 choice, not the checkpoint's: :meth:`LeanAdamW.load_state_dict`).

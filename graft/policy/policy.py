@@ -210,7 +210,7 @@ class DecodeBuffers:
         multiple of :data:`HEAD_COLUMNS`: the same dot products, but BLAS streams the [V, H] weight as its row operand
         instead of packing it at every call, and at a column count that fills its vectors. Gemma-3's [262144, 640]
         head: up to 2.3x faster than the kernels it replaced at most row counts, 0.6x at 1 row (AMD EPYC, 2 threads:
-        ``benchmarks/issue39_head.md``). The padding also makes a row's logits independent of how many rows are alive:
+        ``benchmarks/results/rollout-head/``). The padding also makes a row's logits independent of how many rows are alive:
         with the exact row count, BLAS takes kernels whose rounding depends on it below 12 rows, and a row's logits
         must not depend on how its batch is split (the Ray backend's per-sample seeds promise the same samples split
         or not). From 12 rows on the padded, exact and untransposed products agreed bit for bit on the AMD host

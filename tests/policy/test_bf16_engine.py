@@ -25,7 +25,7 @@ PROMPTS = [Prompt("p0", "What is 3 + 4?", "7"), Prompt("p1", "What is 9 - 2?", "
 
 # Stated tolerance of the bf16 sampler's per-token log-probs against the fp32 forward. Measured on
 # these tiny models: mean 0.009-0.012, max 0.044-0.065 nats; on SmolLM2-135M / Gemma-3-270M
-# (benchmarks/results/cpu-bf16): mean 0.0086 / 0.0099, max 0.43 / 0.23.
+# (benchmarks/results/vs-references/f56685b-bf16): mean 0.0086 / 0.0099, max 0.43 / 0.23.
 MEAN_TOL, MAX_TOL = 0.05, 0.5
 
 

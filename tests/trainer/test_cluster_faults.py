@@ -303,11 +303,6 @@ def test_prompt_plus_max_new_tokens_beyond_the_model_is_refused(tmp_path, tiny_l
 
 
 def test_probe_checks_the_length(tmp_path, tiny_llama_dir, tiny_gemma_dir, capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("probe_task", REPO / "scripts" / "probe_task.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
     save_config(tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "rollout.max_new_tokens=4095"), tmp_path / "c.yaml")
-    assert probe.main(["probe", str(tmp_path / "c.yaml"), "--prompts", "2"]) == 2   # the script is graft probe
+    assert main(["probe", str(tmp_path / "c.yaml"), "--prompts", "2"]) == 2
     assert "beyond model A's max_position_embeddings=4096" in _last_line(capsys.readouterr().err)
