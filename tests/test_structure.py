@@ -158,9 +158,6 @@ def test_every_module_is_in_a_layer(module):
 
 ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? ?#?\d+|\bissue\d+")
 """An issue number as prose ("issue 39", "issues #20") or in a name ("issue39_...")."""
-NOT_YET = {"graft/config.py"}
-"""Files whose rewrite is under way elsewhere (the config package split); their two benchmark paths are listed in
-that work's hand-over. Remove an entry when its file is gone or clean."""
 
 
 def test_no_issue_numbers_in_the_package_or_in_benchmark_names():

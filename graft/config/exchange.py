@@ -16,8 +16,8 @@ class ExchangeConfig:
     co-trained models), ``none`` (GRPO: each model trains alone, same loop otherwise), ``stored`` (GRAFT with a
     peer replayed from a trajectory store, ``peer.*``) or ``hacpo`` (HACPO's sharing; with ``update.rule=hacpo``).
     Each kind checks the settings it needs when the config loads and states the settings it actually uses
-    (``graft.exchange.kinds``). Before this key: ``exchange.mode`` (``graft``/``grpo``), ``peer.source``
-    (``store``) and ``update.rule=hacpo`` decided it; configs that say so still load (one notice)."""
+    (``graft.exchange.kinds``). The older keys ``exchange.mode`` (``graft``/``grpo``), ``peer.source`` (``store``)
+    and ``update.rule=hacpo`` alone still load as the kind they mean (one notice; :mod:`graft.config.upgrade`)."""
     delta: float = 0.8
     """Gate: a peer response with compatibility s <= delta is dropped (spec §3.4)."""
     weight_cap: float = 1.0
@@ -57,7 +57,7 @@ class ExchangeConfig:
     in ``models``). Every conflict is written into the audit log. Never arises with two models."""
     pairing: Annotated[str, PAIRINGS] = "all"
     """With three or more models (``exchange.kind: live``), which peers each receiver draws from at a step, a name of
-    :data:`graft.registry.PAIRINGS`: ``all`` (every peer, as before this key), ``complementary`` (the one peer that
+    :data:`graft.registry.PAIRINGS`: ``all`` (every peer), ``complementary`` (the one peer that
     solved, k_S >= 1, the most of the receiver's all-fail prompts over the last ``pairing_window`` steps) or
     ``compatible`` (the one peer whose responses handed to the receiver over those steps have the highest median
     s). Ties go to the earlier model in ``models``; the window includes the current step. Each decision, with its

@@ -38,7 +38,7 @@ class Config:
     calls are launched before any is awaited; K is then unused, the workers keep their threads). Empty (the
     default): one model after the other, each on ``threads``. Each model computes what it computes alone on K
     threads; a thread count other than ``threads`` rounds matmuls differently (so, from the first sampled token
-    that flips, another run). The default stays sequential: on two idle cores (``benchmarks/issue39_threads.md``) side by side
+    that flips, another run). The default stays sequential: on two idle cores (``benchmarks/results/threads/``) side by side
     without ``threads_claim_freed`` was no faster, and with it only the rollout gained (~10 % tokens/s). With
     ``threads_claim_freed`` the models still running take the threads of the ones that finished."""
     threads_claim_freed: bool = False
@@ -55,7 +55,7 @@ class Config:
     give back and reuse it for the next allocation, instead of returning every large block to the kernel and
     faulting it in again page by page (:mod:`graft.heap`); the same numbers, computed without the page faults: the
     default job's Gemma-3 update 1.6x faster (SmolLM2's, with smaller buffers, unchanged), peak RSS +0.4 GB
-    (``benchmarks/issue39_malloc.md``). The process's resident memory then stays at its peak. ``release``: the
+    (``benchmarks/results/cpu-memory/``). The process's resident memory then stays at its peak. ``release``: the
     allocator's own behaviour. No effect on a CUDA device or without glibc (musl, macOS: a notice says so)."""
     resume: str | bool = False
     """``true`` resumes from the newest checkpoint in ``run_dir`` that verifies (sha256 of every file; a damaged
