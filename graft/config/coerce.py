@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from graft.config.checks import BROKEN, ConfigError, ConfigErrors, FieldError, each, field_types, registry_of
-from graft.config.keys import nearest_key
+from graft.config.keys import unknown_keys
 
 
 def build(cls: type, data: Any, where: str) -> Any:
@@ -35,16 +35,8 @@ def build(cls: type, data: Any, where: str) -> Any:
     def check(name: Any, value: Any) -> Any:
         if name in known:
             return coerce(hints[name], value, join_key(where, name))
-        key = join_key(where, name)
-        while isinstance(value, dict) and len(value) == 1:  # a misspelt section: `chekpoint.keep_last=3`
-            ((sub, value),) = value.items()
-            key = f"{key}.{sub}"
-        near = nearest_key(key)
-        raise ConfigError(
-            f"{key}: unknown config key"
-            + (f"; did you mean {near}?" if near else "")
-            + f" (the keys of {where or 'the top level'} are {', '.join(known)})"
-        )
+        lines = unknown_keys(join_key(where, name), value, f"the keys of {where or 'the top level'} are {', '.join(known)}")
+        raise ConfigErrors([ConfigError(line) for line in lines]) if len(lines) > 1 else ConfigError(lines[0])
 
     kwargs = dict(zip(data, each(check, data.items()), strict=True))  # every field's errors, before any invariant
     return construct(cls, kwargs, where)

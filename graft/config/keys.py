@@ -1,15 +1,18 @@
-"""The dotted keys of the config tree: a key's type hint, every key, and the nearest valid key to a misspelt one."""
+"""The dotted keys of the config tree: a key's type hint, every key, the nearest valid key to a misspelt one, and the
+one-line error of an unknown key (TRL's and verl's names get graft's: :mod:`graft.config.trl_verl`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from typing import Any
 
 from graft.config.checks import field_types
 from graft.config.root import Config
+from graft.config.trl_verl import is_other_name, other_name_hint
 
 
 def field_hint(key: str) -> Any:
@@ -89,3 +92,41 @@ def nearest_key(key: str) -> str | None:
         score[full] = r + 0.01 * full.startswith(".".join(parts[:-1]) + ".")  # same section wins a tie
     best = max(score, key=score.__getitem__)
     return best if score[best] >= 0.75 else None
+
+
+def unknown_keys(key: str, value: Any, known: str) -> list[str]:
+    """The one-line errors of the unknown dotted ``key`` set to ``value``; ``known`` (the keys of its section) closes a
+    line that names no certain replacement. A mapping holding another trainer's keys (a verl section:
+    ``actor_rollout_ref: {actor: {kl_loss_coef: 0.1, ...}}``) gives one line per leaf; any other mapping of one key is
+    read as one dotted key (``chekpoint: {keep_last: 3}`` is ``chekpoint.keep_last``)."""
+    leaves = _leaves(key, value)
+    if len(leaves) > 1 and any(other_name_hint(k, _graft_leaves()) for k in leaves):
+        return [_unknown(k, "") for k in leaves]
+    while isinstance(value, dict) and len(value) == 1 and not is_other_name(key):
+        ((sub, value),) = value.items()
+        key = f"{key}.{sub}"
+    return [_unknown(key, known)]
+
+
+def _leaves(key: str, value: Any) -> list[str]:
+    """The dotted leaf keys under ``key``: itself when ``value`` is no mapping or ``key`` is another trainer's name."""
+    if not isinstance(value, dict) or not value or is_other_name(key):
+        return [key]
+    return [leaf for sub, v in value.items() for leaf in _leaves(f"{key}.{sub}", v)]
+
+
+def _unknown(key: str, known: str) -> str:
+    """One unknown key's line: another trainer's name gets graft's key (or is said to have none, and a graft key of
+    the same last name is suggested beside), a misspelt key its nearest valid one."""
+    hint, near, leaf = other_name_hint(key, _graft_leaves()), nearest_key(key), key.rsplit(".", 1)[-1]
+    if hint and near and near.endswith(f".{leaf}") and f".{leaf}" not in hint:  # TRL's delta; graft's exchange.delta
+        hint += f"; graft's own {leaf} is {near}"
+    if hint:
+        return f"{key}: unknown config key; {hint}"
+    return f"{key}: unknown config key" + (f"; did you mean {near}?" if near else "") + (f" ({known})" if known else "")
+
+
+@functools.cache
+def _graft_leaves() -> set[str]:
+    """The last part of every graft key (``lr``, ``clip_high``, ``n``)."""
+    return {t.rsplit(".", 1)[-1] for t in key_templates()}
