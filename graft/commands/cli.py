@@ -12,7 +12,7 @@ splits, bench.
     graft config show CONFIG [key=value ...]
     graft export RUN_DIR [--step N|latest|best] [--model NAME] OUT [--dtype bfloat16]
     graft analyze RUN_DIR
-    graft samples RUN_DIR [--from train|peer|eval] [--model M] [--reward 1|0|any] [--steps 13-18] [-n 12]
+    graft samples RUN_DIR [--from train|peer|eval] [--model M] [--reward both|1|0|any] [--steps 13-18] [-n 12]
     graft report RUN_DIR [RUN_DIR ...] [--out DIR]
     graft store info|export PATH ...
     graft sweep CONFIG.yaml --grid key=v1,v2 [--grid ...] [--print] [key=value ...]

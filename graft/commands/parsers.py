@@ -25,7 +25,7 @@ EVAL_MAX_NEW_TOKENS = 2048
 (the value used is :data:`graft.evaluation.evaluate.DEFAULT_MAX_NEW_TOKENS`; a test keeps the two equal)."""
 SAMPLE_SOURCES = ("train", "peer", "eval")
 """What ``graft samples --from`` reads: own rollouts, admitted peer responses, held-out responses."""
-SAMPLE_REWARDS = ("1", "0", "any")
+SAMPLE_REWARDS = ("both", "1", "0", "any")
 """``graft samples --reward`` choices."""
 
 
@@ -261,7 +261,7 @@ def samples_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="graft samples",
         description="Print a seeded random pick of a run's responses "
-        "(rewarded training rollouts by default): read what the model writes.",
+        "(training rollouts, half rewarded and half not, by default): read what the model writes.",
     )
     p.add_argument("run", help="a run folder (or a `graft eval` output folder with --from eval)")
     p.add_argument(
@@ -272,7 +272,12 @@ def samples_parser() -> argparse.ArgumentParser:
         help="train: own rollouts; peer: rollouts admitted from another model; eval: held-out responses",
     )
     p.add_argument("--model", help="train/eval: the writer; peer: the receiver (default: every model)")
-    p.add_argument("--reward", choices=SAMPLE_REWARDS, default="1", help="1: rewarded (default), 0: not rewarded, any")
+    p.add_argument(
+        "--reward",
+        choices=SAMPLE_REWARDS,
+        default="both",
+        help="both: half rewarded, half not (default); 1: rewarded only; 0: not rewarded only; any: drawn from all alike",
+    )
     p.add_argument("--steps", help="training steps, e.g. 13-18 (default: all)")
     p.add_argument("-n", type=int, default=12, help="how many to print (default 12)")
     p.add_argument("--seed", type=int, default=0, help="the draw's seed (default 0)")
