@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import tempfile
 import time
 
@@ -23,6 +22,7 @@ import torch
 from graft.bench.common import cpu_model
 from graft.bench.runs import close_run, default_config_path, write_results
 from graft.config import Config, ConfigError, load_config
+from graft.console import say
 from graft.trainer import loop
 
 
@@ -58,7 +58,7 @@ def measure(run: loop.Run, cfg: Config, sizes: list[int], reps: int) -> dict:
                     "responses": len(tokens),
                 }
                 raw.setdefault(name, {}).setdefault(str(size), []).append(row)
-                print(f"rep {rep + 1} batch {size} {name}: {row}", file=sys.stderr, flush=True)
+                say(f"rep {rep + 1} batch {size} {name}: {row}")
     return raw
 
 

@@ -35,6 +35,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from graft.bench.flops import ModelShape, matmul_peak_gflops, model_shape, phase_rates
 from graft.bench.runs import default_config_path
 from graft.config import ConfigError, load_config
+from graft.console import say
 from graft.errors import UserError
 from graft.policy.loading import resolve_model_path
 
@@ -193,7 +194,7 @@ def _measure(args: argparse.Namespace, config: Path, by_side: dict[str, tuple[Pa
                 r = run_side(code, config, args.steps, Path(tmp) / f"{side}{rep}", [*args.overrides, *extra])
                 raw[side].append(r)
                 per_step = ", ".join(f"{s['step_s']:.1f}" for s in r["steps"])
-                print(f"rep {rep + 1} {side} ({r['module']}): steps {per_step} s, wall {r['wall_s']:.0f} s", file=sys.stderr)
+                say(f"rep {rep + 1} {side} ({r['module']}): steps {per_step} s, wall {r['wall_s']:.0f} s")
     return raw
 
 

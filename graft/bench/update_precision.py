@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 
@@ -23,6 +22,7 @@ import torch
 from graft.bench.common import cpu_model
 from graft.bench.runs import close_run, default_config_path, first_step, restore_model, snapshot_models, write_results
 from graft.config import ConfigError, load_config
+from graft.console import say
 from graft.trainer import loop
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
@@ -48,7 +48,7 @@ def measure(run: loop.Run, reps: int) -> dict:
                     m = loop.update_model(run, n, train[n], 1)
                     row = {"seconds": time.perf_counter() - t0} | {k: m.get(k) for k in ("tokens/update", "ratio/mean", "loss")}
                     raw[prec].setdefault(n, []).append(row)
-                    print(f"rep {rep + 1} {prec} {n}: {row}", file=sys.stderr, flush=True)
+                    say(f"rep {rep + 1} {prec} {n}: {row}")
     finally:
         for pol in policies.values():
             pol.autocast, pol._compute = None, None

@@ -37,7 +37,7 @@ import sys
 from graft import __version__
 from graft.commands.parsers import config_parser, sweep_parser, train_parser
 from graft.config import ConfigError, ConfigErrors, load_config, show_config
-from graft.console import on_terminal, quiet_bars, setup_logging, split_flags
+from graft.console import on_terminal, quiet, quiet_bars, setup_logging, split_flags
 from graft.errors import UserError
 from graft.files import output_error
 from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT, Diverged, Preempted
@@ -62,7 +62,8 @@ def sweep_main(argv: list[str]) -> int:
     args = sweep_parser().parse_args(argv)
     commands = sweep_commands(args.config, args.grid, args.overrides)
     for cmd in commands:
-        print(shlex.join(cmd))
+        if args.print or not quiet():  # the command list is --print's result; a running sweep's progress
+            print(shlex.join(cmd))
         if not args.print:
             rc = subprocess.call(cmd)
             if rc != 0:
@@ -164,7 +165,7 @@ def _setup_output(argv: list[str]) -> list[str]:
         verbosity = int(inherited)
     os.environ["GRAFT_VERBOSITY"] = str(verbosity)
     setup_logging(verbosity)
-    if not on_terminal():
+    if not on_terminal() or verbosity < 0:
         quiet_bars()
     return rest
 

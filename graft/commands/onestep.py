@@ -63,7 +63,6 @@ import json
 import os
 import random
 import shutil
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -73,6 +72,7 @@ import torch
 from graft.algos.minibatch import plan_minibatches
 from graft.commands.parsers import onestep_parser
 from graft.config import ConfigError, load_config
+from graft.console import say
 from graft.data.arithmetic import FAMILIES, family_of
 from graft.evaluation.analyze import read_jsonl
 from graft.evaluation.metrics import paired_interval
@@ -706,7 +706,7 @@ def onestep_main(argv: list[str]) -> int:
     at = sorted(set(args.at))
     units = _units(args, out)
     out.mkdir(parents=True, exist_ok=True)
-    log = lambda s: print(f"[onestep] {s}", file=sys.stderr, flush=True)  # noqa: E731
+    log = lambda s: say(f"[onestep] {s}")  # noqa: E731
     command = ["graft", "onestep", *argv]
     invocation = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}/{os.getpid()}"
 

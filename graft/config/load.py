@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 import typing
 from pathlib import Path
 from typing import Any, Sequence
@@ -16,6 +15,7 @@ from graft.config.keys import field_hint
 from graft.config.root import Config
 from graft.config.show import to_dict
 from graft.config.upgrade import LEGACY_KEYS, upgrade_tree
+from graft.console import say
 from graft.files import write_text
 
 
@@ -111,7 +111,7 @@ def read_yaml_tree(path: str | Path, _seen: tuple = ()) -> dict:
     if not isinstance(tree, dict):
         raise ConfigError(f"{p}: top level must be a mapping")
     for notice in upgrade_tree(tree):
-        print(f"{notice} ({p})", file=sys.stderr)
+        say(f"{notice} ({p})")
     base: dict = {}
     for name in _includes(p, tree.pop("include", None)):
         base = _merge(base, read_yaml_tree(_include_path(p, name), (*_seen, p.resolve())))
@@ -190,7 +190,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if key in LEGACY_KEYS:
             upgraded: dict = {}
             apply_override(upgraded, key, _parse_value(value, key))
-            print(upgrade_tree(upgraded)[0], file=sys.stderr)
+            say(upgrade_tree(upgraded)[0])
             key, value = LEGACY_KEYS[key][0], yaml.safe_dump(_lookup(upgraded, LEGACY_KEYS[key][0]))
         apply_override(tree, key, _parse_value(value, key))
     return build(Config, tree, "")

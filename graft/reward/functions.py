@@ -33,6 +33,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from graft.console import say
 from graft.errors import UserError
 from graft.reward import verifier
 from graft.reward.grader import mp_context
@@ -244,7 +245,7 @@ class FunctionGrader:
             status, message = failure
             if self.on_error == "stop":
                 raise RewardFunctionError(message + " (reward.on_error=zero scores such a batch 0 instead)")
-            print(f"warning: {message}; this batch of {len(responses)} scores 0 (reward.on_error=zero)", file=sys.stderr)
+            say(f"warning: {message}; this batch of {len(responses)} scores 0 (reward.on_error=zero)")
             out = [0.0] * len(responses), [status] * len(responses)
         else:
             out = self._combine(values)

@@ -9,13 +9,13 @@ is the same class either way.
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Iterable
 
 import torch
 from tqdm.auto import tqdm
 
 from graft.config import Config, ConfigError, ResourceConfig
+from graft.console import say
 from graft.distributed.ray_backend import RayWorkers, init_ray
 from graft.policy.codec import TextCodec
 from graft.registry import BACKENDS, CPU_MEMORY
@@ -70,10 +70,9 @@ def ray_learners(cfg: Config, device: str, weights: dict[str, str | None], progr
             workers = RayWorkers(PolicyWorker, m, r, cfg.ray, threads=cfg.threads, keep_memory=keeps_memory(cfg, wdev))
             learners[m.name] = Learner(m, workers, TextCodec.load(m, weights[m.name]))
             info = workers.setup(m, wdev, weights[m.name], init_seed(cfg.seed, m.name), cfg.rollout.engine)
-            print(
+            say(
                 f"ray: model {m.name} on {r.num_workers} worker(s) "
-                f"({', '.join(sorted({i['node'] for i in info}))}; {wdev}; engine {cfg.rollout.engine})",
-                file=sys.stderr,
+                f"({', '.join(sorted({i['node'] for i in info}))}; {wdev}; engine {cfg.rollout.engine})"
             )
     except BaseException:
         close_learners(learners)

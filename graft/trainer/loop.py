@@ -27,6 +27,7 @@ from graft import cores
 from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, config_diff, save_config, to_dict, upgrade_tree
+from graft.console import bars, say
 from graft.data.arithmetic import family_of
 from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint
 from graft.domains import Domain
@@ -144,7 +145,7 @@ class Run:
 def progress_bars(cfg: Config) -> bool:
     """Progress bars are drawn only with ``progress: true`` and stderr a terminal; a log file or CI gets
     the one line per step (:func:`~graft.trainer.metrics.console_line`) and nothing else."""
-    return bool(cfg.progress) and sys.stderr.isatty()
+    return bars(cfg.progress)
 
 
 # ============================================================================ phases
@@ -274,10 +275,9 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
     m["update/skipped_nonfinite"] = skipped
     m["learning_rate"] = lr
     if skipped:
-        print(
+        say(
             f"warning: step {step}: model {name}: loss or gradient norm not finite (loss {m['loss']}, grad norm "
-            f"{m['grad_norm']}); {skipped} of {len(plan) * cfg.update.epochs} optimizer steps skipped",
-            file=sys.stderr,
+            f"{m['grad_norm']}); {skipped} of {len(plan) * cfg.update.epochs} optimizer steps skipped"
         )
     m["peer_groups"] = sum(g.is_peer for g in gs)
     m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
@@ -344,7 +344,7 @@ def setup(cfg: Config) -> Run:
     torch.manual_seed(cfg.seed)
     prompts, stats = _load_data("data.train", cfg.data.train, cfg)
     if stats.get("skipped"):
-        print(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}", file=sys.stderr)
+        say(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}")
     check_batch_fits(prompts, cfg.batch_prompts, cfg.data.train)
     val = _load_data("data.val", cfg.data.val, cfg, cfg.data.val_limit)[0] if cfg.data.val else None
     check_run_dir(run_dir)  # before anything is loaded or written
@@ -439,11 +439,11 @@ def _find_resume(cfg: Config, run_dir: Path):
         _restore_tokenizers(cfg, run_dir)
         ckpt, warnings = newest_intact_checkpoint(run_dir)  # a damaged newest one is skipped, with a warning
         for w in warnings:
-            print(w, file=sys.stderr)
+            say(w)
         if ckpt is None:  # killed before (or during) its first save: a requeue loop must still get going
             aside = _set_aside(run_dir)
             moved = f"moved the earlier attempt's files to {aside}; " if aside else ""
-            print(f"resume: no intact checkpoint in {run_dir}; {moved}starting from scratch", file=sys.stderr)
+            say(f"resume: no intact checkpoint in {run_dir}; {moved}starting from scratch")
             return None
         path = ckpt.path
     else:
@@ -485,7 +485,7 @@ def _restore_tokenizers(cfg: Config, run_dir: Path) -> None:
     own tokenizer where that has the recorded sha256, one line each, before the checkpoints are verified."""
     with tempfile.TemporaryDirectory() as tmp:
         for line in restore_tokenizer_files(run_dir, lambda name: _saved_tokenizer(cfg, name, Path(tmp))):
-            print(line, file=sys.stderr)
+            say(line)
 
 
 def _saved_tokenizer(cfg: Config, name: str, tmp: Path) -> Path | None:
@@ -515,7 +515,7 @@ def _check_store(cfg: Config, run_dir: Path, ckpt):
             f"precedes step {step}, so the file cannot be rewritten; nothing was changed; move it aside to "
             f"continue without step {step}'s trajectories, or start over with resume=restart"
         )
-    print(f"warning: {why}; resuming from {earlier.path} instead, which re-runs step {step} and rewrites it", file=sys.stderr)
+    say(f"warning: {why}; resuming from {earlier.path} instead, which re-runs step {step} and rewrites it")
     return earlier
 
 
@@ -597,7 +597,7 @@ def _discard_run(run_dir: Path) -> None:
             continue
         gone.append(name)
     if gone:
-        print(f"resume=restart: deleted {', '.join(gone)} from {run_dir}; starting from scratch", file=sys.stderr)
+        say(f"resume=restart: deleted {', '.join(gone)} from {run_dir}; starting from scratch")
 
 
 def _restore(run: Run, ckpt) -> None:
@@ -615,7 +615,7 @@ def _restore(run: Run, ckpt) -> None:
     run.store.truncate_after(ckpt.step)
     remove_checkpoints_after(run.run_dir, ckpt.step)  # a later timeline being abandoned
     set_rng_state(ckpt.rng)
-    print(f"resumed from {ckpt.path} at step {ckpt.step}", file=sys.stderr)
+    say(f"resumed from {ckpt.path} at step {ckpt.step}")
 
 
 def save(run: Run, step: int) -> Path:
@@ -709,7 +709,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
     tracker = None
     try:
         tracker = open_trackers(run.run_dir, cfg, run.start_step)
-        print("\n".join(run.exchange.describe().lines()), file=sys.stderr)
+        say("\n".join(run.exchange.describe().lines()))
         bar = tqdm(
             range(run.start_step, cfg.steps + 1), desc="steps", disable=not run.bars, initial=run.start_step - 1, total=cfg.steps
         )
@@ -723,7 +723,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
             run.metrics.write(m)
             tracker.log(step, m, run.completions)
             history.append(m)
-            tqdm.write(console_line(step, cfg.steps, m, list(run.learners)), file=sys.stderr)
+            say(console_line(step, cfg.steps, m, list(run.learners)))
             check_nonfinite_streak(run, step, m)
             saved = ck.save_every and step % ck.save_every == 0 and step < cfg.steps
             if saved:

@@ -13,6 +13,8 @@ import signal
 import sys
 import threading
 
+from graft.console import quiet
+
 PREEMPTED_EXIT = 75
 """Exit status of a run stopped by SIGTERM/SIGINT after checkpointing (EX_TEMPFAIL: run it again with resume=true)."""
 DIVERGED_EXIT = 3
@@ -46,9 +48,12 @@ class StopSignal:
             os.kill(os.getpid(), signum)
             return
         self.requested = signal.Signals(signum).name
-        print(
-            f"{self.requested}: finishing {self.what}, then stopping (send it again to stop at once)", file=sys.stderr, flush=True
-        )
+        if not quiet():  # printed, not logged: a signal handler must not wait for logging's locks
+            print(
+                f"{self.requested}: finishing {self.what}, then stopping (send it again to stop at once)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def __enter__(self) -> "StopSignal":
         if threading.current_thread() is threading.main_thread():

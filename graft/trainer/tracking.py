@@ -57,7 +57,6 @@ import netrc
 import os
 import re
 import secrets
-import sys
 import time
 from pathlib import Path
 from typing import Any, Literal, Mapping, cast
@@ -66,6 +65,7 @@ from urllib.parse import urlparse
 import yaml
 
 from graft.config import Config, ConfigError, LoggingConfig, to_dict
+from graft.console import say
 from graft.policy.loading import unreachable_reason
 from graft.registry import TRACKERS, WANDB_MODES
 
@@ -94,10 +94,9 @@ def check_trackers(logging_cfg: LoggingConfig) -> None:
             f"logging.wandb_mode: W&B is asked to run online, but its host is unreachable ({reason}); "
             "set logging.wandb_mode=offline (or auto) to log offline, and upload later with wandb sync"
         )
-    print(
+    say(
         f"logging: a W&B API key is configured but the W&B host is unreachable ({reason}); W&B logs offline "
-        "(upload later: wandb sync RUN_DIR/wandb/offline-run-*)",
-        file=sys.stderr,
+        "(upload later: wandb sync RUN_DIR/wandb/offline-run-*)"
     )
 
 
@@ -236,10 +235,7 @@ class WandbTracker:
             run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
             id_file.write_text(run_id + "\n")
         if mode == "offline" and cfg.logging.wandb_mode == "auto" and not has_wandb_credentials():
-            print(
-                f"logging: no W&B API key configured; W&B logs offline to {wdir} (upload later: wandb sync {wdir}/offline-run-*)",
-                file=sys.stderr,
-            )
+            say(f"logging: no W&B API key configured; W&B logs offline to {wdir} (upload later: wandb sync {wdir}/offline-run-*)")
         try:
             self.run = wandb.init(
                 project=cfg.logging.wandb_project,
@@ -345,7 +341,7 @@ class Trackers:
             try:
                 b.close()
             except Exception as e:  # noqa: BLE001 - closing a tracker must not hide the run's own error
-                print(f"logging: closing {getattr(b, 'module', type(b).__name__)} failed: {e}", file=sys.stderr)
+                say(f"logging: closing {getattr(b, 'module', type(b).__name__)} failed: {e}")
         self.backends = []
 
 

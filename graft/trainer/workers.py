@@ -20,7 +20,6 @@ import math
 import os
 import resource
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,6 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from graft.algos.losses import merge
+from graft.console import say
 from graft.cores import poll
 from graft.files import write_text, writing
 from graft.heap import keep_freed_memory
@@ -84,7 +84,7 @@ class PolicyWorker:
         if threads:
             torch.set_num_threads(int(threads))
         if keep_memory and not keep_freed_memory():
-            print(f"{name}: cpu_memory=keep has no effect here (the C library has no glibc mallopt)", file=sys.stderr)
+            say(f"{name}: cpu_memory=keep has no effect here (the C library has no glibc mallopt)")
         self.threads = torch.get_num_threads()
         self._policy: Policy | None = None
         self._optimizer: torch.optim.Optimizer | None = None
