@@ -350,8 +350,7 @@ def _datasets(args, reward: RewardConfig) -> dict[str, list[Prompt]]:
         return {
             "val": read(
                 run_cfg.data.val,
-                arithmetic=run_cfg.data.arithmetic,
-                code_task=run_cfg.data.code_task,
+                tasks=run_cfg.data.tasks,
                 limit=args.limit or run_cfg.data.val_limit,
             )[0]
         }

@@ -15,7 +15,7 @@ from graft.config.reward import RewardConfig
 from graft.config.rollout import RolloutConfig
 from graft.config.saving import CheckpointConfig, EvalConfig, LoggingConfig
 from graft.config.update import UpdateConfig
-from graft.registry import BACKENDS, CPU_MEMORY, EXCHANGES
+from graft.registry import BACKENDS, CPU_MEMORY, EXCHANGES, TASKS
 
 
 @dataclass
@@ -105,19 +105,8 @@ class Config:
             "batch_prompts",
             f"{self.batch_prompts} must be >= update.num_minibatches ({self.update.num_minibatches}): groups are never split",
         )
-        if self.data.train == "code_task":
-            check(
-                self.reward.domain == "code" or bool(self.reward.function),
-                "reward.domain",
-                f"is {self.reward.domain!r} but data.train=code_task has tests, not answers: set reward.domain=code",
-            )
-        if self.data.train == "arithmetic":
-            check(
-                self.batch_prompts <= self.data.arithmetic.num_prompts,
-                "batch_prompts",
-                f"{self.batch_prompts} exceeds the {self.data.arithmetic.num_prompts} prompts of the arithmetic task "
-                "(data.arithmetic.num_prompts): a batch would repeat prompts",
-            )
+        if isinstance(self.data.train, str) and self.data.train in TASKS:
+            TASKS[self.data.train].check(self)  # the procedural task's own invariants across sections
         self._check_threads()
         check(
             bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)),

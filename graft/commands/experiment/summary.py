@@ -13,11 +13,12 @@ import yaml
 
 from graft.commands.experiment.plan import STORED_PREFIX, Comparison, Member, Plan, base_member
 from graft.config import EvalConfig
-from graft.data.arithmetic import FAMILIES, family_of
+from graft.data.tasks import family_of
 from graft.domains.base import config_domain
 from graft.domains.math import WORKED_EQUATIONS
 from graft.evaluation.analyze import read_jsonl, treatment
 from graft.evaluation.metrics import paired_interval, paired_verdict, unpaired_interval
+from graft.registry import FAMILIES
 from graft.reward.shortcuts import chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
 
