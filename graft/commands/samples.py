@@ -8,7 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from graft.commands.parsers import samples_parser
-from graft.evaluation.samples import SamplesError, collect, format_sample, parse_steps, pick, run_domain
+from graft.domains.base import run_domain
+from graft.evaluation.samples import SamplesError, collect, format_sample, parse_steps, pick
 
 
 def samples_main(argv: list[str]) -> int:
