@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import inspect
 import json
 import re
 from pathlib import Path
@@ -17,7 +18,7 @@ import yaml
 
 from graft.commands.cli import COMMANDS
 from graft.config import Config, field_docs
-from graft.config.checks import field_types
+from graft.config.checks import members
 from graft.config.coerce import hint_words
 from graft.config.keys import dataclass_of
 from graft.config.show import field_default
@@ -117,12 +118,11 @@ def _sections(cls: type, prefix: str, about: str, docs: dict) -> list[tuple[str,
     """``(dotted prefix, dataclass, the description of the field holding it)`` of ``cls`` and of every dataclass
     below it, in tree order."""
     out = [(prefix, cls, about)]
-    for name, hint in field_types(cls).items():
+    for name, hint in members(cls).items():
         sub = dataclass_of(hint)
         if sub is not None:
-            out += _sections(
-                sub, f"{prefix}{name}." if sub is hint else f"{prefix}{name}.*.", docs.get((cls.__name__, name), ""), docs
-            )
+            about = docs.get((cls.__name__, name)) or inspect.getdoc(sub) or ""  # a settings section: its class's doc
+            out += _sections(sub, f"{prefix}{name}." if sub is hint else f"{prefix}{name}.*.", about, docs)
     return out
 
 
@@ -140,8 +140,8 @@ def config_reference() -> str:
         "",
     ]
     for prefix, cls, about in _sections(Config, "", "The run as a whole.", docs):
-        hints = field_types(cls)
-        rows = [f for f in dataclasses.fields(cls) if dataclass_of(hints[f.name]) is None]
+        hints = members(cls)
+        rows = [f for f in dataclasses.fields(cls) if f.name in hints and dataclass_of(hints[f.name]) is None]
         out += [
             f"## `{prefix.rstrip('.') or 'top level'}`",
             "",

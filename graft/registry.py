@@ -249,6 +249,10 @@ TRACKERS = Registry("tracker", "TRACKERS", ("graft.trainer",))
 """``logging.report_to`` items -> tracker class of :mod:`graft.trainer.tracking` (its ``module`` and ``package``
 say what it needs installed)."""
 
+TASKS = Registry("procedural task", "TASKS", ("graft.data",))
+"""``data.train`` (and ``data.val``) names of procedural tasks -> :class:`graft.data.tasks.Task`: its settings section
+``data.NAME``, its prompts and families."""
+
 DOMAINS = Registry("domain", "DOMAINS", ("graft.domains.math", "graft.domains"))
 """``reward.domain`` -> :class:`graft.domains.Domain`: rows, prompt instruction and worked examples, grading and
 reward monitor of one kind of task (graft/domains/)."""

@@ -28,7 +28,7 @@ def test_splits_are_disjoint_from_training_and_take_overrides_after_options(tmp_
     sizes = ["--test", "12", "--hard", "12"]
     assert splits_main([str(cfg), "--out", str(small), *sizes, *task]) == 0
     assert splits_main([str(cfg), "--out", str(wide), *sizes, "data.arithmetic.max_operand=40"]) == 0
-    train = {p.problem for p in load_prompts("arithmetic", "error", load_config(cfg, task).data.arithmetic)[0]}
+    train = {p.problem for p in load_prompts("arithmetic", "error", load_config(cfg, task).data.tasks)[0]}
     for name in ("test", "test_hard"):
         rows = _rows(small, name)
         assert len(rows) == 12 and not {r["problem"] for r in rows} & train
@@ -81,7 +81,7 @@ def test_splits_are_disjoint_from_each_other_and_by_computation_not_only_text(tm
     assert splits_main([str(cfg), "--out", str(out), "--test", "24", "--hard", "24", "--hard-scale", "2", *task]) == 0
     keys = {n: {problem_key(r["problem"], r["answer"]) for r in _rows(out, n)} for n in ("test", "test_hard")}
     train = {problem_key(p.problem, p.answer)
-             for p in load_prompts("arithmetic", "error", load_config(cfg, task).data.arithmetic)[0]}
+             for p in load_prompts("arithmetic", "error", load_config(cfg, task).data.tasks)[0]}
     assert len(keys["test"]) == 24 and len(keys["test_hard"]) == 24
     assert not keys["test"] & keys["test_hard"] and not (keys["test"] | keys["test_hard"]) & train
 
@@ -150,7 +150,7 @@ def test_the_confirmation_split_command_run_today_repeats_no_earlier_computation
     assert splits_main([str(STUDY_BASE), "--out", str(out), "--test", "48", "--hard", "48", "--seed", "3031",
                         *[a for f in study for a in ("--exclude", str(f))]]) == 0
     key = lambda r: problem_key(r["problem"], r["answer"])  # noqa: E731
-    earlier = {problem_key(p.problem, p.answer) for p in load_prompts("arithmetic", "error", load_config(STUDY_BASE).data.arithmetic)[0]}
+    earlier = {problem_key(p.problem, p.answer) for p in load_prompts("arithmetic", "error", load_config(STUDY_BASE).data.tasks)[0]}
     earlier |= {key(json.loads(x)) for f in study for x in f.read_text().splitlines()}
     new = [key(r) for n in ("test", "test_hard") for r in _rows(out, n)]
     assert len(new) == 96 and len(set(new)) == 96 and not set(new) & earlier

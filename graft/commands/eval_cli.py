@@ -21,6 +21,7 @@ from transformers import AutoConfig
 
 from graft.commands.parsers import BENCHMARKS, DATA_DIR_ENV, eval_parser
 from graft.config import ConfigError, ModelConfig, RewardConfig, load_config
+from graft.config.upgrade import ANSWER_FORMS
 from graft.console import bars, quiet_bars
 from graft.data.datasets import load_prompts
 from graft.domains.grading import make_grader, reference_of
@@ -58,7 +59,7 @@ def engine_sampler(backend: str, cfg: ModelConfig, weights_from: str | None, dev
     try:
         if backend == "vllm":
             folder = vllm_model_path(cfg, weights_from)
-            VllmEngine.check(folder)  # before the tokenizer loads
+            VllmEngine.available(folder)  # before the tokenizer loads
             return VllmEngine(None, folder=folder, codec=TextCodec.load(cfg, weights_from)), _folder_max_positions(folder)
         policy = Policy.load(cfg, device=device, weights_from=weights_from)
         return make_engine(backend, policy), max_positions(policy.model.config)
@@ -328,7 +329,7 @@ def _eval_reward(args) -> RewardConfig:
     ``math``; ``--domain`` (or the earlier ``--answer-form``) replaces the domain, ``--verify-*`` the limits."""
     run_cfg = _run_config(args.config) if args.config else None
     reward = dataclasses.replace(run_cfg.reward) if run_cfg is not None else RewardConfig()
-    domain = args.domain or {"any": "math", "number": "number", None: None}[args.answer_form]
+    domain = args.domain or ANSWER_FORMS.get(args.answer_form or "")
     return dataclasses.replace(reward, domain=domain or reward.domain, timeout_s=args.verify_timeout, workers=args.verify_workers)
 
 
@@ -350,8 +351,7 @@ def _datasets(args, reward: RewardConfig) -> dict[str, list[Prompt]]:
         return {
             "val": read(
                 run_cfg.data.val,
-                arithmetic=run_cfg.data.arithmetic,
-                code_task=run_cfg.data.code_task,
+                tasks=run_cfg.data.tasks,
                 limit=args.limit or run_cfg.data.val_limit,
             )[0]
         }

@@ -73,7 +73,7 @@ from graft.algos.minibatch import plan_minibatches
 from graft.commands.parsers import onestep_parser
 from graft.config import ConfigError, load_config
 from graft.console import say
-from graft.data.arithmetic import FAMILIES, family_of
+from graft.data.tasks import family_of, require_families
 from graft.evaluation.analyze import read_jsonl
 from graft.evaluation.metrics import paired_interval
 from graft.exchange.common import adv_norm
@@ -328,16 +328,17 @@ def success_rates(run, learner, prompts: list[Prompt], samples: int, step: int) 
 def unseen_pool(cfg, train: list[Prompt], per_family: int = 64) -> dict[str, list[Prompt]]:
     """Per family of the training task, up to ``per_family`` distinct problems that are not training
     problems (drawn from the family's generator with its own seed; ``square`` has few problems)."""
-    ar, seen = cfg.data.arithmetic, {p.problem for p in train}
+    task, settings = require_families(cfg, "graft onestep (unseen prompts are drawn per family)")
+    seen = {p.problem for p in train}
     out: dict[str, list[Prompt]] = {}
-    for fam in dict.fromkeys(ar.families):
-        rng = random.Random(f"{ar.seed}/unseen/{fam}")
+    for fam in task.families(settings):
+        rng = random.Random(f"{settings.seed}/unseen/{fam}")
         found: list[Prompt] = []
         for _ in range(50 * per_family):
-            problem, answer = FAMILIES[fam](rng, ar.max_operand)
-            if problem not in seen:
+            problem, answer = task.draw(settings, fam, rng) or ("", "")
+            if problem and problem not in seen:
                 seen.add(problem)
-                found.append(Prompt(f"unseen-{fam}-{len(found):05d}", problem, str(answer)))
+                found.append(Prompt(f"unseen-{fam}-{len(found):05d}", problem, answer))
                 if len(found) == per_family:
                     break
         out[fam] = found
@@ -651,10 +652,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _check_pair_task(cfg) -> None:
-    if cfg.data.train != "arithmetic" or not cfg.data.arithmetic.families:
-        raise ConfigError(
-            "graft onestep needs the procedural task with data.arithmetic.families (unseen prompts are drawn per family)"
-        )
+    require_families(cfg, "graft onestep (unseen prompts are drawn per family)")
     if len(cfg.models) != 2:
         raise ConfigError(f"graft onestep measures a pair; the config has {len(cfg.models)} models")
     kl = [m.name for m in cfg.models if m.kl_coef > 0]

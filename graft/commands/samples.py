@@ -8,17 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from graft.commands.parsers import samples_parser
-from graft.evaluation.samples import (
-    Sample,
-    SamplesError,
-    collect,
-    format_sample,
-    parse_steps,
-    pick,
-    pick_mixed,
-    rewarded,
-    run_domain,
-)
+from graft.domains.base import run_domain
+from graft.evaluation.samples import Sample, SamplesError, collect, format_sample, parse_steps, pick, pick_mixed, rewarded
 
 
 def samples_main(argv: list[str]) -> int:

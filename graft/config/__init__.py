@@ -27,7 +27,7 @@ Defaults follow the paper (spec §3–§4) except where a field says otherwise; 
 
 from graft.config.checks import ConfigError, ConfigErrors
 from graft.config.cluster import RayConfig, ResourceConfig
-from graft.config.data import ArithmeticConfig, CodeTaskConfig, DataConfig
+from graft.config.data import DataConfig
 from graft.config.exchange import ExchangeConfig, PeerConfig
 from graft.config.keys import field_hint, nearest_key
 from graft.config.load import (
@@ -50,9 +50,7 @@ from graft.config.upgrade import upgrade_tree
 
 __all__ = [
     "CONFIGS",
-    "ArithmeticConfig",
     "CheckpointConfig",
-    "CodeTaskConfig",
     "Config",
     "ConfigError",
     "ConfigErrors",

@@ -84,3 +84,58 @@ def check_choices(section: Any) -> None:
         if registry is not None:
             for item in value if isinstance(value, list) else [value]:
                 check(item in registry, name, f"{item!r} is not one of {registry.choices()}")
+
+
+class Sections:
+    """The marker of a field that holds one settings section per entry of ``registry`` that has ``settings`` (a
+    dataclass): ``tasks: Annotated[dict[str, Any], Sections(TASKS)]``. A config file writes each section under the
+    entry's own name in the field's place (``data.arithmetic``, ``data.code_task``), so a variant registered with
+    settings of its own brings its section with it (:func:`members`)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    def classes(self) -> dict[str, type]:
+        """Entry name -> its settings dataclass, in the registry's order."""
+        entries = {name: self.registry[name] for name in self.registry}
+        return {name: e.settings for name, e in entries.items() if getattr(e, "settings", None) is not None}
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: cls() for name, cls in self.classes().items()}
+
+
+def sections_of(hint: Any) -> Sections | None:
+    """The :class:`Sections` marker of a field of type ``hint``, else None."""
+    if typing.get_origin(hint) is not Annotated:
+        return None
+    return next((m for m in typing.get_args(hint)[1:] if isinstance(m, Sections)), None)
+
+
+def members(cls: Any) -> dict[str, Any]:
+    """The keys of a section as a config file writes them -> their type hints: its fields, in order, a field marked
+    :class:`Sections` replaced in its place by one key per settings section."""
+    out: dict[str, Any] = {}
+    for name, hint in field_types(cls).items():
+        marker = sections_of(hint)
+        out |= {name: hint} if marker is None else marker.classes()
+    return out
+
+
+def member_values(section: Any) -> dict[str, Any]:
+    """The values of :func:`members` of a built section."""
+    out: dict[str, Any] = {}
+    for name, hint in field_types(type(section)).items():
+        value = getattr(section, name)
+        out |= {name: value} if sections_of(hint) is None else dict(value)
+    return out
+
+
+def grouped(cls: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` keyed by :func:`members` as keyword arguments of ``cls``: each settings section moved into its
+    :class:`Sections` field, the sections not given at their defaults."""
+    out = dict(kwargs)
+    for name, hint in field_types(cls).items():
+        marker = sections_of(hint)
+        if marker is not None:
+            out[name] = {k: out.pop(k) if k in out else c() for k, c in marker.classes().items()}
+    return out

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
-from graft.config.checks import BROKEN, ConfigError, ConfigErrors, FieldError, each, field_types, registry_of
+from graft.config.checks import BROKEN, ConfigError, ConfigErrors, FieldError, each, grouped, members, registry_of
 from graft.config.keys import unknown_keys
 
 
@@ -29,8 +29,8 @@ def build(cls: type, data: Any, where: str) -> Any:
         return data
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping of {cls.__name__} fields, got {show_value(data)}")
-    hints = field_types(cls)
-    known = [f.name for f in dataclasses.fields(cls)]
+    hints = members(cls)
+    known = list(hints)
 
     def check(name: Any, value: Any) -> Any:
         if name in known:
@@ -39,7 +39,7 @@ def build(cls: type, data: Any, where: str) -> Any:
         raise ConfigErrors([ConfigError(line) for line in lines]) if len(lines) > 1 else ConfigError(lines[0])
 
     kwargs = dict(zip(data, each(check, data.items()), strict=True))  # every field's errors, before any invariant
-    return construct(cls, kwargs, where)
+    return construct(cls, grouped(cls, kwargs), where)
 
 
 def construct(cls: type, kwargs: dict, where: str) -> Any:

@@ -10,7 +10,7 @@ import types
 import typing
 from typing import Any
 
-from graft.config.checks import field_types
+from graft.config.checks import members
 from graft.config.root import Config
 from graft.config.trl_verl import is_other_name, other_name_hint
 
@@ -21,13 +21,13 @@ def field_hint(key: str) -> Any:
     hint: Any = Config
     for part in key.split("."):
         while typing.get_origin(hint) in (typing.Union, types.UnionType):
-            members = [a for a in typing.get_args(hint) if a is not type(None)]
-            if len(members) != 1:
+            options = [a for a in typing.get_args(hint) if a is not type(None)]
+            if len(options) != 1:
                 return None
-            hint = members[0]
+            hint = options[0]
         origin = typing.get_origin(hint)
         if dataclasses.is_dataclass(hint):
-            hints = field_types(hint)
+            hints = members(hint)
             if part not in hints:
                 return None
             hint = hints[part]
@@ -55,7 +55,7 @@ def key_templates(cls: type | None = None, prefix: str = "") -> list[str]:
     (``models.*.lr``, ``ray.resources.*.num_gpus``)."""
     cls = cls or Config
     out = []
-    for name, hint in field_types(cls).items():
+    for name, hint in members(cls).items():
         sub = dataclass_of(hint)
         key = prefix + name
         if sub is None:

@@ -15,7 +15,7 @@ from graft.config.reward import RewardConfig
 from graft.config.rollout import RolloutConfig
 from graft.config.saving import CheckpointConfig, EvalConfig, LoggingConfig
 from graft.config.update import UpdateConfig
-from graft.registry import BACKENDS, CPU_MEMORY, EXCHANGES
+from graft.registry import BACKENDS, CPU_MEMORY, ENGINES, EXCHANGES, TASKS
 
 
 @dataclass
@@ -105,19 +105,8 @@ class Config:
             "batch_prompts",
             f"{self.batch_prompts} must be >= update.num_minibatches ({self.update.num_minibatches}): groups are never split",
         )
-        if self.data.train == "code_task":
-            check(
-                self.reward.domain == "code" or bool(self.reward.function),
-                "reward.domain",
-                f"is {self.reward.domain!r} but data.train=code_task has tests, not answers: set reward.domain=code",
-            )
-        if self.data.train == "arithmetic":
-            check(
-                self.batch_prompts <= self.data.arithmetic.num_prompts,
-                "batch_prompts",
-                f"{self.batch_prompts} exceeds the {self.data.arithmetic.num_prompts} prompts of the arithmetic task "
-                "(data.arithmetic.num_prompts): a batch would repeat prompts",
-            )
+        if isinstance(self.data.train, str) and self.data.train in TASKS:
+            TASKS[self.data.train].check(self)  # the procedural task's own invariants across sections
         self._check_threads()
         check(
             bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)),
@@ -130,25 +119,14 @@ class Config:
             "eval.every",
             f"is {self.eval.every} but data.val is not set: there is nothing to evaluate on (set data.val, or eval.every=0)",
         )
-        self._check_behaviour_logprobs()
+        ENGINES[self.rollout.engine].check(self)  # the engine's own needs: behaviour log-probs, ranks per model
+        self._check_autocast()
         if self.backend == "ray":
             for name in self.ray.resources:
                 check(name in names, f"ray.resources.{name}", f"names no model; models: {names}")
-                check(
-                    self.rollout.engine != "hf-bf16" or self.ray.resources[name].num_workers == 1,
-                    f"ray.resources.{name}.num_workers",
-                    "must be 1 with rollout.engine=hf-bf16 (its bf16 copy is of an unsharded model)",
-                )
 
-    def _check_behaviour_logprobs(self) -> None:
-        """A sampler or an update of lower precision than the other needs ``update.recompute_old_logprobs``."""
-        if self.rollout.engine == "hf-bf16":
-            check(
-                self.update.recompute_old_logprobs,
-                "update.recompute_old_logprobs",
-                "must be true with rollout.engine=hf-bf16: the bf16 sampler's log-probs differ from the training "
-                "forward by up to ~0.4 nats per token, so the behaviour log-probs must come from a forward pass",
-            )
+    def _check_autocast(self) -> None:
+        """An update of lower precision than the sampler needs ``update.recompute_old_logprobs``."""
         for i, m in enumerate(self.models):
             check(
                 m.autocast == "off" or self.update.recompute_old_logprobs,

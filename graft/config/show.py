@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from graft.config.checks import field_types
+from graft.config.checks import member_values, members
 from graft.config.coerce import hint_words
 from graft.config.keys import dataclass_of
 from graft.config.root import Config
@@ -26,7 +26,7 @@ def sections(root: type | None = None) -> list[type]:
     def walk(cls: type) -> None:
         if cls not in out:
             out.append(cls)
-            for hint in field_types(cls).values():
+            for hint in members(cls).values():
                 sub = dataclass_of(hint)
                 if sub is not None:
                     walk(sub)
@@ -92,9 +92,9 @@ def describe(cfg: Any) -> list[Setting]:
 
     def walk(obj: Any, prefix: str) -> list[Setting]:
         rows = []
-        hints = field_types(type(obj))
-        for f in dataclasses.fields(obj):
-            value, key = getattr(obj, f.name), prefix + f.name
+        hints, fields = members(type(obj)), {f.name: f for f in dataclasses.fields(obj)}
+        for name, value in member_values(obj).items():
+            key = prefix + name
             if dataclasses.is_dataclass(value):
                 rows += walk(value, key + ".")
             elif isinstance(value, list) and value and all(dataclasses.is_dataclass(v) for v in value):
@@ -104,9 +104,8 @@ def describe(cfg: Any) -> list[Setting]:
                 for k, v in value.items():
                     rows += walk(v, f"{key}.{k}.")
             else:
-                rows.append(
-                    Setting(key, value, field_default(f), hint_words(hints[f.name]), docs.get((type(obj).__name__, f.name), ""))
-                )
+                doc = docs.get((type(obj).__name__, name), "")
+                rows.append(Setting(key, value, field_default(fields[name]), hint_words(hints[name]), doc))
         return rows
 
     return walk(cfg, "")
@@ -136,5 +135,16 @@ def _flow(value: Any) -> str:
 
 
 def to_dict(cfg: Any) -> dict:
-    """Plain nested dict of a config (tuples become lists), suitable for YAML/JSON."""
-    return plain(dataclasses.asdict(cfg))
+    """Plain nested dict of a config as a config file writes it (tuples become lists, settings sections under their
+    own names), suitable for YAML/JSON."""
+    return plain(_tree(cfg))
+
+
+def _tree(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _tree(v) for k, v in member_values(value).items()}
+    if isinstance(value, (list, tuple)):
+        return [_tree(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _tree(v) for k, v in value.items()}
+    return value

@@ -16,8 +16,12 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
 
-from graft.registry import FAMILIES, STYLES
+from graft.config.checks import check
+from graft.data.tasks import Task
+from graft.registry import FAMILIES, STYLES, TASKS
 from graft.types import Prompt
 
 OPS = ("+", "-", "*")
@@ -35,7 +39,7 @@ DEFAULT_STYLE = "question"
 
 
 def format_problem(a: int, op: str, b: int, style: str = DEFAULT_STYLE) -> str:
-    """The problem text of ``a op b`` in ``style``: a name from :data:`STYLES` or a format
+    """The problem text of ``a op b`` in ``style``: a name from ``graft.registry.STYLES`` or a format
     string using the same fields (e.g. ``"Add {a} and {b}."``)."""
     template = STYLES.get(style, style)
     try:
@@ -300,6 +304,86 @@ def make_families(
     return out
 
 
-def family_of(prompt_id: str) -> str:
-    """The family name in a :func:`make_families` id (``story_add-00017`` -> ``story_add``)."""
-    return prompt_id.rsplit("-", 1)[0]
+@dataclass
+class ArithmeticConfig:
+    """Settings of the procedural arithmetic task."""
+
+    num_prompts: int = 512
+    """How many distinct problems the procedural task generates."""
+    max_operand: int = 30
+    """Operands are drawn from [0, max_operand]."""
+    ops: list[str] = field(default_factory=lambda: ["+", "-", "*"])
+    """Operators to draw from."""
+    seed: int = 1234
+    """Seed of the generator; the same seed gives the same problems and ids."""
+    style: str = "question"
+    """Problem phrasing: a name from ``graft.registry.STYLES`` or a format string with ``{a}`` and ``{b}``."""
+    families: list[str] | None = None
+    """A mixture of problem families (``graft.registry.FAMILIES``: add, story_mul, spelled, ...):
+    prompt i comes from ``families[i % len(families)]`` (name a family twice for twice the share), with
+    ids ``FAMILY-00017``. ``None``: single-step ``a op b`` problems from ``ops`` and ``style``."""
+
+    def __post_init__(self) -> None:
+        check(self.num_prompts > 0, "num_prompts", f"must be positive, got {self.num_prompts}")
+        check(
+            self.families is None or (len(self.families) > 0 and set(self.families) <= set(FAMILIES)),
+            "families",
+            f"must be a non-empty list of {', '.join(FAMILIES)}; got {self.families}",
+        )
+        check(self.max_operand >= 0, "max_operand", f"must be >= 0, got {self.max_operand}")
+        check(
+            set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, "ops", f"must be a non-empty subset of + - *, got {self.ops}"
+        )
+        template = STYLES.get(self.style, self.style)
+        try:
+            fits = (
+                "{a}" in template
+                and "{b}" in template
+                and bool(template.format(a=1, b=2, op="+", op_word="plus", op_latex="+", op_unicode="+"))
+            )
+        except (KeyError, IndexError, ValueError):
+            fits = False
+        check(
+            fits,
+            "style",
+            f"unknown arithmetic style {self.style!r}: use one of {', '.join(STYLES)} or a format "
+            "string with {a} and {b} (and optionally {op}, {op_word}, {op_latex}, {op_unicode})",
+        )
+
+
+class ArithmeticTask(Task):
+    """``data.train: arithmetic``: single-step ``a op b`` problems in a style, or a mixture of problem families."""
+
+    settings = ArithmeticConfig
+
+    def rows(self, settings: ArithmeticConfig) -> list[dict]:
+        if settings.families:
+            prompts = make_families(settings.num_prompts, settings.families, settings.max_operand, settings.seed)
+        else:
+            prompts = make_arithmetic(settings.num_prompts, settings.max_operand, settings.ops, settings.seed, settings.style)
+        return [vars(p) for p in prompts]
+
+    def families(self, settings: ArithmeticConfig) -> list[str]:
+        return list(dict.fromkeys(settings.families or []))
+
+    def draw(self, settings: ArithmeticConfig, family: str, rng: random.Random) -> tuple[str, str]:
+        problem, answer = FAMILIES[family](rng, settings.max_operand)
+        return problem, str(answer)
+
+    def key(self, problem: str, answer: str) -> Hashable:
+        return problem_key(problem, answer)
+
+    def held_out(self, settings: ArithmeticConfig, count: int, scale: int, seed: int, taken: set) -> list[Prompt]:
+        return make_families(count, settings.families or [], settings.max_operand * scale, seed, exclude=taken, key=problem_key)
+
+    def check(self, cfg: Any) -> None:
+        n = cfg.data.tasks[self.name].num_prompts
+        check(
+            cfg.batch_prompts <= n,
+            "batch_prompts",
+            f"{cfg.batch_prompts} exceeds the {n} prompts of the arithmetic task (data.arithmetic.num_prompts): "
+            "a batch would repeat prompts",
+        )
+
+
+TASKS.register("arithmetic", ArithmeticTask())

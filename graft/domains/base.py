@@ -24,7 +24,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from graft.config import upgrade_tree
 from graft.data.datasets import RowError, answer_text
@@ -115,6 +118,16 @@ def load_domain(name: str) -> Domain:
     if not isinstance(obj, Domain):
         raise DomainError(f"reward.domain: {name!r} is a {type(obj).__name__}, not a graft.domains.Domain")
     return obj
+
+
+def run_domain(run_dir: str | Path) -> Domain:
+    """The domain a run folder trained with: its ``config.yaml``'s ``reward.domain`` (:func:`config_domain`; ``math``
+    when the folder holds no readable config)."""
+    try:
+        tree = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        tree = {}
+    return config_domain(tree if isinstance(tree, dict) else {})
 
 
 def config_domain(tree: Mapping[str, Any]) -> Domain:

@@ -62,10 +62,9 @@ def load_data(
     return load_prompts(
         spec,
         on_bad_row or cfg.data.on_bad_row,
-        cfg.data.arithmetic,
+        cfg.data.tasks,
         limit,
         skip_hint,
         fields=cfg.data.fields,
         reference=reference_of(cfg.reward),
-        code_task=cfg.data.code_task,
     )

@@ -26,11 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
-import yaml
-
 from graft.data.datasets import load_prompts
 from graft.domains import Domain
-from graft.domains.base import config_domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import PromptRecord
 from graft.storage.trajectory_store import TrajectoryStore
@@ -67,15 +64,6 @@ class Sample:
         if self.problem is None:
             return []
         return [k for k, v in domain.response_flags(self.response, self.problem, self.answer).items() if v]
-
-
-def run_domain(run: Path) -> Domain:
-    """The task domain of a run folder (its ``config.yaml``'s ``reward.domain``; ``math`` without one)."""
-    try:
-        tree = yaml.safe_load((run / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        tree = {}
-    return config_domain(tree if isinstance(tree, dict) else {})
 
 
 def rewarded(reward: float) -> bool:

@@ -59,6 +59,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import GenerationConfig
 
+from graft.config import Config
+from graft.config.checks import check
 from graft.policy.codec import TextCodec
 from graft.policy.fsdp import iter_full_parameters
 from graft.policy.loading import unwrap as _unwrap
@@ -118,6 +120,11 @@ class RolloutEngine:
 
     name = "base"
     """Its registry name (``rollout.engine``), set by ``@ENGINES.register``."""
+
+    @classmethod
+    def check(cls, cfg: Config) -> None:
+        """Refuse, when the config loads, settings this engine cannot run with: :func:`graft.config.checks.check`
+        each invariant, naming the field from the top of the tree."""
 
     def __init__(self, policy, codec: TextCodec | None = None) -> None:
         self.policy = policy
@@ -231,6 +238,21 @@ class HFEngine(RolloutEngine):
 @ENGINES.register("hf-bf16")
 class HFBf16Engine(HFEngine):
     """:meth:`Policy.generate` over a bfloat16 copy of the policy's model (see the module docstring)."""
+
+    @classmethod
+    def check(cls, cfg: Config) -> None:
+        check(
+            cfg.update.recompute_old_logprobs,
+            "update.recompute_old_logprobs",
+            "must be true with rollout.engine=hf-bf16: the bf16 sampler's log-probs differ from the training "
+            "forward by up to ~0.4 nats per token, so the behaviour log-probs must come from a forward pass",
+        )
+        for name, res in cfg.ray.resources.items() if cfg.backend == "ray" else ():
+            check(
+                res.num_workers == 1,
+                f"ray.resources.{name}.num_workers",
+                "must be 1 with rollout.engine=hf-bf16 (its bf16 copy is of an unsharded model)",
+            )
 
     def __init__(self, policy) -> None:
         super().__init__(policy)
@@ -418,7 +440,7 @@ class VllmEngine(RolloutEngine):
         folder: str | None = None,
         codec: TextCodec | None = None,
     ) -> None:
-        self.check(folder)
+        self.available(folder)
         super().__init__(policy, codec)
         # The engine core runs in this process, so weights can be pushed by reference.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -458,7 +480,7 @@ class VllmEngine(RolloutEngine):
             self.weights_updated()  # the policy may differ from the folder (resumed optimiser state etc.)
 
     @staticmethod
-    def check(folder: str | None = None) -> None:
+    def available(folder: str | None = None) -> None:
         """Raise :class:`EngineUnavailable` when vLLM cannot run here, or cannot serve ``folder``."""
         reason = vllm_unavailable_reason()
         if reason:

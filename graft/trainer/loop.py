@@ -28,8 +28,8 @@ from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, config_diff, save_config, to_dict, upgrade_tree
 from graft.console import bars, say
-from graft.data.arithmetic import family_of
 from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint
+from graft.data.tasks import family_of, task_families
 from graft.domains import Domain
 from graft.domains.grading import load_data, make_grader, task_domain
 from graft.errors import UserError
@@ -385,7 +385,7 @@ def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) ->
         val_prompts=val,
         rule=make_rule(cfg.update),
         lock=lock,
-        by_family=cfg.data.train == "arithmetic" and bool(cfg.data.arithmetic.families),
+        by_family=task_families(cfg) is not None,
     )
     run.exchange = make_exchange(cfg, learners, run.grade, peer)
     _restore(run, ckpt)
