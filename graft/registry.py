@@ -228,7 +228,7 @@ DTYPES = Registry("dtype", "DTYPES", ("graft.policy",))
 
 AUTOCASTS = Registry("autocast", "AUTOCASTS", ("graft.policy",))
 """``models.I.autocast`` -> the ``torch.dtype`` the log-prob forwards compute in, or None: the weights' own
-(:mod:`graft.policy.policy`)."""
+(:mod:`graft.policy.lm`)."""
 
 ADV_STDS = Registry("advantage std", "ADV_STDS", ("graft.algos",))
 """``update.adv_std`` -> ``unbiased``: whether the group std has Bessel's correction (:mod:`graft.algos.advantages`)."""

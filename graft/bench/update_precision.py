@@ -41,7 +41,7 @@ def measure(run: loop.Run, reps: int) -> dict:
             for prec, dtype in PRECISIONS.items():
                 for n, pol in policies.items():
                     restore_model(run, n, start)
-                    pol.autocast, pol._compute = dtype, None
+                    pol.autocast, pol.scorer._compute = dtype, None
                     own = [g for g in train[n] if not g.is_peer]
                     learners[n].recompute_old_logprobs(own, cfg.update, cfg.rollout.temperature)
                     t0 = time.perf_counter()
@@ -51,7 +51,7 @@ def measure(run: loop.Run, reps: int) -> dict:
                     say(f"rep {rep + 1} {prec} {n}: {row}")
     finally:
         for pol in policies.values():
-            pol.autocast, pol._compute = None, None
+            pol.autocast, pol.scorer._compute = None, None
     return raw
 
 

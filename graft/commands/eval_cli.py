@@ -30,6 +30,7 @@ from graft.policy.codec import TextCodec
 from graft.policy.context import check_context, max_positions
 from graft.policy.engines import EngineUnavailable, Sampler, VllmEngine, make_engine
 from graft.policy.policy import Policy
+from graft.policy.sampling import SamplingParams
 from graft.storage.checkpoint import (
     CheckpointError,
     checkpoint_step,
@@ -369,16 +370,16 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
     if args.dtype:
         cfg.dtype = args.dtype
     run_max = (run_cfg.eval.max_new_tokens or run_cfg.rollout.max_new_tokens) if run_cfg is not None else None
-    max_new = args.max_new_tokens or run_max or DEFAULT_MAX_NEW_TOKENS
+    params = _sampling(args, args.max_new_tokens or run_max or DEFAULT_MAX_NEW_TOKENS)
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     with FolderLock(out, "--out folder"):  # one evaluation per output folder, taken before the model loads
-        return _evaluate_into(args, model, out, datasets, cfg, weights_from, reward, max_new, device)
+        return _evaluate_into(args, model, out, datasets, cfg, weights_from, reward, params, device)
 
 
 def _evaluate_into(
-    args, model: str, out: Path, datasets: dict, cfg, weights_from, reward: RewardConfig, max_new: int, device: str
+    args, model: str, out: Path, datasets: dict, cfg, weights_from, reward: RewardConfig, params: SamplingParams, device: str
 ) -> tuple[dict, Any]:
     if not bars(not args.no_progress):
         quiet_bars()  # the hub's and transformers' weight-loading bars too
@@ -388,7 +389,7 @@ def _evaluate_into(
         sampler.codec,
         positions,
         [p.problem for ps in datasets.values() for p in ps],
-        max_new,
+        params.max_new_tokens,
         "--max-new-tokens",
     )
     with make_grader(reward) as grader:
@@ -397,18 +398,29 @@ def _evaluate_into(
             datasets,
             grader,
             out,
-            n=args.n,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            max_new_tokens=max_new,
+            params,
             repeats=args.repeats,
-            seed=args.seed,
-            batch_size=args.batch_size,
             backend=args.backend,
             progress=not args.no_progress,
             model_label=model,
         )
     return res, cfg
+
+
+def _sampling(args, max_new_tokens: int) -> SamplingParams:
+    """The sampling protocol of ``graft eval``'s flags (--n, --temperature, --top-p, --seed, --batch-size) with the
+    response limit ``max_new_tokens``; a value out of range is an :class:`EvalError` naming it."""
+    try:
+        return SamplingParams(
+            n=args.n,
+            max_new_tokens=max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            batch_size=args.batch_size,
+            seed=args.seed,
+        )
+    except ValueError as e:
+        raise EvalError(str(e)) from None
 
 
 def compare_table(results: dict[str, dict]) -> str:

@@ -80,6 +80,7 @@ from graft.exchange.common import adv_norm
 from graft.exchange.handover import Scoring
 from graft.exchange.kinds import exchange_kind
 from graft.exchange.live import exchange_live
+from graft.policy.sampling import rollout_sampling
 from graft.seeds import step_seed
 from graft.storage.checkpoint import checkpoint_step, list_checkpoints
 from graft.trainer import loop
@@ -309,18 +310,9 @@ def success_rates(run, learner, prompts: list[Prompt], samples: int, step: int) 
     seed of (run seed, step, p's id) in every arm."""
     if not prompts:
         return []
-    rc = run.cfg.rollout
     ids = [learner.codec.encode_prompt(p.problem) for p in prompts]
     seeds = [step_seed(run.cfg.seed, step, f"onestep/{learner.name}/{p.id}") for p in prompts]
-    out = learner.generate(
-        ids,
-        n=samples,
-        max_new_tokens=rc.max_new_tokens,
-        temperature=rc.temperature,
-        top_p=rc.top_p,
-        batch_size=rc.batch_size,
-        seeds=seeds,
-    )
+    out = learner.generate(ids, replace(rollout_sampling(run.cfg.rollout, seeds), n=samples))
     rewards, _ = run.grader.grade([s.text for ss in out for s in ss], [p.answer for p in prompts for _ in range(samples)])
     return [sum(rewards[i * samples : (i + 1) * samples]) / samples for i in range(len(prompts))]
 

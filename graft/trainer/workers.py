@@ -36,6 +36,7 @@ from graft.policy.context import max_positions
 from graft.policy.engines import RolloutEngine, make_engine
 from graft.policy.optim import set_lr
 from graft.policy.policy import Policy, reference_policy
+from graft.policy.sampling import SamplingParams
 from graft.trainer.batch import Shard, micro_loss
 
 
@@ -157,10 +158,10 @@ class PolicyWorker:
         return fsdp.gathered(self.policy.model) if self.engine.name != "vllm" else contextlib.nullcontext()
 
     # ------------------------------------------------------------------ primitives
-    def generate(self, prompt_ids: list[list[int]], seeds: list[int], kwargs: dict) -> list[list]:
-        """``n`` samples per prompt through the rollout engine (ended at stop strings), ``[P][G]``."""
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams, progress: bool = False, desc: str = "") -> list[list]:
+        """``params.n`` samples per prompt through the rollout engine (ended at stop strings), ``[P][G]``."""
         with self._gathered():
-            return self.engine.generate(prompt_ids, seeds=seeds, **kwargs)
+            return self.engine.generate(prompt_ids, params, progress, desc)
 
     def logprobs(self, prompt_ids, response_ids, chunk: int, micro_batch: int, temperature: float) -> list[torch.Tensor]:
         with self._gathered():

@@ -113,7 +113,7 @@ def split_rows(plan: Path) -> list[dict]:
 
 
 def training_prompts() -> list:
-    return load_prompts("arithmetic", "error", load_config(BASE_CONFIG).data.arithmetic)[0]
+    return load_prompts("arithmetic", "error", load_config(BASE_CONFIG).data.tasks)[0]
 
 
 def repeats(key_name: str) -> dict:

@@ -88,11 +88,12 @@ def _run_steps(cfg, monkeypatch, log):
             rows.append(loop.train_step(run, step))
         params = {n: l.state_dict() for n, l in run.learners.items()}
         # what in-training evaluation uses: the learner's generate, over its rank(s)
+        from graft.policy.sampling import SamplingParams
         from graft.seeds import prompt_seeds
         pol = run.learners["B"]
         ids = [pol.codec.encode_prompt(f"What is {i} + 1?") for i in range(4)]
         params["eval_sample"] = [[s.token_ids for s in g] for g in
-                                 pol.generate(ids, n=2, max_new_tokens=4, batch_size=4, seeds=prompt_seeds(9, 0, 4))]
+                                 pol.generate(ids, SamplingParams(n=2, max_new_tokens=4, batch_size=4, seeds=prompt_seeds(9, 0, 4)))]
     finally:
         run.grader.close()
         loop.close_learners(run.learners)
