@@ -201,11 +201,15 @@ class ModelConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables."""
     lr_schedule: LrSchedule = "constant"
-    """Learning rate over the run's ``steps`` training steps, after warm-up: ``constant``, ``linear`` decay or
-    ``cosine`` decay towards 0 (step k of n after w warm-up steps: lr * (1 - p), lr * (1 + cos(pi p)) / 2 with
-    p = (k - w - 1) / (n - w)). It changes once per training step (verl's convention, not per optimiser step), is a
-    function of the step number alone (a resumed run follows it exactly; changing ``steps`` on resume reshapes
-    the rest) and is logged as ``M/learning_rate``."""
+    """Learning rate over the schedule's horizon of n steps (``lr_horizon``), after warm-up: ``constant``, ``linear``
+    decay or ``cosine`` decay towards 0 (step k after w warm-up steps: lr * (1 - p), lr * (1 + cos(pi p)) / 2 with
+    p = min(1, (k - w - 1) / (n - w))). It changes once per training step (verl's convention, not per optimiser
+    step), is a function of the step number and the horizon alone (a resumed run follows it exactly) and is logged as
+    ``M/learning_rate``."""
+    lr_horizon: int | None = None
+    """The steps a ``linear``/``cosine`` schedule decays over; ``None``: the run's ``steps`` when it started. The run
+    records its horizon in every checkpoint and keeps it on resume: ``resume=true steps=N`` with a decaying schedule
+    is refused unless this is set (to the old horizon, or a new one; the change goes to ``changes.jsonl``)."""
     warmup_steps: int = 0
     """Linear warm-up: training step k <= warmup_steps uses lr * k / warmup_steps (0: none)."""
     kl_coef: float = 0.0
@@ -256,6 +260,7 @@ class ModelConfig:
             f"{self.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)} (model {self.name})",
         )
         _check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0 (0: no warm-up), got {self.warmup_steps}")
+        _check(self.lr_horizon is None or self.lr_horizon >= 1, "lr_horizon", f"must be >= 1 (or null), got {self.lr_horizon}")
         _check(
             math.isfinite(self.kl_coef) and self.kl_coef >= 0,
             "kl_coef",
@@ -459,6 +464,9 @@ class RewardConfig:
     max_timeout_frac: float = 0.5
     """Stop the run with an error when more than this fraction of a step's verifications time out
     (a hanging grader), instead of training on a batch of zeros."""
+    accept_code_change: bool = False
+    """On resume: go on although a reward function's or a user domain's code differs from what the checkpoint
+    recorded (its module file's sha256); the change is written to ``changes.jsonl``. ``false`` refuses, naming it."""
 
     def __post_init__(self) -> None:
         _check(
@@ -1667,11 +1675,14 @@ def save_config(cfg: Config, path: str | Path, comments: Sequence[str] = ()) -> 
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two config dicts."""
+    """Dotted keys whose values differ between two config dicts; lists of the same length item by item
+    (``models.0.lr``)."""
     out = []
     for k in sorted(set(a) | set(b)):
         key = f"{prefix}{k}"
         va, vb = a.get(k), b.get(k)
+        if isinstance(va, list) and isinstance(vb, list) and len(va) == len(vb):
+            va, vb = dict(enumerate(va)), dict(enumerate(vb))
         if isinstance(va, dict) and isinstance(vb, dict):
             out += config_diff(va, vb, key + ".")
         elif va != vb:

@@ -292,7 +292,7 @@ def update_adding_peers(run, name: str, own: list[RolloutGroup], peers: list[Rol
     With no peer group it is that update, bit for bit."""
     cfg, learner = run.cfg, run.learners[name]
     assert not any(g.is_peer for g in own) and all(g.is_peer for g in peers)
-    learner.set_learning_rate(step, cfg.steps)
+    loop.set_learning_rate(run, name, step)
     gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
     gs = run.rule.prepare(own)
     plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)

@@ -13,16 +13,29 @@ from typing import Any
 from graft.config import Config, RewardConfig
 from graft.data.datasets import load_prompts
 from graft.domains.base import Domain, load_domain
-from graft.reward.functions import FunctionGrader, row_reference
+from graft.reward.functions import FunctionGrader, code_digest, row_reference
 from graft.reward.grader import Grader
 from graft.types import Prompt
 
-__all__ = ["load_data", "make_grader", "reference_of", "task_domain"]
+__all__ = ["load_data", "make_grader", "reference_of", "reward_code", "task_domain"]
 
 
 def task_domain(reward: RewardConfig) -> Domain:
     """The domain ``reward.domain`` names (a one-line :class:`~graft.domains.base.DomainError` if none)."""
     return load_domain(reward.domain)
+
+
+def reward_code(reward: RewardConfig) -> dict[str, str]:
+    """The sha256 of the user's own code that decides the reward (:func:`graft.reward.functions.code_digest`): every
+    ``reward.function`` and, for a domain of the user's, its module and its verify function's module, keyed by the
+    field (``reward.function.0``, ``reward.domain``, ``reward.domain.verify_fn``); graft's own code is left out. A run
+    records it in every checkpoint and refuses to resume on other code. A missing file or module is a one-line
+    error here, before any model loads."""
+    specs = {f"reward.function.{i} ({f})": f for i, f in enumerate(reward.function)}
+    if ":" in reward.domain:
+        specs[f"reward.domain ({reward.domain})"] = reward.domain
+    specs[f"reward.domain.verify_fn ({task_domain(reward).verify_fn})"] = task_domain(reward).verify_fn
+    return {key: digest for key, spec in specs.items() if (digest := code_digest(spec, key.split(" ")[0])) is not None}
 
 
 def reference_of(reward: RewardConfig) -> Callable[[Mapping[str, Any]], str]:

@@ -5,8 +5,14 @@ and its own SIGALRM timeout only works on the main thread, so items are graded i
 worker processes and the parent kills a worker whose current item runs past
 ``timeout_s``: that item scores 0 with status ``timeout``, the rest of its batch is
 handed out again and a fresh worker is started. A worker that dies (segfault, OOM
-kill) costs its current item (status ``error``) the same way. ``grade`` therefore
-always returns, from any thread or process (Ray actors included).
+kill) costs its current item (status ``error``) the same way -- unless it died while this
+process is stopping (:func:`graft.signals.stopping`): then the item is graded again, once, so
+an item a stop interrupted is never scored. ``grade`` therefore always returns, from any
+thread or process (Ray actors included).
+
+The workers follow graft's stop protocol (:mod:`graft.signals`): they ignore SIGTERM, SIGINT
+and SIGHUP from birth, so a signal to the whole process group reaches the trainer alone, and
+they are stopped here.
 
 Workers come from a ``forkserver`` (``spawn`` where unavailable), never a plain
 ``fork`` of the trainer: forking a process whose torch/OpenMP threads hold locks can
@@ -42,6 +48,7 @@ from tqdm import tqdm
 
 from graft.reward import worker
 from graft.reward.verifier import ERROR as VERIFY_ERROR, NO_ANSWER as VERIFY_NO_ANSWER, OK as VERIFY_OK, TIMEOUT as VERIFY_TIMEOUT
+from graft.signals import start_worker, stopping
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext
@@ -55,6 +62,8 @@ class _Tally:
     def __init__(self, pending: deque[int], rewards: list, statuses: list, bar) -> None:
         self.pending, self.rewards, self.statuses, self.bar = pending, rewards, statuses, bar
         self.remaining = len(pending)
+        self.retried: set[int] = set()
+        """Items whose worker died while this process was stopping, handed out again (once each)."""
 
     def finish(self, i: int, reward: float, status: str) -> None:
         self.rewards[i], self.statuses[i] = reward, status
@@ -98,7 +107,7 @@ class _Worker:
         self.proc = ctx.Process(
             target=worker.main, args=(child_conn, verify_fn, list(sys.path), verify_kwargs), daemon=True, name="graft-grader"
         )
-        self.proc.start()
+        start_worker(self.proc)
         child_conn.close()
         self.conn = parent_conn
         self.ready = False
@@ -315,8 +324,10 @@ class Grader:
                         w.inflight.popleft()
                         tally.finish(i, reward, status)
                     w.deadline = time.monotonic() + self.timeout_s
-        except (EOFError, OSError):  # the worker died: its current item is lost
-            if w.inflight:
+        except (EOFError, OSError):  # the worker died: its current item fails, unless the stop killed it
+            if w.inflight and stopping() and w.inflight[0] not in tally.retried:
+                tally.retried.add(w.inflight[0])  # graded again by a fresh worker: an interrupted item is never scored
+            elif w.inflight:
                 tally.finish(w.inflight.popleft(), 0.0, VERIFY_ERROR)
             tally.requeue(w)
             if not w.ready:

@@ -122,12 +122,19 @@ FAILURES = [
     ("one_short", "returned 1 values for 2 completions"),
     ("nan_second", "returned nan for completion 1 (not finite)"),
     ("inf_first", "returned inf for completion 0 (not finite)"),
-    ("word_values", "returned 'high' for completion 0, not a float or None"),
-    ("returns_scalar", "returned float, not a list of floats"),
+    ("word_values", "returned str 'high' for completion 0, not a float or None"),
+    ("returns_scalar", "returned float 1.0, not a list of floats (one per completion)"),
+    # by type, not by what float() or iteration would make of it: a dict's keys are [0, 1], not its rewards
+    ("dict_of_rewards", "returned dict {0: 1.0, 1: 0.0}, not a list of floats (one per completion)"),
+    ("digit_string", "returned str '10', not a list of floats (one per completion)"),
+    ("digit_strings", "returned str '1' for completion 0, not a float or None"),
+    ("nested_lists", "returned list [0.5] for completion 0, not a float or None"),
+    ("bools", "returned bool True for completion 0, not a float or None"),
+    ("generator", "returned generator <generator object generator.<locals>.<genexpr>"),
 ]
 
 
-IN_WORKER_STOP = ("raises", "one_short", "nan_second")
+IN_WORKER_STOP = ("raises", "one_short", "nan_second", "dict_of_rewards")
 """The failure modes also run in a worker under on_error=stop; the others under on_error=zero."""
 
 
