@@ -30,6 +30,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
+from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
 from subprocess import Popen
 
@@ -145,6 +146,7 @@ def start_worker(proc: BaseProcess) -> None:
     """Start a worker process (whose target calls :func:`ignore_stop_signals` first) under the protocol: born with
     the stop signals blocked, and killed when this process exits if its owner has not stopped it (multiprocessing's
     own exit handler would send it SIGTERM, which it ignores, and wait for it for ever)."""
+    resource_tracker.ensure_running()  # started first: starting it unblocks SIGINT and SIGTERM in this thread
     with blocked():  # also blocks them in the forkserver, when this call starts it
         proc.start()
     _WORKERS.add(proc)
