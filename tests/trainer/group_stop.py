@@ -2,12 +2,13 @@
 (tests/trainer/test_group_stop.py). Installed in a runner process that is the leader of a group of its own
 (``start_new_session``), so the signal reaches the trainer and every worker it started, and nothing else.
 
-``install(kind, where)`` with ``where`` ``"PHASE:STEP"`` (or empty: no signal):
+``install(kind, where)`` with ``where`` ``"PHASE:STEP:SIGNAL"`` (or empty: no signal):
 
 - ``rollout`` / ``update``: the trainer signals its group as the phase of that step begins;
 - ``score``: the signal arrives while the grader's workers hold the step's items: for ``function`` and ``domain``
   the reward code itself sends it from its worker mid-call (a trigger file the trainer writes as the phase begins),
-  for ``code`` a timer in the trainer sends it while sandboxed programs run (each sleeps 0.3 s, one worker).
+  for ``code`` a timer in the trainer sends it while sandboxed programs run (each sleeps 0.3 s, one worker, four a
+  step).
 
 ``kind`` ``code`` also makes every response a program (two of them, by sample), so that the sandbox runs: the tiny
 random models write no code. Every kind's rewards differ within a group, so each step's update moves the weights.
@@ -28,9 +29,10 @@ from pathlib import Path
 
 def score(prompts, completions, **columns):
     trigger = Path(__file__).with_name("fire")
-    if trigger.exists():            # the trainer wrote it as the score phase began
+    if trigger.exists():            # the trainer wrote it (the signal's name) as the score phase began
+        sig = getattr(signal, trigger.read_text())
         trigger.unlink()
-        os.killpg(os.getpgrp(), signal.SIGTERM)   # the whole group, mid-call
+        os.killpg(os.getpgrp(), sig)   # the whole group, mid-call
         time.sleep(0.5)             # this call goes on: graft's workers ignore the stop signals
     return [(len(c) % 3) / 2 for c in completions]
 '''
@@ -42,8 +44,9 @@ from pathlib import Path
 def verify(response, reference):
     trigger = Path(__file__).with_name("fire")
     if trigger.exists():
+        sig = getattr(signal, trigger.read_text())
         trigger.unlink()
-        os.killpg(os.getpgrp(), signal.SIGTERM)
+        os.killpg(os.getpgrp(), sig)
         time.sleep(0.5)
     return (len(response) % 5) / 4, "ok"
 '''
@@ -66,19 +69,20 @@ def write_files(folder: Path) -> dict[str, list[str]]:
     return {
         "function": [f"reward.function=[{folder / 'stop_reward.py'}:score]"],
         "domain": [f"reward.domain={folder / 'stop_domain.py'}:TOY"],
-        "code": ["reward.domain=code", f"data.train={folder / 'code.jsonl'}", "reward.timeout_s=6", "reward.workers=1"],
+        "code": ["reward.domain=code", f"data.train={folder / 'code.jsonl'}", "reward.timeout_s=6", "reward.workers=1",
+                 "rollout.n=2"],
     }
 
 
-def _group_sigterm() -> None:
-    os.killpg(os.getpgrp(), signal.SIGTERM)
+def _signal_group(name: str) -> None:
+    os.killpg(os.getpgrp(), getattr(signal, name))
 
 
 def install(kind: str, where: str, folder: Path) -> None:
     """Patch the trainer in this process (see the module doc)."""
     from graft.trainer import learner, loop
 
-    phase, _, at = where.partition(":")
+    phase, at, sig = (where.split(":") + ["", ""])[:3]
     step_at = int(at) if at else -1
     if kind == "code":
         rollout = learner.Learner.rollout
@@ -103,10 +107,10 @@ def install(kind: str, where: str, folder: Path) -> None:
     if step_at < 0:
         return
     fire = {
-        "rollout": ("rollout_phase", _group_sigterm),
-        "update": ("update_phase", _group_sigterm),
-        "score": ("score_phase", lambda: threading.Timer(1.0, _group_sigterm).start() if kind == "code"
-                  else (folder / "fire").write_text("")),   # code: a timer fires ~3 of the 8 programs in
+        "rollout": ("rollout_phase", lambda: _signal_group(sig)),
+        "update": ("update_phase", lambda: _signal_group(sig)),
+        "score": ("score_phase", lambda: threading.Timer(0.7, _signal_group, (sig,)).start() if kind == "code"
+                  else (folder / "fire").write_text(sig)),   # code: a timer fires ~2 of the 4 programs in
     }
     name, before = fire[phase]
     original = getattr(loop, name)

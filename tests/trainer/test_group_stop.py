@@ -2,8 +2,9 @@
 the score and the update phase, with each kind of grader: a reward function, a domain's grader, the code sandbox.
 Every stop finishes the step in progress, checkpoints it and exits 75 (graft's workers ignore the signal, so no
 reward is lost or scored as an error), and the resumed run's metrics, stored rewards and weights equal an
-uninterrupted run's bit for bit. One tiny model, 4 steps: a reference and four runs per kind (stopped at steps 1, 2,
-3, then finished), about 60-70 s a kind on 2 cores."""
+uninterrupted run's bit for bit. SIGHUP (a closed terminal) and SIGINT (Ctrl-C) to the group do the same. One tiny
+model: a reference and a run per stop plus the one that finishes; about 45 s for the function and the domain kind
+(stopped at steps 1-4, 5 steps) and 65 s for the code kind (steps 1-3, 4 steps) on 2 cores."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,9 +22,13 @@ from tests.trainer.test_resume import _assert_same_steps, _final_params, _metric
 
 pytestmark = pytest.mark.slow
 
-STEPS = 4
-STOPS = (("rollout:1", 1), ("score:2", 2), ("update:3", 3))
-"""Where each run is stopped (phase:step) and the step it checkpoints; the fourth run finishes."""
+STOPS = {
+    "function": ("rollout:1:SIGTERM", "score:2:SIGTERM", "update:3:SIGTERM", "score:4:SIGHUP"),
+    "domain": ("rollout:1:SIGTERM", "score:2:SIGTERM", "update:3:SIGTERM", "score:4:SIGINT"),
+    "code": ("rollout:1:SIGTERM", "score:2:SIGTERM", "update:3:SIGTERM"),
+}
+"""Per kind, where each run is stopped (phase:step:signal to the group); the step is the one it checkpoints, and one
+run more finishes."""
 
 
 def _prelude(kind: str, folder: Path) -> str:
@@ -49,7 +54,8 @@ def _run(tmp_path: Path, cfg, kind: str, stop_at: str, monkeypatch, *extra: str)
 
 @pytest.mark.parametrize("kind", ["function", "domain", "code"])
 def test_group_sigterm_in_each_phase_then_resume_equals_uninterrupted(tmp_path, tiny_llama_dir, kind, monkeypatch):
-    overrides = [f"steps={STEPS}", "exchange.kind=none", "reward.workers=1", "batch_prompts=2", *write_files(tmp_path)[kind]]
+    stops = STOPS[kind]
+    overrides = [f"steps={len(stops) + 1}", "exchange.kind=none", "reward.workers=1", "batch_prompts=2", *write_files(tmp_path)[kind]]
     ref = tiny_config(tmp_path / "ref", tiny_llama_dir, tiny_llama_dir, *overrides, models=("A",))
     rc, err = _run(tmp_path, ref, kind, "", monkeypatch)
     assert rc == 0, err[-3000:]
@@ -58,13 +64,14 @@ def test_group_sigterm_in_each_phase_then_resume_equals_uninterrupted(tmp_path, 
 
     cfg = tiny_config(tmp_path / "stopped", tiny_llama_dir, tiny_llama_dir, *overrides, models=("A",))
     run_dir = Path(cfg.run_dir)
-    for where, k in STOPS:
+    for k, where in enumerate(stops, 1):
+        sig = where.split(":")[2]
         rc, err = _run(tmp_path, cfg, kind, where, monkeypatch, *(["resume=true"] if k > 1 else []))
         assert rc == PREEMPTED_EXIT, (where, err[-3000:])
         assert "Traceback" not in err and "warning:" not in err, (where, err[-3000:])
-        assert "SIGTERM: finishing the step in progress" in err, (where, err[-3000:])
+        assert f"{sig}: finishing the step in progress" in err, (where, err[-3000:])
         last = err.strip().splitlines()[-1]
-        assert last.startswith(f"SIGTERM: stopped at step {k}; continue with resume=true (checkpoint "), (where, last)
+        assert last.startswith(f"{sig}: stopped at step {k}; continue with resume=true (checkpoint "), (where, last)
         assert load_checkpoint(list_checkpoints(run_dir)[-1]).step == k
     assert not (tmp_path / "fire").exists()   # the score-phase signal was sent from inside the reward code's call
     rc, err = _run(tmp_path, cfg, kind, "", monkeypatch, "resume=true")
