@@ -11,7 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-from graft.commands.experiment.plan import Member, Plan, base_member, load_plan as load_plan  # re-exported: `run.load_plan`
+from graft.commands.experiment.plan import (  # load_plan re-exported: `run.load_plan`
+    Member,
+    Plan,
+    base_member,
+    check_unchanged,
+    load_plan as load_plan,
+)
 from graft.config import ConfigError, EvalConfig, load_config, save_config
 from graft.errors import UserError
 from graft.evaluation.analyze import analyze, summary_text
@@ -191,6 +197,7 @@ def claim(plan: Plan, name: str) -> FolderLock | None:
 def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: list[str] | None) -> list[Member]:
     t0 = time.monotonic()
     log = lambda s: print(f"[experiment {plan.name}] {s}", file=sys.stderr, flush=True)  # noqa: E731
+    check_unchanged(plan)  # an edited plan trains nothing more
     todo = [m for m in plan.members if only is None or m.arm in only]
     if plan.base and (only is None or "base" in only):
         if (held := claim(plan, "base")) is None:
