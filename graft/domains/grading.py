@@ -17,7 +17,7 @@ from graft.reward.functions import FunctionGrader, code_digest, row_reference
 from graft.reward.grader import Grader
 from graft.types import Prompt
 
-__all__ = ["load_data", "make_grader", "reference_of", "reward_code", "task_domain"]
+__all__ = ["load_data", "make_grader", "reference_of", "reward_code", "task_domain", "unrewardable"]
 
 
 def task_domain(reward: RewardConfig) -> Domain:
@@ -36,6 +36,20 @@ def reward_code(reward: RewardConfig) -> dict[str, str]:
         specs[f"reward.domain ({reward.domain})"] = reward.domain
     specs[f"reward.domain.verify_fn ({task_domain(reward).verify_fn})"] = task_domain(reward).verify_fn
     return {key: digest for key, spec in specs.items() if (digest := code_digest(spec, key.split(" ")[0])) is not None}
+
+
+def unrewardable(reward: RewardConfig, prompts: list[Prompt], key: str) -> str | None:
+    """A one-line warning naming the prompts (data set ``key``) whose reference no response can ever score on under
+    ``reward``'s domain (:attr:`Domain.rewardable`: the number domain's ``twelve``, ``nan``, ``1e999``), or None."""
+    check = None if reward.function else task_domain(reward).rewardable
+    bad = [p for p in prompts if check is not None and not check(p.answer)]
+    if not bad:
+        return None
+    shown = ", ".join(f"{p.answer[:20]!r} (id {p.id})" for p in bad[:3]) + (", ..." if len(bad) > 3 else "")
+    return (
+        f"warning: {key}: {len(bad)} of {len(prompts)} rows have an answer the {reward.domain} domain can never reward "
+        f"({shown}); those prompts can only score 0"
+    )
 
 
 def reference_of(reward: RewardConfig) -> Callable[[Mapping[str, Any]], str]:

@@ -68,6 +68,7 @@ NUMBER = Domain(
     flags=shortcuts.FLAGS,
     flag_fn=_flags,
     quick=functools.partial(verifier.quick_verify, number_only=True),
+    rewardable=lambda reference: verifier.exact_number(reference) is not None,
 )
 """As ``math``, and the box must hold a number written out: restating an arithmetic question in the box
 (``\\boxed{27*18}``) or hedging over several boxes scores 0 (:func:`graft.reward.verifier.verify_number`)."""

@@ -27,7 +27,7 @@ from graft.config import Config, ConfigError, save_config, to_dict
 from graft.data.arithmetic import family_of
 from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint
 from graft.domains import Domain
-from graft.domains.grading import load_data, make_grader, reward_code, task_domain
+from graft.domains.grading import load_data, make_grader, reward_code, task_domain, unrewardable
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
 from graft.exchange.common import complementarity, counts
@@ -329,6 +329,8 @@ def setup(cfg: Config) -> Run:
     prompts, stats = _load_data("data.train", cfg.data.train, cfg)
     if stats.get("skipped"):
         print(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}", file=sys.stderr)
+    if (warning := unrewardable(cfg.reward, prompts, "data.train")) is not None:
+        print(warning, file=sys.stderr)
     check_batch_fits(prompts, cfg.batch_prompts, cfg.data.train)
     val = _load_data("data.val", cfg.data.val, cfg, cfg.data.val_limit)[0] if cfg.data.val else None
     check_run_dir(run_dir)  # before anything is loaded or written
