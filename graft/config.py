@@ -446,6 +446,10 @@ class RewardConfig:
     returned a value."""
     function_timeout_s: float = 120.0
     """Wall-clock limit of one call of a reward function on a batch."""
+    function_memory_mb: int = 8192
+    """The most resident memory the reward functions' worker process may use (checked four times a second where
+    ``/proc`` can be read, i.e. on Linux); beyond it the worker is killed and the batch fails as if the function
+    raised (``on_error``). 0: no limit. Raise it for a function that loads a model."""
     on_error: Literal["stop", "zero"] = "stop"
     """A reward function that raises, hangs, returns the wrong number of values or a non-finite value: ``stop``
     the run with one line naming the function (exit 2, the last checkpoint kept), or score that batch ``zero``
@@ -489,6 +493,7 @@ class RewardConfig:
         )
         _check(self.weights is None or all(math.isfinite(w) for w in self.weights), "weights", "must be finite")
         _check(self.function_timeout_s > 0, "function_timeout_s", f"must be > 0, got {self.function_timeout_s}")
+        _check(self.function_memory_mb >= 0, "function_memory_mb", f"must be >= 0 (0: no limit), got {self.function_memory_mb}")
         _check(self.test_timeout_s > 0, "test_timeout_s", f"must be > 0, got {self.test_timeout_s}")
         _check(self.sandbox_memory_mb >= 64, "sandbox_memory_mb", f"must be >= 64, got {self.sandbox_memory_mb}")
         _check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")

@@ -65,7 +65,12 @@ def make_grader(reward: RewardConfig, workers: int | None = None, timeout_s: flo
     workers = reward.workers if workers is None else workers
     if reward.function:
         return FunctionGrader(
-            reward.function, reward.weights, reward.function_timeout_s, reward.on_error, workers=min(workers, 1)
+            reward.function,
+            reward.weights,
+            reward.function_timeout_s,
+            reward.on_error,
+            workers=min(workers, 1),
+            memory_mb=reward.function_memory_mb,
         )
     domain = task_domain(reward)
     return Grader(

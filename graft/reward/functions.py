@@ -30,6 +30,7 @@ import json
 import math
 import numbers
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -38,7 +39,7 @@ from typing import Any
 
 from graft.errors import UserError
 from graft.reward import verifier
-from graft.reward.grader import mp_context
+from graft.reward.grader import mp_context, worker_memory_mb
 from graft.signals import ignore_stop_signals, start_worker, stopping
 
 __all__ = ["FunctionGrader", "RewardFunctionError", "code_digest", "load_object", "row_reference"]
@@ -235,6 +236,9 @@ class FunctionGrader:
         timeout_s: the longest one function may take on one batch.
         on_error: ``stop`` raises :class:`RewardFunctionError`; ``zero`` scores the batch 0.
         workers: 0 calls the functions in this process (no timeout; debugging and tests); otherwise one worker.
+        memory_mb: the most resident memory the worker may use (checked four times a second while it works, where
+            ``/proc`` can be read); beyond it the worker is killed and the batch fails as if the function raised.
+            0: no limit.
     """
 
     def __init__(
@@ -246,8 +250,10 @@ class FunctionGrader:
         workers: int = 1,
         start_method: str | None = None,
         startup_timeout_s: float = 120.0,
+        memory_mb: int = 0,
     ) -> None:
         self.specs, self.timeout_s, self.on_error = list(specs), float(timeout_s), on_error
+        self.memory_mb, self._peak_mb = int(memory_mb), 0.0
         self.weights = list(weights) if weights is not None else [1.0] * len(self.specs)
         self.stats: dict[str, int] = {}
         self.verify_fn = "reward.function: " + ", ".join(self.specs)
@@ -275,17 +281,38 @@ class FunctionGrader:
             raise RewardFunctionError(str(msg[1]))
 
     def _recv(self, timeout_s: float, what: str, limit: str = "reward.function_timeout_s") -> list:
-        """The worker's next message, or ``["timeout"|"error", message]`` when it does not come in time / dies."""
+        """The worker's next message, or ``["timeout"|"error", message]`` when it does not come in time, dies or
+        uses more memory than ``memory_mb``."""
         conn, proc = self._conn, self._proc
         assert conn is not None and proc is not None, "no worker: _start() first"
-        if conn.poll(timeout_s):
-            try:
-                return conn.recv()
-            except (EOFError, OSError):
-                pass
-            proc.join(timeout=2.0)
-            return ["error", f"the reward function worker died while {what} (exit code {proc.exitcode})"]
-        return ["timeout", f"{what} took longer than {limit}={timeout_s:g}s"]
+        deadline = time.monotonic() + timeout_s
+        while not conn.poll(max(0.0, min(0.25, deadline - time.monotonic()))):
+            if (over := self._over_memory()) is not None:
+                self._kill()
+                limit_mb = f"reward.function_memory_mb={self.memory_mb}"
+                return ["error", f"the reward function worker used {over:.0f} MiB while {what}, more than {limit_mb}"]
+            if time.monotonic() >= deadline:
+                return ["timeout", f"{what} took longer than {limit}={timeout_s:g}s"]
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            pass
+        proc.join(timeout=2.0)
+        return ["error", f"the reward function worker died while {what} (exit code {proc.exitcode})"]
+
+    def _over_memory(self) -> float | None:
+        """The worker's resident memory in MiB when beyond ``memory_mb``, else None (and its peak noted)."""
+        mem = worker_memory_mb(self._proc.pid) if self._proc is not None and self._proc.pid is not None else None
+        if mem is None:
+            return None
+        self._peak_mb = max(self._peak_mb, mem[1])
+        return mem[0] if self.memory_mb and mem[0] > self.memory_mb else None
+
+    @property
+    def peak_rss_gb(self) -> float:
+        """The highest peak resident memory of its worker processes so far, in GiB (the run's summary)."""
+        self._over_memory()
+        return self._peak_mb / 1024
 
     def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
         """Rewards and statuses (ok / no_answer; function_error / function_timeout under ``on_error="zero"``), one
@@ -350,6 +377,7 @@ class FunctionGrader:
 
     def _kill(self) -> None:
         if self._proc is not None:
+            self._over_memory()  # its peak, before it goes
             self._proc.kill()
             self._proc.join(timeout=2.0)
         if self._conn is not None:
@@ -357,6 +385,7 @@ class FunctionGrader:
         self._proc = self._conn = None
 
     def close(self) -> None:
+        self._over_memory()  # its peak (VmHWM), while it is there to read
         if self._conn is not None:
             try:
                 self._conn.send(None)

@@ -76,6 +76,16 @@ class _Tally:
         w.inflight.clear()
 
 
+def worker_memory_mb(pid: int) -> tuple[float, float] | None:
+    """``(resident, peak resident)`` memory of process ``pid`` in MiB (``VmRSS``, ``VmHWM`` of ``/proc/PID/status``);
+    None where that cannot be read (the process is gone, or no ``/proc``: not Linux)."""
+    try:
+        fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
 class GraderError(RuntimeError):
     """The grader cannot run (workers fail to start, or the verify function cannot be imported)."""
 
@@ -118,6 +128,11 @@ class _Worker:
         self.inflight.extend(i for i, _, _ in items)
         self.deadline = time.monotonic() + timeout_s
         self.conn.send(items)
+
+    def peak_mb(self) -> float:
+        """Its peak resident memory so far (MiB; 0 where it cannot be read)."""
+        mem = worker_memory_mb(self.proc.pid) if self.proc.pid is not None else None
+        return mem[1] if mem else 0.0
 
     def kill(self) -> None:
         try:
@@ -185,6 +200,7 @@ class Grader:
         self.startup_timeout_s = float(startup_timeout_s)
         self.stats: dict[str, int] = {VERIFY_OK: 0, VERIFY_NO_ANSWER: 0, VERIFY_TIMEOUT: 0, VERIFY_ERROR: 0}
         self.restarts = 0
+        self._peak_mb = 0.0
         self._lock = threading.Lock()
         self._closed = False
         self._workers: list[_Worker] = []
@@ -243,7 +259,14 @@ class Grader:
             self._closed = True
             workers, self._workers = self._workers, []
         for w in workers:
+            self._peak_mb = max(self._peak_mb, w.peak_mb())
             w.stop()
+
+    @property
+    def peak_rss_gb(self) -> float:
+        """The highest peak resident memory of any of its worker processes so far, in GiB (the run's summary: the
+        trainer's own peak does not include them)."""
+        return max([self._peak_mb] + [w.peak_mb() for w in self._workers]) / 1024
 
     def __enter__(self) -> "Grader":
         return self
@@ -277,6 +300,7 @@ class Grader:
             raise GraderError(f"cannot start a grader worker process: {type(e).__name__}: {e}") from e
 
     def _replace(self, w: _Worker) -> None:
+        self._peak_mb = max(self._peak_mb, w.peak_mb())
         w.kill()
         self._workers[self._workers.index(w)] = self._start()
         self.restarts += 1

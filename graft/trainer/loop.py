@@ -602,6 +602,7 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
         "steps": len(rows),
         "wall_clock_s": round(seconds, 1),
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "reward_workers_peak_rss_gb": round(run.grader.peak_rss_gb, 2),
         "final_checkpoint": str(final) if final else None,
         "models": {},
     }
@@ -638,7 +639,7 @@ def print_summary(s: dict, file=sys.stderr) -> None:
     print("\n=== graft run summary ===", file=file)
     print(
         f"run dir: {s['run_dir']}   steps: {s['steps']}   wall clock: {s['wall_clock_s']:.0f}s   "
-        f"peak memory: {s['peak_rss_gb']:.1f} GB",
+        f"peak memory: {s['peak_rss_gb']:.1f} GB (reward workers: {s.get('reward_workers_peak_rss_gb') or 0:.1f} GB)",
         file=file,
     )
     for line in s.get("exchange_description", []):

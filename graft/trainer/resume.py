@@ -50,6 +50,7 @@ RESUMABLE_CHANGES = (
     "reward.workers",
     "reward.timeout_s",
     "reward.function_timeout_s",
+    "reward.function_memory_mb",
     "reward.max_timeout_frac",
     "reward.on_error",
     "reward.accept_code_change",

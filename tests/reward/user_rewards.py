@@ -124,3 +124,12 @@ def hangs_on_slow(prompts, completions, **columns):
 def by_level(prompts, completions, answer, level, **columns):
     """level / 4 when the completion is the answer, else 0 (a file's own ``level`` column; CSV cells are text)."""
     return [float(lv) / 4 if c.strip() == str(a) else 0.0 for c, a, lv in zip(completions, answer, level)]
+
+
+def hoards_memory(prompts, completions, **columns):
+    """Holds ~600 MiB (touched, so resident) for 3 s, then 0.5 each."""
+    block = bytearray(600 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(3)
+    return [0.5] * len(completions)
