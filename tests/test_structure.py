@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1] / "graft"
 
 LAYERS: list[tuple[str, ...]] = [
     ("graft", "graft.errors"),
-    ("graft.types", "graft.seeds", "graft.registry", "graft.files", "graft.console", "graft.cores", "graft.heap"),
+    ("graft.types", "graft.seeds", "graft.registry", "graft.files", "graft.console", "graft.cores", "graft.heap",
+     "graft.signals"),
     ("graft.config",),
     ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),
     ("graft.domains",),

@@ -206,7 +206,7 @@ def _actor_class(worker_cls: type) -> type:
     """``worker_cls`` as a Ray actor under graft's stop protocol (:mod:`graft.signals`): it ignores the stop signals
     (Ray's own SIGTERM handler would exit at once, mid-step) and is stopped by the driver (``ray.kill``)."""
 
-    class Actor(worker_cls):  # type: ignore[misc, valid-type]
+    class Actor(worker_cls):
         def __init__(self, *args, **kwargs) -> None:
             if threading.current_thread() is threading.main_thread():  # a plain actor is built on its main thread
                 ignore_stop_signals()
