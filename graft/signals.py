@@ -146,8 +146,9 @@ def start_worker(proc: BaseProcess) -> None:
     """Start a worker process (whose target calls :func:`ignore_stop_signals` first) under the protocol: born with
     the stop signals blocked, and killed when this process exits if its owner has not stopped it (multiprocessing's
     own exit handler would send it SIGTERM, which it ignores, and wait for it for ever)."""
-    resource_tracker.ensure_running()  # started first: starting it unblocks SIGINT and SIGTERM in this thread
-    with blocked():  # also blocks them in the forkserver, when this call starts it
+    with blocked():  # multiprocessing's resource tracker, started first (starting it unblocks SIGINT and SIGTERM here)
+        resource_tracker.ensure_running()
+    with blocked():  # and the forkserver, when this call starts them, are born with the signals blocked too
         proc.start()
     _WORKERS.add(proc)
     if not _EXIT_HOOK:

@@ -82,6 +82,37 @@ def test_a_worker_is_born_with_the_stop_signals_blocked():
     assert set(STOP_SIGNALS).isdisjoint(signal.pthread_sigmask(signal.SIG_BLOCK, []))   # this thread: unblocked again
 
 
+HELPERS = """
+import sys
+sys.path.insert(0, {repo!r})
+from multiprocessing import forkserver, resource_tracker
+from graft.reward.grader import mp_context
+from graft.signals import start_worker
+from tests.test_signals import _blocked_at_birth
+if __name__ == "__main__":
+    ctx = mp_context(None)
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_blocked_at_birth, args=(child,), daemon=True)
+    start_worker(p)
+    parent.recv()
+    for pid in (resource_tracker._resource_tracker._pid, forkserver._forkserver._forkserver_pid):
+        fields = dict(line.split(":", 1) for line in open(f"/proc/{{pid}}/status").read().splitlines() if ":" in line)
+        print(int(fields["SigBlk"], 16) | int(fields["SigIgn"], 16))
+"""
+
+
+def test_multiprocessing_helpers_started_for_a_worker_survive_a_group_signal(tmp_path):
+    """The resource tracker and the forkserver that the first worker start brings up are children of graft's
+    process, in its group: started with the stop signals blocked (or ignoring them), a group signal ends neither
+    (in a fresh process: in this one they may have been started before)."""
+    script = tmp_path / "helpers.py"
+    script.write_text(HELPERS.format(repo=str(REPO)))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    for mask in map(int, out.stdout.split()):
+        assert all(mask >> (s - 1) & 1 for s in STOP_SIGNALS), bin(mask)
+
+
 CHILD = """
 import os, signal, sys, time
 got = []

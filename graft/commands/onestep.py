@@ -494,6 +494,15 @@ def _link_tree(src: Path, dst: Path) -> None:
                 shutil.copy2(Path(root) / f, target / f)
 
 
+def _link_tree_file(src: Path, dst: Path) -> None:
+    """``dst`` a hard link to the file ``src`` (a copy where the file system has none)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def from_run_config(run_dir: Path, overrides: list[str]):
     """A finished GRPO run's config (its ``config.yaml`` plus ``overrides``); refused when the run exchanged."""
     path = run_dir / "config.yaml"
@@ -520,6 +529,11 @@ def measure_from_run(
         shutil.rmtree(scratch, ignore_errors=True)
         if ckpt is not None:
             _link_tree(ckpt, scratch / "checkpoints" / ckpt.name)
+            for name in ("metrics.jsonl", "audit.jsonl", "trajectories"):  # the history a resume checks is there
+                if (run_dir / name).is_dir():
+                    _link_tree(run_dir / name, scratch / name)
+                elif (run_dir / name).is_file():
+                    _link_tree_file(run_dir / name, scratch / name)
         cfg = load_config(
             run_dir / "config.yaml",
             [

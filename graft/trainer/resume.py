@@ -132,9 +132,15 @@ def _field_changes(ckpt: Checkpoint, saved: dict, now: dict) -> dict[str, dict]:
     if refused:
         raise ConfigError(
             f"cannot resume from {ckpt.path}: these config fields differ from the checkpoint: "
-            + ", ".join(f"{k} ({_value(saved, k)!r} -> {_value(now, k)!r})" for k in refused)
+            + ", ".join(f"{k} ({_short(_value(saved, k))} -> {_short(_value(now, k))})" for k in refused)
         )
     return {k: {"from": _value(saved, k), "to": _value(now, k)} for k in diff if k != "resume"}
+
+
+def _short(value: Any) -> str:
+    """A value as a refusal shows it: its repr, cut at 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _value(tree: Any, key: str) -> Any:
