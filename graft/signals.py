@@ -8,8 +8,8 @@ answers the three alike, whichever of its processes receives them:
   :class:`StopSignal`: the first asks for a stop at the next safe point (the trainer's: after the step in progress,
   checkpointed, exit 75), a second ends the process at once;
 - every worker process graft starts (the grader's and the reward functions' workers, Ray actors) ignores them
-  from birth -- :func:`start_worker` starts it with them blocked, its entry point calls
-  :func:`ignore_stop_signals` -- and is stopped by its parent, explicitly, once the work it holds is answered:
+  from birth -- :func:`start_worker` starts it with them blocked, its entry point calls :func:`as_worker`
+  (a Ray actor :func:`ignore_stop_signals`) -- and is stopped by its parent, explicitly, once the work it holds is answered:
   a signal can never end a work item half-way for its result to be scored. Their own children (a reward
   function's subprocesses) inherit the ignoring; the code sandbox runs each program in a session of its own;
 - a command graft runs for a plan (``graft experiment run``'s ``graft train``) runs in a session of its own and
@@ -24,6 +24,7 @@ import atexit
 import contextlib
 import ctypes
 import functools
+import multiprocessing
 import os
 import signal
 import sys
@@ -135,15 +136,30 @@ def blocked() -> Iterator[None]:
 
 
 def ignore_stop_signals() -> None:
-    """The first thing a worker process does: ignore the stop signals (its parent stops it), then unblock them."""
+    """Ignore the stop signals (the parent stops this process), then unblock them: what a Ray actor does first."""
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
+def as_worker() -> None:
+    """The first thing a worker process started by :func:`start_worker` does: :func:`ignore_stop_signals`, and end
+    when graft's process does (a thread waits on multiprocessing's parent sentinel), so a worker busy with an item
+    -- a hanging verification, deaf to the stop signals -- never outlives a run killed outright."""
+    ignore_stop_signals()
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_end_with, args=(parent,), daemon=True, name="graft-parent").start()
+
+
+def _end_with(parent: BaseProcess) -> None:
+    parent.join()  # returns once the parent is gone
+    os._exit(0)
+
+
 def start_worker(proc: BaseProcess) -> None:
-    """Start a worker process (whose target calls :func:`ignore_stop_signals` first) under the protocol: born with
+    """Start a worker process (whose target calls :func:`as_worker` first) under the protocol: born with
     the stop signals blocked, and killed when this process exits if its owner has not stopped it (multiprocessing's
     own exit handler would send it SIGTERM, which it ignores, and wait for it for ever)."""
     with blocked():  # multiprocessing's resource tracker, started first (starting it unblocks SIGINT and SIGTERM here)

@@ -590,3 +590,20 @@ def test_a_plan_edited_after_a_run_started_is_refused_by_run_and_summarize(tmp_p
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     run_plan(load_plan(path))
     assert [m.seed for m in ran] == [1, 2]
+
+
+def test_status_names_the_process_training_a_run(tmp_path, tiny_llama_dir, tiny_gemma_dir):
+    """A `graft train` left running (its `experiment run` killed) holds the run's folder: status says so instead of
+    "resumes from checkpoint k" while it trains on."""
+    import os
+
+    from graft.commands.experiment.run import member_state
+    from graft.storage.lock import FolderLock
+
+    plan = load_plan(_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
+    m = plan.members[0]
+    m.run_dir.mkdir(parents=True)
+    (m.run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert member_state(m, 3) == "step 1/3 (no checkpoint yet)"
+    with FolderLock(m.run_dir, "run_dir"):
+        assert member_state(m, 3).startswith(f"step 1/3, training (pid {os.getpid()} on ")

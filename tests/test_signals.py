@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from graft.reward.grader import mp_context
-from graft.signals import STOP_SIGNALS, StopSignal, ignore_stop_signals, start_worker, stopping
+from graft.signals import STOP_SIGNALS, StopSignal, as_worker, ignore_stop_signals, start_worker, stopping
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -199,3 +199,47 @@ def test_workers_left_running_are_killed_at_exit(tmp_path):
     time.sleep(0.2)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def _busy_worker(conn) -> None:
+    as_worker()
+    conn.send("busy")
+    while True:   # an item that never ends (a hanging verification), deaf to the stop signals
+        time.sleep(3600)
+
+
+ORPHAN = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+from graft.reward.grader import mp_context
+from graft.signals import start_worker
+from tests.test_signals import _busy_worker
+if __name__ == "__main__":
+    ctx = mp_context(None)
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_busy_worker, args=(child,), daemon=True)
+    start_worker(p)
+    parent.recv()
+    print(p.pid, flush=True)
+    os.killpg(os.getpgrp(), signal.SIGTERM)   # the group: the worker ignores it, this process dies without a word
+"""
+
+
+def test_a_busy_worker_does_not_outlive_graft_killed_outright(tmp_path):
+    """A worker ignores the stop signals, so a group SIGTERM no longer ends one stuck in an item; when graft's process
+    is killed outright (no handler, no exit hook) the forkserver it leaves ends, and the worker with it."""
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN.format(repo=str(REPO)))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=REPO,
+                          start_new_session=True)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr   # no handler ran, no exit hook
+    pid = int(proc.stdout.split()[0])
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    pytest.fail(f"worker {pid} outlived its parent")

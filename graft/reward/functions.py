@@ -40,7 +40,7 @@ from typing import Any
 from graft.errors import UserError
 from graft.reward import verifier
 from graft.reward.grader import mp_context, worker_memory_mb
-from graft.signals import ignore_stop_signals, start_worker, stopping
+from graft.signals import as_worker, start_worker, stopping
 
 __all__ = ["FunctionGrader", "RewardFunctionError", "code_digest", "load_object", "row_reference"]
 
@@ -205,7 +205,7 @@ def _shown(v: Any) -> str:
 def worker_main(conn, specs: list[str], sys_path: list[str]) -> None:
     """The worker process: imports the functions, then answers ``(prompts, completions, columns)`` batches with
     one ``["ok", values]`` / ``["error", message]`` message per function, in order."""
-    ignore_stop_signals()  # the parent stops us, once the batch in hand is answered (graft.signals)
+    as_worker()  # the parent stops us, once the batch in hand is answered (graft.signals)
     for p in reversed(sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)
