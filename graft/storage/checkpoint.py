@@ -348,8 +348,10 @@ def _unread(path: Path) -> Iterator[bool]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             free = True
-        except OSError:
+        except BlockingIOError:
             free = False
+        except OSError:  # a file system without flock: nothing can hold it
+            free = True
         yield free
     finally:
         os.close(fd)
@@ -367,7 +369,8 @@ def reading(path: str | Path) -> Iterator[Path]:
     except OSError:
         raise gone from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        with contextlib.suppress(OSError):  # a file system without flock: read unheld, as before
+            fcntl.flock(fd, fcntl.LOCK_SH)
         try:
             here = os.stat(path).st_ino == os.fstat(fd).st_ino
         except OSError:
