@@ -12,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "graft"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("graft", "graft.errors", "graft.registry"),
-    ("graft.types", "graft.seeds", "graft.files", "graft.console", "graft.cores", "graft.heap"),
+    ("graft", "graft.errors", "graft.registry", "graft.console"),
+    ("graft.types", "graft.seeds", "graft.files", "graft.cores", "graft.heap", "graft.signals"),
     ("graft.config",),
     ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),
     ("graft.domains",),

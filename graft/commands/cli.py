@@ -31,7 +31,6 @@ import itertools
 import os
 import select
 import shlex
-import subprocess
 import sys
 
 from graft import __version__
@@ -40,6 +39,7 @@ from graft.config import ConfigError, ConfigErrors, load_config, show_config
 from graft.console import on_terminal, quiet, quiet_bars, setup_logging, split_flags
 from graft.errors import UserError
 from graft.files import output_error
+from graft.signals import run_command
 from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT, Diverged, Preempted
 
 USAGE = __doc__
@@ -65,7 +65,7 @@ def sweep_main(argv: list[str]) -> int:
         if args.print or not quiet():  # the command list is --print's result; a running sweep's progress
             print(shlex.join(cmd))
         if not args.print:
-            rc = subprocess.call(cmd)
+            rc = run_command(cmd)  # a session of its own; SIGTERM if this process dies (graft.signals)
             if rc != 0:
                 print(f"error: sweep member failed with exit code {rc}", file=sys.stderr)
                 return rc

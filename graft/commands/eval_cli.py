@@ -7,6 +7,7 @@ best, latest or base model), the datasets (``--data``, the shared benchmarks, th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -36,6 +37,7 @@ from graft.storage.checkpoint import (
     checkpoint_step,
     latest_checkpoint,
     list_checkpoints,
+    reading,
     verify_model_files,
 )
 from graft.storage.lock import FolderLock
@@ -152,11 +154,15 @@ def run_folder(config: str, run_cfg) -> Path:
     return folder if (folder / "checkpoints").is_dir() else Path(run_cfg.run_dir)
 
 
-def run_model(config: str, model_name: str | None, which: str | None) -> tuple[str, str]:
+def run_model(
+    config: str, model_name: str | None, which: str | None, held: contextlib.ExitStack | None = None
+) -> tuple[str, str]:
     """``(--model value, label)`` for a ``--config`` run and a :data:`RUN_MODELS` keyword (None: ``best``):
     the checkpoint folder ``RUN/checkpoints/step_N/NAME`` of the model's best-evaluated step (highest in-training
     ``eval/NAME/val/pass@1``; the latest checkpoint when the run has no such value; :func:`select_checkpoint`)
-    or its latest step, or the run's starting weights (``models.i.path``) for ``base``."""
+    or its latest step, or the run's starting weights (``models.i.path``) for ``base``. With ``held``, the chosen
+    checkpoint is held there (:func:`~graft.storage.checkpoint.reading`: a run still training does not prune it
+    while it is evaluated), chosen again when pruned before it could be held."""
 
     run_cfg = _run_config(config)
     base = _pick_model(run_cfg, config, model_name)
@@ -169,10 +175,18 @@ def run_model(config: str, model_name: str | None, which: str | None) -> tuple[s
             f"--config {config}: the run {run_dir} has no complete checkpoint; pass --model base for the "
             "starting weights, or a model folder"
         )
-    try:
-        step_dir = select_checkpoint(run_dir, which, base.name)
-    except CheckpointError:  # no in-training evaluation: the latest checkpoint is the best we know
-        step_dir = select_checkpoint(run_dir, "latest", base.name)
+    for attempt in range(3):
+        try:
+            step_dir = select_checkpoint(run_dir, which, base.name)
+        except CheckpointError:  # no in-training evaluation: the latest checkpoint is the best we know
+            step_dir = select_checkpoint(run_dir, "latest", base.name)
+        try:
+            if held is not None:
+                held.enter_context(reading(step_dir))
+            break
+        except CheckpointError:  # pruned between the choice and the hold: choose again
+            if attempt == 2:
+                raise
     if not (step_dir / base.name).is_dir():
         raise EvalError(f"{step_dir} holds no folder of model {base.name}")
     return str(step_dir / base.name), f"{run_dir.name}-{base.name}-step{checkpoint_step(step_dir)}"
@@ -299,26 +313,36 @@ def _eval_main(args) -> int:
         )
     reward = _eval_reward(args)
     datasets = _datasets(args, reward)
-    runs = ([_resolve(args, args.compare)] if args.compare is not None else []) + [_resolve(args, args.model)]
-    if len(runs) == 2 and runs[0][1] == runs[1][1]:
-        raise EvalError(f"--compare {args.compare}: that is the model already evaluated ({runs[0][1]})")
-    results = {}
-    for model, label in runs:
-        out = Path(args.out) / label if args.out and len(runs) > 1 else Path(args.out) if args.out else Path("runs/eval") / label
-        res, cfg = _evaluate_one(args, model, datasets, out, reward)
-        print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
-        print(summary_table(res, cfg))
-        results[label] = res
+    with contextlib.ExitStack() as held:  # the checkpoints evaluated, held against pruning until done
+        runs = ([_resolve(args, args.compare, held)] if args.compare is not None else []) + [_resolve(args, args.model, held)]
+        if len(runs) == 2 and runs[0][1] == runs[1][1]:
+            raise EvalError(f"--compare {args.compare}: that is the model already evaluated ({runs[0][1]})")
+        results = {}
+        for model, label in runs:
+            out = (
+                Path(args.out) / label
+                if args.out and len(runs) > 1
+                else Path(args.out)
+                if args.out
+                else Path("runs/eval") / label
+            )
+            res, cfg = _evaluate_one(args, model, datasets, out, reward)
+            print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
+            print(summary_table(res, cfg))
+            results[label] = res
     if len(results) > 1:
         print("\n" + compare_table(results))
     return 0
 
 
-def _resolve(args, model: str | None) -> tuple[str, str]:
-    """``(--model value, label)``: a :data:`RUN_MODELS` keyword of the ``--config`` run, or the model as given."""
+def _resolve(args, model: str | None, held: contextlib.ExitStack) -> tuple[str, str]:
+    """``(--model value, label)``: a :data:`RUN_MODELS` keyword of the ``--config`` run, or the model as given; a
+    checkpoint's model folder is held in ``held`` (:func:`~graft.storage.checkpoint.reading`)."""
     if args.config is not None and (model is None or model in RUN_MODELS):
-        return run_model(args.config, args.model_name, model)
+        return run_model(args.config, args.model_name, model, held)
     assert model is not None, "_eval_main requires --model without --config"
+    if (Path(model).parent / "manifest.json").is_file():  # RUN/checkpoints/step_N/NAME
+        held.enter_context(reading(Path(model).parent))
     return model, re.sub(r"[^A-Za-z0-9_.\-]", "_", model.strip("/"))
 
 

@@ -294,7 +294,7 @@ def update_adding_peers(run, name: str, own: list[RolloutGroup], peers: list[Rol
     With no peer group it is that update, bit for bit."""
     cfg, learner = run.cfg, run.learners[name]
     assert not any(g.is_peer for g in own) and all(g.is_peer for g in peers)
-    learner.set_learning_rate(step, cfg.steps)
+    loop.set_learning_rate(run, name, step)
     gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
     gs = run.rule.prepare(own)
     plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
@@ -488,6 +488,15 @@ def _link_tree(src: Path, dst: Path) -> None:
                 shutil.copy2(Path(root) / f, target / f)
 
 
+def _link_tree_file(src: Path, dst: Path) -> None:
+    """``dst`` a hard link to the file ``src`` (a copy where the file system has none)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def from_run_config(run_dir: Path, overrides: list[str]):
     """A finished GRPO run's config (its ``config.yaml`` plus ``overrides``); refused when the run exchanged."""
     path = run_dir / "config.yaml"
@@ -514,6 +523,11 @@ def measure_from_run(
         shutil.rmtree(scratch, ignore_errors=True)
         if ckpt is not None:
             _link_tree(ckpt, scratch / "checkpoints" / ckpt.name)
+            for name in ("metrics.jsonl", "audit.jsonl", "trajectories"):  # the history a resume checks is there
+                if (run_dir / name).is_dir():
+                    _link_tree(run_dir / name, scratch / name)
+                elif (run_dir / name).is_file():
+                    _link_tree_file(run_dir / name, scratch / name)
         cfg = load_config(
             run_dir / "config.yaml",
             [

@@ -209,11 +209,14 @@ def save_config(cfg: Config, path: str | Path, comments: Sequence[str] = ()) -> 
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two config dicts."""
+    """Dotted keys whose values differ between two config dicts; lists of the same length item by item
+    (``models.0.lr``)."""
     out = []
     for k in sorted(set(a) | set(b)):
         key = f"{prefix}{k}"
         va, vb = a.get(k), b.get(k)
+        if isinstance(va, list) and isinstance(vb, list) and len(va) == len(vb):
+            va, vb = dict(enumerate(va)), dict(enumerate(vb))
         if isinstance(va, dict) and isinstance(vb, dict):
             out += config_diff(va, vb, key + ".")
         elif va != vb:

@@ -69,11 +69,15 @@ class ModelConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables."""
     lr_schedule: Annotated[str, LR_SCHEDULES] = "constant"
-    """Learning rate over the run's ``steps`` training steps, after warm-up: ``constant``, ``linear`` decay or
-    ``cosine`` decay towards 0 (step k of n after w warm-up steps: lr * (1 - p), lr * (1 + cos(pi p)) / 2 with
-    p = (k - w - 1) / (n - w)). It changes once per training step (verl's convention, not per optimiser step), is a
-    function of the step number alone (a resumed run follows it exactly; changing ``steps`` on resume reshapes
-    the rest) and is logged as ``M/learning_rate``."""
+    """Learning rate over the schedule's horizon of n steps (``lr_horizon``), after warm-up: ``constant``, ``linear``
+    decay or ``cosine`` decay towards 0 (step k after w warm-up steps: lr * (1 - p), lr * (1 + cos(pi p)) / 2 with
+    p = min(1, (k - w - 1) / (n - w))). It changes once per training step (verl's convention, not per optimiser
+    step), is a function of the step number and the horizon alone (a resumed run follows it exactly) and is logged as
+    ``M/learning_rate``."""
+    lr_horizon: int | None = None
+    """The steps a ``linear``/``cosine`` schedule decays over; ``None``: the run's ``steps`` when it started. The run
+    records its horizon in every checkpoint and keeps it on resume: ``resume=true steps=N`` with a decaying schedule
+    is refused unless this is set (to the old horizon, or a new one; the change goes to ``changes.jsonl``)."""
     warmup_steps: int = 0
     """Linear warm-up: training step k <= warmup_steps uses lr * k / warmup_steps (0: none)."""
     kl_coef: float = 0.0
@@ -119,6 +123,7 @@ class ModelConfig:
         check(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas", f"must be two numbers in [0, 1), got {list(betas)}")
         self.betas = (betas[0], betas[1])
         check(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0 (0 disables clipping), got {self.max_grad_norm}")
+        check(self.lr_horizon is None or self.lr_horizon >= 1, "lr_horizon", f"must be >= 1 (or null), got {self.lr_horizon}")
         check(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0 (0: no warm-up), got {self.warmup_steps}")
         check(
             math.isfinite(self.kl_coef) and self.kl_coef >= 0,

@@ -31,6 +31,10 @@ class RewardConfig:
     returned a value."""
     function_timeout_s: float = 120.0
     """Wall-clock limit of one call of a reward function on a batch."""
+    function_memory_mb: int = 8192
+    """The most resident memory the reward functions' worker process may use (checked four times a second where
+    ``/proc`` can be read, i.e. on Linux); beyond it the worker is killed and the batch fails as if the function
+    raised (``on_error``). 0: no limit. Raise it for a function that loads a model."""
     on_error: Literal["stop", "zero"] = "stop"
     """A reward function that raises, hangs, returns the wrong number of values or a non-finite value: ``stop``
     the run with one line naming the function (exit 2, the last checkpoint kept), or score that batch ``zero``
@@ -49,6 +53,9 @@ class RewardConfig:
     max_timeout_frac: float = 0.5
     """Stop the run with an error when more than this fraction of a step's verifications time out
     (a hanging grader), instead of training on a batch of zeros."""
+    accept_code_change: bool = False
+    """On resume: go on although a reward function's or a user domain's code differs from what the checkpoint
+    recorded (its module file's sha256); the change is written to ``changes.jsonl``. ``false`` refuses, naming it."""
 
     def __post_init__(self) -> None:
         check(
@@ -71,6 +78,7 @@ class RewardConfig:
         )
         check(self.weights is None or all(math.isfinite(w) for w in self.weights), "weights", "must be finite")
         check(self.function_timeout_s > 0, "function_timeout_s", f"must be > 0, got {self.function_timeout_s}")
+        check(self.function_memory_mb >= 0, "function_memory_mb", f"must be >= 0 (0: no limit), got {self.function_memory_mb}")
         check(self.test_timeout_s > 0, "test_timeout_s", f"must be > 0, got {self.test_timeout_s}")
         check(self.sandbox_memory_mb >= 64, "sandbox_memory_mb", f"must be >= 64, got {self.sandbox_memory_mb}")
         check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")

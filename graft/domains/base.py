@@ -62,6 +62,9 @@ class Domain:
     """``(response, problem, reference) -> {flag: bool}`` for every name of ``flags``."""
     settings_from: Callable[[Any], dict[str, Any]] | None = None
     """``RewardConfig -> keyword arguments`` of every ``verify_fn`` call (the ``reward.*`` settings it reads)."""
+    rewardable: Callable[[str], bool] | None = None
+    """Whether any response can score on a reference (``None``: not checked). Training data whose references fail it
+    is said in one warning line: those prompts can only ever score 0 (the number domain's ``twelve``, ``nan``)."""
     keeps_lines: bool = False
     """A response's line breaks and indentation carry meaning (a program): ``graft samples`` prints it line by line
     instead of collapsing its whitespace."""

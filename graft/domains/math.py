@@ -72,6 +72,7 @@ NUMBER = DOMAINS.register(
         flags=shortcuts.FLAGS,
         flag_fn=_flags,
         quick=functools.partial(verifier.quick_verify, number_only=True),
+        rewardable=lambda reference: verifier.exact_number(reference) is not None,
     ),
 )
 """As ``math``, and the box must hold a number written out: restating an arithmetic question in the box

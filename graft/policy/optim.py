@@ -115,14 +115,15 @@ def _apply(param: torch.Tensor, m: torch.Tensor, v: torch.Tensor, c2: float, eps
         fp[sl].addcdiv_(fm[sl], (fv[sl].sqrt() / c2).add_(eps), value=value)
 
 
-def scheduled_lr(lr: float, schedule: str, warmup: int, step: int, steps: int) -> float:
-    """The learning rate of training step ``step`` (1-based) of ``steps`` (``models.I.lr_schedule``):
+def scheduled_lr(lr: float, schedule: str, warmup: int, step: int, horizon: int) -> float:
+    """The learning rate of training step ``step`` (1-based) of a schedule over ``horizon`` steps
+    (``models.I.lr_schedule``, ``models.I.lr_horizon``; a function of these alone, so a resumed run follows it):
     ``lr * step / warmup`` while ``step <= warmup``, then ``lr`` (``constant``), ``lr * (1 - p)`` (``linear``) or
-    ``lr * (1 + cos(pi p)) / 2`` (``cosine``) with ``p = (step - warmup - 1) / (steps - warmup)``: full ``lr`` on
-    the first step after warm-up, never 0 on the last."""
+    ``lr * (1 + cos(pi p)) / 2`` (``cosine``) with ``p = min(1, (step - warmup - 1) / (horizon - warmup))``: full
+    ``lr`` on the first step after warm-up, never 0 on the horizon's last step, 0 (``linear``, ``cosine``) after it."""
     if step <= warmup:
         return lr * step / warmup
-    factor = LR_SCHEDULES[schedule](min(1.0, (step - warmup - 1) / max(1, steps - warmup)))
+    factor = LR_SCHEDULES[schedule](min(1.0, (step - warmup - 1) / max(1, horizon - warmup)))
     return lr if factor == 1.0 else lr * factor  # the configured float itself at full rate
 
 

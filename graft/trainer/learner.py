@@ -257,10 +257,10 @@ class Learner:
             "update/skipped_nonfinite": skipped,
         }
 
-    def set_learning_rate(self, step: int, steps: int) -> float:
-        """Every rank's optimiser to the learning rate of training step ``step`` of ``steps``
+    def set_learning_rate(self, step: int, horizon: int) -> float:
+        """Every rank's optimiser to the learning rate of training step ``step`` of a schedule over ``horizon`` steps
         (``models.I.lr_schedule``, :func:`~graft.policy.optim.scheduled_lr`); returns it."""
-        lr = scheduled_lr(self.cfg.lr, self.cfg.lr_schedule, self.cfg.warmup_steps, step, steps)
+        lr = scheduled_lr(self.cfg.lr, self.cfg.lr_schedule, self.cfg.warmup_steps, step, horizon)
         self.workers.call("set_learning_rate", [(lr,)] * self.workers.size, "set_learning_rate")
         return lr
 

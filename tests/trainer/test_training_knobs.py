@@ -42,10 +42,13 @@ def test_schedule_and_kl_resume_equals_uninterrupted(tmp_path, tiny_llama_dir, t
     assert all(math.isfinite(r["A/kl"]) and r["A/kl"] >= 0 for r in rows) and rows[-1]["A/kl"] > 0
     assert not any("B/kl" in r for r in rows)
 
-    part = tiny_config(tmp_path / "part", tiny_llama_dir, tiny_gemma_dir, "steps=2", "checkpoint.save_every=1", *KNOBS)
+    # stopped after step 2 of the 3-step plan (the horizon says so: steps=2 alone would plan a 2-step decay)
+    horizon = ("models.0.lr_horizon=3", "models.1.lr_horizon=3")
+    part = tiny_config(tmp_path / "part", tiny_llama_dir, tiny_gemma_dir, "steps=2", "checkpoint.save_every=1", *KNOBS,
+                       *horizon)
     loop.train(part)
     loop.train(tiny_config(tmp_path / "part", tiny_llama_dir, tiny_gemma_dir, "steps=3", "checkpoint.save_every=1",
-                           "resume=true", *KNOBS))
+                           "resume=true", *KNOBS, *horizon))
     resumed = _rows(part)
     for key in ("A/learning_rate", "B/learning_rate", "A/reward/mean", "B/reward/mean"):
         assert [r[key] for r in resumed] == [r[key] for r in rows], key

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from graft.commands.experiment.plan import STORED_PREFIX, Comparison, Member, Plan, base_member
+import yaml
+
+from graft.commands.experiment.plan import STORED_PREFIX, Comparison, Member, Plan, base_member, check_unchanged
 from graft.config import EvalConfig
 from graft.data.tasks import family_of
 from graft.domains.base import run_domain
@@ -234,7 +236,9 @@ def _clip_peer(m: Member, model_keys: list[str]) -> float | None:
 
 
 def summarize(plan: Plan) -> dict:
-    """``results/summary.json`` (the shape the mini reproduction promises, plus details)."""
+    """``results/summary.json`` (the shape the mini reproduction promises, plus details). Refused when a run differs
+    from what the plan resolves to now (:func:`check_unchanged`): runs of different configs are never pooled."""
+    check_unchanged(plan)
     arms = {arm: members for arm, members in plan.arms().items() if members[0].store is None}
     problems = eval_problems(plan)
     out = _summary_skeleton(plan)
