@@ -1,6 +1,7 @@
 """MkDocs hooks (mkdocs.yml ``hooks:``): the generated pages join the site at build time, and a link from a page
 to a file of the repository outside docs/ (a result, a config) is checked and shown as that file's path: the site
-holds docs/ alone, so such a link would lead nowhere there."""
+holds docs/ alone, so such a link would lead nowhere there. A link that leaves the repository is an error (a
+warning, which ``mkdocs build --strict`` fails on)."""
 from __future__ import annotations
 
 import os
@@ -36,7 +37,8 @@ def on_page_markdown(markdown, page, config, files):
         path = Path(os.path.normpath(here / target))
         if path.is_relative_to(docs):
             return m.group(0)
-        if not path.is_relative_to(ROOT):   # beside the checkout (the spec in shared/): the text alone
+        if not path.is_relative_to(ROOT):
+            log.warning(f"{page.file.src_uri}: the link {target!r} leaves the repository")
             return text
         shown = str(path.relative_to(ROOT))
         if not path.exists():

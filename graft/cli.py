@@ -1,5 +1,5 @@
-"""``python -m graft.cli``: the ``graft`` command under its earlier module name (committed study commands and the runs
-``graft sweep`` / ``graft experiment`` start use it). The command is :mod:`graft.commands.cli`."""
+"""``python -m graft.cli``: the ``graft`` command (:mod:`graft.commands.cli`) as a module, as the committed study commands
+and the runs ``graft sweep`` / ``graft experiment`` start invoke it."""
 
 import sys
 

@@ -1,6 +1,11 @@
 """How every ``graft`` command talks on stderr: one :mod:`logging` setup (``-v``/``-q``), and progress bars
 only on a terminal.
 
+What graft says to the person running a command goes through :func:`say` (a notice such as "resumed from ...", a
+warning worded for the reader, ``train``'s line per step, a benchmark's progress): shown as it is by default and with
+``-v``, dropped with ``-q``, which keeps errors and the command's final summary only (docs/commands.md says what that
+is for each command). The summary and a command's result are plain prints: nothing silences them.
+
 Off a terminal (a log file, a pipe, CI) nothing draws a ``\\r`` bar: graft's own bars are off
 (:func:`bars`), and so are those of the Hugging Face hub, transformers (weight loading), datasets and any
 other tqdm bar that keeps tqdm's defaults (:func:`quiet_bars`, inherited by child processes through the
@@ -23,6 +28,10 @@ QUIET_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1", "HF_DATAS
 
 LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
 
+NOTICE = 25
+"""The level of :func:`say`'s lines: above INFO (shown without ``-v``), below WARNING and ERROR (dropped by ``-q``)."""
+logging.addLevelName(NOTICE, "NOTICE")
+
 HARMLESS_WARNINGS = ((FutureWarning, r"`is_gradient_checkpointing` is deprecated"),)
 """(category, message regex) of third-party warnings that say nothing about a graft run: filtered out."""
 
@@ -36,8 +45,8 @@ def on_terminal() -> bool:
 
 
 def bars(wanted: bool = True) -> bool:
-    """Whether to draw a progress bar: asked for, and stderr a terminal."""
-    return bool(wanted) and on_terminal()
+    """Whether to draw a progress bar: asked for, stderr a terminal and no ``-q``."""
+    return bool(wanted) and on_terminal() and not quiet()
 
 
 def quiet_bars() -> None:
@@ -56,7 +65,8 @@ def quiet_bars() -> None:
 
 
 class _Stderr(logging.StreamHandler):
-    """Writes to ``sys.stderr`` as it is at each record (tests and ``contextlib.redirect_stderr`` replace it)."""
+    """Writes to ``sys.stderr`` as it is at each record (tests and ``contextlib.redirect_stderr`` replace it), through
+    tqdm when it is loaded, so that a line never breaks a progress bar drawn on the terminal."""
 
     @property
     def stream(self):
@@ -66,9 +76,41 @@ class _Stderr(logging.StreamHandler):
     def stream(self, _value) -> None:
         pass
 
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm = sys.modules.get("tqdm")
+        if tqdm is None or not hasattr(tqdm, "tqdm"):
+            return super().emit(record)
+        try:
+            tqdm.tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except Exception:  # noqa: BLE001 - logging's own contract: a failing handler reports and goes on
+            self.handleError(record)
+
+
+class _Format(logging.Formatter):
+    """``LEVEL logger: message``; :func:`say`'s lines as they are."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return record.getMessage() if record.levelno == NOTICE else super().format(record)
+
 
 _HANDLER = _Stderr()
-_HANDLER.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+_HANDLER.setFormatter(_Format("%(levelname)s %(name)s: %(message)s"))
+_NOTICES = logging.getLogger("graft.notice")
+_NOTICES.setLevel(NOTICE)
+_NOTICES.addHandler(_HANDLER)  # shown without setup_logging too (graft used from Python); -q raises the handler's level
+_NOTICES.propagate = False
+
+
+def say(line: str) -> None:
+    """One line for the person running the command, on stderr: at the default verbosity and with ``-v``, not with
+    ``-q`` (logger ``graft.notice``, level :data:`NOTICE`)."""
+    _NOTICES.log(NOTICE, line)
+
+
+def quiet() -> bool:
+    """Whether ``-q`` is in force: :func:`say`'s lines and progress bars are dropped."""
+    return _HANDLER.level > NOTICE
 
 
 def split_flags(argv: list[str]) -> tuple[int, list[str]]:
@@ -86,10 +128,10 @@ def split_flags(argv: list[str]) -> tuple[int, list[str]]:
 
 
 def setup_logging(verbosity: int = 0) -> None:
-    """One handler on stderr for every logger: WARNING by default, graft's INFO with ``-v`` (DEBUG with ``-vv``),
-    ERROR only with ``-q``; Python warnings go through it too, less :data:`HARMLESS_WARNINGS`."""
+    """One handler on stderr for every logger: WARNING (and :func:`say`'s lines) by default, graft's INFO with ``-v``
+    (DEBUG with ``-vv``), ERROR only with ``-q``; Python warnings go through it too, less :data:`HARMLESS_WARNINGS`."""
     level = LEVELS[max(-1, min(2, verbosity))]
-    _HANDLER.setLevel(level)
+    _HANDLER.setLevel(level if level >= logging.ERROR else min(level, NOTICE))
     root = logging.getLogger()
     if _HANDLER not in root.handlers:
         root.addHandler(_HANDLER)

@@ -8,16 +8,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import inspect
 import json
 import re
-import typing
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
 from graft.commands.cli import COMMANDS
-from graft.config import Config, _dataclass_of, _default, _describe, field_docs
+from graft.config import Config, field_docs
+from graft.config.checks import members
+from graft.config.coerce import hint_words
+from graft.config.keys import dataclass_of
+from graft.config.show import field_default
 
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: README.md and docs/ sit here."""
@@ -67,7 +71,10 @@ def _help(parser: argparse.ArgumentParser) -> str:
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return {
+    """The parser's subcommands: argparse's, or those a parser that dispatches by its first argument names
+    (``subcommands()``, :class:`graft.bench.args.BenchParser`)."""
+    named: dict[str, argparse.ArgumentParser] = getattr(parser, "subcommands", dict)()
+    return named | {
         name: sub
         for action in parser._actions
         if isinstance(action, argparse._SubParsersAction)
@@ -93,8 +100,8 @@ def cli_reference() -> str:
 
 
 def _default_cell(f: dataclasses.Field) -> str:
-    """The field's default (:func:`graft.config._default`) as inline YAML code."""
-    text = yaml.safe_dump(json.loads(json.dumps(_default(f))), default_flow_style=True, width=10_000)
+    """The field's default (:func:`graft.config.show.field_default`) as inline YAML code."""
+    text = yaml.safe_dump(json.loads(json.dumps(field_default(f))), default_flow_style=True, width=10_000)
     return "`" + text.strip().removesuffix("\n...").strip() + "`"
 
 
@@ -111,12 +118,11 @@ def _sections(cls: type, prefix: str, about: str, docs: dict) -> list[tuple[str,
     """``(dotted prefix, dataclass, the description of the field holding it)`` of ``cls`` and of every dataclass
     below it, in tree order."""
     out = [(prefix, cls, about)]
-    for name, hint in typing.get_type_hints(cls).items():
-        sub = _dataclass_of(hint)
+    for name, hint in members(cls).items():
+        sub = dataclass_of(hint)
         if sub is not None:
-            out += _sections(
-                sub, f"{prefix}{name}." if sub is hint else f"{prefix}{name}.*.", docs.get((cls.__name__, name), ""), docs
-            )
+            about = docs.get((cls.__name__, name)) or inspect.getdoc(sub) or ""  # a settings section: its class's doc
+            out += _sections(sub, f"{prefix}{name}." if sub is hint else f"{prefix}{name}.*.", about, docs)
     return out
 
 
@@ -127,15 +133,15 @@ def config_reference() -> str:
     out = [
         "# Configuration reference",
         "",
-        "Generated from `graft/config.py`, where every field is documented once (`graft/docs_gen.py` writes "
+        "Generated from `graft/config/`, where every field is documented once (`graft/docs_gen.py` writes "
         "this page; `graft config show CONFIG` prints the same descriptions beside a config's resolved values). "
         "`*` is a list index (`models.0.lr`) or a mapping key (`ray.resources.qwen3.num_gpus`). Defaults are the "
         "dataclass defaults; `configs/default.yaml` and the other presets override many.",
         "",
     ]
     for prefix, cls, about in _sections(Config, "", "The run as a whole.", docs):
-        hints = typing.get_type_hints(cls)
-        rows = [f for f in dataclasses.fields(cls) if _dataclass_of(hints[f.name]) is None]
+        hints = members(cls)
+        rows = [f for f in dataclasses.fields(cls) if f.name in hints and dataclass_of(hints[f.name]) is None]
         out += [
             f"## `{prefix.rstrip('.') or 'top level'}`",
             "",
@@ -145,7 +151,7 @@ def config_reference() -> str:
             "|---|---|---|---|",
         ]
         out += [
-            f"| `{prefix}{f.name}` | {_cell(_describe(hints[f.name]))} | {_cell(_default_cell(f))} | "
+            f"| `{prefix}{f.name}` | {_cell(hint_words(hints[f.name]))} | {_cell(_default_cell(f))} | "
             f"{_cell(docs.get((cls.__name__, f.name), ''))} |"
             for f in rows
         ]

@@ -32,7 +32,7 @@ class Sample:
     token_ids: list[int]
     """Sampled tokens, including the stop token when ``finished``."""
     logprobs: list[float]
-    """log pi(token) of each sampled token under the sampling distribution (``graft.policy.policy``)."""
+    """log pi(token) of each sampled token under the sampling distribution (``graft.policy.lm``)."""
     text: str
     """Decoded response, special tokens stripped."""
     finished: bool

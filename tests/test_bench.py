@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from graft.bench import cli, common, graft_vs_grpo, rollout_vs_generate, step_vs_trl, trl_settings
-from graft.bench.cli import bench_main
+from graft.bench.args import bench_main
 from graft.commands.cli import main
 from graft.config import ConfigError, load_config
 

@@ -51,33 +51,3 @@ def test_model_shape_leaves_out_the_embedding_and_the_head(fixture, request):
 def test_matmul_peak_is_a_positive_rate():
     torch.manual_seed(0)
     assert matmul_peak_gflops(n=64, seconds=0.05) > 0
-
-
-def _ceiling_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks/issue39_ceiling.py"
-    spec = importlib.util.spec_from_file_location("issue39_ceiling", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_ceiling_layer_shapes_hand_worked():
-    from types import SimpleNamespace
-
-    # SmolLM2-135M: H 576, 9 query heads and 3 key/value heads of 576 / 9 = 64, MLP 1536
-    cfg = SimpleNamespace(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3)
-    assert _ceiling_module().layer_shapes(cfg) == [
-        (576, 576), (576, 192), (576, 192), (576, 576), (576, 1536), (576, 1536), (1536, 576)]
-
-
-@pytest.mark.parametrize("which", ["llama", "gemma"])
-def test_ceiling_layer_shapes_are_every_linear_of_a_real_layer(which, request):
-    """The ceiling times the matmuls the decoder has: its per-layer shapes cover every nn.Linear weight of a layer."""
-    model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(f"tiny_{which}_dir"))
-    text = model.config.get_text_config()
-    layer = model.get_decoder().layers[0]
-    weights = sorted(tuple(m.weight.shape[::-1]) for m in layer.modules() if isinstance(m, torch.nn.Linear))
-    assert weights == sorted(_ceiling_module().layer_shapes(text))

@@ -90,7 +90,8 @@ def test_one_error_is_still_one_plain_config_error(tmp_path, capsys):
 def test_a_failure_that_follows_from_a_broken_invariant_is_not_reported_in_its_place():
     from dataclasses import dataclass
 
-    from graft.config import _check, _construct
+    from graft.config.checks import check as _check
+    from graft.config.coerce import construct as _construct
 
     @dataclass
     class Section:

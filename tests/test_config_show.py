@@ -1,5 +1,5 @@
 """Issue 22 §3 and issue 38: `graft config show` prints every resolved key with its value, default, type, a mark when
-the value differs from the default, and its one-line description (from the field docstrings of graft/config.py); a
+the value differs from the default, and its one-line description (from the field docstrings of graft/config/); a
 misspelt key suggests the nearest valid one; an unknown command is one line listing the commands."""
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_config_show_lists_every_resolved_key_with_default_type_and_description(
     assert set(shown) == set(want)                           # every leaf of the resolved tree, nothing else
     for key, value in want.items():
         assert yaml.safe_load(shown[key][1]) == value, key   # the printed value reads back as the resolved one
-        assert shown[key][4], f"{key} has no description"    # every field is documented in config.py
+        assert shown[key][4], f"{key} has no description"    # every field is documented in graft/config/
         assert shown[key][0] == ("*" if yaml.safe_load(shown[key][2]) != value else " "), key
     # hand-worked rows: (mark, value, default, type, description)
     assert shown["steps"] == ("*", "3", "174", "an integer", "Training steps (one rollout batch each).")

@@ -19,7 +19,8 @@ from unittest import mock
 import pytest
 
 from graft.commands.cli import COMMANDS, unknown_command
-from graft.config import _key_templates, load_config
+from graft.config import load_config
+from graft.config.keys import key_templates as _key_templates
 from graft.console import split_flags
 from graft.docs_gen import PAGES, command_parser, config_reference
 from graft.errors import UserError
@@ -48,7 +49,7 @@ END_TO_END = {
                    "tests/test_experiment.py::test_status_of_every_run_and_unknown_only_arms"],
     "onestep": ["tests/test_onestep.py::test_onestep_end_to_end_on_tiny_models",
                 "tests/test_onestep.py::test_from_a_finished_grpo_run_equals_training_the_trajectory"],
-    "splits": ["tests/test_task_splits.py::test_the_command_and_the_old_script_write_the_same_splits"],
+    "splits": ["tests/test_task_splits.py::test_the_command_in_process_and_as_a_process_write_the_same_splits"],
     "bench": ["tests/test_bench.py::test_bench_runs_graft_sides_end_to_end"],
 }
 """Command -> the end-to-end tests that run it (on the tiny models, or on a run folder written like one)."""
@@ -192,6 +193,37 @@ def test_readme_links_into_the_docs_resolve():
         if not path.is_file() or (anchor and anchor not in anchors(path.read_text())):
             bad.append(f"{target}#{anchor}" if anchor else target)
     assert not bad, f"README links to docs that do not exist: {bad}"
+
+
+LINKED_FILES = [*DOC_FILES, REPO / "CHANGELOG.md", *sorted((REPO / "benchmarks").rglob("*.md"))]
+"""The markdown whose relative links must resolve inside the repository."""
+
+
+def relative_links_that_leave_or_miss(path: Path, text: str) -> list[str]:
+    """The relative link targets of markdown ``text`` (read from ``path``; code blocks skipped) that point outside the
+    repository or at nothing; links with a scheme (``https://``) and anchors alone are fine. A generated page of
+    the site (``docs/reference/cli.md``) counts as there."""
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", FENCE.sub("", text)):
+        if "://" in target or target.startswith(("#", "mailto:")):
+            continue
+        file = Path(os.path.normpath(path.parent / target.split("#")[0]))
+        generated = file.is_relative_to(REPO / "docs") and str(file.relative_to(REPO / "docs")) in PAGES
+        if not file.is_relative_to(REPO) or not (file.exists() or generated):
+            bad.append(target)
+    return bad
+
+
+def test_no_link_of_the_readme_or_docs_leaves_the_repository():
+    bad = [f"{p.relative_to(REPO)}: {t}" for p in LINKED_FILES for t in relative_links_that_leave_or_miss(p, p.read_text())]
+    assert not bad, "links that leave the repository or name no file:\n" + "\n".join(bad)
+
+
+def test_the_link_check_refuses_links_out_of_the_repository():
+    page = REPO / "docs" / "page.md"
+    text = ("[spec](../../shared/spec/GRAFT.md) [ok](concepts.md#x) [gone](nope.md) [web](https://x.org/a) "
+            "[ref](reference/cli.md) [up](../README.md)\n```\n[in code](../../x.md)\n```\n")
+    assert relative_links_that_leave_or_miss(page, text) == ["../../shared/spec/GRAFT.md", "nope.md"]
 
 
 def test_the_site_builds_with_warnings_as_errors(tmp_path):

@@ -535,18 +535,75 @@ def test_last_quarter_table_averages_the_finished_seeds():
 def test_a_command_killed_or_failing_stops_the_plan_in_one_line(monkeypatch):
     """A child killed by a signal before its handler is in place (exit status -15) stops the plan resumably
     (Preempted, exit 75 from the CLI); a failing child (exit 1) stops it with one `error:` line, no traceback."""
-    import subprocess
-    from types import SimpleNamespace
-
+    from graft.commands.experiment import run
     from graft.commands.experiment.run import RunFailed, _run
     from graft.trainer.stop import Preempted
 
     cmd = ["python", "-m", "graft.cli", "train", "cfg.yaml", "steps=18"]
-    monkeypatch.setattr(subprocess, "run", lambda c: SimpleNamespace(returncode=-15))
+    monkeypatch.setattr(run, "run_command", lambda c: -15)
     with pytest.raises(Preempted, match="killed by SIGTERM before it could checkpoint"):
         _run(cmd, "grpo_n8/seed1")
-    monkeypatch.setattr(subprocess, "run", lambda c: SimpleNamespace(returncode=1))
+    monkeypatch.setattr(run, "run_command", lambda c: 1)
     with pytest.raises(RunFailed, match=r"`graft train` of grpo_n8/seed1 failed with exit status 1"):
         _run(cmd, "grpo_n8/seed1")
-    monkeypatch.setattr(subprocess, "run", lambda c: SimpleNamespace(returncode=0))
+    monkeypatch.setattr(run, "run_command", lambda c: 0)
     _run(cmd, "grpo_n8/seed1")
+
+
+def test_a_plan_edited_after_a_run_started_is_refused_by_run_and_summarize(tmp_path, tiny_llama_dir, tiny_gemma_dir,
+                                                                           monkeypatch):
+    """Seeds 1-2 trained at delta 0.8, then the plan edited to delta 0.3: `experiment run` trains nothing more and
+    `summarize` pools nothing, each with one line naming the arm, the field, both values and the run; the run's
+    record here is its run folder's config.yaml, or the one under results/ (a run of another machine)."""
+    from graft.commands.experiment import run as experiment
+    from graft.config import load_config, save_config
+
+    path = _plan(tmp_path, tiny_llama_dir, tiny_gemma_dir)
+    raw = yaml.safe_load(path.read_text())
+    raw["arms"] = {"graft_n8": {"overrides": ["exchange.delta=0.8"], "seeds": [1, 2]}}
+    raw.pop("stored"), raw.pop("comparisons", None), raw.pop("labels", None), raw.pop("clip_frac_peer", None)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    plan = load_plan(path)
+    first, second = plan.members
+    first.run_dir.mkdir(parents=True)
+    save_config(load_config(plan.config, first.train_overrides()), first.run_dir / "config.yaml")
+    second.results_dir.mkdir(parents=True)
+    save_config(load_config(plan.config, second.train_overrides()), second.results_dir / "config.yaml")
+    ran = []
+    monkeypatch.setattr(experiment, "run_member", lambda plan, m, log: ran.append(m))
+
+    raw["arms"]["graft_n8"]["overrides"] = ["exchange.delta=0.3", "progress=true"]   # progress: not what it computes
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    edited = load_plan(path)
+    for refused in (lambda: run_plan(edited), lambda: summarize(edited)):
+        with pytest.raises(ConfigError) as e:
+            refused()
+        msg = str(e.value)
+        assert msg.startswith("arm graft_n8: exchange.delta is 0.3 in the plan now but 0.8 in its run seed1 (") and "\n" not in msg
+        assert "progress" not in msg and "give the changed arm a new name" in msg
+    assert ran == []
+    first.run_dir.joinpath("config.yaml").unlink()   # its record under results/ (seed 2) stands as well
+    with pytest.raises(ConfigError, match=r"in its run seed2 \(.*results/runs/graft_n8/seed2/config\.yaml\)"):
+        run_plan(edited)
+
+    raw["arms"]["graft_n8"]["overrides"] = ["exchange.delta=0.8", "progress=true"]   # restored
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    run_plan(load_plan(path))
+    assert [m.seed for m in ran] == [1, 2]
+
+
+def test_status_names_the_process_training_a_run(tmp_path, tiny_llama_dir, tiny_gemma_dir):
+    """A `graft train` left running (its `experiment run` killed) holds the run's folder: status says so instead of
+    "resumes from checkpoint k" while it trains on."""
+    import os
+
+    from graft.commands.experiment.run import member_state
+    from graft.storage.lock import FolderLock
+
+    plan = load_plan(_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
+    m = plan.members[0]
+    m.run_dir.mkdir(parents=True)
+    (m.run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert member_state(m, 3) == "step 1/3 (no checkpoint yet)"
+    with FolderLock(m.run_dir, "run_dir"):
+        assert member_state(m, 3).startswith(f"step 1/3, training (pid {os.getpid()} on ")

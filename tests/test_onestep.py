@@ -378,6 +378,7 @@ def test_the_arms_differ_by_the_peer_groups_only(tmp_path, tiny_llama_dir, tiny_
     import copy
 
     from graft.commands.onestep import _restore, _snapshot, update_adding_peers
+    from graft.exchange.common import adv_norm
     from graft.exchange.handover import Scoring
     from graft.exchange.live import exchange_live
     from graft.seeds import step_seed
@@ -391,7 +392,7 @@ def test_the_arms_differ_by_the_peer_groups_only(tmp_path, tiny_llama_dir, tiny_
         cfg, r = run.cfg, "B"
         ex = exchange_live(2, copy.deepcopy(groups), run.learners, cfg.rollout.n, cfg.exchange, Scoring.of(cfg), run.grade,
                            torch.Generator().manual_seed(step_seed(cfg.seed, 2, "exchange")),
-                           (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"))
+                           adv_norm(cfg.update))
         peers = [g for g in ex.train_groups[r] if g.is_peer]
         spliced_own = [g for g in ex.train_groups[r] if not g.is_peer]
         assert peers and len(spliced_own) < len(groups[r])        # the receiver's all-fail groups were replaced

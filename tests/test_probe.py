@@ -1,4 +1,4 @@
-"""`graft probe` (issue 22 §2; was scripts/probe_task.py): end to end on tiny random models with the real
+"""`graft probe`: end to end on tiny random models with the real
 tokenizers — the JSON says which config *and overrides* it measured, its counts agree with each other, and it
 predicts the exchange per step at the configured batch_prompts with the training exchange's own code; the
 prediction hand-worked on crafted groups; --checkpoint loads a run's weights."""
@@ -197,13 +197,11 @@ def test_batches_partition_the_probed_prompts():
     assert batches(3, 8, resamples=5, seed=0) == [[0, 1, 2]]     # fewer prompts than a batch: all of them once
 
 
-def test_the_script_is_a_thin_caller_of_graft_probe():
+def test_the_command_as_a_process_answers_help_and_refuses_a_missing_config_in_one_line():
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, str(REPO / "scripts" / "probe_task.py"), "--help"], capture_output=True,
-                       text=True, cwd=REPO)
+    p = subprocess.run([sys.executable, "-m", "graft", "probe", "--help"], capture_output=True, text=True, cwd=REPO)
     assert p.returncode == 0 and p.stdout.startswith("usage: graft probe") and "--checkpoint STEP_DIR" in p.stdout
-    p = subprocess.run([sys.executable, str(REPO / "scripts" / "probe_task.py"), "nope.yaml"], capture_output=True,
-                       text=True, cwd=REPO)
+    p = subprocess.run([sys.executable, "-m", "graft", "probe", "nope.yaml"], capture_output=True, text=True, cwd=REPO)
     assert p.returncode == 2 and p.stderr.strip() == "error: config file not found: nope.yaml"

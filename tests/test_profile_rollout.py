@@ -1,4 +1,4 @@
-"""scripts/profile_rollout.py (graft.bench.rollout_profile): operators are attributed to the right part of a rollout."""
+"""graft bench rollout-profile (graft.bench.rollout_profile): operators are attributed to the right part of a rollout."""
 import pytest
 
 from graft.bench import rollout_profile as prof

@@ -383,14 +383,16 @@ def test_resuming_after_the_data_file_changed_is_refused(tmp_path, tiny_llama_di
         with pytest.raises(DataError, match=r"^data\.train \(.*train\.jsonl\) changed since .*step_000001 was saved"):
             loop.setup(cfg)
     # a checkpoint written before the fingerprint existed: the sampler's own check of the ids, as a DataError
-    real_find = loop._find_resume
+    from graft.trainer import resume
+
+    real_find = resume._find_resume
 
     def without_fingerprint(*a):
         ck = real_find(*a)
         ck.state.pop("data_fingerprint")
         return ck
 
-    monkeypatch.setattr(loop, "_find_resume", without_fingerprint)
+    monkeypatch.setattr(resume, "_find_resume", without_fingerprint)
     with pytest.raises(DataError, match=r"^data\.train: cannot resume from .*step_000001 with data\.train=.*different prompt set"):
         loop.setup(cfg)
     assert sorted((p.relative_to(tmp_path), p.stat().st_size) for p in (tmp_path / "run").rglob("*")) == before

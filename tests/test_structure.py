@@ -4,6 +4,7 @@ and no function longer than a screen."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "graft"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("graft", "graft.errors"),
-    ("graft.types", "graft.seeds", "graft.registry", "graft.files", "graft.console", "graft.cores", "graft.heap"),
+    ("graft", "graft.errors", "graft.registry", "graft.console"),
+    ("graft.types", "graft.seeds", "graft.files", "graft.cores", "graft.heap", "graft.signals"),
     ("graft.config",),
     ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),
     ("graft.domains",),
@@ -153,3 +154,22 @@ def test_no_function_longer_than_a_screen():
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_every_module_is_in_a_layer(module):
     _layer(module)
+
+
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? ?#?\d+|\bissue\d+")
+"""An issue number as prose ("issue 39", "issues #20") or in a name ("issue39_...")."""
+
+
+def test_no_issue_numbers_in_the_package_or_in_benchmark_names():
+    """The CHANGELOG and docs/history.md carry history; the code, its configs and the benchmarks' names do not."""
+    repo = ROOT.parent
+    files = [p for p in sorted(ROOT.rglob("*")) if p.suffix in (".py", ".yaml", ".md") and p.is_file()]
+    found = [f"{p.relative_to(repo)}:{i}: {line.strip()[:100]}" for p in files
+             for i, line in enumerate(p.read_text().splitlines(), 1) if ISSUE_NUMBER.search(line)]
+    found += [str(p.relative_to(repo)) for p in (repo / "benchmarks").rglob("*") if ISSUE_NUMBER.search(p.name)]
+    assert not found, "issue numbers:\n" + "\n".join(found)
+
+
+def test_the_issue_number_pattern():
+    assert all(ISSUE_NUMBER.search(t) for t in ("see issue 39", "(issue 20 §3)", "issues #20", "issue39_head.py"))
+    assert not any(ISSUE_NUMBER.search(t) for t in ("an issue of size 3", "tissue39", "Math-Verify#65"))

@@ -11,7 +11,12 @@ from collections import deque
 import torch
 from torch import Tensor
 
+from graft.registry import ADV_STDS
+
 SUCCESS_THRESHOLD = 0.5
+
+ADV_STDS.register("unbiased", True)
+ADV_STDS.register("biased", False)
 
 
 def success_counts(rewards: Tensor) -> Tensor:

@@ -43,16 +43,23 @@ def length_deltas(lengths: Tensor, buckets: dict[int, float], default: float) ->
     return out.to(lengths.device)
 
 
-def gate_metrics(s: Tensor, admitted: Tensor) -> dict:
-    """Count, admitted share, mean and p10/p50/p90 of the scores ``s`` [N] given the admitted mask [N].
+S_STATISTICS = ("s_mean", "s_p10", "s_p50", "s_p90", "s_p50_admitted")
+"""The statistics of ``s`` :func:`gate_metrics` reports (each per direction and step in metrics.jsonl)."""
 
-    With nothing transferred the share and the statistics of ``s`` are NaN (``null`` in JSON): no
-    score was observed, which a 0 would misreport as "every response scored 0"."""
+
+def gate_metrics(s: Tensor, admitted: Tensor) -> dict:
+    """Count, admitted share, mean and p10/p50/p90 of the scores ``s`` [N] of every transferred response (admitted
+    or dropped) given the admitted mask [N], and ``s_p50_admitted``: the median of the admitted responses' scores.
+
+    A statistic with no score to read is NaN (``null`` in JSON): with nothing transferred the share and every
+    statistic of ``s``, with nothing admitted ``s_p50_admitted`` -- no score was observed, which a 0 would
+    misreport as "every response scored 0"."""
     n = s.numel()
+    nan = float("nan")
     if n == 0:
-        nan = float("nan")
-        return {"transferred": 0, "admitted": 0, "admitted_frac": nan, "s_mean": nan, "s_p10": nan, "s_p50": nan, "s_p90": nan}
+        return {"transferred": 0, "admitted": 0, "admitted_frac": nan, **dict.fromkeys(S_STATISTICS, nan)}
     q = torch.quantile(s.double().cpu(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
+    kept = s[admitted].double().cpu()
     return {
         "transferred": n,
         "admitted": int(admitted.sum()),
@@ -61,14 +68,17 @@ def gate_metrics(s: Tensor, admitted: Tensor) -> dict:
         "s_p10": float(q[0]),
         "s_p50": float(q[1]),
         "s_p90": float(q[2]),
+        "s_p50_admitted": float(torch.quantile(kept, 0.5)) if kept.numel() else nan,
     }
 
 
+@ADMISSIONS.register("gate")
 def admit_gate(passes: Tensor, generator: torch.Generator | None) -> Tensor:
     """``gate``: admit the responses with s > δ (``passes``)."""
     return passes
 
 
+@ADMISSIONS.register("random")
 def admit_random(passes: Tensor, generator: torch.Generator | None) -> Tensor:
     """``random``: admit as many responses as the gate would, drawn uniformly."""
     admitted = torch.zeros_like(passes)
@@ -77,16 +87,19 @@ def admit_random(passes: Tensor, generator: torch.Generator | None) -> Tensor:
     return admitted
 
 
+@ADMISSIONS.register("all")
 def admit_all(passes: Tensor, generator: torch.Generator | None) -> Tensor:
     """``all``: admit every response."""
     return torch.ones_like(passes)
 
 
+@WEIGHTINGS.register("compat")
 def weight_compat(s: Tensor, admitted: Tensor, cap: float) -> Tensor:
     """``compat``: w = min(s, cap) if admitted else 0."""
     return torch.where(admitted, s.clamp(max=cap), torch.zeros_like(s))
 
 
+@WEIGHTINGS.register("none")
 def weight_none(s: Tensor, admitted: Tensor, cap: float) -> Tensor:
     """``none``: w = 1 if admitted else 0."""
     return admitted.to(s.dtype)
@@ -108,7 +121,8 @@ def gate(
     else 0; ``none`` w = 1 if admitted.
     Random admission keeps the compat weight of whatever it admits, so only the choice of
     responses differs from the gate. Returns admitted Bool[N], weights [N], metrics
-    (transferred, admitted, admitted_frac, s_mean, s_p10/50/90; all 0 when N = 0).
+    (transferred, admitted, admitted_frac, s_mean, s_p10/50/90 of every transferred response, s_p50_admitted;
+    :func:`gate_metrics`).
     """
     assert s.dim() == 1, f"s must be [N], got {tuple(s.shape)}"
     delta = torch.as_tensor(delta, dtype=s.dtype, device=s.device)

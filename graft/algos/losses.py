@@ -14,14 +14,11 @@ the merged totals.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import Tensor
 
-from graft.registry import LOSS_AGGS
+from graft.registry import KL_ESTIMATORS, LOSS_AGGS, RATIO_LEVELS
 
-RATIO_LEVELS = ("token", "sequence")
 LOG_RATIO_CLAMP = 20.0
 
 
@@ -34,12 +31,14 @@ def _check(logp: Tensor, old_logp: Tensor, advantages: Tensor, weights: Tensor, 
     assert is_peer.dtype == torch.bool, f"is_peer must be bool, got {is_peer.dtype}"
 
 
+@LOSS_AGGS.register("token-mean")
 def agg_token_mean(masked: Tensor, mask: Tensor, num_tokens: float | None, num_seqs: float | None) -> Tensor:
     """``token-mean``: Σ_{b,t} l·m / num_tokens, num_tokens = Σ m by default (DAPO, the paper's text)."""
     denom = mask.sum().clamp(min=1).item() if num_tokens is None else max(num_tokens, 1.0)
     return masked.sum() / denom
 
 
+@LOSS_AGGS.register("seq-mean-token-mean")
 def agg_seq_mean_token_mean(masked: Tensor, mask: Tensor, num_tokens: float | None, num_seqs: float | None) -> Tensor:
     """``seq-mean-token-mean``: Σ_b (Σ_t l·m / Σ_t m) / num_seqs, num_seqs = rows with a valid token by default
     (the paper's formula; HACPO's)."""
@@ -70,18 +69,27 @@ def _log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, logp - old_logp, torch.zeros_like(logp))
 
 
+@RATIO_LEVELS.register("token")
+def token_log_ratio(lr: Tensor, mask: Tensor) -> Tensor:
+    """``token`` (spec §3.5, verl): each token's own log ratio. [B,T], Bool[B,T] -> [B,T]."""
+    return lr
+
+
+@RATIO_LEVELS.register("sequence")
+def sequence_log_ratio(lr: Tensor, mask: Tensor) -> Tensor:
+    """``sequence`` (ablation, §8; GSPO/TRL ``importance_sampling_level``): the row's mean log ratio over its valid
+    tokens, broadcast to every token. [B,T], Bool[B,T] -> [B,T]."""
+    seq = lr.sum(dim=1) / mask.sum(dim=1).clamp(min=1).to(lr.dtype)
+    return seq[:, None].expand_as(lr)
+
+
 def importance_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, level: str = "token") -> Tensor:
-    """ρ [B,T]. ``token``: ρ_t = exp(clamp(logp_t − old_t, ±20)) (spec §3.5, verl).
-    ``sequence`` (ablation, §8; GSPO/TRL ``importance_sampling_level``): ρ = exp(clamp(mean_t(logp − old), ±20))
-    broadcast to every token of the row. Masked positions never influence ρ of valid ones."""
+    """ρ [B,T] = exp(clamp(log ratio, ±20)), the log ratio of ``level`` (:data:`graft.registry.RATIO_LEVELS`:
+    :func:`token_log_ratio`, :func:`sequence_log_ratio`) over logp_t − old_t. Masked positions never influence ρ of
+    valid ones."""
     mask = mask.bool()
-    lr = _log_ratio(logp, old_logp, mask)
-    if level == "token":
-        return torch.exp(lr.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-    if level == "sequence":
-        seq = lr.sum(dim=1) / mask.sum(dim=1).clamp(min=1).to(lr.dtype)
-        return torch.exp(seq.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))[:, None].expand_as(lr)
-    raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+    lr = RATIO_LEVELS[level](_log_ratio(logp, old_logp, mask), mask)
+    return torch.exp(lr.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
 def _clipped_objective(ratio: Tensor, adv: Tensor, clip_low: float, clip_high: float) -> Tensor:
@@ -305,10 +313,6 @@ def hacpo_loss(
     return loss, _clip_metrics(ratio, adv, mask, is_peer, clip_low, clip_high, peer_clipped=False)
 
 
-KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
-"""verl's long names of the estimators of :func:`kl_penalty`."""
-
-
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tensor:
     """Per-token estimate [B,T] of KL(π_θ || π_ref) from ``logp`` and ``ref_logp`` [B,T], with d = logp − ref_logp
     (Schulman's k1/k2/k3; verl's ``kl_penalty``): ``k1``/``kl`` d; ``k2``/``mse`` d²/2; ``k3``/``low_var_kl``
@@ -316,24 +320,35 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tens
     assert logp.dim() == 2 and ref_logp.shape == logp.shape, (
         f"expected [B,T] twice, got {tuple(logp.shape)}, {tuple(ref_logp.shape)}"
     )
-    estimator = KL_ESTIMATES.get(KL_ALIASES.get(kind, kind))
-    if estimator is None:
-        raise ValueError(f"unknown KL estimator {kind!r}; valid: {', '.join([*KL_ESTIMATES, *KL_ALIASES])}")
-    return estimator(logp - ref_logp)
+    return KL_ESTIMATORS[kind](logp - ref_logp)
 
 
-def _k3(d: Tensor) -> Tensor:
+@KL_ESTIMATORS.register("k1")
+@KL_ESTIMATORS.register("kl")
+def kl_k1(d: Tensor) -> Tensor:
+    """``k1`` / ``kl``: d."""
+    return d
+
+
+@KL_ESTIMATORS.register("k2")
+@KL_ESTIMATORS.register("mse")
+def kl_k2(d: Tensor) -> Tensor:
+    """``k2`` / ``mse``: d² / 2."""
+    return 0.5 * d.square()
+
+
+@KL_ESTIMATORS.register("k3")
+@KL_ESTIMATORS.register("low_var_kl")
+def kl_k3(d: Tensor) -> Tensor:
+    """``k3`` / ``low_var_kl``: exp(−d) + d − 1, d clamped to ±20 and the estimate to [−10, 10]."""
     d = d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return (torch.exp(-d) + d - 1).clamp(-10.0, 10.0)
 
 
-KL_ESTIMATES: dict[str, Callable[[Tensor], Tensor]] = {
-    "k1": lambda d: d,
-    "k2": lambda d: 0.5 * d.square(),
-    "k3": _k3,
-    "abs": torch.abs,
-}
-"""KL estimator name -> per-token estimate of d = logp − ref_logp (:func:`kl_penalty`)."""
+@KL_ESTIMATORS.register("abs")
+def kl_abs(d: Tensor) -> Tensor:
+    """``abs``: |d|."""
+    return torch.abs(d)
 
 
 def kl_loss(

@@ -4,19 +4,31 @@ from __future__ import annotations
 
 import torch
 
-ORDERS = ("peer_last", "peer_first", "random")
+from graft.registry import ORDERS
 
 
-def _ordered(group_is_peer: list[bool], order: str, generator: torch.Generator | None) -> list[int]:
-    own = [i for i, p in enumerate(group_is_peer) if not p]
-    peer = [i for i, p in enumerate(group_is_peer) if p]
-    if order == "peer_last":
-        return own + peer
-    if order == "peer_first":
-        return peer + own
-    if order == "random":
-        return torch.randperm(len(group_is_peer), generator=generator).tolist()
-    raise ValueError(f"unknown minibatch order {order!r}; valid: {', '.join(ORDERS)}")
+def _split(group_is_peer: list[bool]) -> tuple[list[int], list[int]]:
+    return [i for i, p in enumerate(group_is_peer) if not p], [i for i, p in enumerate(group_is_peer) if p]
+
+
+@ORDERS.register("peer_last")
+def peer_last(group_is_peer: list[bool], generator: torch.Generator | None) -> list[int]:
+    """``peer_last`` (spec §3.5): own groups, then peer groups, each in input order."""
+    own, peer = _split(group_is_peer)
+    return own + peer
+
+
+@ORDERS.register("peer_first")
+def peer_first(group_is_peer: list[bool], generator: torch.Generator | None) -> list[int]:
+    """``peer_first`` (ablation): peer groups, then own groups."""
+    own, peer = _split(group_is_peer)
+    return peer + own
+
+
+@ORDERS.register("random")
+def random_order(group_is_peer: list[bool], generator: torch.Generator | None) -> list[int]:
+    """``random`` (ablation): a permutation drawn from ``generator``."""
+    return torch.randperm(len(group_is_peer), generator=generator).tolist()
 
 
 def plan_minibatches(
@@ -33,7 +45,7 @@ def plan_minibatches(
     already-active clip (spec §3.5, paper Table 9).
     """
     assert num_minibatches >= 1, f"num_minibatches must be >= 1, got {num_minibatches}"
-    seq = _ordered(list(group_is_peer), order, generator)
+    seq = ORDERS[order](list(group_is_peer), generator)
     k = min(num_minibatches, len(seq))
     if k == 0:
         return []

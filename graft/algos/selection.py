@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-from graft.registry import BALANCES, CONFLICTS
+from graft.registry import BALANCES, CONFLICTS, SELECTIONS
 
 
 def _check_pair(k: Tensor, mask: Tensor) -> None:
@@ -46,17 +46,20 @@ def top_with_ties(k_source: Tensor, candidates: Tensor, m: int) -> Tensor:
     return candidates & (k_source >= threshold)
 
 
+@BALANCES.register("min")
 def balance_min(size_ab: int, size_ba: int, ratio: float, floor: int) -> tuple[int, int]:
     """``min``: m = min(|C_AB|, |C_BA|) both ways (spec §3.3)."""
     m = min(size_ab, size_ba)
     return m, m
 
 
+@BALANCES.register("none")
 def balance_none(size_ab: int, size_ba: int, ratio: float, floor: int) -> tuple[int, int]:
     """``none``: every candidate both ways."""
     return size_ab, size_ba
 
 
+@BALANCES.register("asymmetric")
 def balance_asymmetric(size_ab: int, size_ba: int, ratio: float, floor: int) -> tuple[int, int]:
     """``asymmetric`` (beyond the paper, §9): m_dir = min(|C_dir|, ceil(ratio·|C_other|) + floor), so the richer
     direction may keep up to ratio times the poorer one plus ``floor``."""
@@ -121,6 +124,19 @@ def random_selection(pool: Tensor, count: int, generator: torch.Generator | None
     return keep
 
 
+@SELECTIONS.register("ranked")
+def select_ranked(keep: Tensor, pool: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """``ranked`` (the paper): the balanced selection as it is, the candidates with most source successes."""
+    return keep
+
+
+@SELECTIONS.register("random")
+def select_random(keep: Tensor, pool: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """``random`` (ablation, spec §8): as many prompts as the balanced selection kept, drawn from ``pool``, the
+    receiver's all-fail prompts (:func:`random_selection`). Bool[P], Bool[P] -> Bool[P]."""
+    return random_selection(pool, int(keep.sum()), generator)
+
+
 def capped_selection(k_source: Tensor, candidates: Tensor, cap: int | None) -> Tensor:
     """Stored-peer mode (spec §6), one direction: all candidates when ``cap`` is None, else
     top_with_ties(k_S, C, cap) (ties at the cap are kept, so more than ``cap`` may pass)."""
@@ -128,16 +144,19 @@ def capped_selection(k_source: Tensor, candidates: Tensor, cap: int | None) -> T
     return candidates.clone() if cap is None else top_with_ties(k_source, candidates, cap)
 
 
+@CONFLICTS.register("most_successes")
 def conflict_most_successes(k: int, s_mean: float, source: int) -> tuple:
     """``most_successes``: highest k_S, then highest mean s, then the earlier model."""
     return k, s_mean, -source
 
 
+@CONFLICTS.register("most_compatible")
 def conflict_most_compatible(k: int, s_mean: float, source: int) -> tuple:
     """``most_compatible``: highest mean s, then highest k_S, then the earlier model."""
     return s_mean, k, -source
 
 
+@CONFLICTS.register("model_order")
 def conflict_model_order(k: int, s_mean: float, source: int) -> tuple:
     """``model_order``: the earlier model."""
     return (-source,)

@@ -3,6 +3,8 @@
     graft bench [--only a,b,c] [--reps 3] [--model PATH] [--models P1,P2] [--config CFG]
                 [--prompts 4] [--n 8] [--max-new-tokens 48] [--threads T] [--device auto]
                 [--out DIR] [--keep-balance] [--max-tries 4] [key=value ...]
+    graft bench MEASUREMENT [flags]    (MEASUREMENT: train-step, rollout-phase, rollout-batch, update-precision,
+                                        rollout-profile, gpu-check; :data:`graft.bench.args.MEASUREMENTS`)
 
 Each part alternates its two sides, repetition by repetition (A, B, A, B, ...), so that a
 machine that gets slower or faster during the run affects both alike; it reports the median
@@ -61,7 +63,13 @@ Modules:
 - :mod:`.rollout_vs_generate`: part (b)
 - :mod:`.graft_vs_grpo`: part (c)
 - :mod:`.report`: ``bench.md`` and the peak-RSS table (d)
-- :mod:`.cli`: the parser and :func:`~graft.bench.cli.bench_main`
-- :mod:`.gpu_check` and :mod:`.rollout_profile`: the commands behind ``scripts/gpu_check.py`` and
-  ``scripts/profile_rollout.py``
+- :mod:`.cli`: the comparison's input checks, parts and output files (:func:`~graft.bench.cli.run`)
+- :mod:`.args`: every parser, :data:`~graft.bench.args.MEASUREMENTS` and the dispatch
+  (:func:`~graft.bench.args.bench_main`), without torch
+- the measurements, ``graft bench NAME`` each: :mod:`.train_step` (whole ``graft train`` steps, one process per
+  run: two checkouts or override sets), :mod:`.rollout_phase` (the rollout phase two ways: threads claimed or the
+  shared prefix), :mod:`.rollout_batch` (generation batch sizes), :mod:`.update_precision` (the update in fp32 and
+  bf16 autocast at equal work), :mod:`.rollout_profile` (operator time per phase) and :mod:`.gpu_check` (one GRAFT
+  step of a random pair on a GPU)
+- :mod:`.flops`: model FLOPs per phase and this host's fp32 matmul peak
 """

@@ -1,4 +1,5 @@
-"""The ``graft bench`` command: its parser, input checks, the parts in order, and the output files."""
+"""``graft bench`` without a measurement's name: the comparison with references, its input checks, the parts in
+order, and the output files (its parser and the dispatch: :mod:`graft.bench.args`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import torch
 
-from graft.bench.args import bench_parser
 from graft.bench.common import PARTS, clean, environment, progress
 from graft.bench.flops import matmul_peak_gflops
 from graft.bench.graft_vs_grpo import bench_c
@@ -121,9 +121,8 @@ def _write(out: Path, result: dict, md: str) -> None:
     progress(f"wrote {out / 'bench.json'} and {out / 'bench.md'}")
 
 
-def bench_main(argv: list[str]) -> int:
+def run(args: argparse.Namespace) -> int:
     """``graft bench``: the chosen parts, the markdown on stdout, and ``--out``'s files."""
-    args = bench_parser().parse_args(argv)
     parts = parse_only(args.only)
     with tempfile.TemporaryDirectory(prefix="graft-bench-") as tmp:
         run_root = Path(tmp)

@@ -9,19 +9,20 @@ import platform
 import re
 import resource
 import statistics
-import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
+from graft.console import say
+
 PARTS = ("a", "b", "c")
 
 
 def progress(msg: str) -> None:
-    """One progress line on stderr."""
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+    """One progress line on stderr (none with ``-q``)."""
+    say(f"[bench] {msg}")
 
 
 def series(values: list) -> dict:

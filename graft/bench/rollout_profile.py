@@ -5,7 +5,7 @@ and of the update's compute on those samples: forward and backward of every resp
 micro-batches (``update_fwd_bwd``; the loss is the mean token log-prob, which costs what the policy loss
 costs up to a few elementwise ops) and one AdamW step over the model after a warm-up step (``adamw_step``).
 
-    python scripts/profile_rollout.py --out benchmarks/results/cpu-profile
+    graft bench rollout-profile [--config CFG] [--prompts 4] [--n 8] [--max-new-tokens 48] [--out DIR]
 
 Operators are sorted into: the LM head (any operator with the vocabulary size V among its input
 shapes: the logits matmul and the log-softmax / sampling over V), the body's matmuls, attention, other
@@ -149,23 +149,11 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """``scripts/profile_rollout.py``'s argument parser."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default=str(default_config_path()))
-    p.add_argument("--prompts", type=int, default=4)
-    p.add_argument("--n", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--out", default=None, help="folder for profile.json and profile.md")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``scripts/profile_rollout.py``: profile every model of ``--config``; markdown on stdout, files in ``--out``."""
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``graft bench rollout-profile``: profile every model of ``--config``; markdown on stdout, files in ``--out``."""
     with tempfile.TemporaryDirectory(prefix="graft-profile-") as tmp:
         base = load_config(
-            args.config,
+            args.config or default_config_path(),
             [
                 f"batch_prompts={args.prompts}",
                 f"rollout.n={args.n}",
@@ -179,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(base.threads)
         result = {
             "settings": {
-                "config": args.config,
+                "config": str(args.config or default_config_path()),
                 "prompts": args.prompts,
                 "n": args.n,
                 "max_new_tokens": args.max_new_tokens,

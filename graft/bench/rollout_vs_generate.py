@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import torch
 
 from graft.bench.common import alternate, progress, summarize
 from graft.bench.runs import close_run, model_entry, single_model_config
-from graft.config import Config, ModelConfig, RolloutConfig
+from graft.config import Config, ModelConfig
+from graft.policy.sampling import SamplingParams, rollout_sampling
 from graft.seeds import step_seed
 from graft.trainer.loop import setup
 
@@ -36,20 +38,12 @@ def generated_lengths(gen: torch.Tensor, stop_ids: set[int], pad_id: int) -> lis
 
 
 @torch.no_grad()
-def hf_generate(
-    policy,
-    prompt_ids: list[list[int]],
-    n: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    batch_size: int,
-    stop_strings: list[str],
-) -> int:
-    """``n`` samples per prompt with plain ``model.generate`` (``batch_size`` sequences per call,
-    prompts left-padded); returns the number of generated tokens."""
-    per_call = max(1, batch_size // n)
-    extra = {"stop_strings": stop_strings, "tokenizer": policy.tokenizer} if stop_strings else {}
+def hf_generate(policy, prompt_ids: list[list[int]], params: SamplingParams) -> int:
+    """``params.n`` samples per prompt with plain ``model.generate`` (``params.batch_size`` sequences per call,
+    prompts left-padded, ended at ``params.stop_strings``; the global torch seed draws); returns the number of
+    generated tokens."""
+    n, per_call = params.n, max(1, params.batch_size // params.n)
+    extra = {"stop_strings": list(params.stop_strings), "tokenizer": policy.tokenizer} if params.stop_strings else {}
     tokens = 0
     for s in range(0, len(prompt_ids), per_call):
         chunk = prompt_ids[s : s + per_call]
@@ -63,10 +57,10 @@ def hf_generate(
             input_ids=ids.to(policy.device),
             attention_mask=attn.to(policy.device),
             do_sample=True,
-            temperature=temperature,
-            top_p=top_p,
+            temperature=params.temperature,
+            top_p=params.top_p,
             top_k=0,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=params.max_new_tokens,
             num_return_sequences=n,
             pad_token_id=policy.pad_token_id,
             eos_token_id=sorted(policy.stop_ids),
@@ -88,12 +82,11 @@ def _graft_rollout(learner, prompts, cfg: Config, name: str, i: int) -> dict:
     return _rate(time.perf_counter() - t0, sum(len(t) for g in groups for t in g.token_ids))
 
 
-def _generate_rollout(policy, prompt_ids: list[list[int]], cfg: Config, name: str, stops: list[str], i: int) -> dict:
-    """Repetition ``i`` of ``model.generate`` with graft's sampling settings."""
-    rc = cfg.rollout
+def _generate_rollout(policy, prompt_ids: list[list[int]], cfg: Config, name: str, params: SamplingParams, i: int) -> dict:
+    """Repetition ``i`` of ``model.generate`` with graft's sampling settings ``params``."""
     torch.manual_seed(step_seed(cfg.seed, i + 1, name))
     t0 = time.perf_counter()
-    tokens = hf_generate(policy, prompt_ids, rc.n, rc.max_new_tokens, rc.temperature, rc.top_p, rc.batch_size, stops)
+    tokens = hf_generate(policy, prompt_ids, params)
     return _rate(time.perf_counter() - t0, tokens)
 
 
@@ -118,18 +111,18 @@ def _bf16_rollout(learner, prompts, cfg: Config, name: str, i: int) -> dict:
     }
 
 
-def _generate_kwargs(rc: RolloutConfig, policy, stops: list[str]) -> dict:
+def _generate_kwargs(params: SamplingParams, policy) -> dict:
     """The ``model.generate`` settings of (b), for the JSON."""
     return {
         "do_sample": True,
-        "temperature": rc.temperature,
-        "top_p": rc.top_p,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
         "top_k": 0,
-        "max_new_tokens": rc.max_new_tokens,
-        "num_return_sequences": rc.n,
+        "max_new_tokens": params.max_new_tokens,
+        "num_return_sequences": params.n,
         "eos_token_id": sorted(policy.stop_ids),
-        "stop_strings": stops,
-        "prompts_per_call": max(1, rc.batch_size // rc.n),
+        "stop_strings": list(params.stop_strings or ()),
+        "prompts_per_call": max(1, params.batch_size // params.n),
     }
 
 
@@ -140,10 +133,11 @@ def _bench_model(run, cfg: Config, entry: ModelConfig, reps: int) -> dict:
     policy = learner.policy
     prompt_ids = [learner.codec.encode_prompt(p.problem) for p in prompts]
     stops = entry.stop_strings()
+    params = replace(rollout_sampling(cfg.rollout), stop_strings=tuple(stops))
     sides = [
         ("graft", partial(_graft_rollout, learner, prompts, cfg, entry.name)),
         ("graft_bf16", partial(_bf16_rollout, learner, prompts, cfg, entry.name)),
-        ("generate", partial(_generate_rollout, policy, prompt_ids, cfg, entry.name, stops)),
+        ("generate", partial(_generate_rollout, policy, prompt_ids, cfg, entry.name, params)),
     ]
     rows = alternate(
         reps, sides, f"b {entry.name}", lambda r: f"{r['seconds']:.1f} s, {r['tokens']} tokens, {r['tokens_per_s']:.1f} tok/s"
@@ -155,7 +149,7 @@ def _bench_model(run, cfg: Config, entry: ModelConfig, reps: int) -> dict:
         "graft": summarize(rows["graft"], ROLLOUT_KEYS) | {"raw": rows["graft"]},
         "graft_bf16": summarize(rows["graft_bf16"], ROLLOUT_KEYS + BF16_KEYS) | {"raw": rows["graft_bf16"]},
         "generate": summarize(rows["generate"], ROLLOUT_KEYS) | {"raw": rows["generate"]},
-        "generate_kwargs": _generate_kwargs(cfg.rollout, policy, stops),
+        "generate_kwargs": _generate_kwargs(params, policy),
     }
 
 

@@ -1,5 +1,6 @@
-"""The configs and live Runs that ``graft bench`` times (also used by ``scripts/profile_rollout.py``),
-and the timings of one training step."""
+"""The configs and live Runs that ``graft bench`` and its measurements time, the equal-work helpers (one step
+sampled once, every model put back to the same start before each timed update), and the timings of one training
+step."""
 
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ def close_run(run) -> None:
 
 
 def first_step(run) -> tuple[list, dict]:
-    """Step 1 of ``run`` sampled, scored and exchanged once: ``(prompts, train groups per model)``, what the
-    equal-work benchmarks (``benchmarks/issue39_*.py``) update on again and again."""
+    """Step 1 of ``run`` sampled, scored and exchanged once: ``(prompts, train groups per model)``, what an
+    equal-work measurement (``graft bench update-precision``) updates on again and again."""
     prompts, _ = run.sampler.next_batch()
     groups, _ = loop.rollout_phase(run, prompts, 1)
     loop.score_phase(run, groups)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from graft.commands.parsers import analyze_parser
+from graft.console import say
 from graft.evaluation.analyze import AnalysisError, analyze, summary_text
 
 
@@ -26,5 +27,5 @@ def analyze_main(argv: Sequence[str] | None = None) -> int:
             return 2
         raise
     print(json.dumps(a, indent=1) if args.json else summary_text(a))
-    print(f"\nwritten: {Path(args.run_dir) / 'analysis.json'}", file=sys.stderr)
+    say(f"\nwritten: {Path(args.run_dir) / 'analysis.json'}")
     return 0

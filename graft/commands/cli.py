@@ -12,7 +12,7 @@ splits, bench.
     graft config show CONFIG [key=value ...]
     graft export RUN_DIR [--step N|latest|best] [--model NAME] OUT [--dtype bfloat16]
     graft analyze RUN_DIR
-    graft samples RUN_DIR [--from train|peer|eval] [--model M] [--reward 1|0|any] [--steps 13-18] [-n 12]
+    graft samples RUN_DIR [--from train|peer|eval] [--model M] [--reward both|1|0|any] [--steps 13-18] [-n 12]
     graft report RUN_DIR [RUN_DIR ...] [--out DIR]
     graft store info|export PATH ...
     graft sweep CONFIG.yaml --grid key=v1,v2 [--grid ...] [--print] [key=value ...]
@@ -20,6 +20,7 @@ splits, bench.
     graft onestep CONFIG.yaml --at STEP [STEP ...] --out DIR [--seeds S ...] [--samples 16] [--unseen 4] [key=value ...]
     graft splits CONFIG.yaml --out DIR [--test 64] [--hard 64] [--seed 777] [--exclude FILE ...] [key=value ...]
     graft bench [--only a,b,c] [--reps 3] [--model M] [--models M1,M2] [--config CFG] [--out DIR] [key=value ...]
+    graft bench train-step|rollout-phase|rollout-batch|update-precision|rollout-profile|gpu-check [flags]
 """
 
 from __future__ import annotations
@@ -30,15 +31,15 @@ import itertools
 import os
 import select
 import shlex
-import subprocess
 import sys
 
 from graft import __version__
 from graft.commands.parsers import config_parser, sweep_parser, train_parser
 from graft.config import ConfigError, ConfigErrors, load_config, show_config
-from graft.console import on_terminal, quiet_bars, setup_logging, split_flags
+from graft.console import on_terminal, quiet, quiet_bars, setup_logging, split_flags
 from graft.errors import UserError
 from graft.files import output_error
+from graft.signals import run_command
 from graft.trainer.stop import DIVERGED_EXIT, PREEMPTED_EXIT, Diverged, Preempted
 
 USAGE = __doc__
@@ -61,9 +62,10 @@ def sweep_main(argv: list[str]) -> int:
     args = sweep_parser().parse_args(argv)
     commands = sweep_commands(args.config, args.grid, args.overrides)
     for cmd in commands:
-        print(shlex.join(cmd))
+        if args.print or not quiet():  # the command list is --print's result; a running sweep's progress
+            print(shlex.join(cmd))
         if not args.print:
-            rc = subprocess.call(cmd)
+            rc = run_command(cmd)  # a session of its own; SIGTERM if this process dies (graft.signals)
             if rc != 0:
                 print(f"error: sweep member failed with exit code {rc}", file=sys.stderr)
                 return rc
@@ -103,7 +105,7 @@ COMMANDS = {
     "experiment": ("graft.commands.experiment", "experiment_main"),
     "onestep": ("graft.commands.onestep", "onestep_main"),
     "splits": ("graft.commands.splits", "splits_main"),
-    "bench": ("graft.bench.cli", "bench_main"),
+    "bench": ("graft.bench.args", "bench_main"),
 }
 """Command name -> (module, function) of its entry point, imported on use: ``graft --help``, ``graft config`` and
 ``graft COMMAND --help`` (:data:`PARSERS`) do not load torch and transformers."""
@@ -163,7 +165,7 @@ def _setup_output(argv: list[str]) -> list[str]:
         verbosity = int(inherited)
     os.environ["GRAFT_VERBOSITY"] = str(verbosity)
     setup_logging(verbosity)
-    if not on_terminal():
+    if not on_terminal() or verbosity < 0:
         quiet_bars()
     return rest
 

@@ -7,6 +7,7 @@ best, latest or base model), the datasets (``--data``, the shared benchmarks, th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -21,6 +22,7 @@ from transformers import AutoConfig
 
 from graft.commands.parsers import BENCHMARKS, DATA_DIR_ENV, eval_parser
 from graft.config import ConfigError, ModelConfig, RewardConfig, load_config
+from graft.config.upgrade import ANSWER_FORMS
 from graft.console import bars, quiet_bars
 from graft.data.datasets import load_prompts
 from graft.domains.grading import make_grader, reference_of
@@ -29,11 +31,13 @@ from graft.policy.codec import TextCodec
 from graft.policy.context import check_context, max_positions
 from graft.policy.engines import EngineUnavailable, Sampler, VllmEngine, make_engine
 from graft.policy.policy import Policy
+from graft.policy.sampling import SamplingParams
 from graft.storage.checkpoint import (
     CheckpointError,
     checkpoint_step,
     latest_checkpoint,
     list_checkpoints,
+    reading,
     verify_model_files,
 )
 from graft.storage.lock import FolderLock
@@ -58,7 +62,7 @@ def engine_sampler(backend: str, cfg: ModelConfig, weights_from: str | None, dev
     try:
         if backend == "vllm":
             folder = vllm_model_path(cfg, weights_from)
-            VllmEngine.check(folder)  # before the tokenizer loads
+            VllmEngine.available(folder)  # before the tokenizer loads
             return VllmEngine(None, folder=folder, codec=TextCodec.load(cfg, weights_from)), _folder_max_positions(folder)
         policy = Policy.load(cfg, device=device, weights_from=weights_from)
         return make_engine(backend, policy), max_positions(policy.model.config)
@@ -150,11 +154,15 @@ def run_folder(config: str, run_cfg) -> Path:
     return folder if (folder / "checkpoints").is_dir() else Path(run_cfg.run_dir)
 
 
-def run_model(config: str, model_name: str | None, which: str | None) -> tuple[str, str]:
+def run_model(
+    config: str, model_name: str | None, which: str | None, held: contextlib.ExitStack | None = None
+) -> tuple[str, str]:
     """``(--model value, label)`` for a ``--config`` run and a :data:`RUN_MODELS` keyword (None: ``best``):
     the checkpoint folder ``RUN/checkpoints/step_N/NAME`` of the model's best-evaluated step (highest in-training
     ``eval/NAME/val/pass@1``; the latest checkpoint when the run has no such value; :func:`select_checkpoint`)
-    or its latest step, or the run's starting weights (``models.i.path``) for ``base``."""
+    or its latest step, or the run's starting weights (``models.i.path``) for ``base``. With ``held``, the chosen
+    checkpoint is held there (:func:`~graft.storage.checkpoint.reading`: a run still training does not prune it
+    while it is evaluated), chosen again when pruned before it could be held."""
 
     run_cfg = _run_config(config)
     base = _pick_model(run_cfg, config, model_name)
@@ -167,10 +175,18 @@ def run_model(config: str, model_name: str | None, which: str | None) -> tuple[s
             f"--config {config}: the run {run_dir} has no complete checkpoint; pass --model base for the "
             "starting weights, or a model folder"
         )
-    try:
-        step_dir = select_checkpoint(run_dir, which, base.name)
-    except CheckpointError:  # no in-training evaluation: the latest checkpoint is the best we know
-        step_dir = select_checkpoint(run_dir, "latest", base.name)
+    for attempt in range(3):
+        try:
+            step_dir = select_checkpoint(run_dir, which, base.name)
+        except CheckpointError:  # no in-training evaluation: the latest checkpoint is the best we know
+            step_dir = select_checkpoint(run_dir, "latest", base.name)
+        try:
+            if held is not None:
+                held.enter_context(reading(step_dir))
+            break
+        except CheckpointError:  # pruned between the choice and the hold: choose again
+            if attempt == 2:
+                raise
     if not (step_dir / base.name).is_dir():
         raise EvalError(f"{step_dir} holds no folder of model {base.name}")
     return str(step_dir / base.name), f"{run_dir.name}-{base.name}-step{checkpoint_step(step_dir)}"
@@ -297,26 +313,36 @@ def _eval_main(args) -> int:
         )
     reward = _eval_reward(args)
     datasets = _datasets(args, reward)
-    runs = ([_resolve(args, args.compare)] if args.compare is not None else []) + [_resolve(args, args.model)]
-    if len(runs) == 2 and runs[0][1] == runs[1][1]:
-        raise EvalError(f"--compare {args.compare}: that is the model already evaluated ({runs[0][1]})")
-    results = {}
-    for model, label in runs:
-        out = Path(args.out) / label if args.out and len(runs) > 1 else Path(args.out) if args.out else Path("runs/eval") / label
-        res, cfg = _evaluate_one(args, model, datasets, out, reward)
-        print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
-        print(summary_table(res, cfg))
-        results[label] = res
+    with contextlib.ExitStack() as held:  # the checkpoints evaluated, held against pruning until done
+        runs = ([_resolve(args, args.compare, held)] if args.compare is not None else []) + [_resolve(args, args.model, held)]
+        if len(runs) == 2 and runs[0][1] == runs[1][1]:
+            raise EvalError(f"--compare {args.compare}: that is the model already evaluated ({runs[0][1]})")
+        results = {}
+        for model, label in runs:
+            out = (
+                Path(args.out) / label
+                if args.out and len(runs) > 1
+                else Path(args.out)
+                if args.out
+                else Path("runs/eval") / label
+            )
+            res, cfg = _evaluate_one(args, model, datasets, out, reward)
+            print(f"results: {out / 'results.json'}, {out / 'results.md'}; responses under {out}/DATASET/")
+            print(summary_table(res, cfg))
+            results[label] = res
     if len(results) > 1:
         print("\n" + compare_table(results))
     return 0
 
 
-def _resolve(args, model: str | None) -> tuple[str, str]:
-    """``(--model value, label)``: a :data:`RUN_MODELS` keyword of the ``--config`` run, or the model as given."""
+def _resolve(args, model: str | None, held: contextlib.ExitStack) -> tuple[str, str]:
+    """``(--model value, label)``: a :data:`RUN_MODELS` keyword of the ``--config`` run, or the model as given; a
+    checkpoint's model folder is held in ``held`` (:func:`~graft.storage.checkpoint.reading`)."""
     if args.config is not None and (model is None or model in RUN_MODELS):
-        return run_model(args.config, args.model_name, model)
+        return run_model(args.config, args.model_name, model, held)
     assert model is not None, "_eval_main requires --model without --config"
+    if (Path(model).parent / "manifest.json").is_file():  # RUN/checkpoints/step_N/NAME
+        held.enter_context(reading(Path(model).parent))
     return model, re.sub(r"[^A-Za-z0-9_.\-]", "_", model.strip("/"))
 
 
@@ -328,7 +354,7 @@ def _eval_reward(args) -> RewardConfig:
     ``math``; ``--domain`` (or the earlier ``--answer-form``) replaces the domain, ``--verify-*`` the limits."""
     run_cfg = _run_config(args.config) if args.config else None
     reward = dataclasses.replace(run_cfg.reward) if run_cfg is not None else RewardConfig()
-    domain = args.domain or {"any": "math", "number": "number", None: None}[args.answer_form]
+    domain = args.domain or ANSWER_FORMS.get(args.answer_form or "")
     return dataclasses.replace(reward, domain=domain or reward.domain, timeout_s=args.verify_timeout, workers=args.verify_workers)
 
 
@@ -350,8 +376,7 @@ def _datasets(args, reward: RewardConfig) -> dict[str, list[Prompt]]:
         return {
             "val": read(
                 run_cfg.data.val,
-                arithmetic=run_cfg.data.arithmetic,
-                code_task=run_cfg.data.code_task,
+                tasks=run_cfg.data.tasks,
                 limit=args.limit or run_cfg.data.val_limit,
             )[0]
         }
@@ -369,16 +394,16 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
     if args.dtype:
         cfg.dtype = args.dtype
     run_max = (run_cfg.eval.max_new_tokens or run_cfg.rollout.max_new_tokens) if run_cfg is not None else None
-    max_new = args.max_new_tokens or run_max or DEFAULT_MAX_NEW_TOKENS
+    params = _sampling(args, args.max_new_tokens or run_max or DEFAULT_MAX_NEW_TOKENS)
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     with FolderLock(out, "--out folder"):  # one evaluation per output folder, taken before the model loads
-        return _evaluate_into(args, model, out, datasets, cfg, weights_from, reward, max_new, device)
+        return _evaluate_into(args, model, out, datasets, cfg, weights_from, reward, params, device)
 
 
 def _evaluate_into(
-    args, model: str, out: Path, datasets: dict, cfg, weights_from, reward: RewardConfig, max_new: int, device: str
+    args, model: str, out: Path, datasets: dict, cfg, weights_from, reward: RewardConfig, params: SamplingParams, device: str
 ) -> tuple[dict, Any]:
     if not bars(not args.no_progress):
         quiet_bars()  # the hub's and transformers' weight-loading bars too
@@ -388,7 +413,7 @@ def _evaluate_into(
         sampler.codec,
         positions,
         [p.problem for ps in datasets.values() for p in ps],
-        max_new,
+        params.max_new_tokens,
         "--max-new-tokens",
     )
     with make_grader(reward) as grader:
@@ -397,18 +422,29 @@ def _evaluate_into(
             datasets,
             grader,
             out,
-            n=args.n,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            max_new_tokens=max_new,
+            params,
             repeats=args.repeats,
-            seed=args.seed,
-            batch_size=args.batch_size,
             backend=args.backend,
             progress=not args.no_progress,
             model_label=model,
         )
     return res, cfg
+
+
+def _sampling(args, max_new_tokens: int) -> SamplingParams:
+    """The sampling protocol of ``graft eval``'s flags (--n, --temperature, --top-p, --seed, --batch-size) with the
+    response limit ``max_new_tokens``; a value out of range is an :class:`EvalError` naming it."""
+    try:
+        return SamplingParams(
+            n=args.n,
+            max_new_tokens=max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            batch_size=args.batch_size,
+            seed=args.seed,
+        )
+    except ValueError as e:
+        raise EvalError(str(e)) from None
 
 
 def compare_table(results: dict[str, dict]) -> str:

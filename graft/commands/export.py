@@ -45,10 +45,8 @@ from graft.evaluation.evaluate import eval_history, select_checkpoint
 from graft.exchange.kinds import ExchangeDescription, describe_exchange
 from graft.policy import prompts
 from graft.policy.loading import EMBEDDED_MODELS, EMBEDDED_PREFIX, load_model, load_tokenizer, looks_like_hub_id
-from graft.registry import RULES
+from graft.registry import DTYPES, RULES
 from graft.storage.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, verify_model_files
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 CARD_EXCHANGE_SETTINGS = ("delta", "balance", "weighting", "admission")
 """Exchange settings the model card's table shows (when the run exchanged)."""

@@ -1,6 +1,6 @@
 """``graft onestep``: does a peer group on an all-fail prompt teach the receiver that prompt, and does it transfer?
 
-The most sensitive test of GRAFT this project can afford (issue 20 §4). Along a GRPO trajectory of the
+The most sensitive test of GRAFT at this project's scale. Along a GRPO trajectory of the
 configured pair (every model trained on its own groups, ``exchange.mode`` ignored), at chosen steps
 the same weights, optimizer state and batch are updated three ways for each receiver R:
 
@@ -10,7 +10,7 @@ the same weights, optimizer state and batch are updated three ways for each rece
 - ``all``: the same with the peer groups of the exchange with the gate off (``exchange.admission=all``):
   what δ protects against.
 
-The arms differ by the peer groups only (issue 42; :func:`update_adding_peers`). Every arm's minibatches
+The arms differ by the peer groups only (:func:`update_adding_peers`). Every arm's minibatches
 are GRPO's: R's own groups -- all of them, including the all-fail groups the spec's exchange would drop
 in favour of the peer groups -- planned with the same seed, and every minibatch's policy-gradient
 normalisers (tokens, sequences) are those of R's own rows. An all-fail group has zero advantage under
@@ -63,7 +63,6 @@ import json
 import os
 import random
 import shutil
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -73,12 +72,15 @@ import torch
 from graft.algos.minibatch import plan_minibatches
 from graft.commands.parsers import onestep_parser
 from graft.config import ConfigError, load_config
-from graft.data.arithmetic import FAMILIES, family_of
+from graft.console import say
+from graft.data.tasks import family_of, require_families
 from graft.evaluation.analyze import read_jsonl
 from graft.evaluation.metrics import paired_interval
+from graft.exchange.common import adv_norm
 from graft.exchange.handover import Scoring
 from graft.exchange.kinds import exchange_kind
 from graft.exchange.live import exchange_live
+from graft.policy.sampling import rollout_sampling
 from graft.seeds import step_seed
 from graft.storage.checkpoint import checkpoint_step, list_checkpoints
 from graft.trainer import loop
@@ -89,7 +91,7 @@ ARMS = ("grpo", "graft", "all")
 ARMS_VERSION = 2
 """How the arms are built, in every row (``arms_version``; absent: 1). 1: ``graft``/``all`` trained on the spec's
 spliced batch (R's all-fail groups replaced, peer groups last, minibatches re-planned); 2: GRPO's update plus the
-peer groups (issue 42, module docstring). A folder's states are not mixed across versions."""
+peer groups (module docstring). A folder's states are not mixed across versions."""
 MIN_SAMPLES = 16
 """Samples per prompt and arm the test needs at least (STUDY.md §3): 1 of 16 is a 6-point step."""
 VERDICT_INTERVAL = {
@@ -292,7 +294,7 @@ def update_adding_peers(run, name: str, own: list[RolloutGroup], peers: list[Rol
     With no peer group it is that update, bit for bit."""
     cfg, learner = run.cfg, run.learners[name]
     assert not any(g.is_peer for g in own) and all(g.is_peer for g in peers)
-    learner.set_learning_rate(step, cfg.steps)
+    loop.set_learning_rate(run, name, step)
     gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
     gs = run.rule.prepare(own)
     plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
@@ -308,18 +310,9 @@ def success_rates(run, learner, prompts: list[Prompt], samples: int, step: int) 
     seed of (run seed, step, p's id) in every arm."""
     if not prompts:
         return []
-    rc = run.cfg.rollout
     ids = [learner.codec.encode_prompt(p.problem) for p in prompts]
     seeds = [step_seed(run.cfg.seed, step, f"onestep/{learner.name}/{p.id}") for p in prompts]
-    out = learner.generate(
-        ids,
-        n=samples,
-        max_new_tokens=rc.max_new_tokens,
-        temperature=rc.temperature,
-        top_p=rc.top_p,
-        batch_size=rc.batch_size,
-        seeds=seeds,
-    )
+    out = learner.generate(ids, replace(rollout_sampling(run.cfg.rollout, seeds), n=samples))
     rewards, _ = run.grader.grade([s.text for ss in out for s in ss], [p.answer for p in prompts for _ in range(samples)])
     return [sum(rewards[i * samples : (i + 1) * samples]) / samples for i in range(len(prompts))]
 
@@ -327,16 +320,17 @@ def success_rates(run, learner, prompts: list[Prompt], samples: int, step: int) 
 def unseen_pool(cfg, train: list[Prompt], per_family: int = 64) -> dict[str, list[Prompt]]:
     """Per family of the training task, up to ``per_family`` distinct problems that are not training
     problems (drawn from the family's generator with its own seed; ``square`` has few problems)."""
-    ar, seen = cfg.data.arithmetic, {p.problem for p in train}
+    task, settings = require_families(cfg, "graft onestep (unseen prompts are drawn per family)")
+    seen = {p.problem for p in train}
     out: dict[str, list[Prompt]] = {}
-    for fam in dict.fromkeys(ar.families):
-        rng = random.Random(f"{ar.seed}/unseen/{fam}")
+    for fam in task.families(settings):
+        rng = random.Random(f"{settings.seed}/unseen/{fam}")
         found: list[Prompt] = []
         for _ in range(50 * per_family):
-            problem, answer = FAMILIES[fam](rng, ar.max_operand)
-            if problem not in seen:
+            problem, answer = task.draw(settings, fam, rng) or ("", "")
+            if problem and problem not in seen:
                 seen.add(problem)
-                found.append(Prompt(f"unseen-{fam}-{len(found):05d}", problem, str(answer)))
+                found.append(Prompt(f"unseen-{fam}-{len(found):05d}", problem, answer))
                 if len(found) == per_family:
                     break
         out[fam] = found
@@ -371,7 +365,7 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
 def _exchange_arms(run, groups: dict[str, list[RolloutGroup]], step: int) -> dict[str, ExchangeResult]:
     """The exchange of this state under the graft arm's admission and under ``admission=all``."""
     cfg = run.cfg
-    adv = (cfg.update.adv_eps, cfg.update.adv_std == "unbiased")
+    adv = adv_norm(cfg.update)
     return {
         arm: exchange_live(
             step,
@@ -494,6 +488,15 @@ def _link_tree(src: Path, dst: Path) -> None:
                 shutil.copy2(Path(root) / f, target / f)
 
 
+def _link_tree_file(src: Path, dst: Path) -> None:
+    """``dst`` a hard link to the file ``src`` (a copy where the file system has none)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def from_run_config(run_dir: Path, overrides: list[str]):
     """A finished GRPO run's config (its ``config.yaml`` plus ``overrides``); refused when the run exchanged."""
     path = run_dir / "config.yaml"
@@ -520,6 +523,11 @@ def measure_from_run(
         shutil.rmtree(scratch, ignore_errors=True)
         if ckpt is not None:
             _link_tree(ckpt, scratch / "checkpoints" / ckpt.name)
+            for name in ("metrics.jsonl", "audit.jsonl", "trajectories"):  # the history a resume checks is there
+                if (run_dir / name).is_dir():
+                    _link_tree(run_dir / name, scratch / name)
+                elif (run_dir / name).is_file():
+                    _link_tree_file(run_dir / name, scratch / name)
         cfg = load_config(
             run_dir / "config.yaml",
             [
@@ -650,10 +658,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _check_pair_task(cfg) -> None:
-    if cfg.data.train != "arithmetic" or not cfg.data.arithmetic.families:
-        raise ConfigError(
-            "graft onestep needs the procedural task with data.arithmetic.families (unseen prompts are drawn per family)"
-        )
+    require_families(cfg, "graft onestep (unseen prompts are drawn per family)")
     if len(cfg.models) != 2:
         raise ConfigError(f"graft onestep measures a pair; the config has {len(cfg.models)} models")
     kl = [m.name for m in cfg.models if m.kl_coef > 0]
@@ -705,7 +710,7 @@ def onestep_main(argv: list[str]) -> int:
     at = sorted(set(args.at))
     units = _units(args, out)
     out.mkdir(parents=True, exist_ok=True)
-    log = lambda s: print(f"[onestep] {s}", file=sys.stderr, flush=True)  # noqa: E731
+    log = lambda s: say(f"[onestep] {s}")  # noqa: E731
     command = ["graft", "onestep", *argv]
     invocation = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}/{os.getpid()}"
 

@@ -6,16 +6,15 @@ parser."""
 from __future__ import annotations
 
 import argparse
-import typing
 
-from graft.config import EvalConfig, ModelConfig
-from graft.registry import DOMAINS, ENGINES
+from graft.config import EvalConfig
+from graft.registry import DOMAINS, DTYPES as DTYPES_REGISTRY, ENGINES
 
 CONFIG_HELP = "a YAML config file, or the name of a packaged one (default, code, trio, baselines/grpo_n16, ...)"
 """What a command's config argument takes (:func:`graft.config.config_path`)."""
 OVERRIDES_HELP = "key=value overrides, e.g. steps=10 models.0.lr=2e-6"
 
-DTYPES = typing.get_args(typing.get_type_hints(ModelConfig)["dtype"])
+DTYPES = list(DTYPES_REGISTRY)
 """Weight dtypes a model can be evaluated or exported in: those of ``models.I.dtype``."""
 BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
 """Short names accepted by ``graft eval --data``; resolved to ``DATA_DIR/NAME.jsonl``."""
@@ -26,7 +25,7 @@ EVAL_MAX_NEW_TOKENS = 2048
 (the value used is :data:`graft.evaluation.evaluate.DEFAULT_MAX_NEW_TOKENS`; a test keeps the two equal)."""
 SAMPLE_SOURCES = ("train", "peer", "eval")
 """What ``graft samples --from`` reads: own rollouts, admitted peer responses, held-out responses."""
-SAMPLE_REWARDS = ("1", "0", "any")
+SAMPLE_REWARDS = ("both", "1", "0", "any")
 """``graft samples --reward`` choices."""
 
 
@@ -262,7 +261,7 @@ def samples_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="graft samples",
         description="Print a seeded random pick of a run's responses "
-        "(rewarded training rollouts by default): read what the model writes.",
+        "(training rollouts, half rewarded and half not, by default): read what the model writes.",
     )
     p.add_argument("run", help="a run folder (or a `graft eval` output folder with --from eval)")
     p.add_argument(
@@ -273,7 +272,12 @@ def samples_parser() -> argparse.ArgumentParser:
         help="train: own rollouts; peer: rollouts admitted from another model; eval: held-out responses",
     )
     p.add_argument("--model", help="train/eval: the writer; peer: the receiver (default: every model)")
-    p.add_argument("--reward", choices=SAMPLE_REWARDS, default="1", help="1: rewarded (default), 0: not rewarded, any")
+    p.add_argument(
+        "--reward",
+        choices=SAMPLE_REWARDS,
+        default="both",
+        help="both: half rewarded, half not (default); 1: rewarded only; 0: not rewarded only; any: drawn from all alike",
+    )
     p.add_argument("--steps", help="training steps, e.g. 13-18 (default: all)")
     p.add_argument("-n", type=int, default=12, help="how many to print (default 12)")
     p.add_argument("--seed", type=int, default=0, help="the draw's seed (default 0)")

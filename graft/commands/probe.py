@@ -47,10 +47,10 @@ from graft.algos.gating import gate_metrics
 from graft.commands.parsers import probe_parser
 from graft.config import ConfigError, load_config
 from graft.console import bars, quiet_bars
-from graft.data.arithmetic import family_of
 from graft.data.datasets import PromptSampler
+from graft.data.tasks import family_of, task_families
 from graft.domains.grading import load_data, make_grader
-from graft.exchange.common import complementarity, counts
+from graft.exchange.common import adv_norm, complementarity, counts
 from graft.exchange.handover import Scoring, hand_over
 from graft.exchange.live import exchange_live, select
 from graft.exchange.pairing import PairingWindow
@@ -128,7 +128,7 @@ def probe(
                 results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
                 if compat:
                     results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], cfg)
-    if cfg.data.train == "code_task" or (cfg.data.arithmetic.families and cfg.data.train == "arithmetic"):
+    if task_families(cfg) is not None:
         results["families"] = _by_family(groups)
     results |= _predictions(groups, cfg, learners or None, resamples, seed, batch_sizes)
     return results
@@ -287,7 +287,7 @@ def predict_exchange(
                 Scoring.of(cfg),
                 lambda peers: None,
                 gen,
-                (cfg.update.adv_eps, cfg.update.adv_std == "unbiased"),
+                adv_norm(cfg.update),
                 window,
             )
             step_rows = _exchanged_rows(res, ex.pairing)

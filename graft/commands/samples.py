@@ -8,7 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from graft.commands.parsers import samples_parser
-from graft.evaluation.samples import SamplesError, collect, format_sample, parse_steps, pick, run_domain
+from graft.domains.base import run_domain
+from graft.evaluation.samples import Sample, SamplesError, collect, format_sample, parse_steps, pick, pick_mixed, rewarded
 
 
 def samples_main(argv: list[str]) -> int:
@@ -19,20 +20,27 @@ def samples_main(argv: list[str]) -> int:
     if args.n < 0 or args.width < 2:
         raise SamplesError(f"-n must be >= 0 and --width >= 2 (got -n {args.n}, --width {args.width})")
     everything = collect(Path(args.run), args.source, args.model, parse_steps(args.steps), args.reward, args.data)
-    chosen = pick(everything, args.n, args.seed)
+    chosen = (pick_mixed if args.reward == "both" else pick)(everything, args.n, args.seed)
     domain = run_domain(Path(args.run))
     if args.json:
         for s in chosen:
             print(json.dumps(asdict(s) | {"flags": s.flags(domain)}))
         return 0
-    what = {"1": "rewarded ", "0": "unrewarded ", "any": ""}[args.reward]
+    what = {"1": "rewarded ", "0": "unrewarded ", "any": "", "both": ""}[args.reward]
     noun = {"train": "training rollouts", "peer": "admitted peer responses", "eval": "held-out responses"}[args.source]
     print(
         f"{len(chosen)} of {len(everything)} {what}{noun}"
         + (f" {'into' if args.source == 'peer' else 'of'} {args.model}" if args.model else "")
         + (f", steps {args.steps}" if args.steps else "")
+        + (_split(chosen, everything) if args.reward == "both" else "")
         + f" (seed {args.seed})"
     )
     for s in chosen:
         print(format_sample(s, domain, args.width))
     return 0
+
+
+def _split(chosen: list[Sample], everything: list[Sample]) -> str:
+    """``: 6 of 9 rewarded, 6 of 240 not``: how a mixed pick splits."""
+    good, all_good = (sum(rewarded(s.reward) for s in xs) for xs in (chosen, everything))
+    return f": {good} of {all_good} rewarded, {len(chosen) - good} of {len(everything) - all_good} not"

@@ -16,8 +16,12 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
 
-from graft.registry import FAMILIES, STYLES
+from graft.config.checks import check
+from graft.data.tasks import Task
+from graft.registry import FAMILIES, STYLES, TASKS
 from graft.types import Prompt
 
 OPS = ("+", "-", "*")
@@ -25,11 +29,17 @@ _WORDS = {"+": "plus", "-": "minus", "*": "times"}
 _LATEX = {"+": "+", "-": "-", "*": r"\times"}
 _UNICODE = {"+": "+", "-": "-", "*": "×"}
 
+STYLES.register("question", "What is {a} {op} {b}?")
+STYLES.register("times", "What is {a} {op_unicode} {b}?")
+STYLES.register("words", "What is {a} {op_word} {b}?")
+STYLES.register("compute", "Compute ${a} {op_latex} {b}$.")
+STYLES.register("calculate", "Calculate {a} {op} {b}.")
+
 DEFAULT_STYLE = "question"
 
 
 def format_problem(a: int, op: str, b: int, style: str = DEFAULT_STYLE) -> str:
-    """The problem text of ``a op b`` in ``style``: a name from :data:`STYLES` or a format
+    """The problem text of ``a op b`` in ``style``: a name from ``graft.registry.STYLES`` or a format
     string using the same fields (e.g. ``"Add {a} and {b}."``)."""
     template = STYLES.get(style, style)
     try:
@@ -122,100 +132,138 @@ def _ordered(rng: random.Random, lo: int, hi: int) -> tuple[int, int]:
     return (a, b) if a >= b else (b, a)
 
 
+@FAMILIES.register("add")
 def _fam_add(rng, m):
     a, b = _pair(rng, 0, m)
     return f"What is {a} + {b}?", a + b
 
 
+@FAMILIES.register("sub")
 def _fam_sub(rng, m):
     a, b = _ordered(rng, 0, m)
     return f"What is {a} - {b}?", a - b
 
 
+@FAMILIES.register("mul")
 def _fam_mul(rng, m):
     a, b = _pair(rng, 0, m)
     return f"What is {a} * {b}?", a * b
 
 
+@FAMILIES.register("words")
 def _fam_words(rng, m):
     a, b = _pair(rng, 0, m)
     op = rng.choice(("plus", "times"))
     return f"What is {a} {op} {b}?", a + b if op == "plus" else a * b
 
 
+@FAMILIES.register("latex")
 def _fam_latex(rng, m):
     a, b = _pair(rng, 0, m)
     op = rng.choice(("+", "\\times"))
     return f"Compute ${a} {op} {b}$.", a + b if op == "+" else a * b
 
 
+@FAMILIES.register("chain")
 def _fam_chain(rng, m):
     a, b, c = rng.randint(0, m), rng.randint(0, m), rng.randint(0, m)
     return f"What is {a} + {b} - {c}?", a + b - c
 
 
+@FAMILIES.register("story_add")
 def _fam_story_add(rng, m):
     a, b = _pair(rng, 1, m)
     return f"Sam has {a} marbles and finds {b} more. How many marbles does Sam have now?", a + b
 
 
+@FAMILIES.register("story_sub")
 def _fam_story_sub(rng, m):
     a, b = _ordered(rng, 1, m)
     return f"A shelf holds {a} books. {b} of them are taken away. How many books are left on the shelf?", a - b
 
 
+@FAMILIES.register("story_mul")
 def _fam_story_mul(rng, m):
     a, b = _pair(rng, 2, max(2, m // 2))
     return f"There are {a} bags with {b} apples in each bag. How many apples are there in total?", a * b
 
 
+@FAMILIES.register("spelled")
 def _fam_spelled(rng, m):
     a, b = _pair(rng, 0, min(m, 99))
     return f"What is {number_words(a)} plus {number_words(b)}?", a + b
 
 
+@FAMILIES.register("big_add")
 def _fam_big_add(rng, m):
     a, b = _pair(rng, 100, 999)
     return f"What is {a} + {b}?", a + b
 
 
+@FAMILIES.register("div")
 def _fam_div(rng, m):
     b, q = rng.randint(2, 12), rng.randint(2, max(2, m))
     return f"What is {b * q} divided by {b}?", q
 
 
+@FAMILIES.register("mod")
 def _fam_mod(rng, m):
     a, b = rng.randint(10, max(10, 3 * m)), rng.randint(2, 9)
     return f"What is the remainder when {a} is divided by {b}?", a % b
 
 
+@FAMILIES.register("square")
 def _fam_square(rng, m):
     a = rng.randint(0, 2 * m)
     return f"What is {a} squared?", a * a
 
 
+@FAMILIES.register("next")
 def _fam_next(rng, m):
     a = rng.randint(10, 999)
     return f"What number comes right after {a}?", a + 1
 
 
+@FAMILIES.register("double")
 def _fam_double(rng, m):
     a = rng.randint(0, 5 * m)
     return f"What is twice {a}?", 2 * a
 
 
+@FAMILIES.register("max")
 def _fam_max(rng, m):
     a, b = rng.sample(range(0, 10 * m + 1), 2)
     return f"Which number is larger: {a} or {b}?", max(a, b)
 
 
+_NUMBER_WORD = {number_words(n): n for n in range(1000)}
+_NUMBER_WORDS = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _NUMBER_WORD), key=len, reverse=True)) + r")\b")
+_IMPLIED_OPERAND = (
+    ("squared", lambda ints: ints + ints),
+    ("twice", lambda ints: [*ints, 2]),
+    ("right after", lambda ints: [*ints, 1]),
+)
+"""Wordings whose computation has an operand the text does not write: ``a squared`` is a × a, ``twice a`` is
+2 × a, ``the number right after a`` is a + 1."""
+
+
 def problem_key(problem: str, answer: object) -> tuple:
-    """What makes two problems the same computation, whatever their wording: the integers they are written with
-    (in any order) and the answer (``"What is 6 + 4?"``, ``"Compute $4 + 6$."`` and ``"A box has 6 eggs; 4 more
-    come."`` -> ``((4, 6), "10")``); a problem without digits (``spelled``) is its lower-cased, whitespace-collapsed
-    text. Held-out splits are kept apart from training and from each other by this key."""
-    ints = tuple(sorted(int(x) for x in re.findall(r"\d+", problem)))
-    return (ints, str(answer)) if ints else (" ".join(problem.lower().split()),)
+    """What makes two problems the same computation, whatever their wording: the operands, in any order, and the
+    answer. Numbers written as words count (``"What is nine plus zero?"`` is ``"What is 0 + 9?"``), and so does an
+    operand the wording implies (:data:`_IMPLIED_OPERAND`: ``"What is 17 squared?"`` is ``"Compute $17 \\times
+    17$."``). ``"What is 13 * 14?"``, ``"Compute $14 \\times 13$."`` and ``"There are 13 bags with 14 apples in each
+    bag. ..."`` -> ``((13, 14), "182")``. Two computations with the same operands and answer but different operations
+    (``2 + 2``, ``2 * 2``) share a key: splits kept apart by it lose a few candidates, never keep a repeat. A problem
+    with no number is its lower-cased, whitespace-collapsed text. Held-out splits are kept apart from training and
+    from each other by this key."""
+    text = " ".join(problem.lower().split())
+    ints = [int(x) for x in re.findall(r"\d+", _NUMBER_WORDS.sub(lambda m: str(_NUMBER_WORD[m.group(1)]), text))]
+    if not ints:
+        return (text,)
+    for phrase, complete in _IMPLIED_OPERAND:
+        if phrase in text:
+            ints = complete(ints)
+    return (tuple(sorted(ints)), str(answer))
 
 
 def make_families(
@@ -256,6 +304,86 @@ def make_families(
     return out
 
 
-def family_of(prompt_id: str) -> str:
-    """The family name in a :func:`make_families` id (``story_add-00017`` -> ``story_add``)."""
-    return prompt_id.rsplit("-", 1)[0]
+@dataclass
+class ArithmeticConfig:
+    """Settings of the procedural arithmetic task."""
+
+    num_prompts: int = 512
+    """How many distinct problems the procedural task generates."""
+    max_operand: int = 30
+    """Operands are drawn from [0, max_operand]."""
+    ops: list[str] = field(default_factory=lambda: ["+", "-", "*"])
+    """Operators to draw from."""
+    seed: int = 1234
+    """Seed of the generator; the same seed gives the same problems and ids."""
+    style: str = "question"
+    """Problem phrasing: a name from ``graft.registry.STYLES`` or a format string with ``{a}`` and ``{b}``."""
+    families: list[str] | None = None
+    """A mixture of problem families (``graft.registry.FAMILIES``: add, story_mul, spelled, ...):
+    prompt i comes from ``families[i % len(families)]`` (name a family twice for twice the share), with
+    ids ``FAMILY-00017``. ``None``: single-step ``a op b`` problems from ``ops`` and ``style``."""
+
+    def __post_init__(self) -> None:
+        check(self.num_prompts > 0, "num_prompts", f"must be positive, got {self.num_prompts}")
+        check(
+            self.families is None or (len(self.families) > 0 and set(self.families) <= set(FAMILIES)),
+            "families",
+            f"must be a non-empty list of {', '.join(FAMILIES)}; got {self.families}",
+        )
+        check(self.max_operand >= 0, "max_operand", f"must be >= 0, got {self.max_operand}")
+        check(
+            set(self.ops) <= {"+", "-", "*"} and len(self.ops) > 0, "ops", f"must be a non-empty subset of + - *, got {self.ops}"
+        )
+        template = STYLES.get(self.style, self.style)
+        try:
+            fits = (
+                "{a}" in template
+                and "{b}" in template
+                and bool(template.format(a=1, b=2, op="+", op_word="plus", op_latex="+", op_unicode="+"))
+            )
+        except (KeyError, IndexError, ValueError):
+            fits = False
+        check(
+            fits,
+            "style",
+            f"unknown arithmetic style {self.style!r}: use one of {', '.join(STYLES)} or a format "
+            "string with {a} and {b} (and optionally {op}, {op_word}, {op_latex}, {op_unicode})",
+        )
+
+
+class ArithmeticTask(Task):
+    """``data.train: arithmetic``: single-step ``a op b`` problems in a style, or a mixture of problem families."""
+
+    settings = ArithmeticConfig
+
+    def rows(self, settings: ArithmeticConfig) -> list[dict]:
+        if settings.families:
+            prompts = make_families(settings.num_prompts, settings.families, settings.max_operand, settings.seed)
+        else:
+            prompts = make_arithmetic(settings.num_prompts, settings.max_operand, settings.ops, settings.seed, settings.style)
+        return [vars(p) for p in prompts]
+
+    def families(self, settings: ArithmeticConfig) -> list[str]:
+        return list(dict.fromkeys(settings.families or []))
+
+    def draw(self, settings: ArithmeticConfig, family: str, rng: random.Random) -> tuple[str, str]:
+        problem, answer = FAMILIES[family](rng, settings.max_operand)
+        return problem, str(answer)
+
+    def key(self, problem: str, answer: str) -> Hashable:
+        return problem_key(problem, answer)
+
+    def held_out(self, settings: ArithmeticConfig, count: int, scale: int, seed: int, taken: set) -> list[Prompt]:
+        return make_families(count, settings.families or [], settings.max_operand * scale, seed, exclude=taken, key=problem_key)
+
+    def check(self, cfg: Any) -> None:
+        n = cfg.data.tasks[self.name].num_prompts
+        check(
+            cfg.batch_prompts <= n,
+            "batch_prompts",
+            f"{cfg.batch_prompts} exceeds the {n} prompts of the arithmetic task (data.arithmetic.num_prompts): "
+            "a batch would repeat prompts",
+        )
+
+
+TASKS.register("arithmetic", ArithmeticTask())

@@ -48,7 +48,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from graft.data.arithmetic import family_of
+from graft.config.checks import check
+from graft.data.tasks import Task, family_of
+from graft.registry import TASKS
 
 Args = tuple
 """The arguments of one call."""
@@ -883,3 +885,54 @@ def solution(row: dict) -> str:
     """A correct response to ``row``: its reference solution as a fenced python block (``add_7`` ->
     ``"```python\\ndef add_7(x):\\n    return x + 7\\n```"``)."""
     return f"```python\n{spec_of(row).source}```"
+
+
+@dataclass
+class CodeTaskConfig:
+    """Settings of the procedural code task (``train: code_task``, with ``reward.domain: code``)."""
+
+    num_prompts: int = 512
+    """How many distinct function-writing problems the procedural code task generates."""
+    seed: int = 1234
+    """Seed of the generator; the same seed gives the same problems, tests and ids."""
+    families: list[str] | None = None
+    """Problem families (graft/data/code_task.py ``CODE_FAMILIES``: add, reverse, list_stat, ...): prompt i comes
+    from ``families[i % len(families)]``; ``None``: every family but ``factorial``."""
+    tests_per_prompt: int = TESTS_PER_PROMPT
+    """Hidden ``assert f(x) == y`` tests per problem (never the example the problem text shows): each family's edge
+    classes first, then random inputs. 12 is the fewest that reject every wrong program of the mutant suite on every
+    row (``results/code/kill_rates.md``)."""
+    fresh_tests: int = FRESH_TESTS
+    """Held-out tests per problem on inputs drawn afresh from its family: never in the reward, run on rewarded
+    programs only (status and monitor flag ``holdout_fail``: a program that fits the tests without solving the
+    problem). 0: none."""
+
+    def __post_init__(self) -> None:
+        check(self.num_prompts > 0, "num_prompts", f"must be positive, got {self.num_prompts}")
+        check(self.families is None or len(self.families) > 0, "families", "must name at least one family (or be null)")
+        check(self.tests_per_prompt >= 1, "tests_per_prompt", f"must be >= 1, got {self.tests_per_prompt}")
+        check(self.fresh_tests >= 0, "fresh_tests", f"must be >= 0, got {self.fresh_tests}")
+
+
+class CodeTask(Task):
+    """``data.train: code_task``: write one small Python function, graded by hidden tests (``reward.domain: code``)."""
+
+    settings = CodeTaskConfig
+
+    def rows(self, settings: CodeTaskConfig) -> list[dict]:
+        return make_code_task(
+            settings.num_prompts, settings.seed, settings.families, settings.tests_per_prompt, settings.fresh_tests
+        )
+
+    def families(self, settings: CodeTaskConfig) -> list[str]:
+        return list(dict.fromkeys(settings.families or DEFAULT_FAMILIES))
+
+    def check(self, cfg: Any) -> None:
+        check(
+            cfg.reward.domain == "code" or bool(cfg.reward.function),
+            "reward.domain",
+            f"is {cfg.reward.domain!r} but data.train=code_task has tests, not answers: set reward.domain=code",
+        )
+
+
+TASKS.register("code_task", CodeTask())

@@ -10,10 +10,8 @@ Sources (``DataConfig.train`` / ``val``):
   written (no type guessing: ids ``007`` and ``7`` stay apart, an answer ``1.50`` stays ``1.50``).
 * ``hub:NAME[:split]`` — a Hugging Face dataset (split defaults to ``train``). Hub datasets rarely have an ``id``
   column: ``unique_id`` is used when present, else ``NAME:split:ROW`` (0-based row).
-* ``arithmetic`` — the procedural task (:mod:`graft.data.arithmetic`) from an
-  :class:`~graft.config.ArithmeticConfig` (its optional ``style`` field picks the phrasing).
-* ``code_task`` — the procedural code task (:mod:`graft.data.code_task`: write one small Python function; hidden
-  ``assert`` tests) from a :class:`~graft.config.CodeTaskConfig`.
+* the name of a procedural task (:mod:`graft.data.tasks`: ``arithmetic``, ``code_task``, ...) — its prompts, made
+  from its settings section (``tasks[NAME]``, the config's ``data.NAME``; its defaults when not given).
 
 Columns: graft's names are ``id``, ``problem``, ``answer``, ``tests``, ``entry_point``; ``fields``
 (``data.fields``) maps them onto a file's own columns (``{"problem": "question"}``). Every other column is kept:
@@ -39,10 +37,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from graft.config import ArithmeticConfig, CodeTaskConfig
-from graft.data.arithmetic import make_arithmetic, make_families
-from graft.data.code_task import make_code_task
 from graft.errors import UserError
+from graft.registry import BAD_ROWS, TASKS, UnknownName
 from graft.types import Prompt
 
 
@@ -65,15 +61,28 @@ GRAFT_FIELDS = ("id", "problem", "answer", "tests", "entry_point")
 # ----------------------------------------------------------------------------- loading
 
 
+@BAD_ROWS.register("error")
+def refuse_bad_row(e: RowError, where: str, skip_hint: str, stats: dict) -> None:
+    """``error``: the row stops the load, its location, its fault and ``skip_hint`` in one line."""
+    hint = f" ({skip_hint})" if skip_hint else ""
+    raise DataError(f"{where}: {e.detail}{hint}") from None
+
+
+@BAD_ROWS.register("skip")
+def skip_bad_row(e: RowError, where: str, skip_hint: str, stats: dict) -> None:
+    """``skip``: the row is left out and counted by its reason."""
+    stats["skipped"] += 1
+    stats["skipped_reasons"][e.reason] = stats["skipped_reasons"].get(e.reason, 0) + 1
+
+
 def load_prompts(
     spec: str,
     on_bad_row: str = "error",
-    arithmetic: Any = None,
+    tasks: Mapping[str, Any] | None = None,
     limit: int | None = None,
     skip_hint: str = "set data.on_bad_row=skip to skip bad rows",
     fields: Mapping[str, str] | None = None,
     reference: Callable[[Mapping[str, Any]], str] | None = None,
-    code_task: Any = None,
 ) -> tuple[list[Prompt], dict]:
     """Prompts of ``spec`` and load statistics.
 
@@ -84,15 +93,18 @@ def load_prompts(
     ``duplicate_id`` (and the reference's own). A bad row under ``on_bad_row="error"`` raises a :class:`DataError`
     naming the file and line, followed by ``skip_hint`` in parentheses (the caller's own switch; empty: no hint).
     ``fields``: graft name -> the file's column (:data:`GRAFT_FIELDS`); ``reference``: ``row -> text`` the grader
-    compares against (raises :class:`RowError`; default: :func:`answer_text` of the row's ``answer``).
+    compares against (raises :class:`RowError`; default: :func:`answer_text` of the row's ``answer``); ``tasks``:
+    task name -> settings of the procedural tasks (``DataConfig.tasks``; a task not in it runs on its defaults).
     """
-    if on_bad_row not in ("error", "skip"):
-        raise DataError(f"on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")
+    try:
+        bad_row = BAD_ROWS[on_bad_row]
+    except UnknownName as e:
+        raise DataError(f"on_bad_row: {e}") from None
     if limit is not None and limit <= 0:
         raise DataError(f"limit must be positive, got {limit}")
     spec = str(spec).strip()
     stats: dict = {"source": spec, "rows": 0, "prompts": 0, "skipped": 0, "skipped_reasons": {}}
-    where, rows, fields = _source_rows(spec, dict(fields or {}), arithmetic, code_task)
+    where, rows, fields = _source_rows(spec, dict(fields or {}), tasks or {})
 
     prompts: list[Prompt] = []
     seen: dict[str, str] = {}
@@ -105,11 +117,7 @@ def load_prompts(
             if p.id in seen:
                 raise RowError("duplicate_id", f"duplicate id {p.id!r} (first at {seen[p.id]})")
         except RowError as e:
-            if on_bad_row == "error":
-                hint = f" ({skip_hint})" if skip_hint else ""
-                raise DataError(f"{where}, {loc}: {e.detail}{hint}") from None
-            stats["skipped"] += 1
-            stats["skipped_reasons"][e.reason] = stats["skipped_reasons"].get(e.reason, 0) + 1
+            bad_row(e, f"{where}, {loc}", skip_hint, stats)
             continue
         seen[p.id] = loc
         prompts.append(p)
@@ -125,30 +133,28 @@ def load_prompts(
 
 
 def _source_rows(
-    spec: str, fields: dict[str, str], arithmetic: Any, code_task: Any
+    spec: str, fields: dict[str, str], tasks: Mapping[str, Any]
 ) -> tuple[str, Iterable[tuple[str, Any]], dict[str, str]]:
     """``(where, rows, fields)`` of a source: its name in messages, its ``(location, row)`` pairs, and the column
     mapping that applies (none for the procedural tasks, whose rows carry graft's names)."""
     bad = [k for k in fields if k not in GRAFT_FIELDS]
     if bad:
         raise DataError(f"data.fields: {bad[0]!r} is not a graft field; map {', '.join(GRAFT_FIELDS)}")
-    if spec == "arithmetic":
-        return "arithmetic", ((p.id, vars(p)) for p in _arithmetic(arithmetic)), {}
-    if spec == "code_task":
-        return "code_task", ((r["id"], r) for r in _code_task(code_task)), {}
+    if spec in TASKS:
+        return spec, ((r["id"], r) for r in _task_rows(spec, tasks)), {}
     if spec.startswith("hub:"):
         return (*_hub_rows(spec), fields)
     return (*_file_rows(spec), fields)
 
 
-def _arithmetic(cfg: ArithmeticConfig | None) -> list[Prompt]:
-    cfg = cfg or ArithmeticConfig()
+def _task_rows(name: str, tasks: Mapping[str, Any]) -> list[dict]:
+    """The rows of the procedural task ``name`` under its settings (its defaults when ``tasks`` has none)."""
+    task = TASKS[name]
+    settings = tasks.get(name) or (task.settings() if task.settings is not None else None)
     try:
-        if cfg.families:
-            return make_families(cfg.num_prompts, cfg.families, cfg.max_operand, cfg.seed)
-        return make_arithmetic(cfg.num_prompts, cfg.max_operand, cfg.ops, cfg.seed, style=cfg.style)
+        return task.rows(settings)
     except ValueError as e:
-        raise DataError(f"data.arithmetic: {e}") from None
+        raise DataError(f"data.{name}: {e}") from None
 
 
 DATASETS_SUFFIXES = {".csv": "csv", ".tsv": "csv", ".json": "json"}
@@ -221,14 +227,6 @@ def _saved_dataset_rows(folder: Path, split: str | None) -> Iterator[tuple[str, 
     elif split:
         raise DataError(f"{folder}: a single dataset without splits; drop ':{split}'")
     return ((f"row {i + 1}", rec) for i, rec in enumerate(ds))
-
-
-def _code_task(cfg: CodeTaskConfig | None) -> list[dict]:
-    cfg = cfg or CodeTaskConfig()
-    try:
-        return make_code_task(cfg.num_prompts, cfg.seed, cfg.families, cfg.tests_per_prompt, cfg.fresh_tests)
-    except ValueError as e:
-        raise DataError(f"data.code_task: {e}") from None
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ import torch
 
 from graft.config import ConfigError, ModelConfig, RayConfig, ResourceConfig
 from graft.errors import UserError
+from graft.signals import blocked, ignore_stop_signals
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -83,7 +86,7 @@ class RayWorkers:
                 f"ray.actor_timeout_s={self.timeout:.0f}s (cluster resources: {ray.cluster_resources()}); "
                 f"lower ray.resources.{cfg.name}.num_workers / num_gpus or add nodes"
             )
-        actor_cls = ray.remote(worker_cls)
+        actor_cls = ray.remote(_actor_class(worker_cls))
         thr = threads or max(1, int(resources.num_cpus))
         # a worker's stderr is a log: no download / weight-loading bars of the hub and transformers
         env = {"OMP_NUM_THREADS": str(thr), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
@@ -199,6 +202,20 @@ class RayWorkers:
         return f"RayWorkers({self.name!r}, size={self.size})"
 
 
+def _actor_class(worker_cls: type) -> type:
+    """``worker_cls`` as a Ray actor under graft's stop protocol (:mod:`graft.signals`): it ignores the stop signals
+    (Ray's own SIGTERM handler would exit at once, mid-step) and is stopped by the driver (``ray.kill``)."""
+
+    class Actor(worker_cls):
+        def __init__(self, *args, **kwargs) -> None:
+            if threading.current_thread() is threading.main_thread():  # a plain actor is built on its main thread
+                ignore_stop_signals()
+            super().__init__(*args, **kwargs)
+
+    Actor.__name__ = Actor.__qualname__ = worker_cls.__name__
+    return Actor
+
+
 def _first_line(e: BaseException) -> str:
     s = str(e).strip().splitlines()
     return s[0][:300] if s else type(e).__name__
@@ -234,14 +251,20 @@ def init_ray(ray_cfg: RayConfig, needed_cpus: float = 0.0, needed_gpus: float = 
     for var in ("GRAFT_CACHE", "HF_HOME", "HF_HUB_OFFLINE"):
         if os.environ.get(var):
             env["env_vars"][var] = os.environ[var]
-    if ray_cfg.address:
-        ray.init(address=ray_cfg.address, runtime_env=env, log_to_driver=True)
-    else:
+    kwargs: dict[str, Any] = {"address": ray_cfg.address, "runtime_env": env, "log_to_driver": True}
+    if not ray_cfg.address:
         cpus = max(float(os.cpu_count() or 1), needed_cpus)
-        kwargs: dict[str, Any] = {"num_cpus": int(math.ceil(cpus)), "include_dashboard": False, "runtime_env": env}
+        kwargs = {"num_cpus": int(math.ceil(cpus)), "include_dashboard": False, "runtime_env": env}
         if needed_gpus and not torch.cuda.is_available():
             raise ConfigError(
                 f"the configured Ray workers request {needed_gpus} GPU(s) but this machine has none "
                 "(set ray.address to a cluster with GPUs, or num_gpus: 0)"
             )
+    # A local Ray's processes start with the stop signals blocked (a group signal must not end them), and
+    # ray.init's SIGTERM handler, which exits at once, gives way to the one this process had.
+    main = threading.current_thread() is threading.main_thread()
+    with blocked():
+        previous = signal.getsignal(signal.SIGTERM)
         ray.init(**kwargs)
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -17,8 +17,9 @@ A :class:`Domain` owns everything about one kind of task, in one module:
 - **start-up**: ``start``, an optional check run before grading starts (the code domain: is its sandbox strong
   enough here), which returns the line a run prints and records about how it grades.
 
-Adding a domain: a module with a ``Domain`` instance and one line in :data:`graft.registry.DOMAINS` (or, with
-no edit of graft, ``reward.domain: path/to/file.py:MY_DOMAIN``).
+Adding a domain: a module in graft/domains/ with ``DOMAINS.register("name", Domain(...))`` (:data:`graft.registry.DOMAINS`),
+or, with no edit of graft, the same call in your own code before the config loads, or ``reward.domain:
+path/to/file.py:MY_DOMAIN``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from graft.config import upgrade_tree
 from graft.data.datasets import RowError, answer_text
@@ -41,8 +45,6 @@ class DomainError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class Domain:
-    name: str
-    """The name ``reward.domain`` uses."""
     verify_fn: str
     """``"module:function"``: ``(response, reference, **settings) -> (reward in [0, 1], status)``, run in the
     grader's workers under ``reward.timeout_s``."""
@@ -63,6 +65,9 @@ class Domain:
     """``(response, problem, reference) -> {flag: bool}`` for every name of ``flags``."""
     settings_from: Callable[[Any], dict[str, Any]] | None = None
     """``RewardConfig -> keyword arguments`` of every ``verify_fn`` call (the ``reward.*`` settings it reads)."""
+    rewardable: Callable[[str], bool] | None = None
+    """Whether any response can score on a reference (``None``: not checked). Training data whose references fail it
+    is said in one warning line: those prompts can only ever score 0 (the number domain's ``twelve``, ``nan``)."""
     keeps_lines: bool = False
     """A response's line breaks and indentation carry meaning (a program): ``graft samples`` prints it line by line
     instead of collapsing its whitespace."""
@@ -74,6 +79,9 @@ class Domain:
     """``RewardConfig -> one line``, run before grading starts (:func:`graft.domains.grading.grading_note`): raises a
     one-line :class:`graft.errors.UserError` when the domain cannot grade safely here, else says how it grades
     (printed when a grader starts, recorded in a run's ``config.yaml``)."""
+    name: str = ""
+    """The name ``reward.domain`` uses: given by ``DOMAINS.register("name", Domain(...))``; a domain named by its
+    ``"module:ATTR"`` keeps the name it was built with."""
 
     def reference(self, row: Mapping[str, Any]) -> str:
         """The reference text of a data row (graft's field names); raises :class:`graft.data.datasets.RowError`."""
@@ -133,6 +141,16 @@ def load_domain(name: str) -> Domain:
     if not isinstance(obj, Domain):
         raise DomainError(f"reward.domain: {name!r} is a {type(obj).__name__}, not a graft.domains.Domain")
     return obj
+
+
+def run_domain(run_dir: str | Path) -> Domain:
+    """The domain a run folder trained with: its ``config.yaml``'s ``reward.domain`` (:func:`config_domain`; ``math``
+    when the folder holds no readable config)."""
+    try:
+        tree = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        tree = {}
+    return config_domain(tree if isinstance(tree, dict) else {})
 
 
 def config_domain(tree: Mapping[str, Any]) -> Domain:

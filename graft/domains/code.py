@@ -23,6 +23,7 @@ from typing import Any
 
 from graft.data.datasets import RowError
 from graft.domains.base import Domain
+from graft.registry import DOMAINS
 from graft.reward import code_monitor, verifier
 from graft.reward.code import HOLDOUT_FAIL, code_reference, describe_isolation
 
@@ -83,18 +84,20 @@ def _settings(reward: Any) -> dict[str, Any]:
     }
 
 
-CODE = Domain(
-    name="code",
-    verify_fn="graft.reward.code:verify_code",
-    instruction=INSTRUCTION,
-    fewshot=FEWSHOT_EXAMPLES,
-    reference_fields=("tests", "entry_point"),
-    flags=(*code_monitor.CODE_FLAGS, HOLDOUT_FAIL),
-    status_flags=(HOLDOUT_FAIL,),
-    flag_fn=_flags,
-    quick=_quick,
-    make_reference=_reference,
-    settings_from=_settings,
-    keeps_lines=True,
-    start=describe_isolation,
+CODE = DOMAINS.register(
+    "code",
+    Domain(
+        verify_fn="graft.reward.code:verify_code",
+        instruction=INSTRUCTION,
+        fewshot=FEWSHOT_EXAMPLES,
+        reference_fields=("tests", "entry_point"),
+        flags=(*code_monitor.CODE_FLAGS, HOLDOUT_FAIL),
+        status_flags=(HOLDOUT_FAIL,),
+        flag_fn=_flags,
+        quick=_quick,
+        make_reference=_reference,
+        settings_from=_settings,
+        keeps_lines=True,
+        start=describe_isolation,
+    ),
 )

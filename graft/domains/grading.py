@@ -14,16 +14,43 @@ from typing import Any
 from graft.config import Config, RewardConfig
 from graft.data.datasets import load_prompts
 from graft.domains.base import Domain, load_domain
-from graft.reward.functions import FunctionGrader, row_reference
+from graft.reward.functions import FunctionGrader, code_digest, row_reference
 from graft.reward.grader import Grader
 from graft.types import Prompt
 
-__all__ = ["grading_note", "load_data", "make_grader", "reference_of", "task_domain"]
+__all__ = ["grading_note", "load_data", "make_grader", "reference_of", "reward_code", "task_domain", "unrewardable"]
 
 
 def task_domain(reward: RewardConfig) -> Domain:
     """The domain ``reward.domain`` names (a one-line :class:`~graft.domains.base.DomainError` if none)."""
     return load_domain(reward.domain)
+
+
+def reward_code(reward: RewardConfig) -> dict[str, str]:
+    """The sha256 of the user's own code that decides the reward (:func:`graft.reward.functions.code_digest`): every
+    ``reward.function`` and, for a domain of the user's, its module and its verify function's module, keyed by the
+    field (``reward.function.0``, ``reward.domain``, ``reward.domain.verify_fn``); graft's own code is left out. A run
+    records it in every checkpoint and refuses to resume on other code. A missing file or module is a one-line
+    error here, before any model loads."""
+    specs = {f"reward.function.{i} ({f})": f for i, f in enumerate(reward.function)}
+    if ":" in reward.domain:
+        specs[f"reward.domain ({reward.domain})"] = reward.domain
+    specs[f"reward.domain.verify_fn ({task_domain(reward).verify_fn})"] = task_domain(reward).verify_fn
+    return {key: digest for key, spec in specs.items() if (digest := code_digest(spec, key.split(" ")[0])) is not None}
+
+
+def unrewardable(reward: RewardConfig, prompts: list[Prompt], key: str) -> str | None:
+    """A one-line warning naming the prompts (data set ``key``) whose reference no response can ever score on under
+    ``reward``'s domain (:attr:`Domain.rewardable`: the number domain's ``twelve``, ``nan``, ``1e999``), or None."""
+    check = None if reward.function else task_domain(reward).rewardable
+    bad = [p for p in prompts if check is not None and not check(p.answer)]
+    if not bad:
+        return None
+    shown = ", ".join(f"{p.answer[:20]!r} (id {p.id})" for p in bad[:3]) + (", ..." if len(bad) > 3 else "")
+    return (
+        f"warning: {key}: {len(bad)} of {len(prompts)} rows have an answer the {reward.domain} domain can never reward "
+        f"({shown}); those prompts can only score 0"
+    )
 
 
 def reference_of(reward: RewardConfig) -> Callable[[Mapping[str, Any]], str]:
@@ -52,7 +79,12 @@ def make_grader(reward: RewardConfig, workers: int | None = None, timeout_s: flo
     workers = reward.workers if workers is None else workers
     if reward.function:
         return FunctionGrader(
-            reward.function, reward.weights, reward.function_timeout_s, reward.on_error, workers=min(workers, 1)
+            reward.function,
+            reward.weights,
+            reward.function_timeout_s,
+            reward.on_error,
+            workers=min(workers, 1),
+            memory_mb=reward.function_memory_mb,
         )
     domain = task_domain(reward)
     return Grader(
@@ -76,10 +108,9 @@ def load_data(
     return load_prompts(
         spec,
         on_bad_row or cfg.data.on_bad_row,
-        cfg.data.arithmetic,
+        cfg.data.tasks,
         limit,
         skip_hint,
         fields=cfg.data.fields,
         reference=reference_of(cfg.reward),
-        code_task=cfg.data.code_task,
     )

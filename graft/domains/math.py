@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from graft.domains.base import Domain
+from graft.registry import DOMAINS
 from graft.reward import shortcuts, verifier, worker
 
 FEWSHOT_EXAMPLES: tuple[tuple[str, str], ...] = (
@@ -48,26 +49,31 @@ def _flags(response: str, problem: str, reference: str) -> dict[str, bool]:
     return shortcuts.answer_flags(response, problem, WORKED_EQUATIONS)
 
 
-MATH = Domain(
-    name="math",
-    verify_fn=worker.DEFAULT_VERIFY_FN,
-    instruction=INSTRUCTION,
-    fewshot=FEWSHOT_EXAMPLES,
-    flags=shortcuts.FLAGS,
-    flag_fn=_flags,
-    quick=functools.partial(verifier.quick_verify, number_only=False),
+MATH = DOMAINS.register(
+    "math",
+    Domain(
+        verify_fn=worker.DEFAULT_VERIFY_FN,
+        instruction=INSTRUCTION,
+        fewshot=FEWSHOT_EXAMPLES,
+        flags=shortcuts.FLAGS,
+        flag_fn=_flags,
+        quick=functools.partial(verifier.quick_verify, number_only=False),
+    ),
 )
 """The last box is equivalent to the reference by ``math_verify`` (MATH-style answers: fractions, radicals,
 intervals)."""
 
-NUMBER = Domain(
-    name="number",
-    verify_fn=worker.NUMBER_VERIFY_FN,
-    instruction=INSTRUCTION,
-    fewshot=FEWSHOT_EXAMPLES,
-    flags=shortcuts.FLAGS,
-    flag_fn=_flags,
-    quick=functools.partial(verifier.quick_verify, number_only=True),
+NUMBER = DOMAINS.register(
+    "number",
+    Domain(
+        verify_fn=worker.NUMBER_VERIFY_FN,
+        instruction=INSTRUCTION,
+        fewshot=FEWSHOT_EXAMPLES,
+        flags=shortcuts.FLAGS,
+        flag_fn=_flags,
+        quick=functools.partial(verifier.quick_verify, number_only=True),
+        rewardable=lambda reference: verifier.exact_number(reference) is not None,
+    ),
 )
 """As ``math``, and the box must hold a number written out: restating an arithmetic question in the box
 (``\\boxed{27*18}``) or hedging over several boxes scores 0 (:func:`graft.reward.verifier.verify_number`)."""

@@ -40,11 +40,12 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from graft.config import ConfigError, load_config
-from graft.data.arithmetic import FAMILIES
+from graft.config.coerce import build
 from graft.domains.base import config_domain
 from graft.evaluation.evaluate import best_checkpoint, json_clean
 from graft.evaluation.metrics import complementarity_counts
 from graft.exchange.kinds import ExchangeDescription, describe_exchange
+from graft.registry import TASKS
 from graft.reward.shortcuts import FLAGS, chance_level
 from graft.storage.trajectory_store import TrajectoryStore
 
@@ -418,16 +419,24 @@ def reward_monitor(
 
 def families_chance(cfg: dict) -> dict[str, float]:
     """Chance level of every family of a run's procedural task (its config dict): the mean over 400 draws
-    of the family's generator (repeats allowed: ``square`` has only 2 x max_operand + 1 problems)."""
-
-    arith = (cfg.get("data") or {}).get("arithmetic") or {}
-    if (cfg.get("data") or {}).get("train") != "arithmetic" or not arith.get("families"):
+    of the family's generator (repeats allowed: ``square`` has only 2 x max_operand + 1 problems); empty for a task
+    that cannot draw (:meth:`graft.data.tasks.Task.draw`) and for data files."""
+    data = cfg.get("data") or {}
+    train = data.get("train")
+    if not isinstance(train, str) or train not in TASKS or TASKS[train].settings is None:
+        return {}
+    task = TASKS[train]
+    try:
+        settings = build(task.settings, data.get(train) or {}, f"data.{train}")
+    except ConfigError:
         return {}
     out = {}
-    for fam in dict.fromkeys(arith["families"]):
+    for fam in task.families(settings):
         rng = random.Random(0)
-        draws = [FAMILIES[fam](rng, int(arith.get("max_operand", 20))) for _ in range(400)]
-        out[fam] = sum(chance_level(q, str(a)) for q, a in draws) / len(draws)
+        draws = [task.draw(settings, fam, rng) for _ in range(400)]
+        if any(d is None for d in draws):
+            return {}
+        out[fam] = sum(chance_level(q, a) for q, a in draws if q) / len(draws)
     return out
 
 
@@ -532,7 +541,7 @@ def _median(xs: Sequence[float]) -> float | None:
 
 
 def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
-    """Did the exchange happen, and what limited it (issue 20 §3), from the audit log and metrics of one direction.
+    """Did the exchange happen, and what limited it, from the audit log and metrics of one direction.
 
     Balancing: steps where this direction had candidates but the balanced m was 0 (the other direction had
     none). Gate: transferred vs admitted responses, correct (graded by the source) and not. Drift: the median
@@ -582,7 +591,7 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
 
 def treatment_lines(tr: dict[str, dict]) -> list[str]:
     """The treatment section of ``graft analyze``."""
-    lines = ["\ntreatment (did the exchange happen? issue 20 §3):"]
+    lines = ["\ntreatment (did the exchange happen?):"]
     for d, t in tr.items():
         gate = f"{t['admitted_correct']}/{t['transferred_correct']}" if t["transferred_correct"] else "0/0"
         lines.append(

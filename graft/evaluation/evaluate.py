@@ -39,7 +39,7 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -50,6 +50,7 @@ from graft.console import bars
 from graft.evaluation.metrics import mean_std, num_correct, pass_at_k_from_rewards
 from graft.files import write_text, writing
 from graft.policy.engines import Sampler
+from graft.policy.sampling import SamplingParams, eval_sampling
 from graft.seeds import derive_seed
 from graft.storage.checkpoint import (
     CheckpointError,
@@ -187,24 +188,21 @@ def run_repeat(
     grader,
     *,
     path: Path | None,
-    n: int,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: int,
-    seed: int,
+    params: SamplingParams,
     repeat: int,
-    batch_size: int,
     chunk_prompts: int,
     progress: bool = False,
     desc: str = "",
 ) -> list[PromptRecord]:
-    """Generate and grade ``n`` samples for every prompt (one repeat); returns records in prompt order.
+    """Generate and grade ``params.n`` samples for every prompt (one repeat); returns records in prompt order.
 
     With ``path``, finished prompts are read back from it and new ones appended per chunk. A
     stored prompt whose reference answer differs from ``prompts`` is regraded (not regenerated).
-    Seeds: one per prompt, ``derive_seed(seed, repeat, prompt_id)``, so a prompt's samples do not depend
-    on chunking, batch size, ``--limit`` or resuming.
+    Seeds: one per prompt, ``derive_seed(params.seed, repeat, prompt_id)``, so a prompt's samples do not depend
+    on chunking, batch size, ``--limit`` or resuming (a sampler that takes one seed per call gets
+    ``derive_seed(params.seed, repeat, chunk start)``).
     """
+    n, seed = params.n, params.seed
     done = _resumed(path, prompts, grader, n, desc)
     bar = _bar(len(prompts), sum(1 for p in prompts if p.id in done), desc, progress)
     try:
@@ -212,18 +210,10 @@ def run_repeat(
             todo = [p for p in prompts[start : start + chunk_prompts] if p.id not in done]
             if not todo:
                 continue
-            samples = sampler.generate(
-                [list(sampler.codec.encode_prompt(p.problem)) for p in todo],
-                n=n,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                batch_size=batch_size,
-                seed=derive_seed(seed, repeat, start),
-                seeds=[derive_seed(seed, repeat, p.id) for p in todo],
-                progress=False,
-                desc=desc,
+            chunk = replace(
+                params, seed=derive_seed(seed, repeat, start), seeds=tuple(derive_seed(seed, repeat, p.id) for p in todo)
             )
+            samples = sampler.generate([list(sampler.codec.encode_prompt(p.problem)) for p in todo], chunk, desc=desc)
             if len(samples) != len(todo) or any(len(s) != n for s in samples):
                 raise EvalError(f"generator returned {[len(s) for s in samples]} samples for {len(todo)} prompts x n={n}")
             new = _graded(todo, samples, grader, n)
@@ -436,13 +426,8 @@ def evaluate(
     datasets: dict[str, list[Prompt]],
     grader,
     out_dir: str | Path | None,
-    n: int = EvalConfig.n,
-    temperature: float = EvalConfig.temperature,
-    top_p: float = EvalConfig.top_p,
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    params: SamplingParams,
     repeats: int = EvalConfig.repeats,
-    seed: int = 0,
-    batch_size: int = 64,
     backend: str = "hf",
     progress: bool = True,
     ks: Sequence[int] | None = None,
@@ -450,26 +435,29 @@ def evaluate(
     model_label: str | None = None,
 ) -> dict:
     """Evaluate ``sampler`` (a :class:`~graft.policy.engines.Sampler`: a rollout engine, or a Learner) on every
-    dataset with the spec §5 protocol; returns the results dict.
+    dataset with the spec §5 protocol, sampling with ``params`` (n, temperature, top_p, max_new_tokens, the
+    evaluation seed, batch_size; :func:`graft.policy.sampling.eval_sampling` reads them off the config); returns
+    the results dict.
 
     ``grader.grade(texts, answers, progress=False) -> (rewards, statuses)``. With ``out_dir`` (None keeps
     everything in memory) responses, ``results.json`` and ``results.md`` are written and a killed evaluation
     resumes. ``backend`` names the sampler's engine in ``protocol.json``; ``chunk_prompts`` (prompts per generate
-    call and per append) defaults to ``max(1, batch_size // n)`` for hf engines and 256 for vllm.
+    call and per append) defaults to ``max(1, params.batch_size // params.n)`` for hf engines and 256 for vllm.
     """
-    if n < 1 or repeats < 1:
-        raise EvalError(f"n and repeats must be >= 1, got n={n}, repeats={repeats}")
+    n = params.n
+    if repeats < 1:
+        raise EvalError(f"repeats must be >= 1, got {repeats}")
     ks = sorted({k for k in (ks or default_ks(n)) if 1 <= k <= n} | {1})
     if chunk_prompts is None:  # hf: one generate call of batch_size sequences; vLLM: large calls
-        chunk_prompts = 256 if backend == "vllm" else max(1, batch_size // n)
+        chunk_prompts = 256 if backend == "vllm" else max(1, params.batch_size // n)
     for name in datasets:
         check_name(name)
     protocol = {
         "n": n,
-        "temperature": temperature,
-        "top_p": top_p,
-        "max_new_tokens": max_new_tokens,
-        "seed": seed,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "max_new_tokens": params.max_new_tokens,
+        "seed": params.seed,
         "repeats": repeats,
         "backend": backend,
         "model": model_label,
@@ -478,7 +466,7 @@ def evaluate(
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         _check_protocol(out, protocol)
-    records = _all_repeats(sampler, datasets, grader, out, protocol, batch_size, chunk_prompts, progress)
+    records = _all_repeats(sampler, datasets, grader, out, params, repeats, chunk_prompts, progress)
     results = {"protocol": protocol, "ks": ks, **summarize(records, ks)}
     if out is not None:
         write_text(out / "results.json", json.dumps(json_clean(results), indent=2) + "\n")
@@ -491,17 +479,17 @@ def _all_repeats(
     datasets: dict[str, list[Prompt]],
     grader,
     out: Path | None,
-    protocol: dict,
-    batch_size: int,
+    params: SamplingParams,
+    repeats: int,
     chunk_prompts: int,
     progress: bool,
 ) -> dict[str, list[list[PromptRecord]]]:
-    """Every dataset's ``protocol["repeats"]`` repeats (:func:`run_repeat` with the protocol's n, temperature,
-    top_p, max_new_tokens and seed), each kept in ``out/DATASET/repeat_R.jsonl`` when ``out`` is given."""
+    """Every dataset's ``repeats`` repeats (:func:`run_repeat` with ``params``), each kept in
+    ``out/DATASET/repeat_R.jsonl`` when ``out`` is given."""
     records: dict[str, list[list[PromptRecord]]] = {}
     for name, prompts in datasets.items():
         records[name] = []
-        for r in range(protocol["repeats"]):
+        for r in range(repeats):
             path = None
             if out is not None:
                 (out / name).mkdir(parents=True, exist_ok=True)
@@ -512,13 +500,8 @@ def _all_repeats(
                     prompts,
                     grader,
                     path=path,
-                    n=protocol["n"],
-                    temperature=protocol["temperature"],
-                    top_p=protocol["top_p"],
-                    max_new_tokens=protocol["max_new_tokens"],
-                    seed=protocol["seed"],
+                    params=params,
                     repeat=r,
-                    batch_size=batch_size,
                     chunk_prompts=chunk_prompts,
                     progress=progress,
                     desc=f"{name} r{r}",
@@ -539,8 +522,8 @@ def evaluate_during_training(
     out_dir: str | Path | None = None,
     model_label: str | None = None,
 ) -> dict[str, float]:
-    """:func:`evaluate` with ``eval_cfg``'s settings (n, temperature, top_p, repeats), for the trainer; returns
-    ``{"DATASET/pass@1": x, ...}``.
+    """:func:`evaluate` with ``eval_cfg``'s settings (n, temperature, top_p, repeats;
+    :func:`graft.policy.sampling.eval_sampling`), for the trainer; returns ``{"DATASET/pass@1": x, ...}``.
 
     A bare list of prompts is named ``val``. Also returns ``DATASET/pass@1_std`` when ``repeats > 1`` and
     ``macro/pass@1`` when several datasets are given. A fixed ``seed`` across steps (common random numbers)
@@ -555,13 +538,8 @@ def evaluate_during_training(
         datasets,
         grader,
         out_dir,
-        n=eval_cfg.n,
-        temperature=eval_cfg.temperature,
-        top_p=eval_cfg.top_p,
-        max_new_tokens=max_new_tokens,
+        eval_sampling(eval_cfg, max_new_tokens, seed=seed, batch_size=batch_size),
         repeats=eval_cfg.repeats,
-        seed=seed,
-        batch_size=batch_size,
         backend="hf",
         progress=False,
         ks=[1],

@@ -1,4 +1,5 @@
-"""Pure evaluation statistics: pass@k, mean ± std over repeats, complementarity.
+"""Pure evaluation statistics: pass@k, mean ± std over repeats, paired and unpaired comparisons (with a
+cluster-robust interval, an exact sign-flip test and the power a design has), complementarity.
 
 Everything here takes plain Python numbers and returns plain numbers (no files, no
 models), so it can be checked by hand.
@@ -16,6 +17,9 @@ Conventions
 * A paired comparison over seeds (arm minus baseline, same seed) is summarised by the mean of the
   per-seed differences and its Student-t 95 % interval, ``mean ± t(0.975, n-1) · sd / sqrt(n)``; beside it,
   every seed of one arm against every seed of the other (pairing ignored): Welch's interval and an exact rank-sum p.
+  Values that are not independent (several measurements of one seed) get the cluster-robust interval
+  (:func:`clustered_interval`) and the exact sign-flip p (:func:`sign_flip_p`); a power figure computed from the
+  observed spread is given with the range its SD's chi-square interval implies (:func:`detectable_range`).
 * Complementarity of direction S->R (design.md, ``complementarity/S->R``) = fraction of
   R's all-fail prompts (k_R = 0) on which S had at least one success (k_S >= 1); NaN
   when R has no all-fail prompt.
@@ -249,6 +253,93 @@ def paired_verdict(diffs: Sequence[float | None], pairs: int) -> dict:
     s = paired_interval(diffs)
     verdict = "waits" if s["n"] < pairs else "confirmed" if s["ci95"][0] > 0 else "not confirmed"
     return {**s, "verdict": verdict, "pairs_required": pairs}
+
+
+def chi2_cdf(x: float, df: int) -> float:
+    """P(X <= x) for X chi-square with ``df`` degrees of freedom: the regularized lower incomplete gamma
+    P(df/2, x/2), by its power series x'^a e^-x' / Γ(a + 1) · Σ_k x'^k / ((a + 1) ... (a + k)), x' = x/2, a = df/2
+    (converges for every x; used here for df up to ~100 and x up to a few hundred).
+
+    Hand-worked: df 2 is the exponential with mean 2, P = 1 − e^(−x/2): x = 2 -> 1 − e^-1 = 0.632121."""
+    assert df >= 1, df
+    if x <= 0:
+        return 0.0
+    a, h = df / 2, x / 2
+    term = total = 1.0
+    k = 0
+    while term > 1e-17 * total:
+        k += 1
+        term *= h / (a + k)
+        total += term
+    return min(1.0, math.exp(a * math.log(h) - h - math.lgamma(a + 1)) * total)
+
+
+def chi2_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of chi-square with ``df`` degrees of freedom (bisection on :func:`chi2_cdf` to 1e-12
+    relative). Hand-worked: df 2 -> −2 ln(1 − p); p 0.975 -> 7.377759."""
+    assert 0 < p < 1 and df >= 1, (p, df)
+    lo, hi = 0.0, max(1.0, 2.0 * df)
+    while chi2_cdf(hi, df) < p:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if chi2_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def detectable_range(sd: float, n: int) -> dict:
+    """The smallest true mean a two-sided paired t-test at α = 0.05 detects with 80 % power over ``n`` pairs,
+    ``(t(0.975, n-1) + t(0.8, n-1)) · σ / sqrt(n)`` (:func:`paired_interval`'s ``detectable``), at the observed
+    ``sd`` and at both ends of the SD's 95 % chi-square interval, σ in [sd · sqrt((n-1) / χ²(0.975, n-1)),
+    sd · sqrt((n-1) / χ²(0.025, n-1))]: how far an after-the-fact power figure could be off by its own SD.
+
+    Hand-worked, n 3 (df 2): χ²(0.975, 2) = 7.377759, χ²(0.025, 2) = −2 ln 0.975 = 0.050636; sd 1 -> σ in
+    [sqrt(2 / 7.377759), sqrt(2 / 0.050636)] = [0.52066, 6.28473]; factor (4.3027 + 1.0607) / sqrt(3) = 3.09656
+    -> detectable 3.09656, range [1.61225, 19.4611]."""
+    assert n >= 2 and sd >= 0, (sd, n)
+    factor = (t975(n - 1) + t80(n - 1)) / math.sqrt(n)
+    sd_lo = sd * math.sqrt((n - 1) / chi2_quantile(0.975, n - 1))
+    sd_hi = sd * math.sqrt((n - 1) / chi2_quantile(0.025, n - 1))
+    return {"detectable": factor * sd, "sd_ci95": [sd_lo, sd_hi], "detectable_range": [factor * sd_lo, factor * sd_hi]}
+
+
+def clustered_interval(values: Sequence[float], clusters: Sequence[object]) -> dict:
+    """The mean of ``values`` with a 95 % interval that lets values of one cluster be correlated: the
+    cluster-robust (CR1) standard error sqrt(G / (G − 1) · Σ_g (Σ_{i in g} (x_i − mean))²) / N over G clusters and
+    N values, and Student-t with G − 1 degrees of freedom. One value per cluster gives the ordinary t interval.
+
+    Hand-worked: values [1, 3, 2, 6] in clusters [a, a, b, c] -> mean 3, residuals −2, 0, −1, 3; cluster sums
+    a −2, b −1, c 3; Σ squares 14; se sqrt(3/2 · 14) / 4 = 1.14564; t(0.975, 2) = 4.3027 -> [−1.92936, 7.92936]."""
+    xs = [float(v) for v in values]
+    assert len(xs) == len(clusters), (len(xs), len(clusters))
+    groups = sorted(set(clusters), key=list(clusters).index)
+    n, g = len(xs), len(groups)
+    if n == 0:
+        return {"mean": None, "ci95": [None, None], "se": None, "clusters": 0, "n": 0}
+    mean = sum(xs) / n
+    if g < 2:
+        return {"mean": mean, "ci95": [None, None], "se": None, "clusters": g, "n": n}
+    sums = [sum(x - mean for x, c in zip(xs, clusters, strict=True) if c == k) for k in groups]
+    se = math.sqrt(g / (g - 1) * sum(s * s for s in sums)) / n
+    half = t975(g - 1) * se
+    return {"mean": mean, "ci95": [mean - half, mean + half], "se": se, "clusters": g, "n": n}
+
+
+def sign_flip_p(values: Sequence[float]) -> float:
+    """Exact two-sided sign-flip p of the mean of ``values`` against 0: the share of the 2^n sign assignments
+    whose |Σ ±x_i| is at least the observed |Σ x_i| (valid when, without an effect, each value is as likely
+    negative as positive; zeros flip to themselves). The smallest attainable p is 2 / 2^n (n ≤ 20).
+
+    Hand-worked: [1, 2, 3] -> sums of the 8 assignments ±1 ±2 ±3: 6, 4, 2, 0, 0, −2, −4, −6; |sum| >= 6 in 2
+    -> p 0.25; [1, −1] -> |sum| >= 0 in all 4 -> 1."""
+    xs = [float(v) for v in values]
+    assert len(xs) <= 20, len(xs)
+    observed = abs(sum(xs))
+    hits = sum(
+        abs(sum(s * x for s, x in zip(signs, xs, strict=True))) >= observed - 1e-12
+        for signs in itertools.product((1, -1), repeat=len(xs))
+    )
+    return hits / 2 ** len(xs)
 
 
 def complementarity_counts(k_receiver: Sequence[int], k_source: Sequence[int]) -> tuple[int, int]:

@@ -11,7 +11,9 @@ from one of three sources:
 - ``eval``: held-out responses of a final evaluation (``RUN/eval_final/MODEL``, ``RUN/eval/MODEL`` of
   a recorded run, or a ``graft eval`` output folder given as RUN).
 
-``--reward 1`` (the default) keeps rewarded responses, ``0`` unrewarded ones, ``any`` both. Each
+``--reward both`` (the default) draws up to half of the ``n`` from the rewarded responses and the rest from the
+unrewarded ones (:func:`pick_mixed`: a run whose models rarely succeed still shows what a success looks like, and what
+a failure is); ``1`` keeps rewarded responses only, ``0`` unrewarded ones, ``any`` draws from all alike. Each
 sample is printed with its step, writer, prompt id, reference answer, reward and the monitor's flags.
 Eval files hold no question text: ``--data FILE`` (the eval JSONL, repeatable) joins it by id.
 """
@@ -24,11 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
-import yaml
-
 from graft.data.datasets import load_prompts
 from graft.domains import Domain
-from graft.domains.base import config_domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import PromptRecord
 from graft.storage.trajectory_store import TrajectoryStore
@@ -69,18 +68,14 @@ class Sample:
         return [k for k, v in domain.response_flags(self.response, self.problem, self.answer, self.status).items() if v]
 
 
-def run_domain(run: Path) -> Domain:
-    """The task domain of a run folder (its ``config.yaml``'s ``reward.domain``; ``math`` without one)."""
-    try:
-        tree = yaml.safe_load((run / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        tree = {}
-    return config_domain(tree if isinstance(tree, dict) else {})
+def rewarded(reward: float) -> bool:
+    """A rewarded response: reward > 0.5, as the run counts a success."""
+    return reward > 0.5
 
 
 def keep_reward(reward: float, wanted: str) -> bool:
-    """``wanted`` ``1``: rewarded (> 0.5); ``0``: not; ``any``: both."""
-    return wanted == "any" or (reward > 0.5) == (wanted == "1")
+    """``wanted`` ``1``: rewarded (:func:`rewarded`); ``0``: not; ``any`` and ``both``: either."""
+    return wanted in ("any", "both") or rewarded(reward) == (wanted == "1")
 
 
 def pick(samples: Sequence[Sample], n: int, seed: int) -> list[Sample]:
@@ -88,6 +83,20 @@ def pick(samples: Sequence[Sample], n: int, seed: int) -> list[Sample]:
     assert n >= 0, n
     chosen = sorted(random.Random(seed).sample(range(len(samples)), min(n, len(samples))))
     return [samples[i] for i in chosen]
+
+
+def pick_mixed(samples: Sequence[Sample], n: int, seed: int) -> list[Sample]:
+    """``n`` of ``samples``, half of them (rounded up) rewarded and the rest not, each half drawn uniformly at random
+    without replacement; when one kind has too few, the other fills the ``n`` (all when fewer), in their given order.
+    E.g. n = 12 of 3 rewarded and 100 unrewarded: the 3 and 9 of the 100."""
+    assert n >= 0, n
+    good = [i for i, s in enumerate(samples) if rewarded(s.reward)]
+    bad = [i for i, s in enumerate(samples) if not rewarded(s.reward)]
+    k_good = min(len(good), max((n + 1) // 2, n - len(bad)))
+    k_bad = min(len(bad), n - k_good)
+    rng = random.Random(seed)
+    chosen = rng.sample(good, k_good) + rng.sample(bad, k_bad)
+    return [samples[i] for i in sorted(chosen)]
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:

@@ -14,10 +14,17 @@ from typing import Callable
 import torch
 
 from graft.algos.advantages import success_counts
+from graft.config import UpdateConfig
+from graft.registry import ADV_STDS
 from graft.types import DirectionAudit, HandedRow, PairingRecord, RolloutGroup, TransferRow
 
 Grade = Callable[[list[RolloutGroup]], None]
 """Fills ``rewards`` and ``status`` of groups in place (the receiver's re-verification)."""
+
+
+def adv_norm(update: UpdateConfig) -> tuple[float, bool]:
+    """``(eps, unbiased)`` of every GRPO normalisation of a run: ``update.adv_eps`` and ``update.adv_std``."""
+    return update.adv_eps, ADV_STDS[update.adv_std]
 
 
 def counts(groups: list[RolloutGroup]) -> torch.Tensor:

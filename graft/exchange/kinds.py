@@ -13,8 +13,9 @@ place that reads it, :func:`make_exchange` builds the object. Every kind is call
   configured value they override ("overridden by hacpo"). The run's ``config.yaml`` starts with these lines as
   comments, and the run summary, the model card, ``graft analyze`` and the report read them from here.
 
-Adding a kind = one :class:`Exchange` subclass (any module) registered in :data:`graft.registry.EXCHANGES`
-(or ``EXCHANGES.register("name", MyExchange)``); ``exchange.kind: name`` selects it.
+Adding a kind = one :class:`Exchange` subclass registered with ``@EXCHANGES.register("name")``
+(:data:`graft.registry.EXCHANGES`) in any module of graft/exchange/, or from your own code before the config loads;
+``exchange.kind: name`` selects it.
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ import torch
 
 from graft.algos.advantages import RollingRate
 from graft.config import Config, ConfigError
-from graft.exchange.common import Grade
+from graft.exchange.common import Grade, adv_norm
 from graft.exchange.hacpo import HACPO_SHARING, HACPO_UPDATE, hacpo_exchange
 from graft.exchange.handover import Receiver, Scoring
 from graft.exchange.live import exchange_live
 from graft.exchange.pairing import PairingWindow
 from graft.exchange.stored import exchange_stored, stored_peer_groups
-from graft.registry import EXCHANGES
+from graft.registry import EXCHANGES, PAIRINGS
 from graft.seeds import step_seed
 from graft.storage.trajectory_store import StoredGroup, StoreError, TrajectoryStore
 from graft.types import ExchangeResult, RolloutGroup
@@ -102,10 +103,12 @@ GATE_SETTINGS = (
 class Exchange:
     """One kind of exchange; ``exchange(groups, step)`` with ``groups`` = every model's scored groups of the step.
 
-    A subclass sets :attr:`kind` (its registry name), :attr:`method`, :attr:`models`, and where they apply
-    :attr:`settings`, :attr:`overrides` and :attr:`rule`; it implements ``__call__`` and :meth:`summary`."""
+    A subclass is registered with ``@EXCHANGES.register("name")`` (which sets :attr:`name`), sets :attr:`method`,
+    :attr:`models`, and where they apply :attr:`settings`, :attr:`overrides` and :attr:`rule`; it implements
+    ``__call__`` and :meth:`summary`."""
 
-    kind: ClassVar[str]
+    name: ClassVar[str]
+    """Its registry name (``exchange.kind``)."""
     method: ClassVar[str]
     """The method's name for people (``GRAFT``)."""
     models: ClassVar[tuple[int, int | None]] = (1, None)
@@ -135,9 +138,9 @@ class Exchange:
         n = len(cfg.models)
         if n < low or (high is not None and n > high):
             want = f"exactly {low}" if low == high else f"at least {low}" if high is None else f"{low} to {high}"
-            raise ConfigError(f"models: exchange.kind={cls.kind} trains {want} model(s), got {n}")
+            raise ConfigError(f"models: exchange.kind={cls.name} trains {want} model(s), got {n}")
         _check_rule(cls, cfg)
-        _check_pairing(cls, cfg)
+        PAIRINGS[cfg.exchange.pairing].check(cls.name, cls.pairs, cfg)
 
     @classmethod
     def effective(cls, cfg: Config) -> dict[str, Any]:
@@ -161,7 +164,7 @@ class Exchange:
 
     @classmethod
     def describe_config(cls, cfg: Config) -> ExchangeDescription:
-        return ExchangeDescription(cls.kind, cls.method, cls.summary(cfg), cls.effective(cfg), cls.replaced(cfg))
+        return ExchangeDescription(cls.name, cls.method, cls.summary(cfg), cls.effective(cfg), cls.replaced(cfg))
 
     def describe(self) -> ExchangeDescription:
         return self.describe_config(self.cfg)
@@ -184,7 +187,7 @@ class Exchange:
 
     @property
     def adv_norm(self) -> tuple[float, bool]:
-        return self.cfg.update.adv_eps, self.cfg.update.adv_std == "unbiased"
+        return adv_norm(self.cfg.update)
 
     def generator(self, step: int) -> torch.Generator:
         """The step's random stream of the exchange (random selection / admission ablations)."""
@@ -200,35 +203,19 @@ def _check_rule(kind: type[Exchange], cfg: Config) -> None:
     """``update.rule`` agrees with the kind: the rule it trains with, or no rule another kind claims."""
     rule = cfg.update.rule
     if kind.rule is not None and rule != kind.rule:
-        raise ConfigError(f"update.rule: exchange.kind={kind.kind} trains with update.rule={kind.rule}, got {rule!r}")
-    owners = [name for name in EXCHANGES if name != kind.kind and EXCHANGES[name].rule == rule]
+        raise ConfigError(f"update.rule: exchange.kind={kind.name} trains with update.rule={kind.rule}, got {rule!r}")
+    owners = [name for name in EXCHANGES if name != kind.name and EXCHANGES[name].rule == rule]
     if kind.rule is None and owners:
         raise ConfigError(
-            f"update.rule: {rule} runs with its own exchange, exchange.kind={owners[0]} (got exchange.kind={kind.kind})"
+            f"update.rule: {rule} runs with its own exchange, exchange.kind={owners[0]} (got exchange.kind={kind.name})"
         )
 
 
-def _check_pairing(kind: type[Exchange], cfg: Config) -> None:
-    """``exchange.pairing`` other than ``all`` needs a kind where a receiver has several peers to choose from."""
-    pairing = cfg.exchange.pairing
-    if pairing == "all":
-        return
-    if not kind.pairs:
-        raise ConfigError(
-            f"exchange.pairing: {pairing} chooses among a receiver's peers, which only exchange.kind=live "
-            f"has (got exchange.kind={kind.kind}); use exchange.pairing=all"
-        )
-    if len(cfg.models) < 3:
-        raise ConfigError(
-            f"exchange.pairing: {pairing} chooses among a receiver's peers, but with {len(cfg.models)} "
-            "models each receiver has one; use exchange.pairing=all or three or more models"
-        )
-
-
+@EXCHANGES.register("none")
 class NoExchange(Exchange):
     """GRPO: every model trains on its own groups."""
 
-    kind, method, hands_over = "none", "GRPO", False
+    method, hands_over = "GRPO", False
 
     def __call__(self, groups, step):
         return ExchangeResult.unchanged(groups)
@@ -238,10 +225,11 @@ class NoExchange(Exchange):
         return "none: every model trains on its own groups (exchange.kind=none)"
 
 
+@EXCHANGES.register("live")
 class LiveExchange(Exchange):
     """GRAFT among the co-trained models (spec §3)."""
 
-    kind, method, models, settings = "live", "GRAFT", (2, None), GATE_SETTINGS + ("conflict", "pairing")
+    method, models, settings = "GRAFT", (2, None), GATE_SETTINGS + ("conflict", "pairing")
     pairs = True
 
     def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade, peer: StoredPeer | None = None) -> None:
@@ -265,35 +253,32 @@ class LiveExchange(Exchange):
 
     @classmethod
     def effective(cls, cfg):
-        used = super().effective(cfg)
-        return used if cfg.exchange.pairing == "all" else used | {"exchange.pairing_window": cfg.exchange.pairing_window}
+        pairing = PAIRINGS[cfg.exchange.pairing]
+        return super().effective(cfg) | {f"exchange.{k}": getattr(cfg.exchange, k) for k in pairing.settings}
 
     @classmethod
     def summary(cls, cfg):
         names = [m.name for m in cfg.models]
         ex = cfg.exchange
-        who = (
-            ""
-            if ex.pairing == "all"
-            else f", each receiver from the one peer chosen by exchange.pairing={ex.pairing} over {ex.pairing_window} steps"
-        )
         return (
-            f"whole groups among {', '.join(names)} on the prompts where a receiver fails every sample{who}, "
+            f"whole groups among {', '.join(names)} on the prompts where a receiver fails every sample"
+            f"{PAIRINGS[ex.pairing].phrase(cfg)}, "
             f"gated at s > {ex.delta}"
         )
 
     def state_dict(self) -> dict:
-        return {} if self.cfg.exchange.pairing == "all" else {"pairing": self.window.state_dict()}
+        return PAIRINGS[self.cfg.exchange.pairing].state(self.window)
 
     def load_state_dict(self, state: dict) -> None:
         if "pairing" in state:
             self.window.load_state_dict(state["pairing"])
 
 
+@EXCHANGES.register("stored")
 class StoredExchange(Exchange):
     """One receiver; the peer's groups are replayed from a trajectory store (spec §6)."""
 
-    kind, method, models = "stored", "GRAFT (stored peer)", (1, 1)
+    method, models = "GRAFT (stored peer)", (1, 1)
     settings = tuple(k for k in GATE_SETTINGS if k != "balance")  # no partner direction: peer.balance instead
 
     peer: StoredPeer
@@ -357,10 +342,11 @@ class StoredExchange(Exchange):
         )
 
 
+@EXCHANGES.register("hacpo")
 class HacpoExchange(Exchange):
     """HACPO's sharing (spec §8): every prompt's peer responses join the receiver, with capability-aware advantages."""
 
-    kind, method, models, rule = "hacpo", "HACPO", (2, 2), HACPO_UPDATE["rule"]
+    method, models, rule = "HACPO", (2, 2), HACPO_UPDATE["rule"]
     settings = tuple(k for k in GATE_SETTINGS if k not in ("balance", "selection"))  # every prompt is shared
     overrides = {**{f"exchange.{k}": v for k, v in HACPO_SHARING.items()}, **{f"update.{k}": v for k, v in HACPO_UPDATE.items()}}
 

@@ -25,7 +25,7 @@ from typing import Mapping
 
 import torch
 
-from graft.algos.selection import balanced_selection, candidate_mask, random_selection, resolve_conflicts
+from graft.algos.selection import balanced_selection, candidate_mask, resolve_conflicts
 from graft.config import ExchangeConfig
 from graft.exchange.common import (
     Grade,
@@ -38,7 +38,8 @@ from graft.exchange.common import (
     splice,
 )
 from graft.exchange.handover import HandOver, Receiver, Scoring, hand_over
-from graft.exchange.pairing import PairingWindow, decide
+from graft.exchange.pairing import PairingWindow
+from graft.registry import PAIRINGS, SELECTIONS
 from graft.types import ExchangeResult, HandedRow, PairingEvidence, PairingRecord, RolloutGroup
 
 
@@ -55,9 +56,8 @@ def select(k: dict[str, torch.Tensor], n: int, ex: ExchangeConfig, generator: to
             keep[a, b], keep[b, a], sel = balanced_selection(
                 k[a], cand[a, b], k[b], cand[b, a], ex.balance, ex.balance_ratio, ex.balance_floor
             )
-            if ex.selection == "random":  # ablation: as many prompts, drawn from the receiver's all-fail ones
-                keep[a, b] = random_selection(k[b] == 0, int(keep[a, b].sum()), generator)
-                keep[b, a] = random_selection(k[a] == 0, int(keep[b, a].sum()), generator)
+            keep[a, b] = SELECTIONS[ex.selection](keep[a, b], k[b] == 0, generator)
+            keep[b, a] = SELECTIONS[ex.selection](keep[b, a], k[a] == 0, generator)
             unbalanced = ex.balance == "none"
             m[a, b], m[b, a] = (-1, -1) if unbalanced else (int(sel["m_ab"]), int(sel["m_ba"]))
     return cand, keep, m
@@ -108,14 +108,11 @@ def pair(
     k: dict[str, torch.Tensor],
     handed: dict[tuple[str, str], HandOver],
 ) -> tuple[dict[str, list[str]], dict[tuple[str, str], PairingRecord]]:
-    """The peers each receiver draws from at this step (``exchange.pairing``) and each direction's audit record
-    (none under ``all``: every peer, and the audit log of before the key)."""
-    if ex.pairing == "all":
-        return {r: [s for s in names if s != r] for r in names}, {}
+    """The peers each receiver draws from at this step (``exchange.pairing``) and each direction's audit record."""
     evidence: dict[tuple[str, str], PairingEvidence] = {
         (s, r): {"solved": solved_count(k[s], k[r]), "s": [row["s"] for row in ho.rows]} for (s, r), ho in handed.items()
     }
-    return decide(ex.pairing, window if window is not None else PairingWindow(ex.pairing_window), names, evidence)
+    return PAIRINGS[ex.pairing].choose(window if window is not None else PairingWindow(ex.pairing_window), names, evidence)
 
 
 @dataclass

@@ -9,13 +9,14 @@ The evidence of one step and one direction S -> R (:class:`graft.types.PairingEv
 - ``s``: the compatibility s of every response S handed to R (its balanced selection, before conflicts and
   pairing), as :func:`graft.exchange.handover.hand_over` scored it.
 
-A pairing rule is a pure function ``(solved Int[W,S], s [S] of Float[N_S]) -> (chosen Bool[S], scores [S])``
-registered in :data:`graft.registry.PAIRINGS`:
+A pairing is a :class:`Pairing` registered in :data:`graft.registry.PAIRINGS`:
 
-- ``all``: every peer (the exchange of before ``exchange.pairing``; no score);
-- ``complementary``: the peer with the most solved prompts summed over the window;
-- ``compatible``: the peer with the highest median s (``torch.quantile`` 0.5, interpolated, like
-  ``exchange/S->R/s_p50``) over all its responses handed to R in the window.
+- ``all`` (:class:`EveryPeer`): every peer, nothing to decide, no audit record and no state (the exchange of before
+  ``exchange.pairing``);
+- ``complementary`` and ``compatible`` (:class:`ChoosePeer` over a pure scoring function ``(solved Int[W,S], s [S] of
+  Float[N_S]) -> (chosen Bool[S], scores [S])``): the peer with the most solved prompts summed over the window
+  (:func:`pair_complementary`), or with the highest median s (``torch.quantile`` 0.5, interpolated, like
+  ``exchange/S->R/s_p50``) over all its responses handed to R in the window (:func:`pair_compatible`).
 
 One peer is chosen; ties go to the earlier model in ``models`` (:func:`best`). A peer with no evidence scores 0
 (``complementary``) or -inf (``compatible``, no response handed in the window; ``None`` in the audit log). Because
@@ -30,9 +31,11 @@ audit record of every direction, from which the decision re-derives (``docs/thre
 from __future__ import annotations
 
 from collections import deque
+from typing import Any, Callable
 
 import torch
 
+from graft.config import Config, ConfigError
 from graft.registry import PAIRINGS
 from graft.types import PairingEvidence as Evidence, PairingRecord
 
@@ -43,13 +46,6 @@ def best(scores: torch.Tensor) -> torch.Tensor:
     chosen = torch.zeros(scores.numel(), dtype=torch.bool)
     chosen[int(torch.argmax(scores))] = True  # argmax returns the first maximal index
     return chosen
-
-
-def pair_all(solved: torch.Tensor, s: list[torch.Tensor]) -> tuple[torch.Tensor, list[float | None]]:
-    """``all``: every peer, unscored. ``solved`` Int[W,S]."""
-    W, S = solved.shape
-    assert len(s) == S
-    return torch.ones(S, dtype=torch.bool), [None] * S
 
 
 def pair_complementary(solved: torch.Tensor, s: list[torch.Tensor]) -> tuple[torch.Tensor, list[float | None]]:
@@ -104,10 +100,85 @@ class PairingWindow:
         self.steps = {(src, recv): deque(evs, maxlen=self.length) for src, recv, evs in state.get("steps", [])}
 
 
+Choice = tuple[dict[str, list[str]], dict[tuple[str, str], PairingRecord]]
+"""``chosen[R]`` (the peers R draws from, in model order) and the audit record of every direction."""
+ScoreFn = Callable[[torch.Tensor, list[torch.Tensor]], tuple[torch.Tensor, list[float | None]]]
+"""``(solved Int[W,S], s [S] of Float[N_S]) -> (chosen Bool[S], scores [S])``."""
+
+
+class Pairing:
+    """One ``exchange.pairing`` rule: whom each receiver draws from, what it checks, states and records."""
+
+    name: str
+    """Its registry name, set by ``PAIRINGS.register``."""
+    settings: tuple[str, ...] = ()
+    """The ``exchange.<field>`` settings it reads beyond ``pairing`` (reported as effective settings)."""
+
+    def check(self, kind: str, pairs: bool, cfg: Config) -> None:
+        """Refuse a config it cannot run under exchange kind ``kind`` (``pairs``: a receiver there may have several
+        peers): a :class:`ConfigError` naming ``exchange.pairing``."""
+
+    def choose(self, window: PairingWindow, names: list[str], evidence: dict[tuple[str, str], Evidence]) -> Choice:
+        raise NotImplementedError
+
+    def phrase(self, cfg: Config) -> str:
+        """What it adds to the exchange's one-sentence summary."""
+        return ""
+
+    def state(self, window: PairingWindow) -> dict[str, Any]:
+        """What a checkpoint keeps of it (the live exchange's state)."""
+        return {}
+
+
+class EveryPeer(Pairing):
+    """``all``: every peer; nothing decided, recorded or kept."""
+
+    def choose(self, window: PairingWindow, names: list[str], evidence: dict[tuple[str, str], Evidence]) -> Choice:
+        return {r: [s for s in names if s != r] for r in names}, {}
+
+
+class ChoosePeer(Pairing):
+    """The one peer a scoring function ranks first over the window (ties to the earlier model)."""
+
+    settings = ("pairing_window",)
+
+    def __init__(self, score: ScoreFn) -> None:
+        self.score = score
+
+    def check(self, kind: str, pairs: bool, cfg: Config) -> None:
+        if not pairs:
+            raise ConfigError(
+                f"exchange.pairing: {self.name} chooses among a receiver's peers, which only exchange.kind=live "
+                f"has (got exchange.kind={kind}); use exchange.pairing=all"
+            )
+        if len(cfg.models) < 3:
+            raise ConfigError(
+                f"exchange.pairing: {self.name} chooses among a receiver's peers, but with {len(cfg.models)} "
+                "models each receiver has one; use exchange.pairing=all or three or more models"
+            )
+
+    def choose(self, window: PairingWindow, names: list[str], evidence: dict[tuple[str, str], Evidence]) -> Choice:
+        return decide(self.score, self.name, window, names, evidence)
+
+    def phrase(self, cfg: Config) -> str:
+        return (
+            f", each receiver from the one peer chosen by exchange.pairing={self.name} over {cfg.exchange.pairing_window} steps"
+        )
+
+    def state(self, window: PairingWindow) -> dict[str, Any]:
+        return {"pairing": window.state_dict()}
+
+
+PAIRINGS.register("all", EveryPeer())
+PAIRINGS.register("complementary", ChoosePeer(pair_complementary))
+PAIRINGS.register("compatible", ChoosePeer(pair_compatible))
+
+
 def decide(
-    rule: str, window: PairingWindow, names: list[str], evidence: dict[tuple[str, str], Evidence]
-) -> tuple[dict[str, list[str]], dict[tuple[str, str], PairingRecord]]:
-    """Push this step's ``evidence`` (every direction among ``names``) into ``window``, then choose per receiver.
+    rank: ScoreFn, rule: str, window: PairingWindow, names: list[str], evidence: dict[tuple[str, str], Evidence]
+) -> Choice:
+    """Push this step's ``evidence`` (every direction among ``names``) into ``window``, then choose per receiver by
+    ``rank`` (the rule named ``rule`` in the audit records).
 
     Returns ``chosen[R]`` (the peers R draws from, in model order) and the audit record of every direction."""
     window.push(evidence)
@@ -115,7 +186,7 @@ def decide(
     records: dict[tuple[str, str], PairingRecord] = {}
     for r in names:
         sources = [s for s in names if s != r]
-        mask, scores = PAIRINGS[rule](*window.tensors(sources, r))
+        mask, scores = rank(*window.tensors(sources, r))
         chosen[r] = [s for s, ok in zip(sources, mask.tolist(), strict=True) if ok]
         for s, score in zip(sources, scores, strict=True):
             records[s, r] = {

@@ -28,11 +28,29 @@ def longest_prompt(codec: Any, problems: Iterable[str]) -> int:
     return max((len(codec.encode_prompt(p)) for p in set(problems)), default=0)
 
 
+def max_token_chars(tokenizer: Any) -> int:
+    """The most characters one token of ``tokenizer`` stands for: its longest vocabulary entry (a byte-level piece
+    has a symbol per byte, a SentencePiece one a symbol per character). A text of c characters is at least
+    c / this many tokens, which says a text does not fit without tokenizing it."""
+    return max((len(piece) for piece in tokenizer.get_vocab()), default=1) or 1
+
+
 def check_context(name: str, codec: Any, limit: int | None, problems: Iterable[str], max_new_tokens: int, field: str) -> None:
     """Raise a one-line :class:`ConfigError` when the longest prompt of ``problems`` (in ``codec``'s
-    tokens) plus ``max_new_tokens`` (the value of ``field``) exceeds ``limit`` positions of model ``name``."""
+    tokens) plus ``max_new_tokens`` (the value of ``field``) exceeds ``limit`` positions of model ``name``. A problem
+    longer than ``limit`` tokens of the longest piece is refused without tokenizing it (a 50 MB row took
+    minutes and gigabytes to tokenize before this refusal)."""
     if limit is None:
         return
+    problems = set(problems)
+    per_token = max_token_chars(codec.tokenizer)
+    huge = max(problems, key=len, default="")
+    if len(huge) > per_token * limit:
+        raise ConfigError(
+            f"{field}={max_new_tokens}: a problem of {len(huge)} characters ({huge[:40]!r}...) is at least "
+            f"{-(-len(huge) // per_token)} tokens (model {name}'s longest token is {per_token} characters), beyond "
+            f"its max_position_embeddings={limit}; remove that row"
+        )
     longest = longest_prompt(codec, problems)
     if longest + max_new_tokens > limit:
         room = f"at most {limit - longest}" if limit > longest else "the prompts alone do not fit"

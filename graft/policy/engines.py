@@ -10,7 +10,7 @@ pass that the trainer's weights changed (:meth:`RolloutEngine.weights_updated`).
 
 ``hf``
     :meth:`Policy.generate` (own KV-cache loop, CPU or GPU). Shares the trainer's weights,
-    so nothing is pushed. With ``seeds`` (one per prompt) every sample draws from its own
+    so nothing is pushed. With ``SamplingParams.seeds`` (one per prompt) every sample draws from its own
     generator, so a sample depends only on (seed, prompt index, sample index) and the
     weights -- not on batch size or on how prompts are split over Ray workers.
 ``hf-bf16``
@@ -30,7 +30,7 @@ pass that the trainer's weights changed (:meth:`RolloutEngine.weights_updated`).
 ``vllm``
     a vLLM engine (``vllm.LLM``) on the same GPU as the trainer (``gpu_memory_utilization``
     share of it, default 0.35; ``GRAFT_VLLM_GPU_MEMORY_UTILIZATION`` overrides). Per-sample
-    seeds (``SamplingParams.seed``), log-probs of the sampled tokens (``logprobs=0``), the
+    seeds (vLLM's ``SamplingParams.seed``), log-probs of the sampled tokens (``logprobs=0``), the
     policy's stop ids. After each update the trainer's full weights are pushed in place with
     ``model.load_weights`` (LoRA adapters merged first) and the prefix cache is reset.
     Needs CUDA and ``pip install vllm``; requested without them it raises
@@ -47,21 +47,25 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib.util
 import inspect
 import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import torch
 from safetensors.torch import save_file
 from transformers import GenerationConfig
 
+from graft.config import Config
+from graft.config.checks import check
 from graft.policy.codec import TextCodec
 from graft.policy.fsdp import iter_full_parameters
 from graft.policy.loading import unwrap as _unwrap
+from graft.policy.sampling import SamplingParams
 from graft.registry import ENGINES
 from graft.seeds import prompt_seeds, sample_seed
 from graft.types import Sample
@@ -98,25 +102,23 @@ class Sampler(Protocol):
     codec: TextCodec
 
     def generate(
-        self,
-        prompt_ids: list[list[int]],
-        n: int,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        batch_size: int = 64,
-        seed: int = 0,
-        seeds: Sequence[int] | None = None,
-        progress: bool = False,
-        desc: str = "",
-        stop_strings: Sequence[str] | None = None,
-    ) -> list[list[Sample]]: ...
+        self, prompt_ids: list[list[int]], params: SamplingParams, progress: bool = False, desc: str = ""
+    ) -> list[list[Sample]]:
+        """``params.n`` samples per prompt, ``[P][G]``, each ended at its first stop string; ``progress``: a bar
+        labelled ``desc``."""
+        ...
 
 
 class RolloutEngine:
     """Samples responses for one policy. Subclasses implement :meth:`_sample`."""
 
-    kind = "base"
+    name = "base"
+    """Its registry name (``rollout.engine``), set by ``@ENGINES.register``."""
+
+    @classmethod
+    def check(cls, cfg: Config) -> None:
+        """Refuse, when the config loads, settings this engine cannot run with: :func:`graft.config.checks.check`
+        each invariant, naming the field from the top of the tree."""
 
     def __init__(self, policy, codec: TextCodec | None = None) -> None:
         self.policy = policy
@@ -124,59 +126,21 @@ class RolloutEngine:
         """Prompts in, text out, stop strings: the policy's codec (or, serving a folder, the model's own)."""
 
     def generate(
-        self,
-        prompt_ids: list[list[int]],
-        n: int,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        batch_size: int = 64,
-        seed: int = 0,
-        seeds: Sequence[int] | None = None,
-        progress: bool = False,
-        desc: str = "",
-        stop_strings: Sequence[str] | None = None,
-        entropy: bool = False,
+        self, prompt_ids: list[list[int]], params: SamplingParams, progress: bool = False, desc: str = ""
     ) -> list[list[Any]]:
-        """``n`` samples per prompt, ``[P][G]``, each ended at its first stop string
-        (:func:`graft.policy.prompts.cut_at_stop`; ``stop_strings=None``: the policy's configured ones,
+        """``params.n`` samples per prompt, ``[P][G]``, each ended at its first stop string
+        (:func:`graft.policy.prompts.cut_at_stop`; ``params.stop_strings=None``: the policy's configured ones,
         ``ModelConfig.stop_strings()``). Rollouts, evaluation and probes all sample through here.
-        ``entropy``: also record each token's entropy where the backend can (``hf``, ``hf-bf16``; the rollout asks
-        for it, for its logged ``entropy/mean``); off, the sampler skips computing it."""
+        ``params.entropy`` is honoured where the backend can (``hf``, ``hf-bf16``); ``progress``: a bar labelled
+        ``desc``."""
         codec = self.codec
-        stops = codec.stops if stop_strings is None else tuple(stop_strings)
-        out = self._sample(
-            prompt_ids,
-            n=n,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            batch_size=batch_size,
-            seed=seed,
-            seeds=seeds,
-            progress=progress,
-            desc=desc,
-            stop_strings=stops,
-            entropy=entropy,
-        )
+        stops = codec.stops if params.stop_strings is None else params.stop_strings
+        out = self._sample(prompt_ids, dataclasses.replace(params, stop_strings=stops), progress, desc)
         return [[codec.cut(s, stops) for s in group] for group in out]
 
-    def _sample(
-        self,
-        prompt_ids,
-        n,
-        max_new_tokens,
-        temperature,
-        top_p,
-        batch_size,
-        seed,
-        seeds,
-        progress,
-        desc,
-        stop_strings,
-        entropy=False,
-    ) -> list[list[Any]]:
-        """The backend's samples (``stop_strings`` may end rows early; :meth:`generate` does the cutting)."""
+    def _sample(self, prompt_ids: list[list[int]], params: SamplingParams, progress: bool, desc: str) -> list[list[Any]]:
+        """The backend's samples (``params.stop_strings``, resolved, may end rows early; :meth:`generate` does the
+        cutting)."""
         raise NotImplementedError
 
     def weights_updated(self, named_parameters: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None = None) -> None:
@@ -188,49 +152,35 @@ class RolloutEngine:
         """Free the engine's memory."""
 
 
+@ENGINES.register("hf")
 class HFEngine(RolloutEngine):
     """:meth:`Policy.generate` (the reference sampler; per-sample seeds when given)."""
 
-    kind = "hf"
     sampling_model = None
     """The model to sample from instead of the policy's own (a subclass's copy); ``None``: the policy's."""
 
-    def _sample(
-        self,
-        prompt_ids,
-        n,
-        max_new_tokens,
-        temperature,
-        top_p,
-        batch_size,
-        seed,
-        seeds,
-        progress,
-        desc,
-        stop_strings,
-        entropy=False,
-    ):
-        return self.policy.generate(
-            prompt_ids,
-            n=n,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            batch_size=batch_size,
-            seed=seed,
-            seeds=None if seeds is None else list(seeds),
-            progress=progress,
-            desc=desc,
-            stop_strings=stop_strings,
-            model=self.sampling_model,
-            entropy=entropy,
-        )
+    def _sample(self, prompt_ids, params, progress, desc):
+        return self.policy.generate(prompt_ids, params, model=self.sampling_model, progress=progress, desc=desc)
 
 
+@ENGINES.register("hf-bf16")
 class HFBf16Engine(HFEngine):
     """:meth:`Policy.generate` over a bfloat16 copy of the policy's model (see the module docstring)."""
 
-    kind = "hf-bf16"
+    @classmethod
+    def check(cls, cfg: Config) -> None:
+        check(
+            cfg.update.recompute_old_logprobs,
+            "update.recompute_old_logprobs",
+            "must be true with rollout.engine=hf-bf16: the bf16 sampler's log-probs differ from the training "
+            "forward by up to ~0.4 nats per token, so the behaviour log-probs must come from a forward pass",
+        )
+        for name, res in cfg.ray.resources.items() if cfg.backend == "ray" else ():
+            check(
+                res.num_workers == 1,
+                f"ray.resources.{name}.num_workers",
+                "must be 1 with rollout.engine=hf-bf16 (its bf16 copy is of an unsharded model)",
+            )
 
     def __init__(self, policy) -> None:
         super().__init__(policy)
@@ -261,10 +211,9 @@ def _accepts(fn: Callable, name: str) -> bool:
         return False
 
 
+@ENGINES.register("hf-cb")
 class ContinuousBatchingEngine(RolloutEngine):
     """transformers' continuous batching (``generate_batch``, paged KV cache, ``return_logprobs``)."""
-
-    kind = "hf-cb"
 
     def __init__(self, policy) -> None:
         super().__init__(policy)
@@ -272,36 +221,21 @@ class ContinuousBatchingEngine(RolloutEngine):
         if reason:
             raise EngineUnavailable(f"rollout.engine=hf-cb: {reason}; use rollout.engine=hf")
 
-    def _sample(
-        self,
-        prompt_ids,
-        n,
-        max_new_tokens,
-        temperature,
-        top_p,
-        batch_size,
-        seed,
-        seeds,
-        progress,
-        desc,
-        stop_strings,
-        entropy=False,
-    ):
-
-        pol = self.policy
+    def _sample(self, prompt_ids, params, progress, desc):
+        pol, p = self.policy, params
         if not prompt_ids:
             return []
         gc = GenerationConfig(
             do_sample=True,
-            temperature=temperature,
-            top_p=top_p,
+            temperature=p.temperature,
+            top_p=p.top_p,
             top_k=0,
-            max_new_tokens=max_new_tokens,
-            num_return_sequences=n,
+            max_new_tokens=p.max_new_tokens,
+            num_return_sequences=p.n,
             eos_token_id=sorted(pol.stop_ids),
             pad_token_id=pol.pad_token_id,
         )
-        cbc = _paged_config(prompt_ids, max_new_tokens, batch_size, int(seeds[0]) if seeds else int(seed))
+        cbc = _paged_config(prompt_ids, p.max_new_tokens, p.batch_size, p.seeds[0] if p.seeds else p.seed)
         model = _unwrap(pol.model)
         was_training = model.training
         model.eval()
@@ -316,7 +250,7 @@ class ContinuousBatchingEngine(RolloutEngine):
                 )
         finally:
             model.train(was_training)
-        return self._samples(list(res.values()), len(prompt_ids), n)
+        return self._samples(list(res.values()), len(prompt_ids), p.n)
 
     def _samples(self, outs: list, prompts: int, n: int) -> list[list[Sample]]:
         """``generate_batch``'s outputs (``n`` per prompt, in prompt order) as ``[P][G]`` samples."""
@@ -402,14 +336,13 @@ def _vllm_load_weights(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> 
     return len(weights)
 
 
+@ENGINES.register("vllm")
 class VllmEngine(RolloutEngine):
     """vLLM colocated with the trainer on its GPU; weights pushed after each update.
 
     ``folder``: serve that Hugging Face folder (or hub id) instead of a Policy's in-memory weights --
     ``graft eval --backend vllm`` of a checkpoint; ``policy`` is then None, ``codec`` the model's
     :class:`~graft.policy.codec.TextCodec` (prompts, decoding, stop strings), and nothing is pushed."""
-
-    kind = "vllm"
 
     def __init__(
         self,
@@ -420,7 +353,7 @@ class VllmEngine(RolloutEngine):
         folder: str | None = None,
         codec: TextCodec | None = None,
     ) -> None:
-        self.check(folder)
+        self.available(folder)
         super().__init__(policy, codec)
         # The engine core runs in this process, so weights can be pushed by reference.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -460,7 +393,7 @@ class VllmEngine(RolloutEngine):
             self.weights_updated()  # the policy may differ from the folder (resumed optimiser state etc.)
 
     @staticmethod
-    def check(folder: str | None = None) -> None:
+    def available(folder: str | None = None) -> None:
         """Raise :class:`EngineUnavailable` when vLLM cannot run here, or cannot serve ``folder``."""
         reason = vllm_unavailable_reason()
         if reason:
@@ -493,34 +426,19 @@ class VllmEngine(RolloutEngine):
         save_file(dedup, str(Path(tmp.name) / "model.safetensors"))
         return tmp.name
 
-    def _sample(
-        self,
-        prompt_ids,
-        n,
-        max_new_tokens,
-        temperature,
-        top_p,
-        batch_size,
-        seed,
-        seeds,
-        progress,
-        desc,
-        stop_strings,
-        entropy=False,
-    ):
-        SamplingParams = _vllm().SamplingParams
-        codec = self.codec
-        seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
-        requests, params = [], []
+    def _sample(self, prompt_ids, params, progress, desc):
+        VllmParams, codec, n = _vllm().SamplingParams, self.codec, params.n
+        seeds = list(params.seeds) if params.seeds is not None else prompt_seeds(params.seed, 0, len(prompt_ids))
+        requests, per_sample = [], []
         for ids, s in zip(prompt_ids, seeds, strict=True):
             for j in range(n):
                 requests.append({"prompt_token_ids": list(ids)})
-                params.append(
-                    SamplingParams(
+                per_sample.append(
+                    VllmParams(
                         n=1,
-                        temperature=temperature,
-                        top_p=top_p,
-                        max_tokens=max_new_tokens,
+                        temperature=params.temperature,
+                        top_p=params.top_p,
+                        max_tokens=params.max_new_tokens,
                         seed=sample_seed(s, j) % (2**31),
                         logprobs=0,
                         detokenize=False,
@@ -528,7 +446,7 @@ class VllmEngine(RolloutEngine):
                         skip_special_tokens=True,
                     )
                 )
-        outs = self.llm.generate(requests, params, use_tqdm=progress)
+        outs = self.llm.generate(requests, per_sample, use_tqdm=progress)
         samples, k = [], 0
         for _ in prompt_ids:
             group = []
@@ -540,8 +458,8 @@ class VllmEngine(RolloutEngine):
                 fin = o.finish_reason == "stop"
                 group.append(Sample(token_ids=toks, logprobs=lps, text=codec.decode(toks), finished=fin))
             samples.append(group)
-        if getattr(self, "raw_logprobs", False) and temperature != 1.0 and self.policy is not None:
-            self._recompute_logprobs(prompt_ids, samples, temperature)
+        if getattr(self, "raw_logprobs", False) and params.temperature != 1.0 and self.policy is not None:
+            self._recompute_logprobs(prompt_ids, samples, params.temperature)
         return samples
 
     def _recompute_logprobs(self, prompt_ids, samples, temperature: float) -> None:

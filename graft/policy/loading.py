@@ -60,6 +60,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 from graft.config import ModelConfig
 from graft.console import quiet_bars
 from graft.errors import UserError
+from graft.registry import DTYPES, UnknownName
 
 log = logging.getLogger(__name__)
 
@@ -430,11 +431,16 @@ def unwrap(model: Any) -> Any:
     return model.get_base_model() if peft is not None and isinstance(model, peft.PeftModel) else model
 
 
+DTYPES.register("float32", torch.float32)
+DTYPES.register("bfloat16", torch.bfloat16)
+DTYPES.register("float16", torch.float16)
+
+
 def _torch_dtype(name: str) -> torch.dtype:
     try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-    except KeyError:
-        raise ModelLoadError(f"unknown dtype {name!r}; use float32, bfloat16 or float16") from None
+        return DTYPES[name]
+    except UnknownName as e:
+        raise ModelLoadError(str(e)) from None
 
 
 def _gguf_model(gguf_path: Path, dtype: torch.dtype) -> Any:

@@ -2,7 +2,7 @@
 
 :func:`make_adamw` gives plain parameters on a CPU or CUDA device torch's fused AdamW (``fused=True``: one pass
 over parameter, gradient and both moments; on the default job's Gemma-3 0.15 s a step instead of 0.43 s,
-``benchmarks/issue39_update.md``), which rounds a little differently from the single-tensor path; FSDP2 shards
+``benchmarks/results/update-head-gradient/``), which rounds a little differently from the single-tensor path; FSDP2 shards
 (``DTensor``) and other devices get :class:`LeanAdamW`'s chunked single-tensor step. Both keep torch's
 ``state_dict`` layout, so a checkpoint written with either resumes with either (the kernel is this process's
 choice, not the checkpoint's: :meth:`LeanAdamW.load_state_dict`).
@@ -22,6 +22,8 @@ import math
 
 import torch
 from torch.optim.optimizer import _get_scalar_dtype
+
+from graft.registry import LR_SCHEDULES
 
 CHUNK = 1 << 22
 """Elements per slice of the denominator (16 MiB in fp32); a multiple of every SIMD width."""
@@ -113,26 +115,34 @@ def _apply(param: torch.Tensor, m: torch.Tensor, v: torch.Tensor, c2: float, eps
         fp[sl].addcdiv_(fm[sl], (fv[sl].sqrt() / c2).add_(eps), value=value)
 
 
-def scheduled_lr(lr: float, schedule: str, warmup: int, step: int, steps: int) -> float:
-    """The learning rate of training step ``step`` (1-based) of ``steps`` (``models.I.lr_schedule``):
+def scheduled_lr(lr: float, schedule: str, warmup: int, step: int, horizon: int) -> float:
+    """The learning rate of training step ``step`` (1-based) of a schedule over ``horizon`` steps
+    (``models.I.lr_schedule``, ``models.I.lr_horizon``; a function of these alone, so a resumed run follows it):
     ``lr * step / warmup`` while ``step <= warmup``, then ``lr`` (``constant``), ``lr * (1 - p)`` (``linear``) or
-    ``lr * (1 + cos(pi p)) / 2`` (``cosine``) with ``p = (step - warmup - 1) / (steps - warmup)``: full ``lr`` on
-    the first step after warm-up, never 0 on the last."""
+    ``lr * (1 + cos(pi p)) / 2`` (``cosine``) with ``p = min(1, (step - warmup - 1) / (horizon - warmup))``: full
+    ``lr`` on the first step after warm-up, never 0 on the horizon's last step, 0 (``linear``, ``cosine``) after it."""
     if step <= warmup:
         return lr * step / warmup
-    shape = LR_SHAPES.get(schedule)
-    if shape is None:
-        raise ValueError(f"unknown learning-rate schedule {schedule!r}; valid: {', '.join(LR_SHAPES)}")
-    factor = shape(min(1.0, (step - warmup - 1) / max(1, steps - warmup)))
+    factor = LR_SCHEDULES[schedule](min(1.0, (step - warmup - 1) / max(1, horizon - warmup)))
     return lr if factor == 1.0 else lr * factor  # the configured float itself at full rate
 
 
-LR_SHAPES = {
-    "constant": lambda p: 1.0,
-    "linear": lambda p: 1.0 - p,
-    "cosine": lambda p: 0.5 * (1.0 + math.cos(math.pi * p)),
-}
-"""``models.I.lr_schedule`` -> the factor of ``lr`` at progress ``p`` in [0, 1] after warm-up (:func:`scheduled_lr`)."""
+@LR_SCHEDULES.register("constant")
+def constant_schedule(p: float) -> float:
+    """``constant``: the factor of ``lr`` at progress ``p`` in [0, 1] after warm-up (:func:`scheduled_lr`) is 1."""
+    return 1.0
+
+
+@LR_SCHEDULES.register("linear")
+def linear_schedule(p: float) -> float:
+    """``linear``: 1 - p."""
+    return 1.0 - p
+
+
+@LR_SCHEDULES.register("cosine")
+def cosine_schedule(p: float) -> float:
+    """``cosine``: (1 + cos(pi p)) / 2."""
+    return 0.5 * (1.0 + math.cos(math.pi * p))
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -1,4 +1,5 @@
-"""Prompt templates (``ModelConfig.template``) and their tokenization.
+"""Prompt templates (``ModelConfig.template``, one :class:`Template` each in :data:`graft.registry.TEMPLATES`) and
+their tokenization.
 
 - ``chat``: the tokenizer's chat template with one user turn ``"{problem}\\n{instruction}"``
   and the generation prompt (``add_generation_prompt=True``), preceded by ``cfg.fewshot``
@@ -27,6 +28,7 @@ from typing import Any
 
 from graft.config import ConfigError, ModelConfig
 from graft.domains import Domain, load_domain
+from graft.registry import TEMPLATES
 
 
 def _question(problem: str, instruction: str) -> str:
@@ -67,34 +69,76 @@ def chat_prompt(tokenizer: Any, problem: str, instruction: str, k: int = 0, doma
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def render_prompt(cfg: ModelConfig, tokenizer: Any, problem: str) -> str:
-    """The prompt text of ``problem`` in ``cfg.template`` (chat / plain / fewshot)."""
-    instruction = instruction_of(cfg)
-    if cfg.template == "chat":
-        return chat_prompt(tokenizer, problem, instruction, cfg.num_shots(), cfg.domain_name)
-    if cfg.template == "plain":
+class Template:
+    """One prompt format: how a problem becomes prompt text, how a response is framed after it, and its defaults."""
+
+    name: str
+    """Its registry name (``models.I.template``), set by ``TEMPLATES.register``."""
+    shots: int = 0
+    """Worked examples shown when ``models.I.fewshot`` is not set."""
+    shows_examples: bool = True
+    """It can show worked examples (``models.I.fewshot`` > 0 is refused otherwise)."""
+    stops: tuple[str, ...] = ("\nProblem:",)
+    """Stop strings when ``models.I.stop`` is not set (a base model otherwise writes the next problem)."""
+
+    def render(self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str) -> str:
+        raise NotImplementedError
+
+    def frame(self, text: str, finished: bool, stops: list[str]) -> tuple[str, bool]:
+        """A response text as a model with this template writes its own: ``(text, append EOS)``: one space after
+        ``"Solution:"``; a finished response ends with the first stop string (after a line break when that string
+        starts a new line, as between the worked examples: ``"... \\boxed{5}.\n\nProblem:"``), since that is how
+        such a model ends an answer; with no stop strings, with EOS."""
+        body = text.strip()
+        body = " " + body if body else body
+        if finished and stops:
+            return body + ("\n" if stops[0].startswith("\n") else "") + stops[0], False
+        return body, finished
+
+
+class ChatTemplate(Template):
+    """``chat``: the tokenizer's chat template; a response has no surrounding whitespace and ends with EOS."""
+
+    stops = ()
+
+    def render(self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str) -> str:
+        return chat_prompt(tokenizer, problem, instruction, shots, domain)
+
+    def frame(self, text: str, finished: bool, stops: list[str]) -> tuple[str, bool]:
+        return text.strip(), finished
+
+
+class PlainTemplate(Template):
+    """``plain``: ``Problem: ... Solution:``, no worked examples."""
+
+    shows_examples = False
+
+    def render(self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str) -> str:
         return plain_prompt(problem, instruction)
-    if cfg.template == "fewshot":
-        return fewshot_prompt(problem, instruction, cfg.num_shots(), cfg.domain_name)
-    raise ConfigError(f"model {cfg.name}: unknown template {cfg.template!r}; use chat, plain or fewshot")
+
+
+class FewshotTemplate(Template):
+    """``fewshot``: worked examples in the plain format, then the plain prompt."""
+
+    shots = 2
+
+    def render(self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str) -> str:
+        return fewshot_prompt(problem, instruction, shots, domain)
+
+
+TEMPLATES.register("chat", ChatTemplate())
+TEMPLATES.register("plain", PlainTemplate())
+TEMPLATES.register("fewshot", FewshotTemplate())
+
+
+def render_prompt(cfg: ModelConfig, tokenizer: Any, problem: str) -> str:
+    """The prompt text of ``problem`` in ``cfg.template``."""
+    return TEMPLATES[cfg.template].render(tokenizer, problem, instruction_of(cfg), cfg.num_shots(), cfg.domain_name)
 
 
 def frame_response(text: str, finished: bool, template: str, stops: list[str]) -> tuple[str, bool]:
-    """A response text as a model with this template writes its own: ``(text, append EOS)``.
-
-    - ``chat``: no surrounding whitespace; a finished response ends with EOS.
-    - ``plain`` / ``fewshot``: one space after ``"Solution:"``; a finished response ends with the
-      first stop string (after a line break when that string starts a new line, as between the
-      worked examples: ``"... \\boxed{5}.\n\nProblem:"``), since that is how such a model ends an
-      answer; with no stop strings, with EOS.
-    """
-    body = text.strip()
-    if template == "chat":
-        return body, finished
-    body = " " + body if body else body
-    if finished and stops:
-        return body + ("\n" if stops[0].startswith("\n") else "") + stops[0], False
-    return body, finished
+    """A response text as a model with ``template`` writes its own: ``(text, append EOS)`` (:meth:`Template.frame`)."""
+    return TEMPLATES[template].frame(text, finished, stops)
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:

@@ -10,7 +10,8 @@ the ``weights``-weighted sum of the values it got (none at all: 0 with status ``
 
 The functions never run in the trainer's process (``workers=0`` aside, for debugging): a worker process imports
 them once and the parent waits at most ``timeout_s`` for each function's answer. A function that cannot be
-imported, raises, hangs, returns the wrong number of values or a non-finite one is a
+imported, raises, hangs, returns something other than a list (or tuple, or 1-D array) of numbers and ``None`` (a
+dict, a string, nested lists, a bool), the wrong number of values or a non-finite one is a
 :class:`RewardFunctionError` naming it (one line), or with ``on_error="zero"`` that batch scores 0 (statuses
 ``function_error``/``function_timeout``, which do not stop the run as a hanging verifier's ``timeout`` does) and a
 line on stderr says why.
@@ -21,23 +22,28 @@ reads travels with the rollout groups, the trajectory store and the eval records
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
+import inspect
 import json
 import math
-import signal
+import numbers
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from graft.console import say
 from graft.errors import UserError
 from graft.reward import verifier
-from graft.reward.grader import mp_context
+from graft.reward.grader import mp_context, worker_memory_mb
+from graft.signals import as_worker, start_worker, stopping
 
-__all__ = ["FunctionGrader", "RewardFunctionError", "load_object", "row_reference"]
+__all__ = ["FunctionGrader", "RewardFunctionError", "code_digest", "load_object", "row_reference"]
 
 
 class RewardFunctionError(UserError, RuntimeError):
@@ -72,6 +78,44 @@ def load_object(spec: str, key: str) -> Any:
     if not hasattr(module, attr):
         raise RewardFunctionError(f"{key}: {target!r} has no attribute {attr!r}")
     return getattr(module, attr)
+
+
+def code_digest(obj: str | Callable[..., Any], key: str) -> str | None:
+    """The sha256 of the code ``obj`` names or is, which a run records as part of its identity (a reward function, a
+    user domain or its verify function): ``"path/to/file.py:name"`` -> the file's bytes; ``"package.module:name"``
+    -> its module's file, found without running that module; a callable -> the file of the module defining it, or
+    its source where it has no file. ``None`` for graft's own code (graft's version says what that is) and for a
+    module without a file. One line naming ``key`` when the file or module is not there -- before any model loads."""
+    if callable(obj):
+        try:
+            path = inspect.getsourcefile(obj)
+            if path is None or not Path(path).is_file():
+                return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
+        except (OSError, TypeError) as e:
+            raise RewardFunctionError(f"{key}: cannot read the code of {obj!r}: {e}") from None
+        return _file_digest(Path(path))
+    target, sep, attr = obj.rpartition(":")
+    if not sep or not target or not attr.isidentifier():
+        raise RewardFunctionError(f"{key}: {obj!r} must look like 'package.module:name' or 'path/to/file.py:name'")
+    if target.endswith(".py"):
+        p = Path(target).expanduser().resolve()
+        if not p.is_file():
+            raise RewardFunctionError(f"{key}: file not found: {p}")
+        return _file_digest(p)
+    if target.split(".")[0] == "graft":
+        return None
+    try:
+        spec = importlib.util.find_spec(target)
+    except BaseException as e:  # noqa: BLE001 - whatever the user's parent package raises on import
+        raise RewardFunctionError(f"{key}: cannot import {target!r}: {type(e).__name__}: {e}") from None
+    if spec is None:
+        raise RewardFunctionError(f"{key}: cannot import {target!r}: no module named {target!r}")
+    origin = Path(spec.origin) if spec.origin else None
+    return _file_digest(origin) if origin is not None and origin.is_file() else None
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _import_file(path: str, key: str) -> Any:
@@ -127,28 +171,42 @@ def _call(fn: Any, name: str, prompts: list[str], completions: list[str], column
         out = fn(prompts=prompts, completions=completions, **columns)
     except BaseException as e:  # noqa: BLE001 - the user's code
         return ["error", f"reward function {name} raised {type(e).__name__}: {e}"]
-    try:
-        values = list(out)
-    except TypeError:
-        return ["error", f"reward function {name} returned {type(out).__name__}, not a list of floats"]
+    values = _as_list(out)
+    if values is None:
+        return ["error", f"reward function {name} returned {_shown(out)}, not a list of floats (one per completion)"]
     if len(values) != len(completions):
         return ["error", f"reward function {name} returned {len(values)} values for {len(completions)} completions"]
     checked = []
     for i, v in enumerate(values):
-        try:
-            x = None if v is None else float(v)
-        except (TypeError, ValueError):
-            return ["error", f"reward function {name} returned {v!r} for completion {i}, not a float or None"]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
+            return ["error", f"reward function {name} returned {_shown(v)} for completion {i}, not a float or None"]
+        x = None if v is None else float(v)
         if x is not None and not math.isfinite(x):
             return ["error", f"reward function {name} returned {x} for completion {i} (not finite)"]
         checked.append(x)
     return ["ok", checked]
 
 
+def _as_list(out: Any) -> list | None:
+    """The values of a list, a tuple or a one-dimensional array (numpy, torch); None for anything else (a dict, whose
+    iteration gives its keys; a string, whose gives its characters; a scalar; a generator)."""
+    if isinstance(out, (list, tuple)):
+        return list(out)
+    if getattr(out, "ndim", None) == 1 and callable(getattr(out, "tolist", None)):
+        return list(out.tolist())
+    return None
+
+
+def _shown(v: Any) -> str:
+    """A returned value as a message shows it: its type and a short repr (``dict {0: 1.0, 1: 0.0}``)."""
+    text = repr(v)
+    return f"{type(v).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
 def worker_main(conn, specs: list[str], sys_path: list[str]) -> None:
     """The worker process: imports the functions, then answers ``(prompts, completions, columns)`` batches with
     one ``["ok", values]`` / ``["error", message]`` message per function, in order."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    as_worker()  # the parent stops us, once the batch in hand is answered (graft.signals)
     for p in reversed(sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)
@@ -179,6 +237,9 @@ class FunctionGrader:
         timeout_s: the longest one function may take on one batch.
         on_error: ``stop`` raises :class:`RewardFunctionError`; ``zero`` scores the batch 0.
         workers: 0 calls the functions in this process (no timeout; debugging and tests); otherwise one worker.
+        memory_mb: the most resident memory the worker may use (checked four times a second while it works, where
+            ``/proc`` can be read); beyond it the worker is killed and the batch fails as if the function raised.
+            0: no limit.
     """
 
     def __init__(
@@ -190,8 +251,10 @@ class FunctionGrader:
         workers: int = 1,
         start_method: str | None = None,
         startup_timeout_s: float = 120.0,
+        memory_mb: int = 0,
     ) -> None:
         self.specs, self.timeout_s, self.on_error = list(specs), float(timeout_s), on_error
+        self.memory_mb, self._peak_mb = int(memory_mb), 0.0
         self.weights = list(weights) if weights is not None else [1.0] * len(self.specs)
         self.stats: dict[str, int] = {}
         self.verify_fn = "reward.function: " + ", ".join(self.specs)
@@ -210,7 +273,7 @@ class FunctionGrader:
         self._proc = proc = self._ctx.Process(
             target=worker_main, args=(child, self.specs, list(sys.path)), daemon=True, name="graft-reward-fn"
         )
-        proc.start()
+        start_worker(proc)
         child.close()
         self._conn = parent
         msg = self._recv(self._startup_timeout_s, f"importing {', '.join(self.specs)}", "its start-up limit")
@@ -219,17 +282,38 @@ class FunctionGrader:
             raise RewardFunctionError(str(msg[1]))
 
     def _recv(self, timeout_s: float, what: str, limit: str = "reward.function_timeout_s") -> list:
-        """The worker's next message, or ``["timeout"|"error", message]`` when it does not come in time / dies."""
+        """The worker's next message, or ``["timeout"|"error", message]`` when it does not come in time, dies or
+        uses more memory than ``memory_mb``."""
         conn, proc = self._conn, self._proc
         assert conn is not None and proc is not None, "no worker: _start() first"
-        if conn.poll(timeout_s):
-            try:
-                return conn.recv()
-            except (EOFError, OSError):
-                pass
-            proc.join(timeout=2.0)
-            return ["error", f"the reward function worker died while {what} (exit code {proc.exitcode})"]
-        return ["timeout", f"{what} took longer than {limit}={timeout_s:g}s"]
+        deadline = time.monotonic() + timeout_s
+        while not conn.poll(max(0.0, min(0.25, deadline - time.monotonic()))):
+            if (over := self._over_memory()) is not None:
+                self._kill()
+                limit_mb = f"reward.function_memory_mb={self.memory_mb}"
+                return ["error", f"the reward function worker used {over:.0f} MiB while {what}, more than {limit_mb}"]
+            if time.monotonic() >= deadline:
+                return ["timeout", f"{what} took longer than {limit}={timeout_s:g}s"]
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            pass
+        proc.join(timeout=2.0)
+        return ["error", f"the reward function worker died while {what} (exit code {proc.exitcode})"]
+
+    def _over_memory(self) -> float | None:
+        """The worker's resident memory in MiB when beyond ``memory_mb``, else None (and its peak noted)."""
+        mem = worker_memory_mb(self._proc.pid) if self._proc is not None and self._proc.pid is not None else None
+        if mem is None:
+            return None
+        self._peak_mb = max(self._peak_mb, mem[1])
+        return mem[0] if self.memory_mb and mem[0] > self.memory_mb else None
+
+    @property
+    def peak_rss_gb(self) -> float:
+        """The highest peak resident memory of its worker processes so far, in GiB (the run's summary)."""
+        self._over_memory()
+        return self._peak_mb / 1024
 
     def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
         """Rewards and statuses (ok / no_answer; function_error / function_timeout under ``on_error="zero"``), one
@@ -244,7 +328,7 @@ class FunctionGrader:
             status, message = failure
             if self.on_error == "stop":
                 raise RewardFunctionError(message + " (reward.on_error=zero scores such a batch 0 instead)")
-            print(f"warning: {message}; this batch of {len(responses)} scores 0 (reward.on_error=zero)", file=sys.stderr)
+            say(f"warning: {message}; this batch of {len(responses)} scores 0 (reward.on_error=zero)")
             out = [0.0] * len(responses), [status] * len(responses)
         else:
             out = self._combine(values)
@@ -253,26 +337,36 @@ class FunctionGrader:
         return out
 
     def _values(self, prompts, completions, columns) -> tuple[list[list], tuple[str, str] | None]:
-        """Every function's values, or the first failure as ``(status, message)``."""
+        """Every function's values, or the first failure as ``(status, message)``. A worker that dies while this
+        process is stopping (:func:`graft.signals.stopping`) died of the stop, not of the batch: the batch is graded
+        again, once, by a fresh worker, so an interrupted call is never scored."""
         if self._local is not None:
             results = [_call(fn, s, prompts, completions, columns) for fn, s in zip(self._local, self.specs, strict=True)]
         else:
-            if self._proc is None or not self._proc.is_alive():
-                self._start()
-            conn, proc = self._conn, self._proc
-            assert conn is not None and proc is not None  # _start() set both
-            conn.send((prompts, completions, columns))
-            results = []
-            for spec in self.specs:  # every function answers, even after another's error
-                res = self._recv(self.timeout_s, f"reward function {spec} on {len(completions)} completions")
-                results.append(res)
-                if res[0] == "timeout" or (res[0] == "error" and not proc.is_alive()):
-                    self._kill()  # hung or dead: the next batch starts a fresh worker
-                    break
+            results, died = self._remote(prompts, completions, columns)
+            if died and stopping():
+                results, _ = self._remote(prompts, completions, columns)
         for res in results:
             if res[0] != "ok":
                 return [], (FUNCTION_TIMEOUT if res[0] == "timeout" else FUNCTION_ERROR, res[1])
         return [r[1] for r in results], None
+
+    def _remote(self, prompts, completions, columns) -> tuple[list[list], bool]:
+        """The worker's answer for every function (a fresh worker when the last one is gone), and whether it died."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        conn, proc = self._conn, self._proc
+        assert conn is not None and proc is not None  # _start() set both
+        conn.send((prompts, completions, columns))
+        results = []
+        for spec in self.specs:  # every function answers, even after another's error
+            res = self._recv(self.timeout_s, f"reward function {spec} on {len(completions)} completions")
+            results.append(res)
+            if res[0] == "timeout" or (res[0] == "error" and not proc.is_alive()):
+                died = res[0] == "error"
+                self._kill()  # hung or dead: the next batch starts a fresh worker
+                return results, died
+        return results, False
 
     def _combine(self, values: list[list]) -> tuple[list[float], list[str]]:
         rewards, statuses = [], []
@@ -284,6 +378,7 @@ class FunctionGrader:
 
     def _kill(self) -> None:
         if self._proc is not None:
+            self._over_memory()  # its peak, before it goes
             self._proc.kill()
             self._proc.join(timeout=2.0)
         if self._conn is not None:
@@ -291,6 +386,7 @@ class FunctionGrader:
         self._proc = self._conn = None
 
     def close(self) -> None:
+        self._over_memory()  # its peak (VmHWM), while it is there to read
         if self._conn is not None:
             try:
                 self._conn.send(None)

@@ -5,8 +5,14 @@ and its own SIGALRM timeout only works on the main thread, so items are graded i
 worker processes and the parent kills a worker whose current item runs past
 ``timeout_s``: that item scores 0 with status ``timeout``, the rest of its batch is
 handed out again and a fresh worker is started. A worker that dies (segfault, OOM
-kill) costs its current item (status ``error``) the same way. ``grade`` therefore
-always returns, from any thread or process (Ray actors included).
+kill) costs its current item (status ``error``) the same way -- unless it died while this
+process is stopping (:func:`graft.signals.stopping`): then the item is graded again, once, so
+an item a stop interrupted is never scored. ``grade`` therefore always returns, from any
+thread or process (Ray actors included).
+
+The workers follow graft's stop protocol (:mod:`graft.signals`): they ignore SIGTERM, SIGINT
+and SIGHUP from birth, so a signal to the whole process group reaches the trainer alone, and
+they are stopped here.
 
 Workers come from a ``forkserver`` (``spawn`` where unavailable), never a plain
 ``fork`` of the trainer: forking a process whose torch/OpenMP threads hold locks can
@@ -42,6 +48,7 @@ from tqdm import tqdm
 
 from graft.reward import worker
 from graft.reward.verifier import ERROR as VERIFY_ERROR, NO_ANSWER as VERIFY_NO_ANSWER, OK as VERIFY_OK, TIMEOUT as VERIFY_TIMEOUT
+from graft.signals import start_worker, stopping
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, SpawnContext
@@ -55,6 +62,8 @@ class _Tally:
     def __init__(self, pending: deque[int], rewards: list, statuses: list, bar) -> None:
         self.pending, self.rewards, self.statuses, self.bar = pending, rewards, statuses, bar
         self.remaining = len(pending)
+        self.retried: set[int] = set()
+        """Items whose worker died while this process was stopping, handed out again (once each)."""
 
     def finish(self, i: int, reward: float, status: str) -> None:
         self.rewards[i], self.statuses[i] = reward, status
@@ -65,6 +74,16 @@ class _Tally:
         """Items sent to a dead worker go back to the front."""
         self.pending.extendleft(reversed(w.inflight))
         w.inflight.clear()
+
+
+def worker_memory_mb(pid: int) -> tuple[float, float] | None:
+    """``(resident, peak resident)`` memory of process ``pid`` in MiB (``VmRSS``, ``VmHWM`` of ``/proc/PID/status``);
+    None where that cannot be read (the process is gone, or no ``/proc``: not Linux)."""
+    try:
+        fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
 
 
 class GraderError(RuntimeError):
@@ -98,7 +117,7 @@ class _Worker:
         self.proc = ctx.Process(
             target=worker.main, args=(child_conn, verify_fn, list(sys.path), verify_kwargs), daemon=True, name="graft-grader"
         )
-        self.proc.start()
+        start_worker(self.proc)
         child_conn.close()
         self.conn = parent_conn
         self.ready = False
@@ -109,6 +128,11 @@ class _Worker:
         self.inflight.extend(i for i, _, _ in items)
         self.deadline = time.monotonic() + timeout_s
         self.conn.send(items)
+
+    def peak_mb(self) -> float:
+        """Its peak resident memory so far (MiB; 0 where it cannot be read)."""
+        mem = worker_memory_mb(self.proc.pid) if self.proc.pid is not None else None
+        return mem[1] if mem else 0.0
 
     def kill(self) -> None:
         try:
@@ -176,6 +200,7 @@ class Grader:
         self.startup_timeout_s = float(startup_timeout_s)
         self.stats: dict[str, int] = {VERIFY_OK: 0, VERIFY_NO_ANSWER: 0, VERIFY_TIMEOUT: 0, VERIFY_ERROR: 0}
         self.restarts = 0
+        self._peak_mb = 0.0
         self._lock = threading.Lock()
         self._closed = False
         self._workers: list[_Worker] = []
@@ -234,7 +259,14 @@ class Grader:
             self._closed = True
             workers, self._workers = self._workers, []
         for w in workers:
+            self._peak_mb = max(self._peak_mb, w.peak_mb())
             w.stop()
+
+    @property
+    def peak_rss_gb(self) -> float:
+        """The highest peak resident memory of any of its worker processes so far, in GiB (the run's summary: the
+        trainer's own peak does not include them)."""
+        return max([self._peak_mb] + [w.peak_mb() for w in self._workers]) / 1024
 
     def __enter__(self) -> "Grader":
         return self
@@ -268,6 +300,7 @@ class Grader:
             raise GraderError(f"cannot start a grader worker process: {type(e).__name__}: {e}") from e
 
     def _replace(self, w: _Worker) -> None:
+        self._peak_mb = max(self._peak_mb, w.peak_mb())
         w.kill()
         self._workers[self._workers.index(w)] = self._start()
         self.restarts += 1
@@ -315,8 +348,10 @@ class Grader:
                         w.inflight.popleft()
                         tally.finish(i, reward, status)
                     w.deadline = time.monotonic() + self.timeout_s
-        except (EOFError, OSError):  # the worker died: its current item is lost
-            if w.inflight:
+        except (EOFError, OSError):  # the worker died: its current item fails, unless the stop killed it
+            if w.inflight and stopping() and w.inflight[0] not in tally.retried:
+                tally.retried.add(w.inflight[0])  # graded again by a fresh worker: an interrupted item is never scored
+            elif w.inflight:
                 tally.finish(w.inflight.popleft(), 0.0, VERIFY_ERROR)
             tally.requeue(w)
             if not w.ready:

@@ -257,7 +257,7 @@ def _same(expected: object, got: object) -> bool:
     if isinstance(expected, complex):
         return cmath.isclose(expected, got, rel_tol=FLOAT_REL_TOL, abs_tol=FLOAT_ABS_TOL)  # type: ignore[arg-type]
     if isinstance(expected, (list, tuple)):
-        return len(got) == len(expected) and all(_same(e, g) for e, g in zip(expected, got, strict=True))  # type: ignore[arg-type]
+        return len(got) == len(expected) and all(_same(e, g) for e, g in zip(expected, got, strict=True))  # type: ignore[arg-type, call-overload]
     if isinstance(expected, dict):
         theirs = {_canon(k): v for k, v in got.items()}  # type: ignore[attr-defined]
         return len(theirs) == len(expected) and all(

@@ -218,7 +218,7 @@ def reap(job: dict) -> None:
         except InterruptedError:
             continue
         if pid == 0:
-            if time.monotonic() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 return
             time.sleep(0.001)
 
@@ -289,7 +289,7 @@ def setup(job: dict, libc, workdir: str) -> None:
 def _state(root: str) -> list:
     """Every entry under ``root`` with the stat fields a process can change (ctime: any change at all; atime:
     a read), in walk order. Reading a file or folder once first settles its access time (relatime)."""
-    out = []
+    out: list[tuple] = []
     for folder, dirs, files in os.walk(root):
         dirs.sort()
         for name in sorted(dirs + files):
@@ -303,7 +303,7 @@ def _state(root: str) -> list:
 
 def _contents(root: str) -> list:
     """What it takes to rebuild ``root``'s entries: (path, kind, mode, data or link target), parents first."""
-    out = []
+    out: list[tuple] = []
     for folder, dirs, files in os.walk(root):
         dirs.sort()
         for name in sorted(dirs + files):
@@ -368,7 +368,7 @@ class Folders:
 
 
 def _fd_ids(fds) -> list:
-    out = []
+    out: list[tuple[int, int] | None] = []
     for fd in fds:
         try:
             st = os.fstat(fd)

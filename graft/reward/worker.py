@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import functools
 import importlib
-import signal
 import sys
 from typing import Callable
 
 from graft.reward import verifier
+from graft.signals import as_worker
 
 DEFAULT_VERIFY_FN = "graft.reward.verifier:verify"
 NUMBER_VERIFY_FN = "graft.reward.verifier:verify_number"
@@ -35,7 +35,7 @@ def resolve(path: str, kwargs: dict | None = None) -> Callable[[str, str], tuple
 
 def main(conn, verify_fn: str, sys_path: list[str], verify_kwargs: dict | None = None) -> None:
     """Worker entry point (the target of the grader's worker processes)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
+    as_worker()  # the parent stops us, once the item in hand is answered (graft.signals)
     for p in reversed(sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)

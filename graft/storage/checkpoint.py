@@ -57,7 +57,9 @@ before publishing the checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -67,7 +69,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Mapping, Protocol
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Protocol
 
 import numpy as np
 import torch
@@ -318,16 +320,66 @@ def _cleanup(root: Path) -> None:
 
 
 def _prune(root: Path, keep_last: int, keep: Path, keep_steps: frozenset[int] = frozenset()) -> None:
+    """Delete the complete checkpoints beyond the ``keep_last`` newest (not ``keep``, not ``keep_steps``); one that a
+    reader holds (:func:`reading`) stays until a later save finds it free."""
     if keep_last < 1:
         return
     steps = {p: s for p in root.iterdir() if (s := _step_of(p)) is not None and p.is_dir() and is_complete(p)}
     complete = sorted(steps, key=steps.__getitem__)
     doomed = [p for p in complete[: max(0, len(complete) - keep_last)] if p != keep and steps[p] not in keep_steps]
     for p in doomed:
-        trash = root / f".del-{p.name}-{os.getpid()}"
-        os.rename(p, trash)
-        fsync_path(root)
-        _remove_tree(trash)
+        with _unread(p) as free:
+            if free:
+                trash = root / f".del-{p.name}-{os.getpid()}"
+                os.rename(p, trash)
+                fsync_path(root)
+                _remove_tree(trash)
+
+
+@contextlib.contextmanager
+def _unread(path: Path) -> Iterator[bool]:
+    """Whether no reader holds checkpoint ``path`` (:func:`reading`); while inside, none can take it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            free = True
+        except BlockingIOError:
+            free = False
+        except OSError:  # a file system without flock: nothing can hold it
+            free = True
+        yield free
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def reading(path: str | Path) -> Iterator[Path]:
+    """Hold the checkpoint folder ``path`` (``RUN/checkpoints/step_N``) while reading it, e.g. ``graft eval`` of a run
+    still training: pruning leaves a held checkpoint alone until it is released (a shared ``flock`` on the folder).
+    A :class:`CheckpointError` when it is no longer there (pruned before it could be held)."""
+    path = Path(path)
+    gone = CheckpointError(f"{path}: no longer there (pruned by the training that writes it?)")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        raise gone from None
+    try:
+        with contextlib.suppress(OSError):  # a file system without flock: read unheld, as before
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            here = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except OSError:
+            here = False
+        if not here:  # renamed for deletion between open and lock
+            raise gone
+        yield path
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- save

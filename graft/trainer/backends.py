@@ -9,15 +9,16 @@ is the same class either way.
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Iterable
 
 import torch
 from tqdm.auto import tqdm
 
 from graft.config import Config, ConfigError, ResourceConfig
+from graft.console import say
 from graft.distributed.ray_backend import RayWorkers, init_ray
 from graft.policy.codec import TextCodec
+from graft.registry import BACKENDS, CPU_MEMORY
 from graft.seeds import init_seed
 from graft.trainer.learner import Learner
 from graft.trainer.workers import PolicyWorker
@@ -29,23 +30,29 @@ def resources_for(cfg: Config, name: str) -> ResourceConfig:
 
 def keeps_memory(cfg: Config, device: str) -> bool:
     """Whether the worker processes of a model on ``device`` keep freed memory (``cpu_memory: keep``, on CPU only)."""
-    return cfg.cpu_memory == "keep" and device == "cpu"
+    return CPU_MEMORY[cfg.cpu_memory] and device == "cpu"
 
 
 def make_learners(cfg: Config, device: str, ckpt=None, progress: bool = False) -> dict[str, Learner]:
     """``{name: Learner}``: each model's ranks in this process (``backend: local``) or in a Ray actor
     group (``backend: ray``); ``progress``: a bar over the models loaded in this process."""
     weights = {m.name: (str(ckpt.model_dirs[m.name]) if ckpt else None) for m in cfg.models}
-    if cfg.backend == "local":
-        out = {}
-        for m in tqdm(cfg.models, desc="loading models", disable=not progress):
-            torch.manual_seed(init_seed(cfg.seed, m.name))  # e.g. a fresh LoRA adapter: same init on every backend
-            out[m.name] = Learner.local(m, device, weights[m.name], cfg.rollout.engine, keep_memory=keeps_memory(cfg, device))
-        return out
-    return _ray_learners(cfg, weights)
+    return BACKENDS[cfg.backend](cfg, device, weights, progress)
 
 
-def _ray_learners(cfg: Config, weights: dict[str, str | None]) -> dict[str, Learner]:
+@BACKENDS.register("local")
+def local_learners(cfg: Config, device: str, weights: dict[str, str | None], progress: bool) -> dict[str, Learner]:
+    """``local``: every model's one rank in this process."""
+    out = {}
+    for m in tqdm(cfg.models, desc="loading models", disable=not progress):
+        torch.manual_seed(init_seed(cfg.seed, m.name))  # e.g. a fresh LoRA adapter: same init on every backend
+        out[m.name] = Learner.local(m, device, weights[m.name], cfg.rollout.engine, keep_memory=keeps_memory(cfg, device))
+    return out
+
+
+@BACKENDS.register("ray")
+def ray_learners(cfg: Config, device: str, weights: dict[str, str | None], progress: bool) -> dict[str, Learner]:
+    """``ray``: each model's ranks as a Ray actor group (``ray.resources``)."""
     unknown = set(cfg.ray.resources) - {m.name for m in cfg.models}
     if unknown:
         raise ConfigError(f"ray.resources names unknown model(s) {sorted(unknown)}; models: {[m.name for m in cfg.models]}")
@@ -63,10 +70,9 @@ def _ray_learners(cfg: Config, weights: dict[str, str | None]) -> dict[str, Lear
             workers = RayWorkers(PolicyWorker, m, r, cfg.ray, threads=cfg.threads, keep_memory=keeps_memory(cfg, wdev))
             learners[m.name] = Learner(m, workers, TextCodec.load(m, weights[m.name]))
             info = workers.setup(m, wdev, weights[m.name], init_seed(cfg.seed, m.name), cfg.rollout.engine)
-            print(
+            say(
                 f"ray: model {m.name} on {r.num_workers} worker(s) "
-                f"({', '.join(sorted({i['node'] for i in info}))}; {wdev}; engine {cfg.rollout.engine})",
-                file=sys.stderr,
+                f"({', '.join(sorted({i['node'] for i in info}))}; {wdev}; engine {cfg.rollout.engine})"
             )
     except BaseException:
         close_learners(learners)

@@ -9,6 +9,7 @@ loop (rows, global normalisers, one :func:`~graft.trainer.workers.scatter` over 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -20,7 +21,8 @@ from graft.algos.losses import merge, summarize
 from graft.config import ModelConfig, RolloutConfig, UpdateConfig
 from graft.policy.codec import TextCodec
 from graft.policy.optim import scheduled_lr
-from graft.policy.policy import scoring_order
+from graft.policy.sampling import SamplingParams, rollout_sampling
+from graft.policy.scoring import scoring_order
 from graft.seeds import prompt_seeds
 from graft.trainer.batch import Shard, forwarded_positions, prepare_minibatch
 from graft.trainer.workers import LocalWorkers, PolicyWorker, scatter
@@ -76,39 +78,15 @@ class Learner:
         return cores.Pushed(lambda n: self.workers.call("set_threads", [(n,)] * self.workers.size, "set_threads"))
 
     # --------------------------------------------------------------- primitives over the ranks
-    def generate(
-        self,
-        prompt_ids: list[list[int]],
-        n: int,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        batch_size: int = 64,
-        seed: int = 0,
-        seeds=None,
-        progress: bool = False,
-        desc: str = "",
-        stop_strings=None,
-        entropy: bool = False,
-        **_,
-    ) -> list[list]:
-        """``n`` samples per prompt, ``[P][G]``: prompts in blocks of whole generation batches per rank,
-        prompt i sampling with ``seeds[i]`` (default: derived from ``seed`` and i), results in prompt order.
-        ``entropy``: also record each token's entropy (the rollout's ``entropy/mean``)."""
-        W = self.workers.size
-        seeds = list(seeds) if seeds is not None else prompt_seeds(seed, 0, len(prompt_ids))
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams, progress: bool = False, desc: str = "") -> list[list]:
+        """``params.n`` samples per prompt, ``[P][G]``: prompts in blocks of whole generation batches per rank,
+        prompt i sampling with ``params.seeds[i]`` (default: derived from ``params.seed`` and i), results in prompt
+        order. ``progress``: rank 0's bar, labelled ``desc``."""
+        W, n, batch_size = self.workers.size, params.n, params.batch_size
+        seeds = list(params.seeds) if params.seeds is not None else prompt_seeds(params.seed, 0, len(prompt_ids))
         per_batch = batch_size // n if batch_size % n == 0 else 1
         order = scatter(list(range(len(prompt_ids))), W, per_batch, even=True)
-        kw = dict(
-            n=n,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            batch_size=batch_size,
-            desc=desc or f"{self.name} generate",
-            stop_strings=stop_strings,
-            **({"entropy": True} if entropy else {}),
-        )
+        desc = desc or f"{self.name} generate"
         pushed = self.pushed_threads()
         parts: list[list] = [[] for _ in range(W)]
         for block in generation_rounds(order, per_batch) if pushed.active else [order]:
@@ -116,7 +94,12 @@ class Learner:
             res = self.workers.call(
                 "generate",
                 [
-                    ([prompt_ids[i] for i in idx], [seeds[i] for i in idx], {**kw, "progress": progress and r == 0})
+                    (
+                        [prompt_ids[i] for i in idx],
+                        dataclasses.replace(params, seeds=tuple(seeds[i] for i in idx)),
+                        progress and r == 0,
+                        desc,
+                    )
                     for r, idx in enumerate(block)
                 ],
                 "generate",
@@ -136,7 +119,7 @@ class Learner:
         progress: bool = False,
     ) -> list[torch.Tensor]:
         """Per-response log-probs ``[N]`` of ``[T_n]`` under the current weights (no gradients): whole
-        micro-batches per rank in :func:`~graft.policy.policy.scoring_order`, so every value is computed in
+        micro-batches per rank in :func:`~graft.policy.scoring.scoring_order`, so every value is computed in
         the same padded batch as in one process."""
         order = scoring_order(prompt_ids, response_ids)
         parts = scatter(order, self.workers.size, max(1, micro_batch))
@@ -162,18 +145,8 @@ class Learner:
         filled by the scorer. Prompt i samples with its own seed, a function of (``seed``, i)."""
         t0 = time.perf_counter()
         prompt_ids = [self.codec.encode_prompt(p.problem) for p in prompts]
-        samples = self.generate(
-            prompt_ids,
-            n=rc.n,
-            max_new_tokens=rc.max_new_tokens,
-            temperature=rc.temperature,
-            top_p=rc.top_p,
-            batch_size=rc.batch_size,
-            seeds=prompt_seeds(seed, 0, len(prompts)),
-            progress=progress,
-            desc=f"{self.name} rollout",
-            entropy=True,
-        )
+        params = rollout_sampling(rc, seeds=prompt_seeds(seed, 0, len(prompts)), entropy=True)
+        samples = self.generate(prompt_ids, params, progress=progress, desc=f"{self.name} rollout")
         groups = [
             RolloutGroup(
                 prompt_id=p.id,
@@ -284,10 +257,10 @@ class Learner:
             "update/skipped_nonfinite": skipped,
         }
 
-    def set_learning_rate(self, step: int, steps: int) -> float:
-        """Every rank's optimiser to the learning rate of training step ``step`` of ``steps``
+    def set_learning_rate(self, step: int, horizon: int) -> float:
+        """Every rank's optimiser to the learning rate of training step ``step`` of a schedule over ``horizon`` steps
         (``models.I.lr_schedule``, :func:`~graft.policy.optim.scheduled_lr`); returns it."""
-        lr = scheduled_lr(self.cfg.lr, self.cfg.lr_schedule, self.cfg.warmup_steps, step, steps)
+        lr = scheduled_lr(self.cfg.lr, self.cfg.lr_schedule, self.cfg.warmup_steps, step, horizon)
         self.workers.call("set_learning_rate", [(lr,)] * self.workers.size, "set_learning_rate")
         return lr
 

@@ -9,11 +9,8 @@ zero-advantage sequences are not forwarded in the update
 
 from __future__ import annotations
 
-import json
 import resource
-import shutil
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -26,34 +23,32 @@ from tqdm.auto import tqdm
 from graft import cores
 from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
-from graft.config import Config, ConfigError, config_diff, save_config, to_dict, upgrade_tree
-from graft.data.arithmetic import family_of
+from graft.config import Config, ConfigError, save_config, to_dict
+from graft.console import bars, say
 from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint
+from graft.data.tasks import family_of, task_families
 from graft.domains import Domain
-from graft.domains.grading import grading_note, load_data, make_grader, task_domain
+from graft.domains.grading import grading_note, load_data, make_grader, reward_code, task_domain, unrewardable
 from graft.errors import UserError
 from graft.evaluation.evaluate import best_checkpoint, evaluate_during_training
-from graft.exchange.common import complementarity, counts
+from graft.exchange.common import adv_norm, complementarity, counts
 from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, open_peer_store
 from graft.files import dumps_json, write_text, writing
 from graft.policy.context import check_learner_context
-from graft.policy.loading import ModelLoadError, check_model_source, load_tokenizer, quiet_loading
+from graft.policy.loading import ModelLoadError, check_model_source, quiet_loading
 from graft.reward.grader import Grader
 from graft.seeds import step_seed
+from graft.signals import StopSignal
 from graft.storage.checkpoint import (
-    CheckpointError,
     checkpoint_step,
     latest_checkpoint,
     list_checkpoints,
-    load_checkpoint,
-    newest_intact_checkpoint,
     remove_checkpoints_after,
-    restore_tokenizer_files,
     save_checkpoint,
     set_rng_state,
 )
 from graft.storage.lock import FolderLock
-from graft.storage.trajectory_store import StoreError, TrajectoryStore
+from graft.storage.trajectory_store import TrajectoryStore
 from graft.trainer.backends import close_learners, make_learners, worker_memory
 from graft.trainer.learner import Learner
 from graft.trainer.metrics import (
@@ -67,8 +62,9 @@ from graft.trainer.metrics import (
     timed,
     trl_aliases,
 )
+from graft.trainer.resume import CHANGES, Start, describe_changes, history, record_changes, start_of
 from graft.trainer.rules import UpdateRule, make_rule
-from graft.trainer.stop import Diverged, Preempted, StopSignal
+from graft.trainer.stop import Diverged, Preempted
 from graft.trainer.tracking import check_trackers, open_trackers
 from graft.trainer.workers import process_memory
 from graft.types import VERIFY_TIMEOUT, DirectionAudit, ExchangeResult, Prompt, RolloutGroup
@@ -78,27 +74,6 @@ T = TypeVar("T")
 
 class GraderHang(UserError, RuntimeError):
     """Most verifications of a step timed out."""
-
-
-# Fields that may change between a run and its resumption without changing what it computes.
-RESUMABLE_CHANGES = (
-    "resume",
-    "steps",
-    "progress",
-    "threads",
-    "device",
-    "run_dir",
-    "checkpoint.",
-    "eval.",
-    "reward.workers",
-    "rollout.batch_size",
-    "update.micro_batch_size",
-    "update.logprob_chunk",
-    "update.max_nonfinite_steps",
-    "ray.",
-    "backend",
-    "logging",
-)
 
 
 @dataclass
@@ -132,6 +107,9 @@ class Run:
     """Per model: consecutive steps with an update skipped for a non-finite loss or gradient norm."""
     completions: dict = field(default_factory=dict)
     """The last step's sample of completions for the trackers (model -> :func:`completion_rows` rows)."""
+    start: Start | None = None
+    """How the run started (:func:`graft.trainer.resume.start_of`): its reward code and learning-rate horizons, saved
+    with every checkpoint, and what a resume changed."""
 
     @property
     def bars(self) -> bool:
@@ -144,7 +122,7 @@ class Run:
 def progress_bars(cfg: Config) -> bool:
     """Progress bars are drawn only with ``progress: true`` and stderr a terminal; a log file or CI gets
     the one line per step (:func:`~graft.trainer.metrics.console_line`) and nothing else."""
-    return bool(cfg.progress) and sys.stderr.isatty()
+    return bars(cfg.progress)
 
 
 # ============================================================================ phases
@@ -222,7 +200,7 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
     metrics: dict = {}
     up = run.cfg.update
     for name, gs in groups.items():
-        adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), up.adv_eps, up.adv_std == "unbiased")
+        adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), *adv_norm(up))
         for g, a in zip(gs, adv, strict=True):  # adv: a row per group
             g.advantages = a.tolist()
         st = group_stats(gs) | in_group_reward_stats([g.rewards for g in gs])
@@ -262,9 +240,9 @@ def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int) -
 
 def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> dict:
     """One model's update on ``groups``: minibatches planned from the step's own seed, ``update.epochs`` passes,
-    at the step's learning rate (``models.I.lr_schedule``)."""
+    at the step's learning rate (``models.I.lr_schedule`` over the horizon the run recorded)."""
     cfg = run.cfg
-    lr = run.learners[name].set_learning_rate(step, cfg.steps)
+    lr = set_learning_rate(run, name, step)
     gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
     gs = run.rule.prepare(groups)
     plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
@@ -275,15 +253,21 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
     m["update/skipped_nonfinite"] = skipped
     m["learning_rate"] = lr
     if skipped:
-        print(
+        say(
             f"warning: step {step}: model {name}: loss or gradient norm not finite (loss {m['loss']}, grad norm "
-            f"{m['grad_norm']}); {skipped} of {len(plan) * cfg.update.epochs} optimizer steps skipped",
-            file=sys.stderr,
+            f"{m['grad_norm']}); {skipped} of {len(plan) * cfg.update.epochs} optimizer steps skipped"
         )
     m["peer_groups"] = sum(g.is_peer for g in gs)
     m["peer_responses"] = sum(g.size for g in gs if g.is_peer)
     m["peer_row_share"] = m["peer_responses"] / max(1, sum(g.size for g in gs))
     return m
+
+
+def set_learning_rate(run: Run, name: str, step: int) -> float:
+    """Model ``name``'s learning rate at ``step``: its schedule over the horizon the run recorded at its start
+    (:attr:`Run.start`); returns it."""
+    assert run.start is not None, "setup() records how the run started"
+    return run.learners[name].set_learning_rate(step, run.start.lr_horizon[name])
 
 
 def update_phase(run: Run, train_groups: dict[str, list[RolloutGroup]], step: int) -> dict:
@@ -345,7 +329,9 @@ def setup(cfg: Config) -> Run:
     torch.manual_seed(cfg.seed)
     prompts, stats = _load_data("data.train", cfg.data.train, cfg)
     if stats.get("skipped"):
-        print(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}", file=sys.stderr)
+        say(f"data: skipped {stats['skipped']} bad rows: {stats.get('skipped_reasons')}")
+    if (warning := unrewardable(cfg.reward, prompts, "data.train")) is not None:
+        say(warning)
     check_batch_fits(prompts, cfg.batch_prompts, cfg.data.train)
     grading_note(cfg.reward)  # a domain that cannot grade safely here (code without its sandbox) stops before models load
     val = _load_data("data.val", cfg.data.val, cfg, cfg.data.val_limit)[0] if cfg.data.val else None
@@ -359,7 +345,8 @@ def setup(cfg: Config) -> Run:
 
 
 def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) -> Run:
-    ckpt = _find_resume(cfg, run_dir)
+    start = start_of(cfg, run_dir, reward_code(cfg.reward))  # a missing reward module, changed code: said before models load
+    ckpt = start.ckpt
     sampler = _sampler(cfg, prompts, ckpt)  # resuming on other training data fails here
     _check_model_sources(cfg, ckpt)
     peer = open_peer_store(cfg)  # a stored peer's groups, read before any model loads
@@ -388,7 +375,8 @@ def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) ->
         val_prompts=val,
         rule=make_rule(cfg.update),
         lock=lock,
-        by_family=cfg.data.train == "arithmetic" and bool(cfg.data.arithmetic.families),
+        by_family=task_families(cfg) is not None,
+        start=start,
     )
     run.exchange = make_exchange(cfg, learners, run.grade, peer)
     _restore(run, ckpt)
@@ -424,119 +412,6 @@ def _check_model_sources(cfg: Config, ckpt) -> None:
                 raise ModelLoadError(f"models.{i}.{field_name}: {e}") from None
 
 
-def _find_resume(cfg: Config, run_dir: Path):
-    """The checkpoint to resume from (fully verified), or None for a fresh start. Never deletes an
-    earlier run's history unless asked to (``resume=restart``)."""
-    has_history = (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0
-    if cfg.resume is False or cfg.resume is None:
-        if has_history:
-            raise ConfigError(
-                f"run_dir: {run_dir} already holds a run; pass resume=true to continue it, resume=restart to "
-                "discard it, or choose another run_dir"
-            )
-        return None
-    if cfg.resume == "restart":
-        _discard_run(run_dir)
-        return None
-    if cfg.resume is True:
-        _restore_tokenizers(cfg, run_dir)
-        ckpt, warnings = newest_intact_checkpoint(run_dir)  # a damaged newest one is skipped, with a warning
-        for w in warnings:
-            print(w, file=sys.stderr)
-        if ckpt is None:  # killed before (or during) its first save: a requeue loop must still get going
-            aside = _set_aside(run_dir)
-            moved = f"moved the earlier attempt's files to {aside}; " if aside else ""
-            print(f"resume: no intact checkpoint in {run_dir}; {moved}starting from scratch", file=sys.stderr)
-            return None
-        path = ckpt.path
-    else:
-        path = Path(str(cfg.resume))
-        ckpt = load_checkpoint(path, verify="full")
-    saved = json.loads(json.dumps(ckpt.config))
-    upgrade_tree(saved)  # a checkpoint of an earlier version: its keys as they are called now
-    changed = [k for k in config_diff(saved, to_dict(cfg)) if not k.startswith(RESUMABLE_CHANGES)]
-    if changed:
-        raise ConfigError(f"cannot resume from {path}: these config fields differ from the checkpoint: {', '.join(changed)}")
-    missing = [m.name for m in cfg.models if m.name not in ckpt.optimizer_names]
-    if missing and (ckpt.config.get("checkpoint") or {}).get("keep_optimizer") == "none":
-        raise ConfigError(
-            f"cannot resume from {path}: it holds weights only (the run was saved with "
-            "checkpoint.keep_optimizer=none, no optimizer state); to continue from these weights, export "
-            f"them (graft export {run_dir} --step {ckpt.step} --model NAME OUT) and train a new run_dir "
-            "with models.I.path=OUT"
-        )
-    if missing:
-        names = {m.name for m in cfg.models}
-        with_opt = (
-            [p for p in list_checkpoints(run_dir) if names <= set(load_checkpoint(p).optimizer_names)] if run_dir.is_dir() else []
-        )
-        hint = (
-            f"resume from {with_opt[-1]} (resume={with_opt[-1]}), which has it"
-            if with_opt
-            else f"to start a new run from these weights, export them (graft export {run_dir} --step {ckpt.step} "
-            "--model NAME OUT) and train a new run_dir with models.I.path=OUT"
-        )
-        raise ConfigError(
-            f"cannot resume from {path}: it holds no optimizer state for model(s) {', '.join(missing)} "
-            f"(checkpoint.keep_optimizer=last keeps it only in the newest checkpoint); {hint}"
-        )
-    return _check_store(cfg, run_dir, ckpt)
-
-
-def _restore_tokenizers(cfg: Config, run_dir: Path) -> None:
-    """A damaged tokenizer file is one inode shared by every checkpoint (hard links): rewrite it from the model's
-    own tokenizer where that has the recorded sha256, one line each, before the checkpoints are verified."""
-    with tempfile.TemporaryDirectory() as tmp:
-        for line in restore_tokenizer_files(run_dir, lambda name: _saved_tokenizer(cfg, name, Path(tmp))):
-            print(line, file=sys.stderr)
-
-
-def _saved_tokenizer(cfg: Config, name: str, tmp: Path) -> Path | None:
-    """Model ``name``'s tokenizer loaded from its configured source and saved into ``tmp/name``, as a run saves it."""
-    m = next((m for m in cfg.models if m.name == name), None)
-    if m is None:
-        return None
-    try:
-        load_tokenizer(m).save_pretrained(str(tmp / name))
-    except (ModelLoadError, OSError):
-        return None
-    return tmp / name
-
-
-def _check_store(cfg: Config, run_dir: Path, ckpt):
-    """``ckpt``, unless a trajectory store file at or before its step is torn. A resume re-runs only later steps, so
-    with ``resume=true`` the newest resumable checkpoint before that step is used instead (it re-runs the step and
-    rewrites the file; one warning line); with none, or with ``resume=PATH``, a :class:`StoreError` naming the file."""
-    torn = TrajectoryStore(run_dir / "trajectories").first_torn(ckpt.step)
-    if torn is None:
-        return ckpt
-    step, why = torn
-    earlier = _earlier_resumable(cfg, run_dir, step) if cfg.resume is True else None
-    if earlier is None:
-        raise StoreError(
-            f"{why}; resuming from step {ckpt.step} re-runs only later steps and no resumable checkpoint "
-            f"precedes step {step}, so the file cannot be rewritten; nothing was changed; move it aside to "
-            f"continue without step {step}'s trajectories, or start over with resume=restart"
-        )
-    print(f"warning: {why}; resuming from {earlier.path} instead, which re-runs step {step} and rewrites it", file=sys.stderr)
-    return earlier
-
-
-def _earlier_resumable(cfg: Config, run_dir: Path, before: int):
-    """The newest intact checkpoint of ``run_dir`` before step ``before`` with every model's optimizer state, or None."""
-    names = {m.name for m in cfg.models}
-    for p in reversed(list_checkpoints(run_dir)):
-        if checkpoint_step(p) >= before:
-            continue
-        try:
-            ck = load_checkpoint(p, verify="full")
-        except CheckpointError:
-            continue
-        if names <= set(ck.optimizer_names):
-            return ck
-    return None
-
-
 def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
     """The prompt sampler, continued from ``ckpt``. Resuming on training data that differs from the
     data the checkpoint was trained on (ids, problems, answers or order: ``state["data_fingerprint"]``;
@@ -558,51 +433,6 @@ def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
     return sampler
 
 
-RUN_OUTPUTS = (
-    "metrics.jsonl",
-    "audit.jsonl",
-    "summary.json",
-    "trajectories",
-    "eval",
-    "checkpoints",
-    "tensorboard",
-    "wandb/graft_run_id",
-    "mlruns",
-)
-"""What ``resume=restart`` deletes from a run folder (config.yaml is rewritten; W&B's own files stay)."""
-
-
-def _set_aside(run_dir: Path) -> Path | None:
-    """Move the run outputs in ``run_dir`` to a new ``run_dir/set_aside/attempt_K`` (nothing deleted);
-    returns that folder, or ``None`` when there was nothing to move."""
-    present = [name for name in RUN_OUTPUTS if (run_dir / name).exists()]
-    if not present:
-        return None
-    k = 1
-    while (run_dir / "set_aside" / f"attempt_{k}").exists():
-        k += 1
-    aside = run_dir / "set_aside" / f"attempt_{k}"
-    for name in present:
-        (aside / name).parent.mkdir(parents=True, exist_ok=True)
-        (run_dir / name).rename(aside / name)
-    return aside
-
-
-def _discard_run(run_dir: Path) -> None:
-    gone = []
-    for name in RUN_OUTPUTS:
-        p = run_dir / name
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
-        else:
-            continue
-        gone.append(name)
-    if gone:
-        print(f"resume=restart: deleted {', '.join(gone)} from {run_dir}; starting from scratch", file=sys.stderr)
-
-
 def _restore(run: Run, ckpt) -> None:
     if ckpt is None:
         return
@@ -618,7 +448,12 @@ def _restore(run: Run, ckpt) -> None:
     run.store.truncate_after(ckpt.step)
     remove_checkpoints_after(run.run_dir, ckpt.step)  # a later timeline being abandoned
     set_rng_state(ckpt.rng)
-    print(f"resumed from {ckpt.path} at step {ckpt.step}", file=sys.stderr)
+    assert run.start is not None
+    changed = describe_changes(run.start.changes)
+    record_changes(run.run_dir, ckpt, run.start.changes)
+    say(f"resumed from {ckpt.path} at step {ckpt.step}")
+    if changed:
+        say(f"changed since the checkpoint (recorded in {run.run_dir / CHANGES}): {changed}")
 
 
 def save(run: Run, step: int) -> Path:
@@ -638,6 +473,9 @@ def save(run: Run, step: int) -> Path:
         "exchange": run.exchange.state_dict(),
         "data_fingerprint": prompts_fingerprint(run.sampler.prompts),
         "nonfinite_streak": run.nonfinite_streak,
+        "reward_code": run.start.reward_code if run.start else {},
+        "lr_horizon": run.start.lr_horizon if run.start else {},
+        "history": history(run.run_dir, step),
     }
     ck = run.cfg.checkpoint
     saved = {checkpoint_step(p) for p in list_checkpoints(run.run_dir)} | {step}
@@ -698,7 +536,6 @@ def train(cfg: Config) -> dict:
     non-finite (``update.max_nonfinite_steps``)."""
     with StopSignal() as stop:
         run = setup(cfg)
-        stop.reclaim()  # ray.init (backend: ray) replaced the SIGTERM handler with one that exits at once
         try:
             return _train(run, stop)
         finally:
@@ -712,7 +549,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
     tracker = None
     try:
         tracker = open_trackers(run.run_dir, cfg, run.start_step)
-        print("\n".join(run.exchange.describe().lines()), file=sys.stderr)
+        say("\n".join(run.exchange.describe().lines()))
         bar = tqdm(
             range(run.start_step, cfg.steps + 1), desc="steps", disable=not run.bars, initial=run.start_step - 1, total=cfg.steps
         )
@@ -726,7 +563,7 @@ def _train(run: Run, stop: StopSignal) -> dict:
             run.metrics.write(m)
             tracker.log(step, m, run.completions)
             history.append(m)
-            tqdm.write(console_line(step, cfg.steps, m, list(run.learners)), file=sys.stderr)
+            say(console_line(step, cfg.steps, m, list(run.learners)))
             check_nonfinite_streak(run, step, m)
             saved = ck.save_every and step % ck.save_every == 0 and step < cfg.steps
             if saved:
@@ -768,6 +605,7 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
         "steps": len(rows),
         "wall_clock_s": round(seconds, 1),
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "reward_workers_peak_rss_gb": round(run.grader.peak_rss_gb, 2),
         "final_checkpoint": str(final) if final else None,
         "models": {},
     }
@@ -786,7 +624,13 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
     admitted_keys = sorted({k for x in rows for k in x if k.startswith("exchange/") and k.endswith("/admitted")})
     out["exchange"] = {k.split("/")[1]: sum(x.get(k, 0) or 0 for x in rows) for k in admitted_keys}
     out["exchange_correct"] = {k.split("/")[1]: sum(x.get(k + "_correct", 0) or 0 for x in rows) for k in admitted_keys}
+    # exchange_s_p50: per step, the median s of every transferred response, admitted or dropped by the gate
     out["exchange_s_p50"] = {k.split("/")[1]: [x.get(k.replace("/admitted", "/s_p50")) for x in rows] for k in admitted_keys}
+    out["exchange_s_p50_admitted"] = {  # a run logged before this metric existed has no entry
+        k.split("/")[1]: [x.get(m) for x in rows]
+        for k in admitted_keys
+        if any((m := k.replace("/admitted", "/s_p50_admitted")) in x for x in rows)
+    }
     out["exchange_steps"] = {k.split("/")[1]: sum(1 for x in rows if (x.get(k) or 0) > 0) for k in admitted_keys}
     out["exchange_expected"] = run.exchange.hands_over
     out["exchange_description"] = run.exchange.describe().lines()
@@ -800,11 +644,25 @@ def _mean_of(rows: list[dict], key: str) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _s_medians(every: list, admitted: list | None) -> str:
+    """The summary's median ``s`` per step with a transfer: of every transferred response (admitted and dropped
+    alike), and beside it of the admitted ones only (``-``: the gate admitted none that step; ``admitted`` None: a
+    run logged before that median existed). A step without a median has None (null in metrics.jsonl) or NaN."""
+    steps = [i for i, x in enumerate(every) if x is not None and x == x]
+    if not steps:
+        return ""
+    out = f"; median s per step of all transferred responses (admitted and dropped) {' '.join(f'{every[i]:.2f}' for i in steps)}"
+    if admitted is not None:
+        kept = [admitted[i] if i < len(admitted) else None for i in steps]
+        out += f", of the admitted ones {' '.join(f'{x:.2f}' if x is not None and x == x else '-' for x in kept)}"
+    return out
+
+
 def print_summary(s: dict, file=sys.stderr) -> None:
     print("\n=== graft run summary ===", file=file)
     print(
         f"run dir: {s['run_dir']}   steps: {s['steps']}   wall clock: {s['wall_clock_s']:.0f}s   "
-        f"peak memory: {s['peak_rss_gb']:.1f} GB",
+        f"peak memory: {s['peak_rss_gb']:.1f} GB (reward workers: {s.get('reward_workers_peak_rss_gb') or 0:.1f} GB)",
         file=file,
     )
     for line in s.get("exchange_description", []):
@@ -822,12 +680,11 @@ def print_summary(s: dict, file=sys.stderr) -> None:
     for d, n in s.get("exchange", {}).items():
         steps = s.get("exchange_steps", {}).get(d)
         correct = s.get("exchange_correct", {}).get(d)
-        s50 = [x for x in s.get("exchange_s_p50", {}).get(d, []) if x is not None and x == x]
         print(
             f"  exchange {d}: {n} peer responses admitted"
             + (f", {correct} of them correct" if correct is not None else "")
             + (f" (in {steps} of {s['steps']} steps)" if steps is not None else "")
-            + (f"; median s of transferred responses per step {' '.join(f'{x:.2f}' for x in s50)}" if s50 else ""),
+            + _s_medians(s.get("exchange_s_p50", {}).get(d, []), s.get("exchange_s_p50_admitted", {}).get(d)),
             file=file,
         )
     for name, m in s["models"].items():

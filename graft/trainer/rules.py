@@ -8,8 +8,8 @@ its loss (a pure function of :mod:`graft.algos.losses`) and, where it needs them
 - ``supervised(group, i)``: rows trained with a supervised NLL instead of the policy gradient;
 - ``state_dict`` / ``load_state_dict``: state carried across steps and checkpoints.
 
-Adding a rule = one subclass here plus its line in :data:`graft.registry.RULES` (which the config
-checks ``update.rule`` against).
+Adding a rule = one subclass registered with ``@RULES.register("name")`` (:data:`graft.registry.RULES`, whose names
+``update.rule`` takes).
 
 - ``graft``: spec §3.5.
 - ``luffy``: peer tokens use f(pi) = pi / (pi + gamma), no clipping.
@@ -37,10 +37,12 @@ from graft.registry import RULES
 from graft.types import RolloutGroup
 
 
+@RULES.register("graft")
 class UpdateRule:
     """GRAFT's update (spec §3.5); the base of every rule."""
 
-    name = "graft"
+    name: str
+    """The registry name (``update.rule``)."""
     summary = "GRAFT: admitted peer tokens in the clipped token-level ratio, each response weighted min(s, cap) (spec §3.5)"
     """One line for model cards and reports."""
     loss: Callable = staticmethod(losses.policy_loss)
@@ -70,8 +72,26 @@ class UpdateRule:
         pass
 
 
+@RULES.register("hacpo")
+class HacpoRule(UpdateRule):
+    summary = "HACPO: peer responses of every prompt, capability-aware advantages, stepwise-clipped sequence weights"
+    loss = staticmethod(losses.hacpo_loss)
+
+    def loss_kwargs(self) -> dict:
+        return {"agg": HACPO_UPDATE["loss_agg"]}  # in place of update.loss_agg; the exchange's description says so
+
+    def minibatch_weights(self, k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
+        uc = self.uc
+        return [
+            replace(g, weights=hacpo_peer_weights(torch.tensor(g.compat), uc.hacpo_delta, uc.hacpo_delta_step, k).tolist())
+            if g.is_peer
+            else g
+            for g in groups
+        ]
+
+
+@RULES.register("luffy")
 class LuffyRule(UpdateRule):
-    name = "luffy"
     summary = "LUFFY-style: peer tokens shaped by f(p) = p / (p + gamma), unclipped"
     loss = staticmethod(losses.luffy_loss)
 
@@ -79,8 +99,8 @@ class LuffyRule(UpdateRule):
         return {"gamma": self.uc.luffy_gamma}
 
 
+@RULES.register("sgt")
 class SgtRule(UpdateRule):
-    name = "sgt"
     summary = "SGT: supervised NLL on peer successes"
     loss = staticmethod(losses.sgt_loss)
 
@@ -98,24 +118,6 @@ class SgtRule(UpdateRule):
 
     def supervised(self, group: RolloutGroup, i: int) -> bool:
         return group.is_peer and group.rewards[i] > 0.5
-
-
-class HacpoRule(UpdateRule):
-    name = "hacpo"
-    summary = "HACPO: peer responses of every prompt, capability-aware advantages, stepwise-clipped sequence weights"
-    loss = staticmethod(losses.hacpo_loss)
-
-    def loss_kwargs(self) -> dict:
-        return {"agg": HACPO_UPDATE["loss_agg"]}  # in place of update.loss_agg; the exchange's description says so
-
-    def minibatch_weights(self, k: int, groups: list[RolloutGroup]) -> list[RolloutGroup]:
-        uc = self.uc
-        return [
-            replace(g, weights=hacpo_peer_weights(torch.tensor(g.compat), uc.hacpo_delta, uc.hacpo_delta_step, k).tolist())
-            if g.is_peer
-            else g
-            for g in groups
-        ]
 
 
 def make_rule(uc: UpdateConfig) -> UpdateRule:

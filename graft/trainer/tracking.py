@@ -57,7 +57,6 @@ import netrc
 import os
 import re
 import secrets
-import sys
 import time
 from pathlib import Path
 from typing import Any, Literal, Mapping, cast
@@ -66,8 +65,9 @@ from urllib.parse import urlparse
 import yaml
 
 from graft.config import Config, ConfigError, LoggingConfig, to_dict
+from graft.console import say
 from graft.policy.loading import unreachable_reason
-from graft.registry import TRACKERS
+from graft.registry import TRACKERS, WANDB_MODES
 
 WANDB_HOST = "https://api.wandb.ai"
 _WANDB_PROBES: dict[str, str | None] = {}
@@ -94,10 +94,9 @@ def check_trackers(logging_cfg: LoggingConfig) -> None:
             f"logging.wandb_mode: W&B is asked to run online, but its host is unreachable ({reason}); "
             "set logging.wandb_mode=offline (or auto) to log offline, and upload later with wandb sync"
         )
-    print(
+    say(
         f"logging: a W&B API key is configured but the W&B host is unreachable ({reason}); W&B logs offline "
-        "(upload later: wandb sync RUN_DIR/wandb/offline-run-*)",
-        file=sys.stderr,
+        "(upload later: wandb sync RUN_DIR/wandb/offline-run-*)"
     )
 
 
@@ -150,15 +149,29 @@ def has_wandb_credentials(env: Mapping[str, str] | None = None) -> bool:
         return False
 
 
-def wandb_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
-    """The W&B mode asked for: ``setting`` unless ``auto``, then ``WANDB_MODE`` when set, else ``online``
-    with an API key and ``offline`` without one (see the module doc; :func:`run_mode` adds the host)."""
-    env = os.environ if env is None else env
-    if setting != "auto":
-        return setting
+@WANDB_MODES.register("auto")
+def auto_wandb_mode(env: Mapping[str, str]) -> str:
+    """``auto``: ``WANDB_MODE`` when set, else ``online`` with an API key and ``offline`` without one."""
     if env.get("WANDB_MODE"):
         return env["WANDB_MODE"]
     return "online" if has_wandb_credentials(env) else "offline"
+
+
+@WANDB_MODES.register("online")
+def online_wandb_mode(env: Mapping[str, str]) -> str:
+    """``online``: whatever the environment says."""
+    return "online"
+
+
+@WANDB_MODES.register("offline")
+def offline_wandb_mode(env: Mapping[str, str]) -> str:
+    """``offline``: whatever the environment says."""
+    return "offline"
+
+
+def wandb_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
+    """The W&B mode ``logging.wandb_mode`` asks for in ``env`` (see the module doc; :func:`run_mode` adds the host)."""
+    return WANDB_MODES[setting](os.environ if env is None else env)
 
 
 def run_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
@@ -171,6 +184,7 @@ def run_mode(setting: str, env: Mapping[str, str] | None = None) -> str:
     return mode
 
 
+@TRACKERS.register("tensorboard")
 class TensorBoardTracker:
     module, package = "tensorboard", "tensorboard"
     """The module it imports and the pip package that provides it (every tracker class says both)."""
@@ -203,6 +217,7 @@ class TensorBoardTracker:
         self.writer.close()
 
 
+@TRACKERS.register("wandb")
 class WandbTracker:
     module, package = "wandb", "wandb"
 
@@ -220,10 +235,7 @@ class WandbTracker:
             run_id = secrets.token_hex(4)  # W&B ids: lowercase letters and digits
             id_file.write_text(run_id + "\n")
         if mode == "offline" and cfg.logging.wandb_mode == "auto" and not has_wandb_credentials():
-            print(
-                f"logging: no W&B API key configured; W&B logs offline to {wdir} (upload later: wandb sync {wdir}/offline-run-*)",
-                file=sys.stderr,
-            )
+            say(f"logging: no W&B API key configured; W&B logs offline to {wdir} (upload later: wandb sync {wdir}/offline-run-*)")
         try:
             self.run = wandb.init(
                 project=cfg.logging.wandb_project,
@@ -256,6 +268,7 @@ class WandbTracker:
         self.run.finish()
 
 
+@TRACKERS.register("mlflow")
 class MLflowTracker:
     module, package = "mlflow", "mlflow-skinny"
 
@@ -328,7 +341,7 @@ class Trackers:
             try:
                 b.close()
             except Exception as e:  # noqa: BLE001 - closing a tracker must not hide the run's own error
-                print(f"logging: closing {getattr(b, 'module', type(b).__name__)} failed: {e}", file=sys.stderr)
+                say(f"logging: closing {getattr(b, 'module', type(b).__name__)} failed: {e}")
         self.backends = []
 
 

@@ -20,7 +20,6 @@ import math
 import os
 import resource
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,6 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from graft.algos.losses import merge
+from graft.console import say
 from graft.cores import poll
 from graft.files import write_text, writing
 from graft.heap import keep_freed_memory
@@ -36,6 +36,7 @@ from graft.policy.context import max_positions
 from graft.policy.engines import RolloutEngine, make_engine
 from graft.policy.optim import set_lr
 from graft.policy.policy import Policy, reference_policy
+from graft.policy.sampling import SamplingParams
 from graft.trainer.batch import Shard, micro_loss
 
 
@@ -84,7 +85,7 @@ class PolicyWorker:
         if threads:
             torch.set_num_threads(int(threads))
         if keep_memory and not keep_freed_memory():
-            print(f"{name}: cpu_memory=keep has no effect here (the C library has no glibc mallopt)", file=sys.stderr)
+            say(f"{name}: cpu_memory=keep has no effect here (the C library has no glibc mallopt)")
         self.threads = torch.get_num_threads()
         self._policy: Policy | None = None
         self._optimizer: torch.optim.Optimizer | None = None
@@ -154,13 +155,13 @@ class PolicyWorker:
         return self.rank
 
     def _gathered(self):
-        return fsdp.gathered(self.policy.model) if self.engine.kind != "vllm" else contextlib.nullcontext()
+        return fsdp.gathered(self.policy.model) if self.engine.name != "vllm" else contextlib.nullcontext()
 
     # ------------------------------------------------------------------ primitives
-    def generate(self, prompt_ids: list[list[int]], seeds: list[int], kwargs: dict) -> list[list]:
-        """``n`` samples per prompt through the rollout engine (ended at stop strings), ``[P][G]``."""
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams, progress: bool = False, desc: str = "") -> list[list]:
+        """``params.n`` samples per prompt through the rollout engine (ended at stop strings), ``[P][G]``."""
         with self._gathered():
-            return self.engine.generate(prompt_ids, seeds=seeds, **kwargs)
+            return self.engine.generate(prompt_ids, params, progress, desc)
 
     def logprobs(self, prompt_ids, response_ids, chunk: int, micro_batch: int, temperature: float) -> list[torch.Tensor]:
         with self._gathered():
@@ -236,7 +237,7 @@ class PolicyWorker:
     def set_engine(self, kind: str) -> None:
         """Sample with another rollout engine from now on (``hf``, ``hf-cb``, ``vllm``)."""
 
-        if self._engine is None or self._engine.kind != kind:
+        if self._engine is None or self._engine.name != kind:
             if self._engine is not None:
                 self._engine.close()
             self._engine = make_engine(kind, self.policy)

@@ -1,6 +1,6 @@
-"""Every choice list is written once, in graft/registry.py next to the function or class that implements each name:
-the config's ``Literal`` choices are built from those registries and the code looks the name up there, so a name
-registered from here is both accepted by the config and run, with no other edit."""
+"""Every choice is written once, where it is implemented (``@REGISTRY.register("name")``): a config field that takes a
+choice is ``Annotated[str, REGISTRY]`` and the code looks the name up in the same registry, so a name registered
+from here is both accepted by the config and run, with no other edit."""
 from __future__ import annotations
 
 import typing
@@ -11,28 +11,59 @@ import torch
 from graft.algos.gating import gate
 from graft.algos.losses import aggregate
 from graft.algos.selection import balanced_targets, resolve_conflicts
-from graft.config import ConfigError, ExchangeConfig, LoggingConfig, UpdateConfig, load_config
-from graft.registry import ADMISSIONS, BALANCES, CONFLICTS, LOSS_AGGS, TRACKERS, WEIGHTINGS
+from graft.config import Config, ConfigError, load_config
+from graft.config.checks import field_types, registry_of
+from graft.config.show import sections
+from graft.registry import BALANCES, Registry, registries
 
 TWO = ["models=[{name: A, path: a}, {name: B, path: b}]"]
 
 
-def _choices(cls: type, name: str) -> tuple:
-    hint = typing.get_type_hints(cls)[name]
-    while typing.get_origin(hint) is not typing.Literal:   # list[Literal[...]]
-        hint, = typing.get_args(hint)
-    return typing.get_args(hint)
+PENDING = {"RewardConfig.on_error", "PeerConfig.pick", "CheckpointConfig.keep_optimizer"}  # converted next
 
 
-@pytest.mark.parametrize("cls, name, registry", [
-    (ExchangeConfig, "balance", BALANCES), (ExchangeConfig, "conflict", CONFLICTS),
-    (ExchangeConfig, "admission", ADMISSIONS), (ExchangeConfig, "weighting", WEIGHTINGS),
-    (UpdateConfig, "loss_agg", LOSS_AGGS), (LoggingConfig, "report_to", TRACKERS),
-])
-def test_the_config_choices_are_the_registry_names(cls, name, registry):
-    assert _choices(cls, name) == tuple(registry)
-    for impl in registry:
-        assert callable(registry[impl]), impl                  # every name imports to its implementation
+def _leaves() -> list[tuple[str, str, typing.Any]]:
+    """``(section, field, type hint)`` of every field of the config tree that is not itself a section."""
+    out = []
+    for cls in sections(Config):
+        for name, hint in field_types(cls).items():
+            inner = typing.get_args(hint)[0] if typing.get_origin(hint) is list else hint
+            if not (isinstance(inner, type) and inner in sections(Config)):
+                out.append((cls.__name__, name, hint))
+    return out
+
+
+def _choice_registry(hint: typing.Any) -> Registry | None:
+    for h in (hint, *typing.get_args(hint)):
+        registry = registry_of(h)
+        if registry is not None:
+            return registry
+    return None
+
+
+def _literals(hint: typing.Any) -> bool:
+    return typing.get_origin(hint) is typing.Literal or any(_literals(a) for a in typing.get_args(hint))
+
+
+def test_every_choice_field_takes_the_names_of_a_registry():
+    """No field of the config tree spells its choices out (a ``Literal``); every one that takes a choice names the
+    registry its implementations register in, and that registry's names are what its source registers."""
+    literal = [f"{c}.{n}" for c, n, h in _leaves() if _literals(h) and f"{c}.{n}" not in PENDING]
+    assert not literal, f"choice fields not taken from a registry: {literal}"
+    choices = {f"{c}.{n}": _choice_registry(h) for c, n, h in _leaves() if _choice_registry(h) is not None}
+    assert len(choices) >= 14, sorted(choices)
+    for key, registry in choices.items():
+        assert list(registry) == registry.scanned(), key       # no name registered outside its home's source
+        for name in registry:
+            registry[name]  # every name imports to its implementation
+
+
+def test_every_registry_names_its_objects():
+    for symbol, registry in registries().items():
+        for name in registry:
+            obj = registry[name]
+            if hasattr(obj, "__dict__") and not isinstance(obj, type(registry)):
+                assert getattr(obj, "name", None) in registry and registry[obj.name] is obj, (symbol, name)
 
 
 def test_an_unknown_name_is_refused_by_the_config_and_by_the_implementation():

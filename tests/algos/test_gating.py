@@ -91,6 +91,16 @@ def test_gate_metrics_quantiles_and_empty():
     assert all(math.isnan(m[k]) for k in ("admitted_frac", "s_mean", "s_p10", "s_p50", "s_p90"))
 
 
+def test_gate_metrics_median_of_admitted_beside_median_of_all_transferred():
+    """S with δ 0.8 admits 0.81 and 1.2: the median s of every transferred response is (0.8 + 0.81) / 2 = 0.805,
+    the admitted ones' (0.81 + 1.2) / 2 = 1.005. Nothing admitted: no admitted score to read -> NaN."""
+    _, _, m = gate(S, 0.8)
+    assert m["s_p50"] == pytest.approx(0.805) and m["s_p50_admitted"] == pytest.approx(1.005)
+    _, _, m = gate(S, 2.0)
+    assert m["admitted"] == 0 and m["s_p50"] == pytest.approx(0.805) and math.isnan(m["s_p50_admitted"])
+    assert math.isnan(gate(torch.zeros(0), 0.8)[2]["s_p50_admitted"])
+
+
 def test_gate_unknown_modes_raise():
     with pytest.raises(ValueError, match="gate, random, all"):
         gate(S, 0.8, admission="x")

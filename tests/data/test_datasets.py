@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graft.config import ArithmeticConfig
+from graft.data.arithmetic import ArithmeticConfig
 from graft.data.datasets import DataError, PromptSampler, load_prompts
 from graft.types import Prompt
 
@@ -130,12 +130,12 @@ def test_hub_rows_via_fake_datasets(monkeypatch):
 
 def test_arithmetic_spec():
     cfg = ArithmeticConfig(num_prompts=40, max_operand=12, ops=["+", "*"], seed=3)
-    prompts, stats = load_prompts("arithmetic", arithmetic=cfg)
+    prompts, stats = load_prompts("arithmetic", tasks={"arithmetic": cfg})
     assert len(prompts) == 40 and stats["prompts"] == 40 and stats["skipped"] == 0
-    assert load_prompts("arithmetic", arithmetic=cfg, limit=5)[0] == prompts[:5]
+    assert load_prompts("arithmetic", tasks={"arithmetic": cfg}, limit=5)[0] == prompts[:5]
     assert len(load_prompts("arithmetic")[0]) == ArithmeticConfig().num_prompts
     with pytest.raises(DataError, match="distinct"):
-        load_prompts("arithmetic", arithmetic=ArithmeticConfig(num_prompts=500, max_operand=3))
+        load_prompts("arithmetic", tasks={"arithmetic": ArithmeticConfig(num_prompts=500, max_operand=3)})
 
 
 def test_real_benchmark_files_load():

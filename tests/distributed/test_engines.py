@@ -9,6 +9,7 @@ import torch
 from graft.config import ModelConfig
 from graft.policy.engines import (EngineUnavailable, HFEngine, hf_weights, make_engine, prompt_seeds, sample_seed,
                                   vllm_unavailable_reason)
+from graft.policy.sampling import SamplingParams
 
 
 def test_prompt_seeds_depend_only_on_seed_and_global_index():
@@ -28,17 +29,18 @@ def test_sharded_generation_with_prompt_seeds_equals_one_call(tiny_llama_policy)
     ids = _ids(pol, 4)
     seeds = prompt_seeds(11, 0, 4)
     kw = dict(n=2, max_new_tokens=6, batch_size=4)          # 2 prompts x 2 samples per generation batch
-    whole = pol.generate(ids, seeds=seeds, **kw)
+    whole = pol.generate(ids, SamplingParams(seeds=seeds, **kw))
     # the way the Ray backend splits it: whole generation batches, each worker with its global offset
-    halves = pol.generate(ids[:2], seeds=prompt_seeds(11, 0, 2), **kw) + pol.generate(ids[2:], seeds=prompt_seeds(11, 2, 2), **kw)
+    halves = (pol.generate(ids[:2], SamplingParams(seeds=prompt_seeds(11, 0, 2), **kw))
+              + pol.generate(ids[2:], SamplingParams(seeds=prompt_seeds(11, 2, 2), **kw)))
     assert [[s.token_ids for s in g] for g in whole] == [[s.token_ids for s in g] for g in halves]
     assert [[s.logprobs for s in g] for g in whole] == [[s.logprobs for s in g] for g in halves]
     # a sample depends on its own seed only: prompt 3 alone draws the same tokens
-    alone = pol.generate(ids[3:], seeds=seeds[3:], **kw)
+    alone = pol.generate(ids[3:], SamplingParams(seeds=seeds[3:], **kw))
     assert [s.token_ids for s in alone[0]] == [s.token_ids for s in whole[3]]
     # the hf engine is Policy.generate
     eng = HFEngine(pol)
-    assert [[s.token_ids for s in g] for g in eng.generate(ids, seeds=seeds, **kw)] == [[s.token_ids for s in g] for g in whole]
+    assert [[s.token_ids for s in g] for g in eng.generate(ids, SamplingParams(seeds=seeds, **kw))] == [[s.token_ids for s in g] for g in whole]
 
 
 def test_vllm_engine_refuses_clearly_without_vllm_or_cuda(tiny_llama_policy):
@@ -67,7 +69,7 @@ def test_continuous_batching_engine_on_cpu(tiny_llama_dir):
     pol = Policy.load(ModelConfig(name="A", path=tiny_llama_dir, template="plain"))   # CB may switch attention
     eng = make_engine("hf-cb", pol)
     ids = _ids(pol, 3)
-    out = eng.generate(ids, n=2, max_new_tokens=5, seed=3)
+    out = eng.generate(ids, SamplingParams(n=2, max_new_tokens=5, seed=3))
     assert len(out) == 3 and all(len(g) == 2 for g in out)
     flat = [s for g in out for s in g]
     for s in flat:
@@ -90,7 +92,7 @@ def test_old_vllm_raw_logit_logprobs_are_recomputed_at_the_rollout_temperature(t
 
     pol = tiny_llama_policy
     ids = _ids(pol, 2)
-    ref = pol.generate(ids, n=2, max_new_tokens=5, temperature=0.7, seeds=prompt_seeds(3, 0, 2))
+    ref = pol.generate(ids, SamplingParams(n=2, max_new_tokens=5, temperature=0.7, seeds=prompt_seeds(3, 0, 2)))
     flat = [(i, s) for i, g in enumerate(ref) for s in g]
     raw = pol.token_logprobs([ids[i] for i, _ in flat], [s.token_ids for _, s in flat], temperature=1.0)
 
@@ -107,7 +109,7 @@ def test_old_vllm_raw_logit_logprobs_are_recomputed_at_the_rollout_temperature(t
     eng = VllmEngine.__new__(VllmEngine)
     RolloutEngine.__init__(eng, pol)
     eng.llm, eng.raw_logprobs = FakeLLM(), True
-    got = eng.generate(ids, n=2, max_new_tokens=5, temperature=0.7)
+    got = eng.generate(ids, SamplingParams(n=2, max_new_tokens=5, temperature=0.7))
     for g_ref, g_got in zip(ref, got):
         for a, b in zip(g_ref, g_got):
             assert b.token_ids == a.token_ids

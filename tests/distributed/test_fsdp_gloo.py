@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 from graft.algos.losses import policy_loss
 from graft.config import ModelConfig
 from graft.policy import fsdp
+from graft.policy.sampling import SamplingParams
 from tests.patience import patient
 
 
@@ -62,7 +63,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
         # inference inside gathered(): different amounts of work per rank, no collectives inside
         prompts, resps = _batch(False)
         with fsdp.gathered(pol.model):
-            samples = pol.generate([prompts[rank]] * (1 + rank), n=2, max_new_tokens=3 + 2 * rank, seed=5)
+            samples = pol.generate([prompts[rank]] * (1 + rank), SamplingParams(n=2, max_new_tokens=3 + 2 * rank, seed=5))
             lps = pol.token_logprobs(prompts[: 1 + 2 * rank], resps[: 1 + 2 * rank])
         # a training step after inference still works; then optimizer state round trip and saving
         opt = pol.make_optimizer()
@@ -131,7 +132,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path, tiny_llama_dir):
     # inference in gathered() = the unsharded model
     prompts, resps = _batch(False)
     for r in range(2):
-        s = ref.generate([prompts[r]] * (1 + r), n=2, max_new_tokens=3 + 2 * r, seed=5)
+        s = ref.generate([prompts[r]] * (1 + r), SamplingParams(n=2, max_new_tokens=3 + 2 * r, seed=5))
         assert [[x.token_ids for x in g] for g in s] == res[r]["samples"]
         lps = ref.token_logprobs(prompts[: 1 + 2 * r], resps[: 1 + 2 * r])
         for a, b in zip(lps, res[r]["logprobs"]):

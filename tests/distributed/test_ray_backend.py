@@ -88,11 +88,12 @@ def _run_steps(cfg, monkeypatch, log):
             rows.append(loop.train_step(run, step))
         params = {n: l.state_dict() for n, l in run.learners.items()}
         # what in-training evaluation uses: the learner's generate, over its rank(s)
+        from graft.policy.sampling import SamplingParams
         from graft.seeds import prompt_seeds
         pol = run.learners["B"]
         ids = [pol.codec.encode_prompt(f"What is {i} + 1?") for i in range(4)]
         params["eval_sample"] = [[s.token_ids for s in g] for g in
-                                 pol.generate(ids, n=2, max_new_tokens=4, batch_size=4, seeds=prompt_seeds(9, 0, 4))]
+                                 pol.generate(ids, SamplingParams(n=2, max_new_tokens=4, batch_size=4, seeds=prompt_seeds(9, 0, 4)))]
     finally:
         run.grader.close()
         loop.close_learners(run.learners)
@@ -243,3 +244,34 @@ def test_ray_workers_claim_the_threads_of_the_model_that_finished(tmp_path, tiny
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), key
     # here the thread count an op runs on also depends on when the other model finished (in both runs)
     _assert_params_agree(params_l, params_r)
+
+
+class _Probe:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+    def pid(self) -> tuple[int, int]:
+        import os
+        return os.getpid(), self.x
+
+
+@pytest.mark.slow
+def test_ray_actors_and_the_driver_follow_the_stop_protocol(local_ray):
+    """ray.init installs a SIGTERM handler that exits the driver at once (the step in progress lost): init_ray puts
+    the one before it back. An actor ignores the stop signals (Ray's own handler would end it mid-step when Slurm or
+    systemd signal every process of the job) and is stopped by the driver (ray.kill)."""
+    import os
+    import signal
+
+    from graft.distributed.ray_backend import _actor_class
+
+    handler = signal.getsignal(signal.SIGTERM)
+    assert getattr(handler, "__module__", "") != "ray._private.worker", handler
+    actor = ray.remote(_actor_class(_Probe)).remote(7)
+    pid, x = ray.get(actor.pid.remote(), timeout=patient(120))
+    assert x == 7
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        os.kill(pid, s)
+    time.sleep(0.5)
+    assert ray.get(actor.pid.remote(), timeout=patient(60)) == (pid, 7)
+    ray.kill(actor, no_restart=True)

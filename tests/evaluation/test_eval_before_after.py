@@ -76,3 +76,20 @@ def test_latest_when_nothing_was_evaluated_and_the_data_error(tmp_path, tiny_lla
     assert res["protocol"]["model"] == str(run / "checkpoints" / "step_000002" / "A")   # the latest of steps 1, 2
     assert main(["eval", "--model", "x", *FAST]) == 2                   # no --config: --data is still required
     assert "--model and --data are required without --config" in capsys.readouterr().err
+
+    # the run still training pruned the checkpoint just chosen, before eval could hold it: eval chooses again
+    from graft.commands import eval_cli
+    chosen = []
+
+    def pruned_first(run_dir, which, model):
+        chosen.append(which)
+        return run_dir / "checkpoints" / "step_000009" if len(chosen) == 1 else select(run_dir, which, model)
+
+    select = eval_cli.select_checkpoint
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eval_cli, "select_checkpoint", pruned_first)
+        assert main(["eval", "--config", cfg, "--model-name", "A", "--model", "latest", "--data", f"d={data}",
+                     "--out", str(tmp_path / "ev2"), *FAST]) == 0
+    assert chosen == ["latest", "latest"]
+    res = json.loads((tmp_path / "ev2" / "results.json").read_text())
+    assert res["protocol"]["model"] == str(run / "checkpoints" / "step_000002" / "A")

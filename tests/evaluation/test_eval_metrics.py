@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from graft.evaluation.metrics import (paired_interval, paired_verdict, t80, t975, unpaired_interval, complementarity, complementarity_counts, mean_std,
+from graft.evaluation.metrics import (chi2_cdf, chi2_quantile, clustered_interval, detectable_range, sign_flip_p,
+                                      paired_interval, paired_verdict, t80, t975, unpaired_interval, complementarity, complementarity_counts, mean_std,
                                       pass_at_k, pass_at_k_from_rewards)
 
 
@@ -145,3 +146,45 @@ def test_detectable_effect_matches_the_study_plans_power_statement():
     xs = [-1.0, -0.5, 0.0, 0.5, 1.0]
     sd = math.sqrt(sum(x * x for x in xs) / 4)
     assert paired_interval([x / sd for x in xs])["detectable"] == pytest.approx(1.6625, abs=1e-4)
+
+
+def test_chi2_against_its_closed_form_and_scipy():
+    """df 2 is the exponential with mean 2: P(X <= x) = 1 - e^(-x/2), quantile -2 ln(1 - p)."""
+    assert chi2_cdf(2.0, 2) == pytest.approx(1 - math.exp(-1), abs=1e-12) and chi2_cdf(0.0, 3) == 0.0
+    assert chi2_quantile(0.975, 2) == pytest.approx(-2 * math.log(0.025), rel=1e-10)
+    assert chi2_quantile(0.025, 2) == pytest.approx(-2 * math.log(0.975), rel=1e-10)
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 3, 4, 7, 8, 30, 100):
+        for p in (0.025, 0.5, 0.975):
+            assert chi2_quantile(p, df) == pytest.approx(stats.chi2.ppf(p, df), rel=1e-9), (p, df)
+
+
+def test_detectable_range_hand_worked():
+    """n 3 (df 2), sd 1: sd in [sqrt(2 / 7.377759), sqrt(2 / 0.050636)] = [0.52066, 6.28473]; factor
+    (4.3027 + 1.0607) / sqrt(3) = 3.09656 -> detectable 3.09656, range [1.61225, 19.4611]. Scales with sd."""
+    r = detectable_range(1.0, 3)
+    assert r["detectable"] == pytest.approx(3.09656, abs=1e-5)
+    assert r["sd_ci95"] == pytest.approx([0.52066, 6.28473], abs=1e-5)
+    assert r["detectable_range"] == pytest.approx([1.61225, 19.4611], abs=1e-4)
+    assert detectable_range(2.0, 3)["detectable_range"] == pytest.approx([3.2245, 38.9222], abs=1e-3)
+    # the same detectable as paired_interval's at the observed sd
+    diffs = [0.02, -0.01, 0.05]
+    assert detectable_range(paired_interval(diffs)["sd"], 3)["detectable"] == pytest.approx(paired_interval(diffs)["detectable"])
+
+
+def test_clustered_interval_hand_worked_and_one_value_per_cluster_is_the_t_interval():
+    """[1, 3, 2, 6] in clusters a, a, b, c: mean 3, residuals -2, 0, -1, 3, cluster sums -2, -1, 3, squares 14;
+    se sqrt(3/2 * 14) / 4 = 1.14564, t(0.975, 2) 4.3027 -> [-1.92936, 7.92936]."""
+    c = clustered_interval([1, 3, 2, 6], ["a", "a", "b", "c"])
+    assert c["mean"] == 3 and c["clusters"] == 3 and c["n"] == 4
+    assert c["se"] == pytest.approx(1.14564, abs=1e-5) and c["ci95"] == pytest.approx([-1.92936, 7.92936], abs=1e-5)
+    xs = [0.02, -0.01, 0.05]
+    assert clustered_interval(xs, [1, 2, 3])["ci95"] == pytest.approx(paired_interval(xs)["ci95"])
+    assert clustered_interval([1.0, 2.0], ["a", "a"])["ci95"] == [None, None]    # one cluster: no interval
+
+
+def test_sign_flip_p_hand_worked():
+    """[1, 2, 3]: the 8 assignments sum to 6, 4, 2, 0, 0, -2, -4, -6; |sum| >= 6 twice -> 0.25. Zeros flip to
+    themselves: [0, 1, 2] -> sums 3, 1, -1, -3 (each twice) -> 2 of 4 -> 0.5. Nine values of one sign: 2 of 512."""
+    assert sign_flip_p([1, 2, 3]) == 0.25 and sign_flip_p([1, -1]) == 1.0 and sign_flip_p([0, 1, 2]) == 0.5
+    assert sign_flip_p([1] * 9) == pytest.approx(2 / 512)

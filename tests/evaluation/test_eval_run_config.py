@@ -103,7 +103,7 @@ def test_bad_prompt_flags_are_one_line_errors(prompt_run, tmp_path, capsys):
         (["--model", "x", "--model-name", "A"], "--model-name needs --config"),
         (["--model", "x", "--config", str(run_dir / "config.yaml")], "choose one with --model-name"),
         (["--model", "x", "--config", str(run_dir), "--model-name", "C"], "'C' is not a model of"),
-        (["--model", "x", "--template", "plain", "--fewshot", "2"], "fewshot examples need template fewshot or chat"),
+        (["--model", "x", "--template", "plain", "--fewshot", "2"], "fewshot examples need template chat or fewshot"),
     ):
         assert main(base + argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()

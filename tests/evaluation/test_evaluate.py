@@ -3,15 +3,22 @@ import json
 import math
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from graft.commands.eval_cli import parse_data_args
 from graft.config import EvalConfig
-from graft.evaluation.evaluate import EvalError, best_checkpoint, evaluate, evaluate_during_training, read_records
+from graft.evaluation.evaluate import (DEFAULT_MAX_NEW_TOKENS, EvalError, best_checkpoint, evaluate,
+                                      evaluate_during_training, read_records)
+from graft.policy.sampling import SamplingParams, eval_sampling
 from graft.seeds import derive_seed
 from graft.types import Prompt
+
+
+def protocol(n=4, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, **changes) -> SamplingParams:
+    """The evaluation defaults (EvalConfig's temperature and top-p, seed 0) with ``n`` samples and ``changes``."""
+    return replace(eval_sampling(EvalConfig(n=n), max_new_tokens), **changes)
 
 
 @dataclass
@@ -43,12 +50,11 @@ class FakePolicy:
             self.problems.append(problem)
         return [self.problems.index(problem)]
 
-    def generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds=None, progress=False,
-                 desc=None, stop_strings=None):
+    def generate(self, prompt_ids, params, progress=False, desc=None):
         self.calls += 1
         if self.fail_on_call is not None and self.calls == self.fail_on_call:
             raise KeyboardInterrupt("simulated kill")
-        r = self.seed_to_repeat[seed]
+        n, r = params.n, self.seed_to_repeat[params.seed]
         out = []
         for (idx,) in prompt_ids:
             problem = self.problems[idx]
@@ -89,7 +95,7 @@ TEXTS = {
 
 def test_pass_at_1_and_mean_std_over_repeats(tmp_path):
     pol = FakePolicy(TEXTS)
-    res = evaluate(pol, {"toy": PROMPTS}, ExactGrader(), tmp_path, n=4, repeats=2, batch_size=8, progress=False)
+    res = evaluate(pol, {"toy": PROMPTS}, ExactGrader(), tmp_path, protocol(batch_size=8), repeats=2, progress=False)
     d = res["datasets"]["toy"]
     assert d["pass@1"]["per_repeat"] == pytest.approx([0.4375, 0.25])
     assert d["pass@1"]["mean"] == pytest.approx(0.34375)
@@ -113,8 +119,8 @@ def test_pass_at_1_and_mean_std_over_repeats(tmp_path):
 def test_macro_average_is_per_repeat_mean_over_datasets(tmp_path):
     texts = {0: {**TEXTS[0]}, 1: {**TEXTS[1]}}
     pol = FakePolicy(texts)
-    res = evaluate(pol, {"a": PROMPTS[:2], "b": PROMPTS[2:]}, ExactGrader(), tmp_path, n=4, repeats=2,
-                   batch_size=4, progress=False)
+    res = evaluate(pol, {"a": PROMPTS[:2], "b": PROMPTS[2:]}, ExactGrader(), tmp_path, protocol(batch_size=4), repeats=2,
+                   progress=False)
     # a: r0 (0.5 + 0)/2 = 0.25, r1 (0.25 + 0.25)/2 = 0.25 ; b: r0 (1 + 0.25)/2 = 0.625, r1 (0.5 + 0)/2 = 0.25
     assert res["datasets"]["a"]["pass@1"]["per_repeat"] == pytest.approx([0.25, 0.25])
     assert res["datasets"]["b"]["pass@1"]["per_repeat"] == pytest.approx([0.625, 0.25])
@@ -124,14 +130,14 @@ def test_macro_average_is_per_repeat_mean_over_datasets(tmp_path):
 
 def test_resume_after_kill_regenerates_only_missing_prompts(tmp_path):
     full = FakePolicy(TEXTS)
-    ref = evaluate(full, {"toy": PROMPTS}, ExactGrader(), tmp_path / "ref", n=4, repeats=1, batch_size=4, progress=False)
+    ref = evaluate(full, {"toy": PROMPTS}, ExactGrader(), tmp_path / "ref", protocol(batch_size=4), repeats=1, progress=False)
     assert full.calls == 4  # batch_size 4 / n 4 -> one prompt per generate call
 
     # killed during the 3rd generate call: 2 prompts are on disk
     out = tmp_path / "killed"
     killed = FakePolicy(TEXTS, fail_on_call=3)
     with pytest.raises(KeyboardInterrupt):
-        evaluate(killed, {"toy": PROMPTS}, ExactGrader(), out, n=4, batch_size=4, progress=False)
+        evaluate(killed, {"toy": PROMPTS}, ExactGrader(), out, protocol(batch_size=4), progress=False)
     path = out / "toy" / "repeat_0.jsonl"
     assert len(read_records(path)) == 2
     # ... and the kill tore the last line in half
@@ -140,22 +146,22 @@ def test_resume_after_kill_regenerates_only_missing_prompts(tmp_path):
     assert list(read_records(path)) == ["p1"]
 
     again = FakePolicy(TEXTS)
-    res = evaluate(again, {"toy": PROMPTS}, ExactGrader(), out, n=4, batch_size=4, progress=False)
+    res = evaluate(again, {"toy": PROMPTS}, ExactGrader(), out, protocol(batch_size=4), progress=False)
     assert again.generated == ["2+2", "3+3", "4+4"]  # p1 was not regenerated
     assert again.calls == 3
     assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(ref["datasets"]["toy"]["pass@1"]["mean"])
     assert len(path.read_text().splitlines()) == 4
     # a finished evaluation re-run generates nothing
     idle = FakePolicy(TEXTS)
-    evaluate(idle, {"toy": PROMPTS}, ExactGrader(), out, n=4, batch_size=4, progress=False)
+    evaluate(idle, {"toy": PROMPTS}, ExactGrader(), out, protocol(batch_size=4), progress=False)
     assert idle.calls == 0
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):
-    evaluate(FakePolicy(TEXTS), {"toy": PROMPTS[:1]}, ExactGrader(), tmp_path, n=4, batch_size=4, progress=False)
+    evaluate(FakePolicy(TEXTS), {"toy": PROMPTS[:1]}, ExactGrader(), tmp_path, protocol(batch_size=4), progress=False)
     with pytest.raises(EvalError, match="temperature"):
-        evaluate(FakePolicy(TEXTS), {"toy": PROMPTS[:1]}, ExactGrader(), tmp_path, n=4, temperature=1.0,
-                 batch_size=4, progress=False)
+        evaluate(FakePolicy(TEXTS), {"toy": PROMPTS[:1]}, ExactGrader(), tmp_path, protocol(temperature=1.0, batch_size=4),
+                 progress=False)
 
 
 def test_corrupt_middle_line_is_an_error(tmp_path):
@@ -252,7 +258,7 @@ def test_vllm_backend_with_fake_vllm(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setattr(engines, "vllm_unavailable_reason", lambda: None)
     sampler = engines.VllmEngine(None, folder="/models/x", codec=Codec())
-    res = evaluate(sampler, {"toy": PROMPTS}, ExactGrader(), None, n=4, backend="vllm", max_new_tokens=32, progress=False)
+    res = evaluate(sampler, {"toy": PROMPTS}, ExactGrader(), None, protocol(max_new_tokens=32), backend="vllm", progress=False)
     assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(0.4375)   # the \\boxed{0} after STOP is cut
     assert calls["init"]["model"] == "/models/x"
     params = calls["params"]  # one SamplingParams per sample, each with its own seed
@@ -279,7 +285,7 @@ def test_real_grader_hand_computed_pass_at_1(tmp_path):
                  "3+3": ["\\boxed{7}"] * 4}}                                              # 0/4
     pol = FakePolicy(texts)
     with Grader(timeout_s=5, workers=0) as grader:
-        res = evaluate(pol, {"toy": PROMPTS[:3]}, grader, tmp_path, n=4, batch_size=8, progress=False)
+        res = evaluate(pol, {"toy": PROMPTS[:3]}, grader, tmp_path, protocol(batch_size=8), progress=False)
     assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx((2 / 4 + 3 / 4 + 0) / 3)
     assert res["datasets"]["toy"]["verify_no_answer"] == 1
     rec = read_records(tmp_path / "toy" / "repeat_0.jsonl")["p1"]
@@ -287,10 +293,10 @@ def test_real_grader_hand_computed_pass_at_1(tmp_path):
 
 
 def test_changed_reference_answer_is_regraded_not_regenerated(tmp_path):
-    evaluate(FakePolicy(TEXTS), {"toy": PROMPTS}, ExactGrader(), tmp_path, n=4, batch_size=16, progress=False)
+    evaluate(FakePolicy(TEXTS), {"toy": PROMPTS}, ExactGrader(), tmp_path, protocol(batch_size=16), progress=False)
     fixed = [Prompt("p2", "2+2", "5")] + [p for p in PROMPTS if p.id != "p2"]
     pol = FakePolicy(TEXTS)
-    res = evaluate(pol, {"toy": fixed}, ExactGrader(), tmp_path, n=4, batch_size=16, progress=False)
+    res = evaluate(pol, {"toy": fixed}, ExactGrader(), tmp_path, protocol(batch_size=16), progress=False)
     assert pol.calls == 0
     # p2's four "\boxed{5}" responses are now correct: (1 + 0.5 + 1 + 0.25) / 4
     assert res["datasets"]["toy"]["pass@1"]["mean"] == pytest.approx(2.75 / 4)
@@ -304,18 +310,17 @@ class SeededPolicy(FakePolicy):
         super().__init__({0: TEXTS[0]})
         self.seen: dict[str, int] = {}
 
-    def generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, batch_size, seed, seeds=None,
-                 progress=False, desc=None):
+    def generate(self, prompt_ids, params, progress=False, desc=None):
         self.calls += 1
-        for (idx,), s in zip(prompt_ids, seeds):
+        for (idx,), s in zip(prompt_ids, params.seeds):
             self.seen[self.problems[idx]] = s
         return [[FakeSample([1], [], t, True) for t in TEXTS[0][self.problems[idx]]] for (idx,) in prompt_ids]
 
 
 def test_per_prompt_seeds_do_not_depend_on_chunking():
     small, big = SeededPolicy(), SeededPolicy()
-    evaluate(small, {"toy": PROMPTS}, ExactGrader(), None, n=4, batch_size=4, progress=False)   # 1 prompt per call
-    evaluate(big, {"toy": PROMPTS}, ExactGrader(), None, n=4, batch_size=64, progress=False)    # all in one call
+    evaluate(small, {"toy": PROMPTS}, ExactGrader(), None, protocol(batch_size=4), progress=False)   # 1 prompt per call
+    evaluate(big, {"toy": PROMPTS}, ExactGrader(), None, protocol(batch_size=64), progress=False)    # all in one call
     assert (small.calls, big.calls) == (4, 1)
     assert small.seen == big.seen
     assert small.seen["1+1"] == derive_seed(0, 0, "p1") and len(set(small.seen.values())) == 4
@@ -340,8 +345,8 @@ def test_eval_samples_are_cut_at_stop_strings_like_rollouts(tiny_llama_dir, tmp_
     stops = ["e"]   # a letter a random model writes within a few tokens, so many samples are cut
     pol = Policy.load(ModelConfig(name="A", path=tiny_llama_dir, template="plain", stop=stops))
     prompts = [Prompt(f"q{i}", f"What is {i} + 1?", str(i + 1)) for i in range(3)]
-    res = evaluate(make_engine("hf", pol), {"toy": prompts}, ExactGrader(), tmp_path, n=4, max_new_tokens=12, repeats=1,
-                   batch_size=8, progress=False, seed=5)
+    res = evaluate(make_engine("hf", pol), {"toy": prompts}, ExactGrader(), tmp_path,
+                   protocol(max_new_tokens=12, batch_size=8, seed=5), repeats=1, progress=False)
     records = read_records(tmp_path / "toy" / "repeat_0.jsonl")
     responses = [t for r in records.values() for t in r.responses]
     assert res["datasets"]["toy"]["num_prompts"] == 3 and len(responses) == 12
@@ -350,6 +355,6 @@ def test_eval_samples_are_cut_at_stop_strings_like_rollouts(tiny_llama_dir, tmp_
     assert cut >= 3   # ended by the stop string, not by max_new_tokens
     engine = make_engine("hf", pol)
     for p in prompts:
-        (group,) = engine.generate([pol.codec.encode_prompt(p.problem)], n=4, max_new_tokens=12, temperature=0.6, top_p=0.95,
-                                   seeds=[derive_seed(5, 0, p.id)])
+        (group,) = engine.generate([pol.codec.encode_prompt(p.problem)], SamplingParams(
+            n=4, max_new_tokens=12, temperature=0.6, top_p=0.95, seeds=[derive_seed(5, 0, p.id)]))
         assert [s.text for s in group] == records[p.id].responses

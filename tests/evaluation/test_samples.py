@@ -5,7 +5,7 @@ import pytest
 
 from graft.commands.cli import main
 from graft.domains.math import MATH
-from graft.evaluation.samples import (Sample, SamplesError, collect, format_sample, parse_steps, pick)
+from graft.evaluation.samples import (Sample, SamplesError, collect, format_sample, parse_steps, pick, pick_mixed)
 from graft.storage.trajectory_store import TrajectoryStore
 from tests.evaluation.conftest import _group, make_run
 
@@ -21,6 +21,21 @@ def test_pick_is_seeded_order_keeping_and_takes_all_when_short():
     assert [s.step for s in a] == sorted(s.step for s in a)          # given order kept
     assert pick(xs, 5, seed=4) != a                                  # another seed, another draw
     assert pick(xs[:3], 10, seed=0) == xs[:3] and pick(xs, 0, seed=0) == []
+
+
+def test_a_mixed_pick_is_half_rewarded_and_fills_from_the_other_kind():
+    xs = [_s(i, reward=1.0 if i % 10 == 0 else 0.0) for i in range(100)]     # 10 rewarded (i = 0, 10, ...), 90 not
+    a = pick_mixed(xs, 12, seed=3)
+    assert a == pick_mixed(xs, 12, seed=3) and [s.step for s in a] == sorted(s.step for s in a)
+    assert sum(s.reward for s in a) == 6 and len(a) == 12                      # 12 / 2 = 6 of each kind
+    assert sum(s.reward for s in pick_mixed(xs, 5, seed=0)) == 3                # odd n: the rewarded half rounded up
+    few = xs[:21]                                                               # rewarded: 0, 10, 20; 18 not
+    assert sum(s.reward for s in pick_mixed(few, 12, seed=0)) == 3              # all 3 rewarded, 9 unrewarded fill in
+    assert sum(s.reward for s in pick_mixed(few[1:10] + few[:1], 12, seed=0)) == 1   # 1 + 9: fewer than n, all of them
+    assert len(pick_mixed(few[1:10] + few[:1], 12, seed=0)) == 10
+    none = [_s(i, reward=0.0) for i in range(30)]                               # nothing rewarded: 12 failures shown
+    assert len(pick_mixed(none, 12, seed=0)) == 12 and pick_mixed([], 12, seed=0) == []
+    assert pick_mixed(xs, 0, seed=0) == []
 
 
 @pytest.mark.parametrize("text,want", [(None, None), ("7", (7, 7)), ("13-18", (13, 18))])
@@ -90,13 +105,30 @@ def test_eval_rows_join_question_text_and_carry_monitor_flags(tmp_path):
 
 def test_cli_prints_a_header_and_the_picked_samples(tmp_path, capsys):
     run = make_run(tmp_path / "run")
-    assert main(["samples", str(run), "--model", "A", "-n", "2", "--steps", "1-2"]) == 0
+    assert main(["samples", str(run), "--model", "A", "-n", "2", "--steps", "1-2", "--reward", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "2 of 4 rewarded training rollouts of A, steps 1-2 (seed 0)"
     assert sum(line.startswith("-- step ") for line in out) == 2 and len(out) == 7
     assert main(["samples", str(run), "-n", "1", "--json", "--reward", "0"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["reward"] == 0.0 and row["source"] == "train" and "flags" in row
+
+
+def test_cli_shows_rewarded_and_unrewarded_rollouts_by_default(tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    # conftest STORE: A wrote 14 responses, 4 rewarded (step 1: p2 [1, 0], p4 [1, 1]; step 2: p3 [1, 0]), 10 not
+    assert main(["samples", str(run), "--model", "A", "-n", "6"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "6 of 14 training rollouts of A: 3 of 4 rewarded, 3 of 10 not (seed 0)"
+    rewards = [line.rsplit("reward ", 1)[1] for line in out if line.startswith("-- step ")]
+    assert sorted(rewards) == ["0", "0", "0", "1", "1", "1"]
+    assert main(["samples", str(run), "--model", "A", "-n", "12", "--json"]) == 0     # 4 rewarded + 8 of the 10 others
+    assert sorted(json.loads(line)["reward"] for line in capsys.readouterr().out.splitlines()) == [0.0] * 8 + [1.0] * 4
+    # B at step 2 wrote one rewarded response of 6 (p2 [1, 0]); with --reward 1 only that one, by default all six
+    assert main(["samples", str(run), "--model", "B", "--steps", "2", "--reward", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "1 of 1 rewarded training rollouts of B, steps 2 (seed 0)"
+    assert main(["samples", str(run), "--model", "B", "--steps", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "6 of 6 training rollouts of B, steps 2: 1 of 1 rewarded, 5 of 5 not (seed 0)"
 
 
 @pytest.mark.parametrize("args,msg", [

@@ -1,4 +1,4 @@
-"""graft analyze's treatment section (issue 20 §3): did the exchange happen, and what limited it."""
+"""graft analyze's treatment section: did the exchange happen, and what limited it."""
 from __future__ import annotations
 
 import pytest

@@ -33,7 +33,7 @@ from graft.config import ConfigError, ExchangeConfig, load_config
 from graft.exchange.handover import Scoring
 from graft.exchange.kinds import LiveExchange, describe_exchange
 from graft.exchange.live import exchange_live
-from graft.exchange.pairing import PairingWindow, best, decide, pair_all, pair_compatible, pair_complementary
+from graft.exchange.pairing import ChoosePeer, PairingWindow, best, decide, pair_compatible, pair_complementary
 from graft.files import dumps_json
 from graft.registry import PAIRINGS
 from tests.exchange.test_exchange import FakeReceiver, group
@@ -88,9 +88,16 @@ def test_compatible_takes_the_highest_median_and_skips_a_peer_without_evidence()
     assert scores[0] == pytest.approx(0.5) and scores[1] == pytest.approx(0.65) and scores[2] is None
 
 
-def test_all_chooses_every_peer():
-    chosen, scores = pair_all(torch.zeros(1, 3, dtype=torch.long), [torch.zeros(0)] * 3)
-    assert chosen.tolist() == [True] * 3 and scores == [None] * 3
+def every_peer(solved: torch.Tensor, s: list[torch.Tensor]) -> tuple[torch.Tensor, list[float | None]]:
+    """A scoring rule that chooses every peer, unscored."""
+    return torch.ones(solved.shape[1], dtype=torch.bool), [None] * solved.shape[1]
+
+
+def test_all_chooses_every_peer_and_records_nothing():
+    window = PairingWindow(2)
+    chosen, records = PAIRINGS["all"].choose(window, list("ABC"), {})
+    assert chosen == {"A": ["B", "C"], "B": ["A", "C"], "C": ["A", "B"]} and records == {} and window.steps == {}
+    assert PAIRINGS["all"].state(window) == {} and PAIRINGS["all"].settings == ()
 
 
 def test_the_window_remembers_and_forgets():
@@ -101,7 +108,7 @@ def test_the_window_remembers_and_forgets():
     for (b, c), w in zip([(0, 3), (2, 0), (2, 0)], want, strict=True):
         ev = {(s, r): {"solved": 0, "s": []} for s in "ABC" for r in "ABC" if s != r}
         ev["B", "A"], ev["C", "A"] = {"solved": b, "s": []}, {"solved": c, "s": []}
-        chosen, records = decide("complementary", window, list("ABC"), ev)
+        chosen, records = decide(pair_complementary, "complementary", window, list("ABC"), ev)
         assert chosen["A"] == [w]
     assert records["B", "A"]["score"] == 4.0 and records["C", "A"]["score"] == 0.0
     restored = PairingWindow(2)
@@ -178,7 +185,7 @@ def test_a_tie_goes_to_the_earlier_model():
 
 def test_choosing_every_peer_through_the_hook_equals_all():
     """The hook with every peer chosen (a rule registered here) changes nothing but the records it adds."""
-    PAIRINGS.register("every", pair_all)
+    PAIRINGS.register("every", ChoosePeer(every_peer))
     try:
         base, hooked = run("all"), run("every")
     finally:
@@ -250,7 +257,7 @@ def test_describe_shows_the_pairing():
 
 
 def test_a_pairing_registered_here_is_a_config_choice():
-    PAIRINGS.register("first", lambda solved, s: (best(torch.zeros(solved.shape[1])), [None] * solved.shape[1]))
+    PAIRINGS.register("first", ChoosePeer(lambda solved, s: (best(torch.zeros(solved.shape[1])), [None] * solved.shape[1])))
     try:
         assert load_config(None, [*THREE, "exchange.pairing=first"]).exchange.pairing == "first"
         assert peers_of(run("first"), "C") == [("p2", "A")]     # C's first peer, A, hands it p2

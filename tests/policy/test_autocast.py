@@ -13,7 +13,8 @@ import math
 import pytest
 import torch
 
-from graft.policy.policy import Policy, _HeadLogProb
+from graft.policy.policy import Policy
+from graft.policy.scoring import _HeadLogProb
 from graft.trainer import loop
 from tests.trainer.helpers import crafted_rewards, params, tiny_config
 
@@ -63,13 +64,13 @@ def test_fused_head_computes_with_the_bf16_copy_and_returns_fp32_gradients(softc
 def _logprobs_and_grads(pol: Policy, autocast: torch.dtype | None, fused: bool = True) -> tuple:
     P = [pol.codec.encode_prompt("What is 2 + 3?"), pol.codec.encode_prompt("Compute 12 * 12 - 7, step by step.")]
     R = [pol.codec.encode_response(t, finished=True) for t in (" 2 + 3 = 5, so \\boxed{5}.", " It is 137, I think.")]
-    pol.autocast, pol.fused_head = autocast, fused
+    pol.autocast, pol.scorer.fused_head = autocast, fused
     pol.model.zero_grad(set_to_none=True)
     try:
         logp, mask = pol.forward_logprobs(P, R, chunk=5)
         (logp * mask * torch.linspace(-1, 2, logp.numel()).view_as(logp)).sum().backward()
     finally:
-        pol.autocast, pol.fused_head = None, True
+        pol.autocast, pol.scorer.fused_head = None, True
     grads = [p.grad.clone() for p in pol.trainable_parameters()]
     pol.model.zero_grad(set_to_none=True)
     return logp.detach()[mask.bool()], grads
@@ -94,16 +95,16 @@ def test_the_heads_bf16_copy_follows_an_in_place_weight_change(tiny_llama_policy
     w = pol.model.get_output_embeddings().weight
     pol.autocast = BF16
     try:
-        first = pol._compute_copy(w)
-        assert pol._compute_copy(w) is first  # one copy while the weight is unchanged
+        first = pol.scorer._compute_copy(w)
+        assert pol.scorer._compute_copy(w) is first  # one copy while the weight is unchanged
         with torch.no_grad():
             w.mul_(1.5)
-        again = pol._compute_copy(w)
+        again = pol.scorer._compute_copy(w)
         assert again is not first and torch.equal(again, w.detach().to(BF16))
         with torch.no_grad():
             w.div_(1.5)
     finally:
-        pol.autocast, pol._compute = None, None
+        pol.autocast, pol.scorer._compute = None, None
 
 
 def test_a_run_with_autocast_trains_and_its_first_ratio_is_one(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):

@@ -15,6 +15,7 @@ from graft.config import ExchangeConfig, ModelConfig, RolloutConfig, UpdateConfi
 from graft.exchange.handover import Scoring, hand_over
 from graft.policy.engines import make_engine
 from graft.policy.policy import Policy
+from graft.policy.sampling import SamplingParams
 from graft.trainer import loop
 from graft.trainer.learner import Learner
 from graft.types import Prompt
@@ -25,7 +26,7 @@ PROMPTS = [Prompt("p0", "What is 3 + 4?", "7"), Prompt("p1", "What is 9 - 2?", "
 
 # Stated tolerance of the bf16 sampler's per-token log-probs against the fp32 forward. Measured on
 # these tiny models: mean 0.009-0.012, max 0.044-0.065 nats; on SmolLM2-135M / Gemma-3-270M
-# (benchmarks/results/cpu-bf16): mean 0.0086 / 0.0099, max 0.43 / 0.23.
+# (benchmarks/results/vs-references/f56685b-bf16): mean 0.0086 / 0.0099, max 0.43 / 0.23.
 MEAN_TOL, MAX_TOL = 0.05, 0.5
 
 
@@ -39,8 +40,8 @@ def _gaps(policy: Policy, prompts: list[list[int]], samples) -> torch.Tensor:
 def test_bf16_sampler_logprobs_are_within_tolerance_of_the_fp32_forward(which, request):
     policy = request.getfixturevalue(f"tiny_{which}_policy")
     prompts = [policy.codec.encode_prompt(p) for p in PROBLEMS]
-    bf16 = make_engine("hf-bf16", policy).generate(prompts, n=4, max_new_tokens=12, seeds=[1, 2])
-    fp32 = make_engine("hf", policy).generate(prompts, n=4, max_new_tokens=12, seeds=[1, 2])
+    bf16 = make_engine("hf-bf16", policy).generate(prompts, SamplingParams(n=4, max_new_tokens=12, seeds=[1, 2]))
+    fp32 = make_engine("hf", policy).generate(prompts, SamplingParams(n=4, max_new_tokens=12, seeds=[1, 2]))
     g16, g32 = _gaps(policy, prompts, bf16), _gaps(policy, prompts, fp32)
     assert g16.numel() > 40
     assert float(g16.mean()) <= MEAN_TOL and float(g16.max()) <= MAX_TOL
@@ -51,8 +52,8 @@ def test_bf16_sampler_logprobs_are_within_tolerance_of_the_fp32_forward(which, r
 def test_same_seeds_give_the_same_bf16_samples(tiny_llama_policy):
     eng = make_engine("hf-bf16", tiny_llama_policy)
     prompts = [tiny_llama_policy.codec.encode_prompt(p) for p in PROBLEMS]
-    a = eng.generate(prompts, n=3, max_new_tokens=10, seeds=[7, 8], batch_size=6)
-    b = eng.generate(prompts, n=3, max_new_tokens=10, seeds=[7, 8], batch_size=2)
+    a = eng.generate(prompts, SamplingParams(n=3, max_new_tokens=10, seeds=[7, 8], batch_size=6))
+    b = eng.generate(prompts, SamplingParams(n=3, max_new_tokens=10, seeds=[7, 8], batch_size=2))
     assert [[s.token_ids for s in g] for g in a] == [[s.token_ids for s in g] for g in b]
 
 

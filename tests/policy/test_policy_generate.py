@@ -6,6 +6,8 @@ import math
 import pytest
 import torch
 
+from graft.policy.sampling import SamplingParams
+
 PROBLEMS = ["What is 2 + 3?", "A much longer problem statement with many more words in it: what is 17 * 3?"]
 
 
@@ -24,7 +26,7 @@ def _ids(out):
 
 def test_shapes_and_determinism(pol):
     prompts = _prompts(pol)
-    out = pol.generate(prompts, n=3, max_new_tokens=6, seed=7, batch_size=4)
+    out = pol.generate(prompts, SamplingParams(n=3, max_new_tokens=6, seed=7, batch_size=4))
     assert len(out) == 2 and all(len(g) == 3 for g in out)
     for g in out:
         for s in g:
@@ -32,15 +34,15 @@ def test_shapes_and_determinism(pol):
             assert all(lp <= 0 and math.isfinite(lp) for lp in s.logprobs)
             assert s.text == pol.decode(s.token_ids)
             assert s.finished == (len(s.token_ids) > 0 and s.token_ids[-1] in pol.stop_ids)
-    again = pol.generate(prompts, n=3, max_new_tokens=6, seed=7, batch_size=4, progress=True, desc="x")
+    again = pol.generate(prompts, SamplingParams(n=3, max_new_tokens=6, seed=7, batch_size=4), progress=True, desc="x")
     assert _ids(again) == _ids(out)  # same seed -> same samples, progress bar or not
     assert [[s.logprobs for s in g] for g in again] == [[s.logprobs for s in g] for g in out]
-    other = pol.generate(prompts, n=3, max_new_tokens=6, seed=8, batch_size=4)
+    other = pol.generate(prompts, SamplingParams(n=3, max_new_tokens=6, seed=8, batch_size=4))
     assert _ids(other) != _ids(out)
 
 
 def test_samples_in_group_differ(pol):
-    out = pol.generate(_prompts(pol)[:1], n=4, max_new_tokens=5, seed=0)
+    out = pol.generate(_prompts(pol)[:1], SamplingParams(n=4, max_new_tokens=5, seed=0))
     assert len({tuple(s.token_ids) for s in out[0]}) > 1
 
 
@@ -50,7 +52,7 @@ def test_finished_at_stop_token(tiny_llama_dir):
     pol = Policy.load(ModelConfig(path=tiny_llama_dir, template="plain"))
     V = len(pol.tokenizer)
     pol.stop_ids = set(range(V // 8))  # an eighth of the vocabulary stops: many sequences end early
-    out = pol.generate(_prompts(pol), n=8, max_new_tokens=10, seed=3, batch_size=5)
+    out = pol.generate(_prompts(pol), SamplingParams(n=8, max_new_tokens=10, seed=3, batch_size=5))
     samples = [s for g in out for s in g]
     fin = [s for s in samples if s.finished]
     unfin = [s for s in samples if not s.finished]
@@ -68,14 +70,14 @@ def test_finished_at_stop_token(tiny_llama_dir):
 
 
 def test_zero_new_tokens(pol):
-    out = pol.generate(_prompts(pol), n=2, max_new_tokens=0)
+    out = pol.generate(_prompts(pol), SamplingParams(n=2, max_new_tokens=0))
     assert all(s.token_ids == [] and not s.finished for g in out for s in g)
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 1.0), (1.3, 0.9)])
 def test_generate_logprobs_match_forward(pol, temperature, top_p):
     prompts = _prompts(pol)
-    out = pol.generate(prompts, n=3, max_new_tokens=9, temperature=temperature, top_p=top_p, seed=11, batch_size=4)
+    out = pol.generate(prompts, SamplingParams(n=3, max_new_tokens=9, temperature=temperature, top_p=top_p, seed=11, batch_size=4))
     P = [prompts[i] for i, g in enumerate(out) for _ in g]
     R = [s.token_ids for g in out for s in g]
     logp, mask = pol.forward_logprobs(P, R, chunk=5, temperature=temperature)
@@ -88,8 +90,8 @@ def test_top_p_restricts_to_nucleus(tiny_gemma_policy):
     pol = tiny_gemma_policy
     prompts = _prompts(pol)[:1]
     top_p = 0.05
-    out = pol.generate(prompts, n=4, max_new_tokens=4, top_p=top_p, seed=5)
-    ren = pol.generate(prompts, n=4, max_new_tokens=4, top_p=top_p, seed=5, renormalize_top_p=True)
+    out = pol.generate(prompts, SamplingParams(n=4, max_new_tokens=4, top_p=top_p, seed=5))
+    ren = pol.generate(prompts, SamplingParams(n=4, max_new_tokens=4, top_p=top_p, seed=5), renormalize_top_p=True)
     assert _ids(out) == _ids(ren)  # the option changes only the recorded numbers
     for s, r in zip(out[0], ren[0]):
         # renormalised log-prob = raw log-prob - log(nucleus mass) >= raw
@@ -111,16 +113,16 @@ def test_batch_size_and_padding(pol):
     """Different batch sizes draw different random numbers, but every sample stays exact."""
     prompts = _prompts(pol)
     for bs in (1, 6):
-        out = pol.generate(prompts, n=3, max_new_tokens=5, seed=2, batch_size=bs)
+        out = pol.generate(prompts, SamplingParams(n=3, max_new_tokens=5, seed=2, batch_size=bs))
         P = [prompts[i] for i, g in enumerate(out) for _ in g]
         R = [s.token_ids for g in out for s in g]
         logp, _ = pol.forward_logprobs(P, R)
         for b, s in enumerate(s for g in out for s in g):
             assert torch.allclose(logp[b, :len(s.token_ids)], torch.tensor(s.logprobs), atol=1e-4)
     with pytest.raises(ValueError):
-        pol.generate([[]], n=2, max_new_tokens=3)
+        pol.generate([[]], SamplingParams(n=2, max_new_tokens=3))
     with pytest.raises(ValueError):
-        pol.generate(prompts, n=2, max_new_tokens=3, temperature=0.0)
+        pol.generate(prompts, SamplingParams(n=2, max_new_tokens=3, temperature=0.0))
 
 
 def test_stop_strings_end_rows_early_with_the_same_cut_samples(pol):
@@ -131,8 +133,8 @@ def test_stop_strings_end_rows_early_with_the_same_cut_samples(pol):
 
     prompts, stops = _prompts(pol), ["e", "a"]   # letters a random model writes within a few tokens
     kw = dict(n=4, max_new_tokens=16, temperature=1.0, batch_size=8, seeds=[11, 12])
-    full = pol.generate(prompts, stop_strings=(), **kw)
-    early = pol.generate(prompts, stop_strings=stops, **kw)
+    full = pol.generate(prompts, SamplingParams(stop_strings=(), **kw))
+    early = pol.generate(prompts, SamplingParams(stop_strings=stops, **kw))
     shortened = 0
     for g_full, g_early in zip(full, early):
         for a, b in zip(g_full, g_early):

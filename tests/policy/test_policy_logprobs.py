@@ -114,7 +114,7 @@ def test_gradients_match_plain_autograd(tiny_gemma_dir, temperature):
     assert len(ref) == sum(1 for _ in pol.model.parameters())
     _assert_same_grads(ref, _grads(pol, ours(3)))
     _assert_same_grads(ref, _grads(pol, ours(4096)))
-    pol.fused_head = False  # the checkpointed path (used for LoRA-wrapped or sharded heads)
+    pol.scorer.fused_head = False  # the checkpointed path (used for LoRA-wrapped or sharded heads)
     _assert_same_grads(ref, _grads(pol, ours(5)))
 
 
@@ -129,7 +129,7 @@ def test_gradients_lora_frozen_head(tiny_llama_dir):
     f = lambda: (lambda lm: (lm[0] * lm[1]).sum())(pol.forward_logprobs(P, R, chunk=4))  # noqa: E731
     fused = _grads(pol, f)
     assert fused and all("lora_" in n for n in fused)
-    pol.fused_head = False
+    pol.scorer.fused_head = False
     _assert_same_grads(fused, _grads(pol, f))
 
 

@@ -7,6 +7,7 @@ import torch
 from graft.config import ModelConfig
 from graft.policy.loading import ModelLoadError
 from graft.policy.policy import Policy
+from graft.policy.sampling import SamplingParams
 
 
 @pytest.mark.slow
@@ -19,7 +20,7 @@ def test_embedded_model_samples(path, template):
             pytest.skip(str(e))
         raise
     prompt = pol.codec.encode_prompt("What is 3 + 4?")
-    out = pol.generate([prompt], n=2, max_new_tokens=12, seed=0)
+    out = pol.generate([prompt], SamplingParams(n=2, max_new_tokens=12, seed=0))
     assert len(out[0]) == 2
     for s in out[0]:
         assert 0 < len(s.token_ids) <= 12 and len(s.logprobs) == len(s.token_ids)

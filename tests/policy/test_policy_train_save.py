@@ -6,6 +6,7 @@ import torch
 
 from graft.config import LoraConfig, ModelConfig
 from graft.policy.policy import Policy
+from graft.policy.sampling import SamplingParams
 
 
 def _data(pol):
@@ -113,7 +114,7 @@ def test_lora_generate_matches_forward(tiny_gemma_dir):
     pol = Policy.load(cfg)
     _step(pol)  # a non-zero adapter
     prompts = [pol.codec.encode_prompt("What is 1 + 1?")]
-    out = pol.generate(prompts, n=3, max_new_tokens=6, seed=0)
+    out = pol.generate(prompts, SamplingParams(n=3, max_new_tokens=6, seed=0))
     with torch.no_grad():
         logp, _ = pol.forward_logprobs(prompts * 3, [s.token_ids for s in out[0]])
     for b, s in enumerate(out[0]):

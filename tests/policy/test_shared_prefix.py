@@ -12,7 +12,10 @@ import torch
 from transformers import DynamicCache
 
 from graft.config import ModelConfig, RolloutConfig, UpdateConfig
-from graft.policy.policy import Policy, scoring_order
+from graft.policy.decoding import DecodeLoop
+from graft.policy.policy import Policy
+from graft.policy.sampling import SamplingParams
+from graft.policy.scoring import scoring_order
 
 
 def _batch(pol, seed=1):
@@ -152,7 +155,7 @@ def _generate(pol, on, prompts, **kw):
     was, pol.common_prefix = pol.common_prefix, on
     try:
         with _decoder_inputs(pol) as shapes:
-            out = pol.generate(prompts, **kw)
+            out = pol.generate(prompts, SamplingParams(**kw))
     finally:
         pol.common_prefix = was
     return [s for g in out for s in g], shapes
@@ -183,7 +186,7 @@ def test_prefill_forwards_the_common_prefix_once(fewshot):
 def test_decoding_after_the_common_prefix_matches_with_rows_leaving_the_batch(fewshot, monkeypatch):
     """Every step's log-probs equal the left-padded path's, while rows finish at different steps (the cache rows of
     finished samples are dropped from the expanded prefix cache)."""
-    monkeypatch.setattr(Policy, "_sample", staticmethod(_gumbel))
+    monkeypatch.setattr(DecodeLoop, "_sample", staticmethod(_gumbel))
     fewshot.stop_ids = set(range(0, len(fewshot.tokenizer), 3))     # a third of the vocabulary stops a row
     prompts = _questions(fewshot)
     kw = dict(n=2, max_new_tokens=12, batch_size=6)
@@ -269,7 +272,7 @@ def test_the_common_prefix_falls_back_to_the_left_padded_pass(tiny_llama_dir, ti
     assert narrow._common_length(qn, 1, DynamicCache(config=narrow.model.config)) == 0
     with torch.no_grad():   # why: forced through a narrow window, the padding after the prefix moves what it sees
         ref, _ = narrow.forward_logprobs(qn, [[1, 2, 3]] * 4)
-        monkeypatch.setattr("graft.policy.policy.attention_span", lambda cache: float("inf"))
+        monkeypatch.setattr("graft.policy.lm.attention_span", lambda cache: float("inf"))
         forced, _ = narrow.forward_logprobs(qn, [[1, 2, 3]] * 4)
         monkeypatch.undo()
     moved = ((forced - ref).abs().amax(dim=1) > 1e-3).tolist()
@@ -280,10 +283,10 @@ def test_the_common_prefix_falls_back_to_the_left_padded_pass(tiny_llama_dir, ti
     assert wide._common_length(qw, 256 - L, cache_w) == len(qw[3]) - 1
     assert wide._common_length(qw, 257 - L, cache_w) == 0
     with _decoder_inputs(wide) as shapes:
-        wide._prefill(wide.model, wide._decoder, qw, 257 - L)
+        wide.sampler._prefill(wide.model, wide._decoder, qw, 257 - L)
     assert shapes == [(4, L)]
     # an FSDP-sharded update keeps two passes whatever its rows (ranks issue the same collectives); scoring does not
-    monkeypatch.setattr("graft.policy.policy.is_sharded", lambda model: True)
+    monkeypatch.setattr("graft.policy.scoring.is_sharded", lambda model: True)
     with _decoder_inputs(llama) as shapes:
         llama.forward_logprobs(q, [[1, 2]] * 4)
         with torch.no_grad():

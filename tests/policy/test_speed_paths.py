@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graft.policy.policy import HEAD_COLUMNS, DecodeBuffers, Policy, _HeadLogProb
+from graft.policy.decoding import HEAD_COLUMNS, DecodeBuffers
+from graft.policy.policy import Policy
+from graft.policy.sampling import SamplingParams
+from graft.policy.scoring import HEAD_KEEP_BYTES, _HeadLogProb
 
 
 @pytest.fixture(params=["llama", "gemma"])
@@ -18,11 +21,11 @@ def _prompts(pol: Policy) -> list[list[int]]:
 
 
 def _generate(pol: Policy, reuse: bool, entropy: bool = True, **kw) -> list:
-    pol.decode_buffers = reuse
+    pol.sampler.decode_buffers = reuse
     try:
-        out = pol.generate(_prompts(pol), n=3, max_new_tokens=12, batch_size=4, entropy=entropy, **kw)
+        out = pol.generate(_prompts(pol), SamplingParams(n=3, max_new_tokens=12, batch_size=4, entropy=entropy, **kw))
     finally:
-        pol.decode_buffers = True
+        pol.sampler.decode_buffers = True
     return [(s.token_ids, s.logprobs, s.entropies, s.finished) for g in out for s in g]
 
 
@@ -93,13 +96,13 @@ def test_a_rows_logits_do_not_depend_on_how_many_rows_are_alive(shape):
 def _head_grads(pol: Policy, keep_bytes: int, temperature: float) -> tuple:
     P = _prompts(pol)
     R = [pol.codec.encode_response(t, finished=True) for t in (" 2 + 3 = 5, so \\boxed{5}.", " It is 137, I think.")]
-    pol.head_keep_bytes = keep_bytes
+    pol.scorer.head_keep_bytes = keep_bytes
     pol.model.zero_grad(set_to_none=True)
     try:
         logp, mask = pol.forward_logprobs(P, R, chunk=5, temperature=temperature)
         (logp * mask * torch.linspace(-1, 2, logp.numel()).view_as(logp)).sum().backward()
     finally:
-        pol.head_keep_bytes = Policy.__init__.__globals__["HEAD_KEEP_BYTES"]
+        pol.scorer.head_keep_bytes = HEAD_KEEP_BYTES
     grads = tuple(p.grad.clone() for p in pol.trainable_parameters())
     pol.model.zero_grad(set_to_none=True)
     return logp.detach(), grads
@@ -142,16 +145,16 @@ def _two_microbatch_grads(pol: Policy, accumulate: bool) -> tuple:
     embedding ran sparse."""
     P = _prompts(pol)
     R = [pol.codec.encode_response(t, finished=True) for t in (" 2 + 3 = 5, so \\boxed{5}.", " It is 137, I think.")]
-    pol.accumulate_head_grad = accumulate
+    pol.scorer.accumulate_head_grad = accumulate
     pol.model.zero_grad(set_to_none=True)
     try:
         for rows in ([0, 1], [1]):
             logp, mask = pol.forward_logprobs([P[i] for i in rows], [R[i] for i in rows], chunk=5)
             (logp * mask * torch.linspace(-1, 2, logp.numel()).view_as(logp)).sum().backward()
-        tied = pol._tied_embedding()
+        tied = pol.scorer._tied_embedding()
         sparse = tied is not None and tied.sparse
     finally:
-        pol.accumulate_head_grad = True
+        pol.scorer.accumulate_head_grad = True
     grads = tuple(p.grad.clone() for p in pol.trainable_parameters())
     pol.model.zero_grad(set_to_none=True)
     return grads, sparse
@@ -175,7 +178,7 @@ def test_an_untied_head_accumulates_and_its_embedding_stays_dense(tiny_llama_dir
     pol = Policy.load(ModelConfig(name="A", path=tiny_llama_dir, template="plain"))
     head = pol._head
     head.weight = torch.nn.Parameter(head.weight.detach().clone())
-    assert pol._tied_embedding() is None
+    assert pol.scorer._tied_embedding() is None
     (new, sparse_on), (old, _) = _two_microbatch_grads(pol, True), _two_microbatch_grads(pol, False)
     assert not sparse_on and not pol.model.get_input_embeddings().sparse
     _assert_same_gradients(new, old)
@@ -185,6 +188,6 @@ def test_no_accumulation_under_autocast_or_without_gradients(tiny_gemma_dir):
     from graft.config import ModelConfig
 
     pol = Policy.load(ModelConfig(name="B", path=tiny_gemma_dir, template="plain", autocast="bfloat16"))
-    assert not pol._accumulates_head_grad()  # the bf16 copy's gradient is cast back: autograd adds it
+    assert not pol.scorer._accumulates_head_grad()  # the bf16 copy's gradient is cast back: autograd adds it
     with torch.no_grad():
-        assert not Policy.load(ModelConfig(name="B", path=tiny_gemma_dir, template="plain"))._accumulates_head_grad()
+        assert not Policy.load(ModelConfig(name="B", path=tiny_gemma_dir, template="plain")).scorer._accumulates_head_grad()

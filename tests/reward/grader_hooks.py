@@ -21,3 +21,14 @@ def hang_always(response: str, answer: str):
     """A grader that never answers."""
     while True:
         time.sleep(3600)
+
+
+def crash_once(response: str, answer: str):
+    """Exits the worker the first time it sees a response naming a marker file (``ONCE:PATH ...``), as a worker
+    killed from outside would; verifies it on later tries."""
+    if response.startswith("ONCE:"):
+        marker = response.split()[0][len("ONCE:"):]
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(3)
+    return verify(response, answer)

@@ -117,3 +117,19 @@ def test_config_choice_is_checked_and_reaches_the_trainer(tmp_path, tiny_llama_d
         assert run.grader.verify_fn == NUMBER_VERIFY_FN
     finally:
         run.grader.close()
+
+
+def test_answers_the_number_domain_can_never_reward_are_said_at_load():
+    """`twelve`, `nan`, `1e999`, `\\sqrt{2}`: no box holding a number written out equals them, so those prompts can
+    only score 0; one warning line names them (the math domain checks nothing: math_verify may match them)."""
+    from graft.config import RewardConfig
+    from graft.domains.grading import unrewardable
+    from graft.types import Prompt
+
+    prompts = [Prompt(id=f"r{i}", problem="?", answer=a) for i, a in
+               enumerate(["12", "twelve", "3/4", "nan", "1e999", "-0.5", "\\sqrt{2}", "1,000"])]
+    line = unrewardable(RewardConfig(domain="number"), prompts, "data.train")
+    assert line == ("warning: data.train: 4 of 8 rows have an answer the number domain can never reward ('twelve' "
+                    "(id r1), 'nan' (id r3), '1e999' (id r4), ...); those prompts can only score 0")
+    assert unrewardable(RewardConfig(domain="number"), prompts[:1], "data.train") is None
+    assert unrewardable(RewardConfig(domain="math"), prompts, "data.train") is None

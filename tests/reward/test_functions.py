@@ -122,12 +122,19 @@ FAILURES = [
     ("one_short", "returned 1 values for 2 completions"),
     ("nan_second", "returned nan for completion 1 (not finite)"),
     ("inf_first", "returned inf for completion 0 (not finite)"),
-    ("word_values", "returned 'high' for completion 0, not a float or None"),
-    ("returns_scalar", "returned float, not a list of floats"),
+    ("word_values", "returned str 'high' for completion 0, not a float or None"),
+    ("returns_scalar", "returned float 1.0, not a list of floats (one per completion)"),
+    # by type, not by what float() or iteration would make of it: a dict's keys are [0, 1], not its rewards
+    ("dict_of_rewards", "returned dict {0: 1.0, 1: 0.0}, not a list of floats (one per completion)"),
+    ("digit_string", "returned str '10', not a list of floats (one per completion)"),
+    ("digit_strings", "returned str '1' for completion 0, not a float or None"),
+    ("nested_lists", "returned list [0.5] for completion 0, not a float or None"),
+    ("bools", "returned bool True for completion 0, not a float or None"),
+    ("generator", "returned generator <generator object generator.<locals>.<genexpr>"),
 ]
 
 
-IN_WORKER_STOP = ("raises", "one_short", "nan_second")
+IN_WORKER_STOP = ("raises", "one_short", "nan_second", "dict_of_rewards")
 """The failure modes also run in a worker under on_error=stop; the others under on_error=zero."""
 
 
@@ -337,3 +344,38 @@ def test_a_reference_that_is_not_a_row_is_a_one_line_error(reference):
     with FunctionGrader([M + "quarter"], workers=0) as g:
         with pytest.raises(RewardFunctionError):
             g.grade(["abc"], [reference])
+
+
+def test_a_worker_over_its_memory_limit_fails_the_batch_and_its_peak_is_reported():
+    """reward.function_memory_mb bounds the worker's resident memory (it had no limit); the peak of the worker,
+    which the trainer's own peak does not include, goes into the run's summary (peak_rss_gb of the grader)."""
+    with FunctionGrader([M + "hoards_memory"], timeout_s=30.0, workers=1, on_error="stop", memory_mb=400) as g:
+        with pytest.raises(RewardFunctionError) as e:
+            g.grade(["abc", "abcdef"], REFS)
+        assert g.peak_rss_gb > 400 / 1024
+    msg = str(e.value)
+    assert f"reward function worker used" in msg and "more than reward.function_memory_mb=400" in msg and "\n" not in msg
+    with FunctionGrader([M + "quarter"], workers=1) as g:
+        assert g.grade(["abc"], REFS[:1]) == ([0.25], ["ok"])
+        assert 0 < g.peak_rss_gb < 2
+
+
+@pytest.mark.parametrize("stopping", [False, True], ids=["running", "stopping"])
+def test_a_batch_whose_worker_dies_during_a_stop_is_graded_again_not_scored(tmp_path, stopping, capsys):
+    """The reward function's worker killed while the process is stopping: the batch is graded again by a fresh
+    worker, once (never scored 0 under on_error=zero); at any other time the death fails the batch, as before."""
+    import os
+    import signal
+
+    from graft.signals import StopSignal
+
+    f = tmp_path / "dies_once.py"
+    f.write_text("import os\nfrom pathlib import Path\n\ndef score(prompts, completions, **columns):\n"
+                 "    marker = Path(__file__).with_name('died')\n    if not marker.exists():\n"
+                 "        marker.touch()\n        os._exit(3)\n    return [0.75] * len(completions)\n")
+    with StopSignal() as stop, FunctionGrader([f"{f}:score"], timeout_s=10.0, workers=1, on_error="zero") as g:
+        if stopping:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.requested == "SIGTERM"
+        out = g.grade(["abc"], REFS[:1])
+    assert out == (([0.75], ["ok"]) if stopping else ([0.0], ["function_error"]))

@@ -111,3 +111,30 @@ def test_close_stops_workers_and_rejects_use():
 def test_spawn_start_method_works():
     with Grader(timeout_s=1.0, workers=1, verify_fn=HOOK, start_method="spawn") as g:
         assert g.grade([r"\boxed{HANG}", r"\boxed{4}"], ["4", "4"]) == ([0.0, 1.0], ["timeout", "ok"])
+
+
+def test_the_workers_peak_memory_is_kept_for_the_summary():
+    g = Grader(timeout_s=5.0, workers=1)
+    g.grade(["\\boxed{x^2}"], ["x**2"])
+    live = g.peak_rss_gb
+    g.close()
+    assert 0 < live <= g.peak_rss_gb < 4      # read from /proc before the worker stops
+
+
+@pytest.mark.parametrize("stopping", [False, True], ids=["running", "stopping"])
+def test_an_item_whose_worker_dies_during_a_stop_is_graded_again_not_scored(tmp_path, stopping):
+    """A worker that dies while the process is stopping (graft.signals.stopping) died of the stop, not of its item:
+    the item is handed out again and gets its true grade; at any other time it is an error, as before."""
+    import os
+    import signal
+
+    from graft.signals import StopSignal
+
+    g = Grader(timeout_s=10.0, workers=1, verify_fn="tests.reward.grader_hooks:crash_once")
+    with StopSignal() as stop:
+        if stopping:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.requested == "SIGTERM"
+        rewards, statuses = g.grade([f"ONCE:{tmp_path / 'm'} \\boxed{{2}}", "\\boxed{3}"], ["2", "3"])
+    g.close()
+    assert (rewards, statuses) == (([1.0, 1.0], ["ok", "ok"]) if stopping else ([0.0, 1.0], ["error", "ok"]))

@@ -83,6 +83,32 @@ def returns_scalar(prompts, completions, **columns):
     return 1.0
 
 
+def dict_of_rewards(prompts, completions, **columns):
+    """{index: reward}: iterating it would give the keys [0, 1], not the rewards [1.0, 0.0]."""
+    return {i: float(i == 0) for i in range(len(completions))}
+
+
+def digit_string(prompts, completions, **columns):
+    """A string of digits, one per completion: iterating it gives '1', '0' -- text, not numbers."""
+    return "10"[: len(completions)]
+
+
+def digit_strings(prompts, completions, **columns):
+    return ["1"] * len(completions)
+
+
+def nested_lists(prompts, completions, **columns):
+    return [[0.5] for _ in completions]
+
+
+def bools(prompts, completions, **columns):
+    return [c.endswith("c") for c in completions]
+
+
+def generator(prompts, completions, **columns):
+    return (0.5 for _ in completions)
+
+
 def hangs(prompts, completions, **columns):
     time.sleep(60)
     return [1.0] * len(completions)
@@ -98,3 +124,12 @@ def hangs_on_slow(prompts, completions, **columns):
 def by_level(prompts, completions, answer, level, **columns):
     """level / 4 when the completion is the answer, else 0 (a file's own ``level`` column; CSV cells are text)."""
     return [float(lv) / 4 if c.strip() == str(a) else 0.0 for c, a, lv in zip(completions, answer, level)]
+
+
+def hoards_memory(prompts, completions, **columns):
+    """Holds ~600 MiB (touched, so resident) for 3 s, then 0.5 each."""
+    block = bytearray(600 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(3)
+    return [0.5] * len(completions)

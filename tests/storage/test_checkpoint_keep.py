@@ -62,3 +62,24 @@ def test_keep_steps_survive_pruning(tmp_path, tiny_model):
         _save(protected, step, tiny_model, opt, keep_last=2, keep_steps={1})
     assert _steps(plain) == [3, 4]
     assert _steps(protected) == [1, 3, 4]
+
+
+def test_a_checkpoint_held_by_a_reader_survives_pruning_until_released(tmp_path, tiny_model):
+    """`graft eval --model latest` of a run still training: the checkpoint it evaluates is held
+    (:func:`reading`) and pruning leaves it alone (it used to vanish mid-load, and eval read the path as a hub id:
+    "Repo id must be in the form 'repo_name'"); released, the next save prunes it. A checkpoint pruned before it
+    could be held is a one-line CheckpointError (eval then chooses again)."""
+    from graft.storage.checkpoint import reading
+
+    opt = _opt(tiny_model)
+    first = _save(tmp_path, 1, tiny_model, opt, keep_last=1)
+    with reading(first) as held:
+        assert held == first
+        _save(tmp_path, 2, tiny_model, opt, keep_last=1)
+        assert _steps(tmp_path) == [1, 2]
+        load_checkpoint(first, verify="full")          # whole while held
+    _save(tmp_path, 3, tiny_model, opt, keep_last=1)
+    assert _steps(tmp_path) == [3] and not first.exists()
+    with pytest.raises(CheckpointError, match=r"step_000001: no longer there \(pruned"):
+        with reading(first):
+            pass

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from graft.config import ConfigError
+from graft.files import dumps_json
 from graft.trainer import loop
 from tests.trainer.helpers import crafted_rewards, params, tiny_config
 
@@ -78,7 +79,7 @@ def test_side_by_side_models_compute_what_the_sequential_loop_computes(tmp_path,
     rows_seq, p_seq = _two_steps(tmp_path / "seq", tiny_llama_dir, tiny_gemma_dir)
     rows_par, p_par = _two_steps(tmp_path / "par", tiny_llama_dir, tiny_gemma_dir,
                                  "threads_per_model.rollout=1", "threads_per_model.update=1")
-    assert rows_par == rows_seq
+    assert dumps_json(rows_par) == dumps_json(rows_seq)   # NaN (a statistic of nothing admitted) as null
     assert any(r.get("A/peer_responses") or r.get("B/peer_responses") for r in rows_seq), "the job exchanges"
     assert p_par.keys() == p_seq.keys()
     assert all(torch.equal(p_par[k], p_seq[k]) for k in p_seq)

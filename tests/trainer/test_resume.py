@@ -76,31 +76,39 @@ def test_existing_run_dir_needs_resume(tmp_path, tiny_llama_dir, tiny_gemma_dir,
 
 # ----------------------------------------------------------------------------- SIGKILL
 
+CRAFTED = "from tests.trainer.helpers import install_crafted_rewards\ninstall_crafted_rewards()"
+"""The runner's default prelude: the crafted reward rule instead of grading."""
+
 RUNNER = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from tests.trainer.helpers import install_crafted_rewards
-install_crafted_rewards()
-if {slow_save}:
-    from graft.trainer import learner
-    _save = learner.Learner.save
-    def slow_save(self, path):
-        _save(self, path)
-        time.sleep(3)
-    learner.Learner.save = slow_save
-from graft.commands.cli import main
-sys.exit(main(["train", {config!r}] + sys.argv[1:]))
+if __name__ == "__main__":   # graft's worker processes start from a forkserver that imports this script
+    {prelude}
+    if {slow_save}:
+        from graft.trainer import learner
+        _save = learner.Learner.save
+        def slow_save(self, path):
+            _save(self, path)
+            time.sleep(3)
+        learner.Learner.save = slow_save
+    from graft.commands.cli import main
+    sys.exit(main(["train", {config!r}] + sys.argv[1:]))
 """
 
 
-def _spawn(tmp_path: Path, cfg, slow_save: bool, *extra: str) -> subprocess.Popen:
+def _spawn(tmp_path: Path, cfg, slow_save: bool, *extra: str, prelude: str = CRAFTED,
+           session: bool = False) -> subprocess.Popen:
+    """``graft train`` of ``cfg`` in a runner process (``prelude``: code it runs first; ``session``: the leader of a
+    process group of its own, which a test can signal as a cluster would)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg_path = tmp_path / "cfg.yaml"
     save_config(cfg, cfg_path)
     script = tmp_path / "runner.py"
-    script.write_text(RUNNER.format(repo=str(REPO), slow_save=slow_save, config=str(cfg_path)))
+    prelude = prelude.replace("\n", "\n    ")
+    script.write_text(RUNNER.format(repo=str(REPO), prelude=prelude, slow_save=slow_save, config=str(cfg_path)))
     return subprocess.Popen([sys.executable, str(script), *extra], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            start_new_session=session)
 
 
 def _wait_for(cond, proc, timeout=240):

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graft.policy.policy import entropy_of
+from graft.policy.decoding import entropy_of
+from graft.policy.sampling import SamplingParams
 from graft.trainer import loop, workers
 from graft.trainer.learner import Learner, mean_entropy
 from graft.trainer.metrics import completion_rows, console_line, group_stats, in_group_reward_stats, trl_aliases
@@ -143,7 +144,7 @@ def test_sampler_entropy_is_the_forward_distributions(tiny_llama_policy):
     pol = tiny_llama_policy
     prompt = pol.codec.encode_prompt("What is 2 + 3?")
     for T in (1.0, 0.7):
-        (s,), = pol.generate([prompt], n=1, max_new_tokens=6, temperature=T, seed=1)
+        (s,), = pol.generate([prompt], SamplingParams(n=1, max_new_tokens=6, temperature=T, seed=1, entropy=True))
         assert len(s.entropies) == len(s.token_ids) > 0
         with torch.no_grad():
             logits = pol.model(input_ids=torch.tensor([prompt + s.token_ids])).logits[0].float()

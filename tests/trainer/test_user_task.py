@@ -160,7 +160,7 @@ def test_toy_domain_from_a_file_trains(tmp_path, tiny_llama_dir, tiny_gemma_dir)
 
 
 def test_registered_toy_domain_trains(tmp_path, tiny_llama_dir, tiny_gemma_dir):
-    DOMAINS.register("toy", "tests.trainer.test_user_task:TOY")
+    DOMAINS.register("toy", TOY)
     try:
         cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, *SMALL, "steps=1", "exchange.mode=grpo",
                           "reward.domain=toy", models=("A",))

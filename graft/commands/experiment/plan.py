@@ -4,6 +4,7 @@ comparisons the report makes (:class:`Comparison`) and what it names (:class:`Pl
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import sys
 from dataclasses import dataclass, field
@@ -12,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from graft.config import ANSWER_FORMS as LEGACY_ANSWER_FORMS, ConfigError, load_config, to_dict
+from graft.config import ConfigError, config_diff, load_config, to_dict
+from graft.config.upgrade import ANSWER_FORMS as LEGACY_ANSWER_FORMS
 from graft.exchange.kinds import hands_over
 
 PLAN_KEYS = (
@@ -352,6 +354,48 @@ def _arm_name(path: Path, key: str, arm: Any, arms: list[str]) -> str:
 def _model_yaml(m) -> str:
     """A model's config as a one-line YAML flow mapping (for a ``models=[...]`` override)."""
     return json.dumps(to_dict(m))
+
+
+NOT_COMPARED = ("resume", "progress", "logging*")
+"""Fields of a run's config that say how it was started and shown, not what it computes: the only ones in which a
+run may differ from what its plan resolves to now (:func:`check_unchanged`)."""
+
+
+def recorded_config(m: Member) -> Path | None:
+    """The config a run of the plan was trained with: its run folder's ``config.yaml``, else the one recorded under
+    ``results/`` (run elsewhere); None for a run not started."""
+    return next((p for p in (m.run_dir / "config.yaml", m.results_dir / "config.yaml") if p.is_file()), None)
+
+
+def check_unchanged(plan: Plan) -> None:
+    """Every run of the plan that has started was trained with the config the plan resolves to now (fields of
+    :data:`NOT_COMPARED` aside), or a one-line :class:`ConfigError` naming the arm, the field, both values and the
+    run: a plan edited after runs finished would otherwise train its later seeds on another config and pool them
+    with the earlier ones in one paired interval."""
+    for m in plan.members:
+        path = recorded_config(m)
+        if path is None:
+            continue
+        try:
+            then = to_dict(load_config(path))
+        except ConfigError as e:
+            raise ConfigError(f"{path} (the config of run {m.arm}/seed{m.seed}): {e}") from None
+        now = to_dict(load_config(plan.config, m.train_overrides()))
+        diff = [k for k in config_diff(then, now) if not any(fnmatch.fnmatchcase(k, p) for p in NOT_COMPARED)]
+        if diff:
+            k = diff[0]
+            more = f" (and {', '.join(diff[1:])})" if len(diff) > 1 else ""
+            raise ConfigError(
+                f"arm {m.arm}: {k} is {_at(now, k)!r} in the plan now but {_at(then, k)!r} in its run seed{m.seed} "
+                f"({path}){more}: the plan changed after that run started; restore it, or give the changed arm a "
+                "new name so that its runs are kept apart"
+            )
+
+
+def _at(tree, key: str):
+    for part in key.split("."):
+        tree = tree[int(part)] if isinstance(tree, list) else (tree or {}).get(part)
+    return tree
 
 
 def plan_seeds(plan: Plan, arm: str) -> list[int]:

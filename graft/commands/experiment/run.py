@@ -7,18 +7,25 @@ from __future__ import annotations
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from graft.commands.experiment.plan import Member, Plan, base_member, load_plan as load_plan  # re-exported: `run.load_plan`
+from graft.commands.experiment.plan import (  # load_plan re-exported: `run.load_plan`
+    Member,
+    Plan,
+    base_member,
+    check_unchanged,
+    load_plan as load_plan,
+)
 from graft.config import ConfigError, EvalConfig, load_config, save_config
+from graft.console import say
 from graft.errors import UserError
 from graft.evaluation.analyze import analyze, summary_text
+from graft.signals import StopSignal, run_command
 from graft.storage.checkpoint import checkpoint_step, latest_checkpoint
 from graft.storage.lock import FolderLock, LockError, holder
-from graft.trainer.stop import PREEMPTED_EXIT, Preempted, StopSignal
+from graft.trainer.stop import PREEMPTED_EXIT, Preempted
 
 SMALL_FILES = ("config.yaml", "metrics.jsonl", "audit.jsonl", "summary.json", "analysis.json", "analyze.txt")
 
@@ -117,10 +124,11 @@ class RunFailed(UserError):
 
 
 def _run(cmd: list[str], what: str) -> None:
-    """Run one command of the plan (``what``: the run or model it works on, for its error line); it stopping on a
-    signal (its exit status ``PREEMPTED_EXIT``, or killed by one before its handler was in place) stops the plan,
-    resumably; any other failure stops it with one line."""
-    rc = subprocess.run(cmd).returncode
+    """Run one command of the plan (``what``: the run or model it works on, for its error line) under the stop
+    protocol (:func:`graft.signals.run_command`: the signals this process gets reach it once, and it stops when this
+    process dies); it stopping on a signal (its exit status ``PREEMPTED_EXIT``, or killed by one before its handler
+    was in place) stops the plan, resumably; any other failure stops it with one line."""
+    rc = run_command(cmd)
     if rc == PREEMPTED_EXIT:
         raise Preempted(
             f"graft {cmd[3]} stopped on a signal after checkpointing; continue with `graft experiment run` on the same plan"
@@ -168,8 +176,8 @@ def run_plan(plan: Plan, max_minutes: float | None = None, only: list[str] | Non
     Each run (and the base evaluation) is claimed while it is worked on (a lock under ``RUNS/.claims``), so
     ``experiment run`` started several times on the same plan -- once per core with ``threads=1``, or on
     machines sharing the folder -- works through it together: each takes the next unclaimed run and skips
-    the ones another holds. A SIGTERM/SIGINT stops it after the current run (which itself checkpoints and
-    stops when it got the signal too)."""
+    the ones another holds. A stop signal (SIGTERM, SIGINT, SIGHUP) reaches the current command once
+    (:func:`graft.signals.run_command`): a ``graft train`` checkpoints and stops, and so does the plan (exit 75)."""
     with StopSignal("the current run") as stop:
         return _run_plan(plan, stop, max_minutes, only)
 
@@ -189,7 +197,8 @@ def claim(plan: Plan, name: str) -> FolderLock | None:
 
 def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: list[str] | None) -> list[Member]:
     t0 = time.monotonic()
-    log = lambda s: print(f"[experiment {plan.name}] {s}", file=sys.stderr, flush=True)  # noqa: E731
+    log = lambda s: say(f"[experiment {plan.name}] {s}")  # noqa: E731
+    check_unchanged(plan)  # an edited plan trains nothing more
     todo = [m for m in plan.members if only is None or m.arm in only]
     if plan.base and (only is None or "base" in only):
         if (held := claim(plan, "base")) is None:
@@ -232,7 +241,8 @@ def _run_plan(plan: Plan, stop: StopSignal, max_minutes: float | None, only: lis
 
 def member_state(m: Member, steps: int) -> str:
     """Where one run of the plan stands: ``done``, ``trained (eval pending)``, ``step k/steps
-    (resumes from checkpoint c)``, ``results only`` (its small files are here, its run folder is
+    (resumes from checkpoint c)``, ``step k/steps, training (pid N on HOST ...)`` (a ``graft train`` holds its
+    folder), ``results only`` (its small files are here, its run folder is
     not: another machine ran it) or ``not started``."""
     if _done(m):
         return "done"
@@ -240,6 +250,8 @@ def member_state(m: Member, steps: int) -> str:
         return "trained (eval pending)"
     if (m.run_dir / "metrics.jsonl").is_file():
         k = sum(1 for line in (m.run_dir / "metrics.jsonl").read_text().splitlines() if line.strip())
+        if (who := holder(m.run_dir)) is not None:  # a graft train holds the folder (e.g. one its plan left running)
+            return f"step {k}/{steps}, training ({who})"
         ck = latest_checkpoint(m.run_dir)
         return f"step {k}/{steps} " + (f"(resumes from checkpoint {checkpoint_step(ck)})" if ck else "(no checkpoint yet)")
     if _recorded(m):

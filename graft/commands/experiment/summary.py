@@ -9,15 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-
-from graft.commands.experiment.plan import STORED_PREFIX, Comparison, Member, Plan, base_member
+from graft.commands.experiment.plan import STORED_PREFIX, Comparison, Member, Plan, base_member, check_unchanged
 from graft.config import EvalConfig
-from graft.data.arithmetic import FAMILIES, family_of
-from graft.domains.base import config_domain
+from graft.data.tasks import family_of
+from graft.domains.base import run_domain
 from graft.domains.math import WORKED_EQUATIONS
 from graft.evaluation.analyze import read_jsonl, treatment
 from graft.evaluation.metrics import paired_interval, paired_verdict, unpaired_interval
+from graft.registry import FAMILIES
 from graft.reward.shortcuts import chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
 
@@ -139,12 +138,7 @@ class _Regrade:
 
 def _run_domain(m: Member) -> str:
     """The ``reward.domain`` a recorded run trained with (``math`` when its config is not recorded)."""
-    path = m.results_dir / "config.yaml"
-    try:
-        tree = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    except (OSError, yaml.YAMLError):
-        tree = {}
-    return config_domain(tree if isinstance(tree, dict) else {}).name
+    return run_domain(m.results_dir).name
 
 
 def eval_problems(plan: Plan) -> dict[str, str]:
@@ -240,7 +234,9 @@ def _clip_peer(m: Member, model_keys: list[str]) -> float | None:
 
 
 def summarize(plan: Plan) -> dict:
-    """``results/summary.json`` (the shape the mini reproduction promises, plus details)."""
+    """``results/summary.json`` (the shape the mini reproduction promises, plus details). Refused when a run differs
+    from what the plan resolves to now (:func:`check_unchanged`): runs of different configs are never pooled."""
+    check_unchanged(plan)
     arms = {arm: members for arm, members in plan.arms().items() if members[0].store is None}
     problems = eval_problems(plan)
     out = _summary_skeleton(plan)

@@ -1,0 +1,47 @@
+"""``data.*``: where the prompts come from; each procedural task brings its own settings section
+(:mod:`graft.data.tasks`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from graft.config.checks import Sections, check, check_choices
+from graft.registry import BAD_ROWS, TASKS
+
+
+@dataclass
+class DataConfig:
+    train: str = "arithmetic"
+    """Training prompts: ``arithmetic`` (the procedural task), ``code_task`` (the procedural code task), a
+    ``.jsonl``/``.parquet``/``.csv``/``.tsv``/``.json`` file, a folder saved by ``datasets`` (``folder[:split]``), or
+    ``hub:NAME[:split]`` for a Hugging Face dataset; rows ``{id, problem, answer}`` (or ``tests`` for code), other
+    column names mapped by ``fields``."""
+    val: str | None = None
+    """Validation set for in-training evaluation (same forms as ``train``); ``None`` disables it."""
+    val_limit: int | None = None
+    """Use only the first ``val_limit`` validation prompts."""
+    on_bad_row: Annotated[str, BAD_ROWS] = "error"
+    """A malformed row stops the run (``error``) or is skipped and counted (``skip``)."""
+    tasks: Annotated[dict[str, Any], Sections(TASKS)] = field(default_factory=lambda: Sections(TASKS).defaults())
+    """The settings of every procedural task (:class:`graft.data.tasks.Task`), each under the task's own name: a config
+    writes ``data.arithmetic``, ``data.code_task``, ... in this place."""
+    shuffle: bool = True
+    """Reshuffle the prompts every epoch (seeded by ``seed`` and the epoch number)."""
+    fields: dict[str, str] = field(default_factory=dict)
+    """graft's column names -> your file's (``{problem: question, answer: solution, tests: test_list}``); graft's
+    names are id, problem, answer, tests, entry_point. Every other column is kept and reaches the reward."""
+
+    def __getattr__(self, name: str) -> Any:
+        """A task's settings section by the task's name (``cfg.data.arithmetic``)."""
+        tasks = self.__dict__.get("tasks") or {}
+        if name in tasks:
+            return tasks[name]
+        raise AttributeError(f"{type(self).__name__} has no field or task section {name!r}")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        check(bool(str(self.train).strip()), "train", "is required (arithmetic, a data file or folder, or hub:NAME)")
+        bad = [k for k in self.fields if k not in ("id", "problem", "answer", "tests", "entry_point")]
+        check(not bad, "fields", f"{bad[:1]} is not a graft field name; map id, problem, answer, tests, entry_point")
+        check(self.val_limit is None or self.val_limit > 0, "val_limit", f"must be positive, got {self.val_limit}")
