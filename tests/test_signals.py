@@ -3,7 +3,6 @@ worker processes ignore them from birth and are stopped by their parent, a comma
 once and stops when its parent dies. Small processes only (no model): a few seconds in all."""
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import subprocess

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from graft.config import load_config
-from graft.reward.grader import Grader
 from graft.reward.verifier import exact_number, is_number, quick_verify, verify, verify_number
 from graft.config import RewardConfig
 from graft.domains.grading import make_grader

@@ -354,7 +354,7 @@ def test_a_worker_over_its_memory_limit_fails_the_batch_and_its_peak_is_reported
             g.grade(["abc", "abcdef"], REFS)
         assert g.peak_rss_gb > 400 / 1024
     msg = str(e.value)
-    assert f"reward function worker used" in msg and "more than reward.function_memory_mb=400" in msg and "\n" not in msg
+    assert "reward function worker used" in msg and "more than reward.function_memory_mb=400" in msg and "\n" not in msg
     with FunctionGrader([M + "quarter"], workers=1) as g:
         assert g.grade(["abc"], REFS[:1]) == ([0.25], ["ok"])
         assert 0 < g.peak_rss_gb < 2
