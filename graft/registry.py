@@ -249,6 +249,18 @@ TRACKERS = Registry("tracker", "TRACKERS", ("graft.trainer",))
 """``logging.report_to`` items -> tracker class of :mod:`graft.trainer.tracking` (its ``module`` and ``package``
 say what it needs installed)."""
 
+ON_ERRORS = Registry("reward on_error policy", "ON_ERRORS", ("graft.reward",))
+"""``reward.on_error`` -> ``(message, status, n) -> (n rewards, n statuses)`` for a batch a reward function failed on,
+or raises (:mod:`graft.reward.functions`)."""
+
+PICKS = Registry("stored-group pick", "PICKS", ("graft.storage",))
+"""``exchange.peer.pick`` -> ``(stored groups of one prompt, step, eligible) -> the group or None``
+(:mod:`graft.storage.trajectory_store`)."""
+
+OPTIMIZER_KEEPS = Registry("optimizer-state policy", "OPTIMIZER_KEEPS", ("graft.storage",))
+"""``checkpoint.keep_optimizer`` -> :class:`graft.storage.checkpoint.OptimizerKeep`: whether a checkpoint gets the
+optimizer state and whether older ones lose it."""
+
 TASKS = Registry("procedural task", "TASKS", ("graft.data",))
 """``data.train`` (and ``data.val``) names of procedural tasks -> :class:`graft.data.tasks.Task`: its settings section
 ``data.NAME``, its prompts and families."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated
 
 from graft.config.checks import check, check_choices
-from graft.registry import ADMISSIONS, BALANCES, CONFLICTS, EXCHANGES, PAIRINGS, SELECTIONS, WEIGHTINGS
+from graft.registry import ADMISSIONS, BALANCES, CONFLICTS, EXCHANGES, PAIRINGS, PICKS, SELECTIONS, WEIGHTINGS
 
 
 @dataclass
@@ -89,7 +89,7 @@ class PeerConfig:
     """Trajectory store to replay (required with ``exchange.kind: stored``)."""
     store_model: str | None = None
     """Which model's rows in the store are the peer (default: the only other model in it)."""
-    pick: Literal["latest", "same_step", "any"] = "latest"
+    pick: Annotated[str, PICKS] = "latest"
     """Which stored group to use when several exist for a prompt: ``latest`` not after the receiver's step
     (default: the most recent peer policy that a co-trained peer could have had), ``same_step`` only the same
     step, ``any`` the one with most successes."""
@@ -99,6 +99,7 @@ class PeerConfig:
     """Apply balancing in stored-peer mode (there is no partner direction, so the default is off)."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         check(
             self.max_replacements is None or self.max_replacements >= 0,
             "max_replacements",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated
 
-from graft.config.checks import check
-from graft.registry import DOMAINS
+from graft.config.checks import check, check_choices
+from graft.registry import DOMAINS, ON_ERRORS
 
 
 @dataclass
@@ -35,7 +35,7 @@ class RewardConfig:
     """The most resident memory the reward functions' worker process may use (checked four times a second where
     ``/proc`` can be read, i.e. on Linux); beyond it the worker is killed and the batch fails as if the function
     raised (``on_error``). 0: no limit. Raise it for a function that loads a model."""
-    on_error: Literal["stop", "zero"] = "stop"
+    on_error: Annotated[str, ON_ERRORS] = "stop"
     """A reward function that raises, hangs, returns the wrong number of values or a non-finite value: ``stop``
     the run with one line naming the function (exit 2, the last checkpoint kept), or score that batch ``zero``
     (statuses ``function_error``/``function_timeout``, said on stderr; the run goes on)."""
@@ -66,6 +66,7 @@ class RewardConfig:
     recorded (its module file's sha256); the change is written to ``changes.jsonl``. ``false`` refuses, naming it."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         check(
             self.domain in DOMAINS or ":" in self.domain,
             "domain",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated
 
 from graft.config.checks import check, check_choices
-from graft.registry import TRACKERS, WANDB_MODES
+from graft.registry import OPTIMIZER_KEEPS, TRACKERS, WANDB_MODES
 
 
 @dataclass
@@ -17,7 +17,7 @@ class CheckpointConfig:
     """How many checkpoints to keep."""
     save_final: bool = True
     """Save a checkpoint when the run ends."""
-    keep_optimizer: Literal["all", "last", "none"] = "all"
+    keep_optimizer: Annotated[str, OPTIMIZER_KEEPS] = "all"
     """``all`` keeps ``optimizer.pt`` (AdamW state, twice the fp32 weights in size) in every kept checkpoint;
     ``last`` keeps it only in the newest one: when a checkpoint is saved, older ones lose their optimizer files
     and their manifest is rewritten to match; ``none`` writes weights only (TRL's ``save_only_model``): a third

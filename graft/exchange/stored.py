@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
 from graft.algos.selection import candidate_mask, capped_selection
 from graft.config import ExchangeConfig
 from graft.exchange.common import Grade, complementarity, counts, direction_audit, direction_metrics, regrade, splice
 from graft.exchange.handover import Receiver, Scoring, hand_over
-from graft.storage.trajectory_store import StoredGroup, select_stored_group
+from graft.registry import PICKS
+from graft.storage.trajectory_store import StoredGroup
 from graft.types import ExchangeResult, RolloutGroup
 
 
@@ -18,16 +17,15 @@ def stored_peer_groups(
     stored: dict[str, list[StoredGroup]],
     own: list[RolloutGroup],
     step: int,
-    pick: Literal["latest", "same_step", "any"],
+    pick: str,
     include_all_correct: bool,
 ) -> list[RolloutGroup | None]:
     """The stored group that plays the peer for each of ``own``'s prompts at ``step`` (None: nothing stored).
 
-    ``latest`` / ``same_step`` take the stored group as the pick rule finds it -- the latest not
-    after ``step``, or the same step -- whatever its success count; the candidate rule then
-    decides (so an all-fail latest group means "the peer fails too", and never an older success).
-    ``any`` takes the group with most successes among those the candidate rule accepts
-    (1 <= k < n, or k = n with ``include_all_correct``), falling back to the latest stored group.
+    ``pick`` (``PICKS``: :mod:`graft.storage.trajectory_store`) is given the candidate rule (1 <= k < n, or k = n
+    with ``include_all_correct``) as its notion of eligible: ``latest`` / ``same_step`` ignore it (the candidate
+    rule decides afterwards, so an all-fail latest group means "the peer fails too", never an older success);
+    ``any`` prefers the eligible group with most successes.
     """
 
     def eligible(g: StoredGroup) -> bool:
@@ -36,10 +34,7 @@ def stored_peer_groups(
     out = []
     for g in own:
         pool = stored.get(g.prompt_id, [])
-        if pick == "any":
-            chosen = select_stored_group(pool, step, "any", eligible=eligible) or select_stored_group(pool, step, "latest")
-        else:
-            chosen = select_stored_group(pool, step, pick)
+        chosen = PICKS[pick](pool, step, eligible)
         out.append(None if chosen is None else as_rollout_group(chosen))
     return out
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from graft.console import say
 from graft.errors import UserError
+from graft.registry import ON_ERRORS
 from graft.reward import verifier
 from graft.reward.grader import mp_context, worker_memory_mb
 from graft.signals import as_worker, start_worker, stopping
@@ -54,6 +55,21 @@ FUNCTION_TIMEOUT = "function_timeout"
 FUNCTION_ERROR = "function_error"
 """Statuses of a batch scored 0 under ``on_error="zero"`` (not the grader's ``timeout``/``error``: the run goes on,
 as asked, instead of stopping as for a hanging verifier)."""
+
+
+@ON_ERRORS.register("stop")
+def stop_on_error(message: str, status: str, n: int) -> tuple[list[float], list[str]]:
+    """A failed batch stops the run: :class:`RewardFunctionError` with ``message`` (one line)."""
+    raise RewardFunctionError(message + " (reward.on_error=zero scores such a batch 0 instead)")
+
+
+@ON_ERRORS.register("zero")
+def zero_on_error(message: str, status: str, n: int) -> tuple[list[float], list[str]]:
+    """A failed batch of ``n`` scores 0, every response with ``status``; one warning line, and the run goes on."""
+    say(f"warning: {message}; this batch of {n} scores 0 (reward.on_error=zero)")
+    return [0.0] * n, [status] * n
+
+
 KEYWORDS = ("prompts", "completions")
 """The keyword arguments every function gets; a data column may not use these names."""
 
@@ -326,10 +342,7 @@ class FunctionGrader:
         values, failure = self._values(prompts, list(responses), columns)
         if failure is not None:
             status, message = failure
-            if self.on_error == "stop":
-                raise RewardFunctionError(message + " (reward.on_error=zero scores such a batch 0 instead)")
-            say(f"warning: {message}; this batch of {len(responses)} scores 0 (reward.on_error=zero)")
-            out = [0.0] * len(responses), [status] * len(responses)
+            out = ON_ERRORS[self.on_error](message, status, len(responses))
         else:
             out = self._combine(values)
         for s in out[1]:

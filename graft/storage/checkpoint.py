@@ -78,6 +78,7 @@ from safetensors import safe_open
 
 from graft.errors import UserError
 from graft.files import fsync_path, output_error, write_text, writing
+from graft.registry import OPTIMIZER_KEEPS
 
 FORMAT_VERSION = 1
 """Version of the checkpoint layout written into ``manifest.json``."""
@@ -85,6 +86,21 @@ FORMAT_VERSION = 1
 _STEP_RE = re.compile(r"^step_(\d+)$")
 _HIDDEN_RE = re.compile(r"^\.(tmp|old|del)-step_(\d+)-(\d+)$")
 _RESERVED = {"state.pt", "config.yaml", "manifest.json"}
+
+
+@dataclass(frozen=True)
+class OptimizerKeep:
+    """Which checkpoints hold optimizer state (``checkpoint.keep_optimizer``)."""
+
+    writes: bool
+    """A new checkpoint gets ``{name}/optimizer.pt``."""
+    only_newest: bool
+    """After a save, every older checkpoint loses its optimizer files (:func:`drop_optimizer_state`)."""
+
+
+OPTIMIZER_KEEPS.register("all", OptimizerKeep(writes=True, only_newest=False))
+OPTIMIZER_KEEPS.register("last", OptimizerKeep(writes=True, only_newest=True))
+OPTIMIZER_KEEPS.register("none", OptimizerKeep(writes=False, only_newest=False))
 
 
 class _HasStateDict(Protocol):
@@ -394,7 +410,7 @@ def save_checkpoint(
     config: dict | Any,
     keep_last: int = 2,
     hash_files: bool = True,
-    keep_optimizer: Literal["all", "last", "none"] = "all",
+    keep_optimizer: str = "all",
     keep_steps: Iterable[int] = (),
 ) -> Path:
     """Write ``RUN_DIR/checkpoints/step_{step:06d}`` atomically and prune to ``keep_last``.
@@ -417,9 +433,8 @@ def save_checkpoint(
     tree: dict = config
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         tree = json.loads(json.dumps(dataclasses.asdict(config)))
-    if keep_optimizer not in ("all", "last", "none"):
-        raise CheckpointError(f"keep_optimizer must be 'all', 'last' or 'none', got {keep_optimizer!r}")
-    if keep_optimizer == "none":
+    keep = OPTIMIZER_KEEPS[keep_optimizer]
+    if not keep.writes:
         optimizers = {}
     for name in list(models) + list(optimizers):
         if not name or "/" in name or name.startswith(".") or name in _RESERVED:
@@ -439,7 +454,7 @@ def save_checkpoint(
         raise
     final = _publish(root, tmp, name)
     _prune(root, keep_last, keep=final, keep_steps=frozenset(int(s) for s in keep_steps))
-    if keep_optimizer == "last":
+    if keep.only_newest:
         for p in list_checkpoints(run_dir):
             if p != final:
                 drop_optimizer_state(p)

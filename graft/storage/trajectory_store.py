@@ -55,7 +55,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Literal
+from typing import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -63,6 +63,7 @@ import pyarrow.parquet as pq
 
 from graft.errors import UserError
 from graft.files import dumps_json, fsync_path, writing
+from graft.registry import PICKS
 from graft.storage.lock import FolderLock
 from graft.types import GroupCounts, RolloutGroup
 
@@ -133,32 +134,40 @@ class StoredGroup(GroupCounts):
 def select_stored_group(
     groups_for_prompt: list[StoredGroup],
     receiver_step: int,
-    pick: Literal["latest", "same_step", "any"] = "latest",
-    eligible=None,
+    pick: str = "latest",
+    eligible: Callable[[StoredGroup], bool] | None = None,
 ) -> StoredGroup | None:
-    """Choose which stored group of one prompt plays the peer at ``receiver_step`` (pure).
-
-    ``latest``: the one with the highest step <= ``receiver_step``; ``same_step``: step ==
-    ``receiver_step``; ``any``: most successes, ties broken by the highest step. Ties at equal
-    step go to the later entry of the list. ``eligible`` (optional predicate) filters groups
-    first, e.g. ``lambda g: 1 <= g.num_correct < g.size``; without it an ``any`` pick may be an
-    all-correct group that the candidate rule then rejects. ``None`` when nothing qualifies.
-    """
+    """Which stored group of one prompt plays the peer at ``receiver_step`` (pure): the pick rule ``PICKS[pick]``
+    over the groups ``eligible`` accepts (all without it); ``None`` when nothing qualifies. Ties at equal step go
+    to the later entry of the list."""
     pool = [g for g in groups_for_prompt if eligible is None or eligible(g)]
-    key: Callable[[tuple[int, StoredGroup]], tuple[int, ...] | int]
-    if pick == "latest":
-        pool = [g for g in pool if g.step <= receiver_step]
-        key = lambda ig: (ig[1].step, ig[0])  # noqa: E731
-    elif pick == "same_step":
-        pool = [g for g in pool if g.step == receiver_step]
-        key = lambda ig: ig[0]  # noqa: E731
-    elif pick == "any":
-        key = lambda ig: (ig[1].num_correct, ig[1].step, ig[0])  # noqa: E731
-    else:
-        raise ValueError(f"pick must be latest, same_step or any, got {pick!r}")
-    if not pool:
-        return None
-    return max(enumerate(pool), key=key)[1]
+    return PICKS[pick](pool, receiver_step, lambda g: True)
+
+
+def _last(pool: list[StoredGroup], key: Callable[[StoredGroup], tuple[int, ...]]) -> StoredGroup | None:
+    """The group of ``pool`` with the largest ``key``, the later entry on a tie."""
+    return max(enumerate(pool), key=lambda ig: (*key(ig[1]), ig[0]))[1] if pool else None
+
+
+@PICKS.register("latest")
+def pick_latest(groups: list[StoredGroup], step: int, eligible: Callable[[StoredGroup], bool]) -> StoredGroup | None:
+    """The group with the highest step not after ``step``, whatever its success count (the candidate rule decides:
+    an all-fail latest group means the peer fails too, never an older success); ``eligible`` is not applied."""
+    return _last([g for g in groups if g.step <= step], lambda g: (g.step,))
+
+
+@PICKS.register("same_step")
+def pick_same_step(groups: list[StoredGroup], step: int, eligible: Callable[[StoredGroup], bool]) -> StoredGroup | None:
+    """The group written at ``step`` itself, whatever its success count; ``eligible`` is not applied."""
+    return _last([g for g in groups if g.step == step], lambda g: ())
+
+
+@PICKS.register("any")
+def pick_any(groups: list[StoredGroup], step: int, eligible: Callable[[StoredGroup], bool]) -> StoredGroup | None:
+    """The ``eligible`` group with most successes (ties: the highest step), at any step; with none eligible, the
+    latest group (:func:`pick_latest`)."""
+    best = _last([g for g in groups if eligible(g)], lambda g: (g.num_correct, g.step))
+    return best if best is not None else pick_latest(groups, step, eligible)
 
 
 # ----------------------------------------------------------------------------- file helpers
