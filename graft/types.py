@@ -14,7 +14,7 @@ tokens and log-probs (``gen_token_ids``/``gen_logprobs``) and advantages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 from typing_extensions import NotRequired  # typing's from Python 3.11; typing_extensions is a dependency of torch
@@ -42,13 +42,23 @@ class Sample:
     temperature, before top-p); ``None`` from engines that do not expose their logits (``hf-cb``, ``vllm``)."""
 
 
+Messages = tuple[dict[str, Any], ...]
+"""A conversation in the chat format (TRL's "conversational" prompt): ``({"role": "system", "content": ...},
+{"role": "user", "content": ...}, ...)``, each message a dict with at least ``role`` and ``content`` (text)."""
+
+
 @dataclass
 class Prompt:
     """One training or evaluation problem."""
 
     id: str
     problem: str
+    """The problem text: the text a template renders; for a conversation, its last user message (what logs, monitors
+    and the trajectory store show)."""
     answer: str
+    messages: Messages | None = None
+    """A conversational prompt's messages, rendered as they are by the model's chat template (``template: chat``);
+    None for a text prompt (``problem`` in the model's template)."""
 
 
 class GroupCounts:
@@ -113,6 +123,9 @@ class RolloutGroup(GroupCounts):
     """Training step that produced the group."""
     index: list[int] = field(default_factory=list)
     """[G] position of each response in the source's original group (kept through gating)."""
+    messages: Messages | None = None
+    """The prompt's messages when it is a conversation (:attr:`Prompt.messages`): every model renders them with its
+    own chat template, a receiver too; None for a text prompt."""
 
     def __post_init__(self) -> None:
         g = len(self.responses)

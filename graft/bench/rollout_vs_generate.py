@@ -131,7 +131,7 @@ def _bench_model(run, cfg: Config, entry: ModelConfig, reps: int) -> dict:
     prompts, _ = run.sampler.next_batch()
     learner = run.learners[entry.name]
     policy = learner.policy
-    prompt_ids = [learner.codec.encode_prompt(p.problem) for p in prompts]
+    prompt_ids = [learner.codec.encode_prompt(p.problem, p.messages) for p in prompts]
     stops = entry.stop_strings()
     params = replace(rollout_sampling(cfg.rollout), stop_strings=tuple(stops))
     sides = [

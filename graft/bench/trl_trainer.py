@@ -65,9 +65,9 @@ class TrlBench:
             )
         tokenizer = load_tokenizer(entry)
         model = load_model(entry, device=str(device))
-        texts = [learner.codec.render_prompt(p.problem) for p in prompts]
+        texts = [learner.codec.render_prompt(p.problem, p.messages) for p in prompts]
         self.prompt_ids_match = [list(ids) for ids in tokenizer(text=texts)["input_ids"]] == [
-            learner.codec.encode_prompt(p.problem) for p in prompts
+            learner.codec.encode_prompt(p.problem, p.messages) for p in prompts
         ]
         self._grader = grader
         self._rewards: list[list[float]] = []

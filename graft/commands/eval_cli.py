@@ -31,6 +31,7 @@ from graft.policy.codec import TextCodec
 from graft.policy.context import check_context, max_positions
 from graft.policy.engines import EngineUnavailable, Sampler, VllmEngine, make_engine
 from graft.policy.policy import Policy
+from graft.policy.prompts import check_conversations
 from graft.policy.sampling import SamplingParams
 from graft.storage.checkpoint import (
     CheckpointError,
@@ -391,6 +392,7 @@ def _evaluate_one(args, model: str, datasets: dict[str, list[Prompt]], out: Path
         model, args.template, args.config, args.model_name, args.fewshot, args.stop, args.instruction
     )
     cfg.bind_domain(reward.domain)
+    check_conversations([cfg], [p for ps in datasets.values() for p in ps], "--data" if args.data else "data.val")
     if args.dtype:
         cfg.dtype = args.dtype
     run_max = (run_cfg.eval.max_new_tokens or run_cfg.rollout.max_new_tokens) if run_cfg is not None else None
@@ -412,7 +414,7 @@ def _evaluate_into(
         cfg.name if args.config else model,
         sampler.codec,
         positions,
-        [p.problem for ps in datasets.values() for p in ps],
+        [p for ps in datasets.values() for p in ps],
         params.max_new_tokens,
         "--max-new-tokens",
     )

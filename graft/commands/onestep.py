@@ -310,10 +310,11 @@ def success_rates(run, learner, prompts: list[Prompt], samples: int, step: int) 
     seed of (run seed, step, p's id) in every arm."""
     if not prompts:
         return []
-    ids = [learner.codec.encode_prompt(p.problem) for p in prompts]
+    ids = [learner.codec.encode_prompt(p.problem, p.messages) for p in prompts]
     seeds = [step_seed(run.cfg.seed, step, f"onestep/{learner.name}/{p.id}") for p in prompts]
     out = learner.generate(ids, replace(rollout_sampling(run.cfg.rollout, seeds), n=samples))
-    rewards, _ = run.grader.grade([s.text for ss in out for s in ss], [p.answer for p in prompts for _ in range(samples)])
+    texts, ids = [s.text for ss in out for s in ss], [s.token_ids for ss in out for s in ss]
+    rewards, _ = run.grader.grade(texts, [p.answer for p in prompts for _ in range(samples)], completion_ids=ids)
     return [sum(rewards[i * samples : (i + 1) * samples]) / samples for i in range(len(prompts))]
 
 
@@ -405,7 +406,7 @@ def _targets(
                 admitted_correct={k: sum(x["reward_source"] > 0.5 for x in v) for k, v in counts.items()},
                 k_source=k_src,
             )
-            targets.append((Prompt(pid, g.problem, g.answer), "replaced", base))
+            targets.append((Prompt(pid, g.problem, g.answer, g.messages), "replaced", base))
             fam = pool.get(family_of(pid), [])
             for q in rng.sample(fam, min(unseen, len(fam))):
                 targets.append((q, "unseen", {**base, "replaced_by": pid}))

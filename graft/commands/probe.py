@@ -55,6 +55,7 @@ from graft.exchange.handover import Scoring, hand_over
 from graft.exchange.live import exchange_live, select
 from graft.exchange.pairing import PairingWindow
 from graft.policy.context import check_learner_context
+from graft.policy.prompts import check_conversations
 from graft.registry import PAIRINGS
 from graft.seeds import step_seed
 from graft.storage.checkpoint import CheckpointError, load_checkpoint
@@ -109,6 +110,7 @@ def probe(
     if not bars(cfg.progress):
         quiet_bars()  # the hub's and transformers' weight-loading bars too
     train, _ = load_data(cfg.data.train, cfg)
+    check_conversations(cfg.models, train, "data.train")
     batch, _ = PromptSampler(train, min(prompts, len(train)), seed, True).next_batch()
     results: dict = {
         "config": config,
@@ -147,7 +149,8 @@ def _sample_models(
             check_learner_context(learner, batch, cfg.rollout.max_new_tokens)
             gs, gen = learner.rollout(batch, cfg.rollout, 0, step_seed(seed, 0, m.name), progress=bars(cfg.progress))
             texts = [r for g in gs for r in g.responses]
-            rewards, statuses = grader.grade(texts, [g.answer for g in gs for _ in g.responses])
+            ids = [t for g in gs for t in g.token_ids]
+            rewards, statuses = grader.grade(texts, [g.answer for g in gs for _ in g.responses], completion_ids=ids)
             for i, g in enumerate(gs):
                 g.rewards, g.status = rewards[i * g.size : (i + 1) * g.size], statuses[i * g.size : (i + 1) * g.size]
                 g.advantages = [0.0] * g.size  # the exchange copies the source's advantages; any values do here

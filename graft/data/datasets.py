@@ -14,12 +14,25 @@ Sources (``DataConfig.train`` / ``val``):
   from its settings section (``tasks[NAME]``, the config's ``data.NAME``; its defaults when not given).
 
 Columns: graft's names are ``id``, ``problem``, ``answer``, ``tests``, ``entry_point``; ``fields``
-(``data.fields``) maps them onto a file's own columns (``{"problem": "question"}``). Every other column is kept:
-the domain's ``reference`` (:class:`graft.domains.Domain`) reads what it grades against from the row (math: the
-answer; code: the tests; a user's reward functions: every column).
+(``data.fields``) maps them onto a file's own columns (``{"problem": "question"}``). A row with no ``problem``
+column (after ``fields``) but a ``prompt`` column (TRL's name) takes its problem from ``prompt``. The domain's
+``reference`` (:class:`graft.domains.Domain`) reads what it grades against from the row (math: the answer; code: the
+tests; a user's reward functions: every column, see :func:`reference_row`).
 
-Row rules: ``id`` is a non-empty string (integers are converted); ``problem`` a non-empty
-string; the reference as the domain requires (by default ``answer``: a non-empty string, or an int/float
+Conversational prompts: a problem that is a list of chat messages (``[{"role": "user", "content": "..."}, ...]``,
+TRL's "conversational" format) is a conversation (:attr:`graft.types.Prompt.messages`), rendered as written by the
+model's chat template; the prompt's ``problem`` text is its last user message. Every message is a dict with a
+``role`` and a text ``content``, and at least one user message has some text.
+
+Ids: a row's ``id`` (integers are converted). A row without one (no ``id`` column, or a null; unless
+``data.fields.id`` names a column, which must then be there) gets an id derived from its content:
+``row-`` + the first 12 hex digits of the sha256 of the row's canonical JSON (the row as read, every column under its
+own name: ``json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)``, UTF-8), and
+``-2``, ``-3``, ... after it for the second, third, ... identical row, in file order. The same file gives the same
+ids in every run (so a resumed run finds the same data). Hub datasets keep their own rule (below).
+
+Row rules: ``id`` is a non-empty string; ``problem`` a non-empty string or a conversation; the reference as the domain
+requires (by default ``answer``: a non-empty string, or an int/float
 converted to text, ``27.0`` -> ``"27"``, ``0.5`` -> ``"0.5"``; ``None``, booleans, lists and dicts are rejected).
 Ids must be unique. A bad row raises :class:`DataError` naming the file, the 1-based line (row for
 Parquet/CSV/datasets) and the column, or with ``on_bad_row="skip"`` is skipped and counted by reason. No usable
@@ -39,7 +52,7 @@ import numpy as np
 
 from graft.errors import UserError
 from graft.registry import BAD_ROWS, TASKS, UnknownName
-from graft.types import Prompt
+from graft.types import Messages, Prompt
 
 
 class DataError(UserError, ValueError):
@@ -56,6 +69,9 @@ class RowError(ValueError):
 
 GRAFT_FIELDS = ("id", "problem", "answer", "tests", "entry_point")
 """The column names graft reads (``data.fields`` maps them onto a file's own)."""
+
+TRL_PROMPT = "prompt"
+"""TRL's prompt column: the problem of a row that has no ``problem`` column (after ``data.fields``)."""
 
 
 # ----------------------------------------------------------------------------- loading
@@ -108,12 +124,13 @@ def load_prompts(
 
     prompts: list[Prompt] = []
     seen: dict[str, str] = {}
+    derived = RowIds()
     for loc, row in rows:
         stats["rows"] += 1
         try:
             if isinstance(row, RowError):
                 raise row
-            p = _to_prompt(row, fields, reference)
+            p = _to_prompt(row, fields, reference, derived)
             if p.id in seen:
                 raise RowError("duplicate_id", f"duplicate id {p.id!r} (first at {seen[p.id]})")
         except RowError as e:
@@ -279,31 +296,76 @@ def _hub_rows(spec: str) -> tuple[str, Iterable[tuple[str, Any]]]:
     return f"hub:{name}:{split}", rows()
 
 
-def _to_prompt(row: Any, fields: Mapping[str, str], reference: Callable[[Mapping[str, Any]], str] | None) -> Prompt:
-    """One row as a :class:`Prompt`: its columns renamed by ``fields`` to graft's names, the rest kept."""
+class RowIds:
+    """The ids of rows without one, in file order (see the module doc): ``row-`` + 12 hex digits of the sha256 of
+    the row's canonical JSON, ``-2``, ``-3``, ... for the second, third, ... identical row."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, row: Mapping[str, Any]) -> str:
+        text = json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+        base = "row-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+        n = self.seen[base] = self.seen.get(base, 0) + 1
+        return base if n == 1 else f"{base}-{n}"
+
+
+def _to_prompt(
+    row: Any, fields: Mapping[str, str], reference: Callable[[Mapping[str, Any]], str] | None, derived: RowIds
+) -> Prompt:
+    """One row as a :class:`Prompt`: its problem (text or conversation), its id (``derived`` from the row when it has
+    none) and the reference ``reference`` reads from :func:`reference_row`."""
     if not isinstance(row, dict):
-        raise RowError("not_an_object", f"expected a JSON object with id, problem, answer; got {type(row).__name__}")
+        raise RowError("not_an_object", f"expected a JSON object with problem (or prompt), answer; got {type(row).__name__}")
     named = {g: fields.get(g, g) for g in GRAFT_FIELDS}
-    missing = [named[k] for k in ("id", "problem") if named[k] not in row]
+    if "problem" not in fields and "problem" not in row and TRL_PROMPT in row:
+        named["problem"] = TRL_PROMPT
+    missing = [named[k] for k in ("id", "problem") if named[k] not in row and (k == "problem" or k in fields)]
     if missing:
-        raise RowError("missing_field", f"missing {_columns(missing, fields)}")
-    taken = {c for g, c in named.items() if c in row}
-    mapped = {k: v for k, v in row.items() if k not in taken} | {g: row[c] for g, c in named.items() if c in row}
-    pid, problem = mapped["id"], mapped["problem"]
+        prompt_too = "problem" not in fields and named["problem"] in missing
+        raise RowError("missing_field", f"missing {_columns(missing, fields)}" + (" (or 'prompt')" if prompt_too else ""))
+    pid = row.get(named["id"])
+    pid = derived(row) if pid is None and "id" not in fields else pid
     if isinstance(pid, bool) or not isinstance(pid, (str, int)) or not str(pid).strip():
         raise RowError("bad_id", f"{_columns([named['id']], fields, 'column')} must be a non-empty string, got {pid!r}")
-    if not isinstance(problem, str) or not problem.strip():
-        raise RowError(
-            "bad_problem", f"{_columns([named['problem']], fields, 'column')} must be a non-empty string, got {short(problem)}"
-        )
-    mapped["id"] = str(pid).strip()
+    problem, messages = _problem(row[named["problem"]], _columns([named["problem"]], fields, "column"))
+    mapped = reference_row(row, named, str(pid).strip(), problem if messages is None else list(messages))
     try:
         answer = (
             answer_text(mapped["answer"]) if reference is None and "answer" in mapped else (reference or _needs_answer)(mapped)
         )
     except RowError as e:
         raise _in_columns(e, named, fields) from None
-    return Prompt(id=mapped["id"], problem=problem, answer=answer)
+    return Prompt(id=mapped["id"], problem=problem, answer=answer, messages=messages)
+
+
+def reference_row(row: Mapping[str, Any], named: Mapping[str, str], pid: str, problem: Any) -> dict[str, Any]:
+    """The row a reference is read from (and, with ``reward.function``, the columns the functions get): every
+    column under its own name, and under graft's name the columns ``named`` maps (``data.fields``: ``question`` is
+    also ``problem``), graft's names taking precedence; ``id`` the row's (or derived) id; ``problem`` the problem text
+    or the conversation's messages. TRL's ``prompt`` column, when it is the problem, is only ``problem``."""
+    kept = {k: v for k, v in row.items() if not (k == TRL_PROMPT and named["problem"] == TRL_PROMPT)}
+    return kept | {g: row[c] for g, c in named.items() if c in row} | {"id": pid, "problem": problem}
+
+
+def _problem(value: Any, column: str) -> tuple[str, Messages | None]:
+    """``(problem text, messages)`` of a problem cell: a non-empty text, or a conversation (its last user message
+    as the text); else a :class:`RowError` naming ``column``."""
+    if isinstance(value, str) and value.strip():
+        return value, None
+    if hasattr(value, "tolist") and not isinstance(value, str):
+        value = value.tolist()  # a numpy array of messages (a pandas or datasets cell)
+    if not isinstance(value, (list, tuple)) or not value or not isinstance(value[0], Mapping) or "role" not in value[0]:
+        raise RowError("bad_problem", f"{column} must be a non-empty string or a list of chat messages, got {short(value)}")
+    messages = []
+    for i, m in enumerate(value):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise RowError("bad_problem", f"{column}: message {i} must be a dict with a text role and content, got {short(m)}")
+        messages.append({k: v for k, v in m.items() if v is not None})
+    user = [m["content"] for m in messages if m["role"] == "user"]
+    if not user or not user[-1].strip():
+        raise RowError("bad_problem", f"{column}: a conversation needs a user message, its last one with some text")
+    return user[-1], tuple(messages)
 
 
 def _needs_answer(row: Mapping[str, Any]) -> str:
@@ -362,14 +424,16 @@ def check_batch_fits(prompts: list[Prompt], batch_prompts: int, source: str) -> 
 
 
 def prompts_fingerprint(prompts: list[Prompt]) -> dict:
-    """``{"prompts": N, "sha256": hex}`` over every prompt's id, problem and answer, in order.
+    """``{"prompts": N, "sha256": hex}`` over every prompt's id, problem and answer (and a conversation's messages as
+    canonical JSON), in order.
 
     Stored in checkpoints (``state["data_fingerprint"]``) so that resuming on a changed data file
     (rows added, removed, reordered or edited) is refused instead of silently continuing.
     """
     h = hashlib.sha256()
     for p in prompts:
-        for part in (p.id, p.problem, p.answer):
+        talk = () if p.messages is None else (json.dumps(p.messages, sort_keys=True, ensure_ascii=False, default=str),)
+        for part in (p.id, p.problem, p.answer, *talk):
             b = part.encode("utf-8")
             h.update(len(b).to_bytes(8, "little"))
             h.update(b)

@@ -213,7 +213,7 @@ def run_repeat(
             chunk = replace(
                 params, seed=derive_seed(seed, repeat, start), seeds=tuple(derive_seed(seed, repeat, p.id) for p in todo)
             )
-            samples = sampler.generate([list(sampler.codec.encode_prompt(p.problem)) for p in todo], chunk, desc=desc)
+            samples = sampler.generate([list(sampler.codec.encode_prompt(p.problem, p.messages)) for p in todo], chunk, desc=desc)
             if len(samples) != len(todo) or any(len(s) != n for s in samples):
                 raise EvalError(f"generator returned {[len(s) for s in samples]} samples for {len(todo)} prompts x n={n}")
             new = _graded(todo, samples, grader, n)
@@ -270,7 +270,8 @@ def _regraded(stale: list[Prompt], done: dict[str, PromptRecord], grader) -> lis
 def _graded(todo: list[Prompt], samples: list[list], grader, n: int) -> list[PromptRecord]:
     texts = [s.text for group in samples for s in group]
     answers = [p.answer for p in todo for _ in range(n)]
-    rewards, statuses = grader.grade(texts, answers, progress=False)
+    ids = [s.token_ids for group in samples for s in group]
+    rewards, statuses = grader.grade(texts, answers, progress=False, completion_ids=ids)
     out = []
     for i, (p, group) in enumerate(zip(todo, samples, strict=True)):  # a group of samples per prompt
         sl = slice(i * n, (i + 1) * n)

@@ -102,7 +102,7 @@ def hand_over(
     """
     if not groups:
         return HandOver([], [], gating.gate(torch.zeros(0), ex.delta)[2], {}, {})
-    prompt_ids = [receiver.codec.encode_prompt(g.problem) for g in groups]
+    prompt_ids = [receiver.codec.encode_prompt(g.problem, g.messages) for g in groups]
     resp_ids = [receiver.codec.encode_responses(g.responses, g.finished) for g in groups]
     recv_lp = _receiver_logprobs(receiver, prompt_ids, resp_ids, scoring)  # [N] of [T_n]
     mean_r = torch.tensor([_mean_or_neg_inf(lp) for lp in recv_lp], dtype=torch.float64)
@@ -160,7 +160,7 @@ def _held(
     return replace(
         g,
         holder=receiver.name,
-        prompt_text=receiver.codec.render_prompt(g.problem),
+        prompt_text=receiver.codec.render_prompt(g.problem, g.messages),
         prompt_token_ids=p_ids,
         token_ids=r_ids,
         old_logprobs=[lp.tolist() for lp in recv_lp],

@@ -62,6 +62,7 @@ def as_rollout_group(stored: StoredGroup) -> RolloutGroup:
         weights=[1.0] * G,
         compat=[1.0] * G,
         step=stored.step,
+        messages=stored.messages,
     )
 
 

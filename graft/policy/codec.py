@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from graft.config import ModelConfig
 from graft.policy import prompts
 from graft.policy.loading import load_tokenizer
+from graft.types import Messages
 
 
 class TextCodec:
@@ -42,12 +43,14 @@ class TextCodec:
             codec.stop_ids |= {int(i) for i in (eos if isinstance(eos, list) else [eos]) if i is not None}
         return codec
 
-    def render_prompt(self, problem: str) -> str:
-        return prompts.render_prompt(self.cfg, self.tokenizer, problem)
+    def render_prompt(self, problem: str, messages: Messages | None = None) -> str:
+        """The prompt text of ``problem`` in this model's template; of the conversation ``messages`` when given
+        (:attr:`graft.types.Prompt.messages`)."""
+        return prompts.render_prompt(self.cfg, self.tokenizer, problem, messages)
 
-    def encode_prompt(self, problem: str) -> list[int]:
-        """Token ids of the rendered prompt of ``problem`` (BOS handled, see :mod:`prompts`)."""
-        return prompts.encode_prompt(self.tokenizer, self.render_prompt(problem))
+    def encode_prompt(self, problem: str, messages: Messages | None = None) -> list[int]:
+        """Token ids of the rendered prompt of ``problem`` (or ``messages``; BOS handled, see :mod:`prompts`)."""
+        return prompts.encode_prompt(self.tokenizer, self.render_prompt(problem, messages))
 
     def encode_response(self, text: str, finished: bool) -> list[int]:
         """This model's tokenization of a (peer) response text, framed as its own samples are

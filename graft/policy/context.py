@@ -8,9 +8,11 @@ positions.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 from graft.config import ConfigError
+from graft.types import Prompt
 
 
 def max_positions(model_config: Any) -> int | None:
@@ -23,9 +25,20 @@ def max_positions(model_config: Any) -> int | None:
     return None
 
 
-def longest_prompt(codec: Any, problems: Iterable[str]) -> int:
-    """Tokens of the longest rendered prompt (template, worked examples, instruction) of ``problems``."""
-    return max((len(codec.encode_prompt(p)) for p in set(problems)), default=0)
+def distinct(prompts: Iterable[Prompt]) -> list[Prompt]:
+    """``prompts`` with each problem (text, or conversation) once."""
+    seen = {(p.problem, json.dumps(p.messages, sort_keys=True, default=str) if p.messages else None): p for p in prompts}
+    return list(seen.values())
+
+
+def prompt_chars(p: Prompt) -> int:
+    """Characters of ``p``'s problem text, or of all its messages' contents."""
+    return sum(len(str(m.get("content", ""))) for m in p.messages) if p.messages else len(p.problem)
+
+
+def longest_prompt(codec: Any, prompts: Iterable[Prompt]) -> int:
+    """Tokens of the longest rendered prompt (template, worked examples, instruction) of ``prompts``."""
+    return max((len(codec.encode_prompt(p.problem, p.messages)) for p in distinct(prompts)), default=0)
 
 
 def max_token_chars(tokenizer: Any) -> int:
@@ -35,23 +48,24 @@ def max_token_chars(tokenizer: Any) -> int:
     return max((len(piece) for piece in tokenizer.get_vocab()), default=1) or 1
 
 
-def check_context(name: str, codec: Any, limit: int | None, problems: Iterable[str], max_new_tokens: int, field: str) -> None:
-    """Raise a one-line :class:`ConfigError` when the longest prompt of ``problems`` (in ``codec``'s
+def check_context(name: str, codec: Any, limit: int | None, prompts: Iterable[Prompt], max_new_tokens: int, field: str) -> None:
+    """Raise a one-line :class:`ConfigError` when the longest prompt of ``prompts`` (in ``codec``'s
     tokens) plus ``max_new_tokens`` (the value of ``field``) exceeds ``limit`` positions of model ``name``. A problem
     longer than ``limit`` tokens of the longest piece is refused without tokenizing it (a 50 MB row took
     minutes and gigabytes to tokenize before this refusal)."""
     if limit is None:
         return
-    problems = set(problems)
+    prompts = distinct(prompts)
     per_token = max_token_chars(codec.tokenizer)
-    huge = max(problems, key=len, default="")
-    if len(huge) > per_token * limit:
+    huge = max(prompts, key=prompt_chars, default=None)
+    if huge is not None and prompt_chars(huge) > per_token * limit:
+        chars = prompt_chars(huge)
         raise ConfigError(
-            f"{field}={max_new_tokens}: a problem of {len(huge)} characters ({huge[:40]!r}...) is at least "
-            f"{-(-len(huge) // per_token)} tokens (model {name}'s longest token is {per_token} characters), beyond "
+            f"{field}={max_new_tokens}: a problem of {chars} characters ({huge.problem[:40]!r}...) is at least "
+            f"{-(-chars // per_token)} tokens (model {name}'s longest token is {per_token} characters), beyond "
             f"its max_position_embeddings={limit}; remove that row"
         )
-    longest = longest_prompt(codec, problems)
+    longest = longest_prompt(codec, prompts)
     if longest + max_new_tokens > limit:
         room = f"at most {limit - longest}" if limit > longest else "the prompts alone do not fit"
         raise ConfigError(
@@ -66,4 +80,4 @@ def check_learner_context(
 ) -> None:
     """:func:`check_context` for a :class:`graft.trainer.learner.Learner` (either backend) on ``prompts``
     (:class:`graft.types.Prompt`)."""
-    check_context(learner.name, learner.codec, learner.max_positions(), [p.problem for p in prompts], max_new_tokens, field)
+    check_context(learner.name, learner.codec, learner.max_positions(), prompts, max_new_tokens, field)

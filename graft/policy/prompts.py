@@ -5,6 +5,9 @@ their tokenization.
   and the generation prompt (``add_generation_prompt=True``), preceded by ``cfg.fewshot``
   worked examples as earlier user/assistant turns (none by default). Needs a tokenizer with a
   chat template (instruct models); base models use ``plain`` / ``fewshot``.
+  A conversational prompt (:attr:`graft.types.Prompt.messages`, TRL's list of chat messages) is rendered as
+  written: ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``, no instruction and no worked
+  examples added (:func:`check_conversations` refuses a model that sets either, and the other templates).
 - ``plain``: ``"Problem: {problem}\\n{instruction}\\nSolution:"``.
 - ``fewshot``: ``cfg.fewshot`` worked examples in the plain format (separated by a blank line), then the
   plain prompt. The examples and the default instruction are the task domain's (``reward.domain``,
@@ -24,11 +27,12 @@ it), and never yields two BOS tokens; an EOS a tokenizer appends is removed.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Sequence
 
 from graft.config import ConfigError, ModelConfig
 from graft.domains import Domain, load_domain
 from graft.registry import TEMPLATES
+from graft.types import Messages, Prompt
 
 
 def _question(problem: str, instruction: str) -> str:
@@ -56,12 +60,23 @@ def fewshot_prompt(problem: str, instruction: str, k: int, domain: str = "math")
     return "\n\n".join(shots + [plain_prompt(problem, instruction)])
 
 
-def chat_prompt(tokenizer: Any, problem: str, instruction: str, k: int = 0, domain: str = "math") -> str:
+def _has_chat_template(tokenizer: Any) -> None:
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(
             f"template 'chat' needs a tokenizer with a chat template, and {tokenizer.name_or_path!r} has "
             "none (a base model?); use template: plain or fewshot"
         )
+
+
+def conversation_prompt(tokenizer: Any, messages: Messages) -> str:
+    """The prompt text of a conversation: the tokenizer's chat template over ``messages`` as written, with the
+    generation prompt."""
+    _has_chat_template(tokenizer)
+    return tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
+
+
+def chat_prompt(tokenizer: Any, problem: str, instruction: str, k: int = 0, domain: str = "math") -> str:
+    _has_chat_template(tokenizer)
     messages = []
     for q, a in _shots(k, load_domain(domain)):
         messages += [{"role": "user", "content": _question(q, instruction)}, {"role": "assistant", "content": a}]
@@ -80,9 +95,17 @@ class Template:
     """It can show worked examples (``models.I.fewshot`` > 0 is refused otherwise)."""
     stops: tuple[str, ...] = ("\nProblem:",)
     """Stop strings when ``models.I.stop`` is not set (a base model otherwise writes the next problem)."""
+    takes_messages: bool = False
+    """It renders conversational prompts (:attr:`graft.types.Prompt.messages`)."""
 
-    def render(self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str) -> str:
+    def render(
+        self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str, messages: Messages | None = None
+    ) -> str:
         raise NotImplementedError
+
+    def _text_only(self, messages: Messages | None) -> None:
+        if messages is not None:  # check_conversations refuses this before any model loads
+            raise ConfigError(f"template {self.name!r} cannot render a conversation (chat messages); use template: chat")
 
     def frame(self, text: str, finished: bool, stops: list[str]) -> tuple[str, bool]:
         """A response text as a model with this template writes its own: ``(text, append EOS)``: one space after
@@ -100,8 +123,13 @@ class ChatTemplate(Template):
     """``chat``: the tokenizer's chat template; a response has no surrounding whitespace and ends with EOS."""
 
     stops = ()
+    takes_messages = True
 
-    def render(self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str) -> str:
+    def render(
+        self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str, messages: Messages | None = None
+    ) -> str:
+        if messages is not None:
+            return conversation_prompt(tokenizer, messages)
         return chat_prompt(tokenizer, problem, instruction, shots, domain)
 
     def frame(self, text: str, finished: bool, stops: list[str]) -> tuple[str, bool]:
@@ -113,7 +141,10 @@ class PlainTemplate(Template):
 
     shows_examples = False
 
-    def render(self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str) -> str:
+    def render(
+        self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str, messages: Messages | None = None
+    ) -> str:
+        self._text_only(messages)
         return plain_prompt(problem, instruction)
 
 
@@ -122,7 +153,10 @@ class FewshotTemplate(Template):
 
     shots = 2
 
-    def render(self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str) -> str:
+    def render(
+        self, tokenizer: Any, problem: str, instruction: str, shots: int, domain: str, messages: Messages | None = None
+    ) -> str:
+        self._text_only(messages)
         return fewshot_prompt(problem, instruction, shots, domain)
 
 
@@ -131,9 +165,31 @@ TEMPLATES.register("plain", PlainTemplate())
 TEMPLATES.register("fewshot", FewshotTemplate())
 
 
-def render_prompt(cfg: ModelConfig, tokenizer: Any, problem: str) -> str:
-    """The prompt text of ``problem`` in ``cfg.template``."""
-    return TEMPLATES[cfg.template].render(tokenizer, problem, instruction_of(cfg), cfg.num_shots(), cfg.domain_name)
+def render_prompt(cfg: ModelConfig, tokenizer: Any, problem: str, messages: Messages | None = None) -> str:
+    """The prompt text of ``problem`` in ``cfg.template``; of the conversation ``messages`` when given."""
+    return TEMPLATES[cfg.template].render(tokenizer, problem, instruction_of(cfg), cfg.num_shots(), cfg.domain_name, messages)
+
+
+def check_conversations(models: Sequence[ModelConfig], prompts: Sequence[Prompt], key: str) -> None:
+    """A one-line :class:`ConfigError` when ``prompts`` (data set ``key``) hold a conversation that a model of
+    ``models`` cannot render as written: its template is not ``chat``, or it sets worked examples or an instruction
+    (which a conversation, rendered as written, would silently drop). Checked before any model loads."""
+    first = next((p for p in prompts if p.messages is not None), None)
+    if first is None:
+        return
+    for i, m in enumerate(models):
+        if not TEMPLATES[m.template].takes_messages:
+            why = f"its template is {m.template!r}; conversations need template: chat (models.{i}.template)"
+        elif m.num_shots():
+            why = f"it shows {m.num_shots()} worked examples (models.{i}.fewshot); set models.{i}.fewshot=0"
+        elif m.instruction and m.instruction.strip():
+            why = f"it sets models.{i}.instruction; write it into the messages instead"
+        else:
+            continue
+        raise ConfigError(
+            f"{key}: prompt {first.id!r} is a conversation (a list of chat messages, rendered as written), "
+            f"which model {m.name} cannot take: {why}"
+        )
 
 
 def frame_response(text: str, finished: bool, template: str, stops: list[str]) -> tuple[str, bool]:

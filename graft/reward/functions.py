@@ -1,11 +1,23 @@
 """A user's own reward functions (``reward.function``), TRL-style, run in a worker process with a timeout.
 
 Each function is named ``"package.module:callable"`` or ``"path/to/file.py:callable"`` and called once per
-grading pass on the whole batch, as TRL calls its ``reward_funcs``::
+grading pass on the whole batch, as TRL's ``GRPOTrainer`` calls its ``reward_funcs``::
 
-    f(prompts=[problem, ...], completions=[response, ...], id=[...], answer=[...], <every other column>=[...])
+    f(prompts=[...], completions=[...], completion_ids=[...], id=[...], <every other column>=[...])
 
-returning one float per completion, or ``None`` for a completion it cannot grade. The reward of a completion is
+- ``prompts``: each item's problem text; for a conversational prompt its list of chat messages, as written.
+- ``completions``: each response text; for a conversational prompt ``[{"role": "assistant", "content": text}]``
+  (TRL's form).
+- ``completion_ids``: each response's token ids in the tokenizer of the model that trains on it (the tokens it
+  sampled; a peer's response as the receiver re-tokenized it), or ``None`` where no tokens are known (``graft
+  grade``, stored evaluation responses graded again).
+- one keyword per data column, a list with an entry per item (``None`` where a row lacks the column): every column
+  under its own name, and the columns ``data.fields`` maps under graft's names too (``data.fields.answer=solution``:
+  both ``solution`` and ``answer``); ``id`` always (derived from the row when it has none). Never ``problem`` (that
+  is ``prompts``) nor TRL's ``prompt`` column when it is the problem (also ``prompts``, as in TRL). A data column may
+  not be named ``prompts``, ``completions`` or ``completion_ids``. TRL's ``trainer_state`` is not passed.
+
+Each returns one float per completion, or ``None`` for a completion it cannot grade. The reward of a completion is
 the ``weights``-weighted sum of the values it got (none at all: 0 with status ``no_answer``).
 
 The functions never run in the trainer's process (``workers=0`` aside, for debugging): a worker process imports
@@ -70,8 +82,8 @@ def zero_on_error(message: str, status: str, n: int) -> tuple[list[float], list[
     return [0.0] * n, [status] * n
 
 
-KEYWORDS = ("prompts", "completions")
-"""The keyword arguments every function gets; a data column may not use these names."""
+KEYWORDS = ("prompts", "completions", "completion_ids")
+"""The keyword arguments every function gets besides the columns; a data column may not use these names."""
 
 
 def row_reference(row: Mapping[str, Any]) -> str:
@@ -157,8 +169,12 @@ def _import_file(path: str, key: str) -> Any:
     return sys.modules[name]
 
 
-def _batch(references: Sequence[str]) -> tuple[list[str], dict[str, list]]:
-    """``(prompts, columns)`` of a batch of JSON row references: every column but ``problem`` as a list."""
+def _batch(
+    references: Sequence[str], completions: Sequence[str], completion_ids: Sequence[Sequence[int] | None] | None = None
+) -> tuple[list, list, dict[str, list]]:
+    """``(prompts, completions, columns)`` of a batch of JSON row references (see the module doc): each row's
+    ``problem`` (text, or a conversation's messages), the completions (a conversation's as one assistant message) and
+    every other column as a list, ``completion_ids`` among them."""
     rows = []
     for i, r in enumerate(references):
         try:
@@ -178,7 +194,11 @@ def _batch(references: Sequence[str]) -> tuple[list[str], dict[str, list]]:
             f"data column {clash[0]!r} has the name of a reward function's own argument "
             f"({', '.join(KEYWORDS)}); rename it in the file"
         )
-    return [r.get("problem", "") for r in rows], {k: [r.get(k) for r in rows] for k in keys}
+    prompts = [r.get("problem", "") for r in rows]
+    pairs = zip(prompts, completions, strict=True)
+    said = [[{"role": "assistant", "content": c}] if isinstance(p, list) else c for p, c in pairs]
+    ids = [None if t is None else [int(x) for x in t] for t in completion_ids] if completion_ids else [None] * len(rows)
+    return prompts, said, {k: [r.get(k) for r in rows] for k in keys} | {"completion_ids": ids}
 
 
 def _call(fn: Any, name: str, prompts: list[str], completions: list[str], columns: dict[str, list]) -> list:
@@ -331,15 +351,21 @@ class FunctionGrader:
         self._over_memory()
         return self._peak_mb / 1024
 
-    def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
+    def grade(
+        self,
+        responses: list[str],
+        answers: list[str],
+        progress: bool = False,
+        completion_ids: Sequence[Sequence[int] | None] | None = None,
+    ) -> tuple[list[float], list[str]]:
         """Rewards and statuses (ok / no_answer; function_error / function_timeout under ``on_error="zero"``), one
-        per response."""
+        per response; ``completion_ids``: each response's token ids, when known (the functions' ``completion_ids``)."""
         if len(responses) != len(answers):
             raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
         if not responses:
             return [], []
-        prompts, columns = _batch(answers)
-        values, failure = self._values(prompts, list(responses), columns)
+        prompts, completions, columns = _batch(answers, responses, completion_ids)
+        values, failure = self._values(prompts, completions, columns)
         if failure is not None:
             status, message = failure
             out = ON_ERRORS[self.on_error](message, status, len(responses))

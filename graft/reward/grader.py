@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait as mp_wait
 from typing import TYPE_CHECKING, cast
 
@@ -215,8 +215,15 @@ class Grader:
 
     # ------------------------------------------------------------------ public
 
-    def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
-        """Rewards (1.0/0.0) and statuses (ok/no_answer/timeout/error), one per response."""
+    def grade(
+        self,
+        responses: list[str],
+        answers: list[str],
+        progress: bool = False,
+        completion_ids: Sequence[Sequence[int] | None] | None = None,
+    ) -> tuple[list[float], list[str]]:
+        """Rewards (1.0/0.0) and statuses (ok/no_answer/timeout/error), one per response (``completion_ids``, the
+        responses' tokens, are for a user's reward functions: a verifier grades the text)."""
         if len(responses) != len(answers):
             raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
         with self._lock:

@@ -34,6 +34,8 @@ used_as_peer_by     list<string>    receivers this response was handed to (trans
 admitted_by         list<string>    subset of ``used_as_peer_by`` whose gate admitted it
 weight_by           list<float64>   ALIGNED WITH ``used_as_peer_by``: the sequence weight receiver
                                     ``used_as_peer_by[i]`` gave it (min(s, cap); 0.0 when dropped)
+messages            string          a conversational prompt's chat messages as JSON (``problem`` is its last
+                                    user message); null for a text prompt. Optional (:data:`OPTIONAL`)
 ==================  ==============  ====================================================================
 
 Atomicity: a step file is written to ``.step_000003.parquet.<pid>.tmp``, fsynced and
@@ -44,13 +46,15 @@ Atomicity: a step file is written to ``.step_000003.parquet.<pid>.tmp``, fsynced
 *before* saving that step's checkpoint, so every step up to the checkpoint is in the store.
 
 Reading checks each file: unreadable/truncated Parquet, a different schema version, or a
-missing column raise :class:`StoreError` naming the file (extra columns are ignored). A resume checks the
+missing column raise :class:`StoreError` naming the file (extra columns are ignored; an :data:`OPTIONAL` column
+that a file written before it lacks reads as nulls). A resume checks the
 files up to its checkpoint's step from their footers (:meth:`TrajectoryStore.first_torn`): a resume re-runs
 only later steps, so a torn earlier file would otherwise stay and fail every later read.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -65,7 +69,7 @@ from graft.errors import UserError
 from graft.files import dumps_json, fsync_path, writing
 from graft.registry import PICKS
 from graft.storage.lock import FolderLock
-from graft.types import GroupCounts, RolloutGroup
+from graft.types import GroupCounts, Messages, RolloutGroup
 
 SCHEMA_VERSION = 1
 """Bump when a column is removed, renamed or changes meaning; readers refuse other versions."""
@@ -93,8 +97,12 @@ SCHEMA = pa.schema(
         ("used_as_peer_by", pa.list_(pa.string())),
         ("admitted_by", pa.list_(pa.string())),
         ("weight_by", pa.list_(pa.float64())),
+        ("messages", pa.string()),
     ]
 )
+
+OPTIONAL = ("messages",)
+"""Columns added to schema version 1 after its first files: a file without one reads it as nulls."""
 
 _META_VERSION = b"graft.schema_version"
 _FILE_RE = re.compile(r"^step_(\d+)\.parquet$")
@@ -120,6 +128,8 @@ class StoredGroup(GroupCounts):
     problem: str
     answer: str
     prompt_text: str
+    messages: Messages | None = None
+    """A conversational prompt's messages (None: a text prompt)."""
     responses: list[str] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
     """[G][T'] the generating model's tokens."""
@@ -195,9 +205,9 @@ def _not_a_store(path: Path) -> str:
     return f"no trajectory store at {path}: it holds no step_NNNNNN.parquet files; {_EXPECTED}"
 
 
-def _check_footer(path: Path) -> None:
+def _check_footer(path: Path) -> list[str]:
     """Validate one step file from its footer alone (cheap): a readable Parquet footer, graft's schema version,
-    every column; else a :class:`StoreError` naming the file."""
+    every column (:data:`OPTIONAL` ones aside); else a :class:`StoreError` naming the file. Returns its columns."""
     try:
         pf = pq.ParquetFile(path)
         schema = pf.schema_arrow
@@ -216,21 +226,29 @@ def _check_footer(path: Path) -> None:
             f"{path}: trajectory store schema version {found_v}, this graft reads version {SCHEMA_VERSION}; "
             "use the graft release that wrote the store (or re-export it)"
         )
-    missing = [c for c in SCHEMA.names if c not in schema.names]
+    missing = [c for c in SCHEMA.names if c not in schema.names and c not in OPTIONAL]
     if missing:
         raise StoreError(f"{path}: missing column(s) {missing}")
+    return list(schema.names)
 
 
 def _read_file(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:
     """Read and validate one step file; returns a table with ``columns`` (default: all) cast to SCHEMA."""
-    _check_footer(path)
+    present = _check_footer(path)
     wanted = columns or SCHEMA.names
     try:
-        table = pq.read_table(path, columns=wanted, filters=filters)
+        table = pq.read_table(path, columns=[c for c in wanted if c in present], filters=filters)
+        for c in wanted:
+            if c not in present:  # an OPTIONAL column the file predates
+                table = table.append_column(SCHEMA.field(c), pa.nulls(table.num_rows, SCHEMA.field(c).type))
         target = pa.schema([SCHEMA.field(c) for c in wanted])
-        return table.cast(target)
+        return table.select(list(wanted)).cast(target)
     except (pa.ArrowException, OSError) as e:
         raise StoreError(f"{path}: cannot read rows (truncated or corrupt file?): {e}") from None
+
+
+def _messages_json(messages: Messages | None) -> str | None:
+    return None if messages is None else json.dumps(list(messages), ensure_ascii=False, default=str)
 
 
 # ----------------------------------------------------------------------------- the store
@@ -329,6 +347,7 @@ class TrajectoryStore:
                 cols["used_as_peer_by"].append([u[0] for u in uses])
                 cols["admitted_by"].append([u[0] for u in uses if u[1]])
                 cols["weight_by"].append([float(u[2]) for u in uses])
+                cols["messages"].append(_messages_json(g.messages))
         return cols
 
     def write_step(
@@ -467,6 +486,7 @@ class TrajectoryStore:
                         problem=c["problem"][r],
                         answer=c["answer"][r],
                         prompt_text=c["prompt_text"][r],
+                        messages=None if c["messages"][r] is None else tuple(json.loads(c["messages"][r])),
                     )
                     out.setdefault(current.prompt_id, []).append(current)
                 current.responses.append(c["response"][r])

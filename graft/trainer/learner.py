@@ -144,7 +144,7 @@ class Learner:
         """G samples per prompt from pi_theta_old (ended at the model's stop strings); rewards are
         filled by the scorer. Prompt i samples with its own seed, a function of (``seed``, i)."""
         t0 = time.perf_counter()
-        prompt_ids = [self.codec.encode_prompt(p.problem) for p in prompts]
+        prompt_ids = [self.codec.encode_prompt(p.problem, p.messages) for p in prompts]
         params = rollout_sampling(rc, seeds=prompt_seeds(seed, 0, len(prompts)), entropy=True)
         samples = self.generate(prompt_ids, params, progress=progress, desc=f"{self.name} rollout")
         groups = [
@@ -154,7 +154,7 @@ class Learner:
                 answer=p.answer,
                 source=self.name,
                 holder=self.name,
-                prompt_text=self.codec.render_prompt(p.problem),
+                prompt_text=self.codec.render_prompt(p.problem, p.messages),
                 prompt_token_ids=ids,
                 responses=[s.text for s in ss],
                 token_ids=[s.token_ids for s in ss],
@@ -165,6 +165,7 @@ class Learner:
                 weights=[1.0] * len(ss),
                 compat=[1.0] * len(ss),
                 step=step,
+                messages=p.messages,
             )
             for p, ids, ss in zip(prompts, prompt_ids, samples, strict=True)
         ]

@@ -36,6 +36,7 @@ from graft.exchange.kinds import Exchange, describe_exchange, make_exchange, ope
 from graft.files import dumps_json, write_text, writing
 from graft.policy.context import check_learner_context
 from graft.policy.loading import ModelLoadError, check_model_source, quiet_loading
+from graft.policy.prompts import check_conversations
 from graft.reward.grader import Grader
 from graft.seeds import step_seed
 from graft.signals import StopSignal
@@ -180,7 +181,8 @@ def grade(run: Run, groups: list[RolloutGroup]) -> None:
     """Fill rewards and verifier status of ``groups`` in place."""
     texts = [r for g in groups for r in g.responses]
     answers = [g.answer for g in groups for _ in g.responses]
-    rewards, statuses = run.grader.grade(texts, answers, progress=run.bars and len(texts) > 256)
+    ids = [t for g in groups for t in g.token_ids]  # the holder's tokens: a reward function's completion_ids
+    rewards, statuses = run.grader.grade(texts, answers, progress=run.bars and len(texts) > 256, completion_ids=ids)
     timeouts = statuses.count(VERIFY_TIMEOUT)
     if texts and timeouts / len(texts) > run.cfg.reward.max_timeout_frac:
         raise GraderHang(
@@ -394,9 +396,11 @@ def _check_contexts(cfg: Config, learners: dict[str, Learner], prompts, val) -> 
 
 def _load_data(key: str, spec: str, cfg: Config, limit: int | None = None):
     try:
-        return load_data(spec, cfg, limit)
+        prompts, stats = load_data(spec, cfg, limit)
     except DataError as e:
         raise DataError(f"{key}: {e}") from None
+    check_conversations(cfg.models, prompts, key)  # a conversation a model's template cannot render: before models load
+    return prompts, stats
 
 
 def _check_model_sources(cfg: Config, ckpt) -> None:

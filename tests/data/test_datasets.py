@@ -39,7 +39,7 @@ BAD = [
     ({"id": "x", "problem": "p", "answer": True}, "bad_answer"),
     ({"id": "x", "problem": "p", "answer": "  "}, "empty_answer"),
     ({"id": "x", "problem": "", "answer": "1"}, "bad_problem"),
-    ({"id": None, "problem": "p", "answer": "1"}, "bad_id"),
+    ({"id": "  ", "problem": "p", "answer": "1"}, "bad_id"),            # (a null id is no id: one is derived)
     ({"id": "a", "problem": "again", "answer": "1"}, "duplicate_id"),
 ]
 

@@ -69,7 +69,8 @@ def test_parquet_with_its_own_column_names(tmp_path):
 
 def test_without_the_mapping_the_same_file_is_refused(tmp_path):
     spec = write_parquet(tmp_path / "own.parquet")
-    assert load_error(spec) == f"{spec}, row 1: missing field(s) ['id', 'problem'] (set data.on_bad_row=skip to skip bad rows)"
+    assert load_error(spec) == (f"{spec}, row 1: missing field(s) ['problem'] (or 'prompt') "   # the id is optional
+                                "(set data.on_bad_row=skip to skip bad rows)")
 
 
 def test_a_partial_mapping_keeps_graft_names_for_the_rest(tmp_path):
@@ -134,7 +135,8 @@ def test_missing_answer_column_names_the_mapping(tmp_path):
 
 @pytest.mark.parametrize("column,value,message", [
     ("qid", [1.5, 2.5, 3.5], "row 1: column 'qid' (data.fields.id) must be a non-empty string, got 1.5"),
-    ("question", [12, 13, 14], "row 1: column 'question' (data.fields.problem) must be a non-empty string, got 12"),
+    ("question", [12, 13, 14], "row 1: column 'question' (data.fields.problem) must be a non-empty string or a list "
+                               "of chat messages, got 12"),
     ("question", ["What?", "  ", "Why?"], "row 2: column 'question' (data.fields.problem) must be a non-empty string"),
 ])
 def test_wrong_type_names_file_row_and_column(tmp_path, column, value, message):
@@ -231,8 +233,11 @@ def test_with_a_reward_function_the_reference_is_the_whole_row(tmp_path):
     spec = write_parquet(tmp_path / "own.parquet")
     prompts, _ = load_data(spec, config(FIELDS, FUNCTION))
     assert [(p.id, p.problem) for p in prompts] == [(p.id, p.problem) for p in EXPECTED]
-    assert json.loads(prompts[0].answer) == {"id": "a1", "problem": "What is 2+3?", "answer": "5", "level": 1}
-    assert json.loads(prompts[2].answer) == {"id": "a3", "problem": "What is 9-1?", "answer": "8", "level": 3}
+    # every column under its own name, and the mapped ones under graft's names too
+    assert json.loads(prompts[0].answer) == {"id": "a1", "problem": "What is 2+3?", "answer": "5", "level": 1,
+                                             "qid": "a1", "question": "What is 2+3?", "solution": "5"}
+    assert json.loads(prompts[2].answer) == {"id": "a3", "problem": "What is 9-1?", "answer": "8", "level": 3,
+                                             "qid": "a3", "question": "What is 9-1?", "solution": "8"}
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ".tsv"])
@@ -249,5 +254,6 @@ def test_an_extra_column_reaches_the_function(tmp_path, suffix):
 def test_with_a_reward_function_no_answer_column_is_needed(tmp_path):
     spec = write_parquet(tmp_path / "open.parquet", {"qid": ["o1"], "question": ["Write a haiku."], "level": [2]})
     prompts, _ = load_data(spec, config("data.fields={id: qid, problem: question}", FUNCTION))
-    assert json.loads(prompts[0].answer) == {"id": "o1", "problem": "Write a haiku.", "level": 2}
+    assert json.loads(prompts[0].answer) == {"id": "o1", "problem": "Write a haiku.", "level": 2, "qid": "o1",
+                                             "question": "Write a haiku."}
     assert load_error(spec, "data.fields={id: qid, problem: question}").startswith(f"{spec}, row 1: missing")

@@ -45,7 +45,7 @@ class FakePolicy:
     def codec(self):   # a test double: its own codec
         return self
 
-    def encode_prompt(self, problem):
+    def encode_prompt(self, problem, messages=None):
         if problem not in self.problems:
             self.problems.append(problem)
         return [self.problems.index(problem)]
@@ -68,7 +68,7 @@ class FakePolicy:
 class ExactGrader:
     """Grader stand-in: reward 1 when the last \\boxed{...} equals the answer string."""
 
-    def grade(self, responses, answers, progress=False):
+    def grade(self, responses, answers, progress=False, completion_ids=None):
         rewards, statuses = [], []
         for text, ans in zip(responses, answers):
             if "\\boxed{" not in text:
@@ -241,7 +241,7 @@ def test_vllm_backend_with_fake_vllm(monkeypatch):
         cfg = ModelConfig(name="m", path="/models/x", template="plain", stop=["STOP"])
         stops, stop_ids = ("STOP",), {99}
 
-        def encode_prompt(self, problem):
+        def encode_prompt(self, problem, messages=None):
             return [PROBLEMS.index(problem)]
 
         def decode(self, ids):   # the text appears with the second token; sample 0 runs on past a stop string

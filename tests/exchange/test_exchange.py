@@ -27,10 +27,10 @@ class FakeReceiver:
     def codec(self):   # a test double: its own codec
         return self
 
-    def render_prompt(self, problem):
+    def render_prompt(self, problem, messages=None):
         return f"[{self.name}] {problem}"
 
-    def encode_prompt(self, problem):
+    def encode_prompt(self, problem, messages=None):
         return [1, 2, 3]
 
     def encode_responses(self, texts, finished):

@@ -94,7 +94,26 @@ def test_columns_reach_the_function_as_keyword_lists(workers, tmp_path):
     assert seen["prompts"] == ["What is 2+3?", "What is 4*5?"]         # the problems, nothing appended
     assert seen["completions"] == ["The answer is 5.", "21"]
     assert seen["columns"] == {"id": ["q1", "q2"], "answer": ["5", "20"], "difficulty": [3, 5],
-                               "log": [str(log), str(log)]}            # every column but problem, one list each
+                               "log": [str(log), str(log)],            # every column but problem, one list each
+                               "completion_ids": [None, None]}         # no tokens given: None each
+
+
+def test_completion_ids_and_a_conversation_reach_the_function_as_trl_gives_them(workers, tmp_path):
+    log = tmp_path / "seen.json"
+    talk = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3?"}]
+    refs = [row_reference({"id": "c1", "problem": talk, "log": str(log)}),
+            row_reference({"id": "t1", "problem": "What is 4*5?", "log": str(log)})]
+    with FunctionGrader([M + "record"], workers=workers) as g:
+        g.grade(["5", "20"], refs, completion_ids=[[7, 8, 2], [9]])
+    seen = json.loads(log.read_text())
+    assert seen["prompts"] == [talk, "What is 4*5?"]                    # a conversation's messages, as written
+    assert seen["completions"] == [[{"role": "assistant", "content": "5"}], "20"]     # TRL's form for a conversation
+    assert seen["columns"] == {"id": ["c1", "t1"], "log": [str(log)] * 2, "completion_ids": [[7, 8, 2], [9]]}
+
+
+def test_a_column_named_like_an_argument_is_refused():
+    with pytest.raises(RewardFunctionError, match="data column 'completion_ids' has the name of a reward function's"):
+        grade_once([M + "quarter"], ["x"], [row_reference({"id": "a", "problem": "p", "completion_ids": [1]})])
 
 
 def test_an_extra_column_decides_the_reward():
@@ -108,7 +127,8 @@ def test_rows_with_different_columns_get_none_for_the_missing_ones(tmp_path):
     refs = [row_reference({"id": "a", "problem": "p", "log": str(log), "hint": "h"}),
             row_reference({"id": "b", "problem": "q", "log": str(log)})]
     grade_once([M + "record"], ["x", "y"], refs)
-    assert json.loads(log.read_text())["columns"] == {"id": ["a", "b"], "hint": ["h", None], "log": [str(log)] * 2}
+    assert json.loads(log.read_text())["columns"] == {"id": ["a", "b"], "hint": ["h", None], "log": [str(log)] * 2,
+                                                      "completion_ids": [None, None]}
 
 
 def test_empty_batch_calls_nothing():

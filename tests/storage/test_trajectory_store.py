@@ -218,3 +218,24 @@ def test_info_export_and_cli(tmp_path, group_factory, capsys):
     assert err.startswith("error: ") and "step_000002.parquet" in err and "Traceback" not in err
     assert store_main(["bogus"]) == 2
     capsys.readouterr()
+
+
+def test_a_conversation_is_stored_and_read_back_and_an_older_file_reads_none(tmp_path, group_factory):
+    from dataclasses import replace
+
+    from graft.exchange.stored import as_rollout_group
+    talk = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is p1?"})
+    store = TrajectoryStore(tmp_path, run_id="r")
+    chat = replace(group_factory("A", "p1", [0, 1, 0, 0], 0), messages=talk)
+    store.write_step(0, 0, [chat, group_factory("A", "p2", [1, 1, 1, 1], 0)], TOK)
+    rows = store.read().to_pylist()
+    assert {r["prompt_id"]: r["messages"] for r in rows} == {"p1": json.dumps(list(talk)), "p2": None}
+    groups = store.iter_groups("A")
+    assert groups["p1"][0].messages == talk and groups["p2"][0].messages is None
+    assert as_rollout_group(groups["p1"][0]).messages == talk      # a stored peer's receiver renders the messages
+    path = store.path_for(0)                                       # a file written before the messages column
+    t = pq.read_table(path)
+    _rewrite(path, t.drop_columns(["messages"]), t.schema.metadata)
+    assert store.read().column("messages").to_pylist() == [None] * 8
+    assert store.iter_groups("A")["p1"][0].messages is None
+    assert store.read(columns=["prompt_id", "messages"]).num_rows == 8

@@ -194,7 +194,8 @@ def test_on_error_zero_keeps_training_through_a_hanging_reward_function(tmp_path
     cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "reward.function=tests.reward.user_rewards:hangs_on_slow",
                       "reward.on_error=zero", "reward.function_timeout_s=1", "reward.workers=1")
     run = SimpleNamespace(cfg=cfg, grader=make_grader(cfg.reward), bars=False)
-    group = SimpleNamespace(responses=["slow", "x"], answer=row_reference({"id": "p1", "problem": "p"}), size=2)
+    group = SimpleNamespace(responses=["slow", "x"], answer=row_reference({"id": "p1", "problem": "p"}), size=2,
+                            token_ids=[[1], [2]])
     try:
         loop.grade(run, [group])       # the batch scores 0 with status function_timeout, and no GraderHang stops the run
     finally:
