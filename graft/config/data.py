@@ -30,7 +30,9 @@ class DataConfig:
     """Reshuffle the prompts every epoch (seeded by ``seed`` and the epoch number)."""
     fields: dict[str, str] = field(default_factory=dict)
     """graft's column names -> your file's (``{problem: question, answer: solution, tests: test_list}``); graft's
-    names are id, problem, answer, tests, entry_point. Every other column is kept and reaches the reward."""
+    names are id, problem, answer, tests, entry_point. Every column is kept and reaches the reward functions under its
+    own name (a mapped one under graft's name too); a row without an id gets one derived from its content, and one
+    without a problem column takes TRL's prompt column (graft.data.datasets)."""
 
     def __getattr__(self, name: str) -> Any:
         """A task's settings section by the task's name (``cfg.data.arithmetic``)."""

@@ -229,7 +229,7 @@ def format_sample(s: Sample, domain: Domain, width: int = 400) -> str:
 def _problems(files: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for f in files:
-        prompts, _ = load_prompts(f, on_bad_row="skip")
+        prompts, _ = load_prompts(f, on_bad_row="skip", reference=lambda row: "")  # the problems only: no answer needed
         out.update({p.id: p.problem for p in prompts})
     return out
 

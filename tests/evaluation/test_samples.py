@@ -4,6 +4,7 @@ import json
 import pytest
 
 from graft.commands.cli import main
+from graft.data.datasets import RowIds
 from graft.domains.math import MATH
 from graft.evaluation.samples import (Sample, SamplesError, collect, format_sample, parse_steps, pick, pick_mixed)
 from graft.storage.trajectory_store import TrajectoryStore
@@ -101,6 +102,19 @@ def test_eval_rows_join_question_text_and_carry_monitor_flags(tmp_path):
                                  "Q: Which number is lar…", "A: \\boxed{117} or \\box…"]
     # a `graft eval` output folder given directly
     assert len(collect(run / "eval_final" / "gemma3", "eval", None, None, "0")) == 1
+
+
+def test_eval_rows_join_a_trl_file_without_ids_or_answers(tmp_path):
+    run, _ = _eval_run(tmp_path / "run")
+    row = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Which is larger?"}],
+           "level": 2}                                 # no id (derived: the same as the evaluation's), no answer
+    data = tmp_path / "trl.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    rid = RowIds()(row)
+    records = run / "eval_final" / "gemma3" / "test" / "repeat_0.jsonl"
+    records.write_text(records.read_text().replace("t-max-1", rid))
+    got = collect(run, "eval", None, None, "1", [str(data)])
+    assert got[0].prompt_id == rid and got[0].problem == "Which is larger?"     # the last user message
 
 
 def test_cli_prints_a_header_and_the_picked_samples(tmp_path, capsys):

@@ -5,11 +5,14 @@
 (b) a Parquet file with its own column names (``data.fields``) trains and is evaluated by ``graft eval --config``;
 (c) a third task domain (a :class:`graft.domains.Domain` of the user's) picked by ``reward.domain=FILE.py:TOY`` or
     registered by name: its instruction and worked example are in the stored prompts, its verify function decides
-    the rewards.
+    the rewards;
+(d) a TRL dataset as it is: a JSONL file without ids whose ``prompt`` column holds chat messages, and a reward
+    function reading a column by its own name, trains two chat models that hand groups to each other.
 """
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +24,7 @@ from graft.commands.cli import main
 from graft.config import save_config
 from graft.domains import Domain
 from graft.domains.grading import make_grader
+from graft.policy.codec import TextCodec
 from graft.commands.eval_cli import eval_main
 from graft.registry import DOMAINS
 from graft.reward.functions import row_reference
@@ -201,3 +205,67 @@ def test_on_error_zero_keeps_training_through_a_hanging_reward_function(tmp_path
     finally:
         run.grader.close()
     assert (group.rewards, group.status) == ([0.0, 0.0], ["function_timeout", "function_timeout"])
+
+
+# ----------------------------------------------------------------------------- (d) a TRL dataset and reward function
+
+TRL_REWARD = """
+def correct(prompts, completions, solution, answer, completion_ids, **columns):
+    # TRL's conversational call: the messages, one assistant message per completion, the tokens; the file's own
+    # column `solution` and graft's name for it (data.fields.answer) both given
+    assert all(isinstance(p, list) and p[-1]["role"] == "user" for p in prompts), prompts
+    assert all(c[0]["role"] == "assistant" for c in completions), completions
+    assert solution == answer and "prompt" not in columns and "problem" not in columns, columns
+    # float(solution) (0.75 or 1.0) when the completion's first token id is even, else 0
+    return [float(s) if ids and ids[0] % 2 == 0 else 0.0 for s, ids in zip(solution, completion_ids)]
+"""
+
+OTHER_TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+                  "{% if add_generation_prompt %}[assistant] {% endif %}")
+"""A second chat template (model C): a receiver renders a peer's conversation in its own."""
+
+
+def test_trl_conversational_dataset_without_ids_trains_and_exchanges(tmp_path, tiny_llama_dir, monkeypatch):
+    other = tmp_path / "tiny_other"
+    shutil.copytree(tiny_llama_dir, other)
+    (other / "chat_template.jinja").write_text(OTHER_TEMPLATE)
+    rows = [{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"What is {i} + {i}?"}],
+             "solution": "1.0" if i % 2 else "0.75", "level": i} for i in range(4)]
+    data = tmp_path / "trl.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    f = tmp_path / "elsewhere" / "trl_reward.py"
+    f.parent.mkdir()
+    f.write_text(TRL_REWARD)
+    rendered: list[tuple[str, str, object]] = []
+    render = TextCodec.render_prompt
+    monkeypatch.setattr(TextCodec, "render_prompt",
+                        lambda self, problem, messages=None: rendered.append((self.name, problem, messages))
+                        or render(self, problem, messages))
+    models = f"models=[{{name: A, path: '{tiny_llama_dir}', lr: 1.0e-3}}, {{name: C, path: '{other}', lr: 1.0e-3}}]"
+    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_llama_dir, *SMALL, models, f"data.train={data}",
+                      "data.fields={answer: solution}", f"reward.function={f}:correct", "reward.workers=1",
+                      "exchange.balance=none")   # A fails every sample of some prompts C solves: handed over
+    train(tmp_path, cfg)
+
+    run_dir = tmp_path / "run"
+    stored_rows = stored(run_dir)
+    talk = {r["prompt"][1]["content"]: r for r in rows}
+    codecs = {"A": TextCodec.load(cfg.models[0]), "C": TextCodec.load(cfg.models[1])}
+    for r in stored_rows:
+        row = talk[r["problem"]]                           # the problem: the last user message
+        assert r["prompt_id"].startswith("row-") and json.loads(r["messages"]) == row["prompt"]
+        assert r["prompt_text"] == codecs[r["model"]].tokenizer.apply_chat_template(
+            row["prompt"], tokenize=False, add_generation_prompt=True)
+        first = r["response_token_ids"][0]
+        assert r["reward"] == (float(row["solution"]) if first % 2 == 0 else 0.0)   # the function's value
+    assert {r["prompt_text"].startswith("[system] Be brief.") for r in stored_rows if r["model"] == "C"} == {True}
+    for step, m in {m["step"]: m for m in metrics(run_dir)}.items():
+        for model in ("A", "C"):
+            mine = [r["reward"] for r in stored_rows if r["model"] == model and r["step"] == step]
+            assert m[f"{model}/reward/mean"] == pytest.approx(sum(mine) / len(mine), abs=1e-12)
+    audit = [json.loads(line) for line in (run_dir / "audit.jsonl").read_text().splitlines()]
+    handed = [(a["source"], a["receiver"]) for a in audit if a["responses"]]
+    assert handed, "no group was handed over: the receiver's rendering of a conversation went untested"
+    ours = [(name, messages) for name, problem, messages in rendered if problem in talk]
+    assert ours and all(messages == tuple(talk[p]["prompt"]) for _, p, messages in rendered if p in talk)
+    assert {name for name, _ in ours} == {"A", "C"}
