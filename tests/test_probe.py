@@ -90,10 +90,10 @@ class _Receiver:
     def codec(self):   # a test double: its own codec
         return self
 
-    def encode_prompt(self, problem):
+    def encode_prompt(self, problem, messages=None):
         return [1]
 
-    def render_prompt(self, problem):
+    def render_prompt(self, problem, messages=None):
         return problem
 
     def encode_responses(self, texts, finished):
