@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -25,7 +25,7 @@ from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, save_config, to_dict
 from graft.console import bars, say
-from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint
+from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint, source_name
 from graft.data.tasks import family_of, task_families
 from graft.domains import Domain
 from graft.domains.grading import grading_note, load_data, make_grader, reward_code, task_domain, unrewardable
@@ -64,7 +64,7 @@ from graft.trainer.metrics import (
 )
 from graft.trainer.resume import CHANGES, Start, describe_changes, history, record_changes, start_of
 from graft.trainer.rules import UpdateRule, make_rule
-from graft.trainer.stop import Diverged, Preempted
+from graft.trainer.stop import Diverged, Preempted, StopTraining
 from graft.trainer.tracking import check_trackers, open_trackers
 from graft.trainer.workers import process_memory
 from graft.types import VERIFY_TIMEOUT, DirectionAudit, ExchangeResult, Prompt, RolloutGroup
@@ -392,7 +392,7 @@ def _check_contexts(cfg: Config, learners: dict[str, Learner], prompts, val) -> 
             check_learner_context(learner, val, cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens, field)
 
 
-def _load_data(key: str, spec: str, cfg: Config, limit: int | None = None):
+def _load_data(key: str, spec: Any, cfg: Config, limit: int | None = None):
     try:
         return load_data(spec, cfg, limit)
     except DataError as e:
@@ -422,7 +422,7 @@ def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
     saved, now = ckpt.state.get("data_fingerprint"), prompts_fingerprint(prompts)
     if saved is not None and now["sha256"] != saved.get("sha256"):
         raise DataError(
-            f"data.train ({cfg.data.train}) changed since {ckpt.path} was saved: it held {saved.get('prompts')} "
+            f"data.train ({source_name(cfg.data.train)}) changed since {ckpt.path} was saved: it held {saved.get('prompts')} "
             f"prompts (sha256 {str(saved.get('sha256'))[:12]}), now {now['prompts']} (sha256 {now['sha256'][:12]}); "
             "resume with the original data, or start a new run_dir"
         )
@@ -530,22 +530,27 @@ def close_run(run: Run) -> None:
     run.lock.release()
 
 
-def train(cfg: Config) -> dict:
-    """Run (or resume) a whole training job; returns the end-of-run summary. Raises :class:`Preempted`
-    after a SIGTERM/SIGINT (the finished steps checkpointed) and :class:`Diverged` when updates stay
-    non-finite (``update.max_nonfinite_steps``)."""
+Callback = Callable[[int, dict], Any]
+"""``fn(step, metrics)`` after every step (``metrics``: the step's ``metrics.jsonl`` line, a copy); ``True`` or
+:class:`StopTraining` ends the run after that step, checkpointed."""
+
+
+def train(cfg: Config, callbacks: Sequence[Callback] = ()) -> dict:
+    """Run (or resume) a whole training job; returns the end-of-run summary (``stopped_at``: the step a callback
+    ended it after, else None). Raises :class:`Preempted` after a SIGTERM/SIGINT/SIGHUP (the finished steps
+    checkpointed) and :class:`Diverged` when updates stay non-finite (``update.max_nonfinite_steps``)."""
     with StopSignal() as stop:
         run = setup(cfg)
         try:
-            return _train(run, stop)
+            return _train(run, stop, list(callbacks))
         finally:
             run.store.close()
             run.lock.release()
 
 
-def _train(run: Run, stop: StopSignal) -> dict:
+def _train(run: Run, stop: StopSignal, callbacks: list[Callback]) -> dict:
     cfg, ck = run.cfg, run.cfg.checkpoint
-    t_start, history = time.perf_counter(), []
+    t_start, history, stopped_at = time.perf_counter(), [], None
     tracker = None
     try:
         tracker = open_trackers(run.run_dir, cfg, run.start_step)
@@ -571,16 +576,34 @@ def _train(run: Run, stop: StopSignal) -> dict:
             if stop.requested and step < cfg.steps:  # in the last step: the run simply finishes
                 path = latest_checkpoint(run.run_dir) if saved else save(run, step)
                 raise Preempted(f"{stop.requested}: stopped at step {step}; continue with resume=true (checkpoint {path})")
-        final = save(run, cfg.steps) if ck.save_final and cfg.steps >= run.start_step else None
+            if ask_callbacks(callbacks, step, m) and step < cfg.steps:
+                path = latest_checkpoint(run.run_dir) if saved else save(run, step)
+                say(f"a callback stopped the run after step {step}; continue it with resume=true (checkpoint {path})")
+                stopped_at = step
+                break
+        done = stopped_at is None and cfg.steps >= run.start_step
+        final = save(run, cfg.steps) if ck.save_final and done else None
     finally:
         if tracker is not None:
             tracker.close()
         run.grader.close()
         close_learners(run.learners)  # Ray actors / rollout engines; a WorkerFailure propagates after this
-    summary = summarize(run, time.perf_counter() - t_start, final)
+    summary = summarize(run, time.perf_counter() - t_start, final) | {"stopped_at": stopped_at}
     write_text(run.run_dir / "summary.json", dumps_json(summary, indent=2, default=str))
     print_summary(summary, file=sys.stderr)
     return summary
+
+
+def ask_callbacks(callbacks: list[Callback], step: int, metrics: dict) -> bool:
+    """Call every callback with the step's metrics (each its own copy); whether one asked to stop (returned
+    ``True`` or raised :class:`StopTraining`). Every callback is called, also after one asked."""
+    stop = False
+    for fn in callbacks:
+        try:
+            stop = fn(step, dict(metrics)) is True or stop
+        except StopTraining:
+            stop = True
+    return stop
 
 
 def check_nonfinite_streak(run: Run, step: int, m: dict) -> None:
