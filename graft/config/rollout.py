@@ -25,6 +25,15 @@ class RolloutConfig:
     """Generation backend: graft's own sampler over transformers models (``hf``, CPU/GPU), the same over a
     bfloat16 copy of the weights (``hf-bf16``: faster on CPU; needs ``update.recompute_old_logprobs=true``),
     transformers' continuous batching (``hf-cb``) or vLLM (GPU, when installed); see ``graft/policy/engines.py``."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: a group that carries no gradient (every advantage 0: its rewards all equal, and no
+    peer group replaced it) is dropped, and more prompts are sampled, round after round, until every model has
+    ``batch_prompts`` groups that carry one or ``max_rounds`` rounds ran. Each round is rollout, scoring and
+    exchange on fresh prompts, so the exchange sees the all-fail groups first and only what still has zero
+    variance afterwards is dropped (TRL's and verl's ``filter_groups``; ``docs/concepts.md``)."""
+    max_rounds: int = 3
+    """With ``dynamic_sampling``: at most this many sampling rounds per step (verl's ``max_num_gen_batches``); a step
+    whose rounds run out trains on the groups it kept."""
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -37,3 +46,4 @@ class RolloutConfig:
         check(self.temperature > 0, "temperature", "must be > 0 (log-probs of greedy decoding are not a sampling distribution)")
         check(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1 (sequences per generation call), got {self.batch_size}")
+        check(self.max_rounds >= 1, "max_rounds", f"must be >= 1, got {self.max_rounds}")
