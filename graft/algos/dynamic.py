@@ -29,6 +29,11 @@ def fill(keep: Tensor, kept: int, target: int) -> Tensor:
 
 
 def round_metrics(sampled: int, kept: int, rounds: int) -> dict[str, float]:
-    """``dynamic/rounds`` (sampling rounds this step), ``dynamic/sampled`` (groups sampled) and
-    ``dynamic/kept_frac`` (the share of them the batch kept)."""
-    return {"dynamic/rounds": rounds, "dynamic/sampled": sampled, "dynamic/kept_frac": kept / sampled if sampled else 0.0}
+    """``dynamic/rounds`` (sampling rounds this step), ``dynamic/sampled`` (groups sampled), ``dynamic/kept`` (groups
+    the batch kept; 0: no update) and ``dynamic/kept_frac`` (the share of the sampled ones the batch kept)."""
+    return {
+        "dynamic/rounds": rounds,
+        "dynamic/sampled": sampled,
+        "dynamic/kept": kept,
+        "dynamic/kept_frac": kept / sampled if sampled else 0.0,
+    }

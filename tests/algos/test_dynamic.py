@@ -31,7 +31,8 @@ def test_a_batch_filled_from_rounds_where_half_the_groups_carry_nothing():
         take = fill(round_keep, kept, target)
         kept, rounds, sampled = kept + int(take.sum()), rounds + 1, sampled + len(round_keep)
     assert (kept, rounds) == (4, 2)
-    assert round_metrics(sampled, kept, rounds) == {"dynamic/rounds": 2, "dynamic/sampled": 8, "dynamic/kept_frac": 0.5}
+    assert round_metrics(sampled, kept, rounds) == {"dynamic/rounds": 2, "dynamic/sampled": 8, "dynamic/kept": 4,
+                                                    "dynamic/kept_frac": 0.5}
 
 
 def test_a_round_fills_only_the_room_left_and_the_rounds_can_run_out():
@@ -44,3 +45,24 @@ def test_a_round_fills_only_the_room_left_and_the_rounds_can_run_out():
     for _ in range(3):
         kept += int(fill(torch.zeros(4, dtype=torch.bool), kept, 4).sum())
     assert kept == 0 and round_metrics(12, 0, 3)["dynamic/kept_frac"] == 0.0
+
+
+def test_a_pool_where_half_the_groups_have_zero_variance_fills_in_three_rounds():
+    # 12 groups of n = 4 binary rewards, drawn 4 per round in order; 6 of them have zero variance (Z), 6 mixed (M):
+    #   round 1: Z Z M Z   -> carries [F F T F]: keeps group 2               (1 of 4 kept)
+    #   round 2: Z M Z M   -> carries [F T F T]: keeps groups 5 and 7       (3 of 4)
+    #   round 3: M M Z M   -> carries [T T F T]: room for 1, keeps group 8  (4 of 4: full)
+    # 3 rounds, 12 groups sampled, 4 kept: kept_frac 4 / 12 = 1/3
+    Z0, Z1, M = [0.0] * 4, [1.0] * 4, [1.0, 0.0, 0.0, 1.0]
+    pool = torch.tensor([Z0, Z1, M, Z0, Z1, M, Z0, M, M, M, Z1, M])
+    assert int((pool.std(dim=1) == 0).sum()) == 6
+    adv = grpo_advantages(pool)
+    carries = carries_gradient(adv, torch.ones_like(adv, dtype=torch.bool))
+    target, kept, rounds, taken = 4, 0, 0, []
+    while kept < target and rounds < 3:
+        take = fill(carries[4 * rounds : 4 * rounds + 4], kept, target)
+        taken += (4 * rounds + torch.nonzero(take).flatten()).tolist()
+        kept, rounds = kept + int(take.sum()), rounds + 1
+    assert taken == [2, 5, 7, 8] and rounds == 3
+    assert round_metrics(12, kept, rounds) == {"dynamic/rounds": 3, "dynamic/sampled": 12, "dynamic/kept": 4,
+                                               "dynamic/kept_frac": 4 / 12}
