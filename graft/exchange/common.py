@@ -149,28 +149,32 @@ def merge_rounds(results: list[ExchangeResult]) -> tuple[list[DirectionAudit], d
     first = results[0]
     if len(results) == 1:
         return first.audit, first.metrics
-    records: dict[tuple[str, str], DirectionAudit] = {}
+    by_direction: dict[tuple[str, str], list[DirectionAudit]] = {}
     for res in results:
         for rec in res.audit:
-            d = (rec["source"], rec["receiver"])
-            if d not in records:
-                records[d] = {**rec, "candidates": [], "m": 0, "selected": [], "responses": [], "conflicts": []}
-            into = records[d]
-            for key in ("candidates", "selected", "responses", "conflicts"):
-                into[key] = into[key] + rec[key]  # type: ignore[literal-required]
-            into["m"] = -1 if -1 in (into["m"], rec["m"]) else into["m"] + rec["m"]
-    metrics = dict(first.metrics)
-    for (src, recv), rec in records.items():
-        rec["rounds"] = len(results)
+            by_direction.setdefault((rec["source"], rec["receiver"]), []).append(rec)
+    records, metrics = [], dict(first.metrics)
+    for (src, recv), recs in by_direction.items():
+        ms = [r["m"] for r in recs]
+        merged: DirectionAudit = {
+            **recs[0],
+            "candidates": [c for r in recs for c in r["candidates"]],
+            "m": -1 if -1 in ms else sum(ms),
+            "selected": [p for r in recs for p in r["selected"]],
+            "responses": [x for r in recs for x in r["responses"]],
+            "conflicts": [c for r in recs for c in r["conflicts"]],
+            "rounds": len(results),
+        }
+        records.append(merged)
         pre = f"exchange/{src}->{recv}"
         for key in ROUND_COUNTS + ("m",):
             values = [res.metrics[f"{pre}/{key}"] for res in results if f"{pre}/{key}" in res.metrics]
             if values:
                 metrics[f"{pre}/{key}"] = -1 if key == "m" and -1 in values else sum(values)
-        rows = rec["responses"]
+        rows = merged["responses"]
         stats = gate_metrics(
             torch.tensor([r["s"] for r in rows], dtype=torch.float64),
             torch.tensor([bool(r["admitted"]) for r in rows], dtype=torch.bool),
         )
         metrics |= {f"{pre}/{k}": stats[k] for k in ("admitted_frac", *S_STATISTICS) if f"{pre}/{k}" in metrics}
-    return list(records.values()), metrics
+    return records, metrics
