@@ -26,14 +26,16 @@ class RolloutConfig:
     bfloat16 copy of the weights (``hf-bf16``: faster on CPU; needs ``update.recompute_old_logprobs=true``),
     transformers' continuous batching (``hf-cb``) or vLLM (GPU, when installed); see ``graft/policy/engines.py``."""
     dynamic_sampling: bool = False
-    """DAPO's dynamic sampling: a group that carries no gradient (every advantage 0: its rewards all equal, and no
-    peer group replaced it) is dropped, and more prompts are sampled, round after round, until every model has
-    ``batch_prompts`` groups that carry one or ``max_rounds`` rounds ran. Each round is rollout, scoring and
-    exchange on fresh prompts, so the exchange sees the all-fail groups first and only what still has zero
-    variance afterwards is dropped (TRL's and verl's ``filter_groups``; ``docs/concepts.md``)."""
+    """DAPO's dynamic sampling (verl's ``algorithm.filter_groups``): a group that carries no gradient for a model
+    (every advantage 0 after the exchange: its rewards all equal, and no peer group replaced it) is dropped for that
+    model, and further rounds sample the data's next batches of prompts (rollout, scoring and exchange, with seeds of
+    their own) until every model keeps ``batch_prompts`` prompts or ``max_rounds`` rounds ran. Each model keeps its
+    own prompts, in the order drawn; a prompt the step already drew is not sampled again. The reward metrics stay
+    the first round's; ``M/dynamic/...`` say what the rounds did (docs/concepts.md, Dynamic sampling)."""
     max_rounds: int = 3
-    """With ``dynamic_sampling``: at most this many sampling rounds per step (verl's ``max_num_gen_batches``); a step
-    whose rounds run out trains on the groups it kept."""
+    """With ``dynamic_sampling``: at most this many sampling rounds per step, the first included (verl's
+    ``max_num_gen_batches``); a step whose rounds run out trains on the groups it kept, a model that kept none takes
+    no update that step (``M/update/skipped_empty``)."""
 
     def __post_init__(self) -> None:
         check_choices(self)

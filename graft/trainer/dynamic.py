@@ -1,4 +1,4 @@
-"""Dynamic sampling (DAPO's; TRL's and verl's ``filter_groups``) in the training loop: after the step's first
+"""Dynamic sampling (DAPO's; verl's ``algorithm.filter_groups``) in the training loop: after the step's first
 sampling round, more rounds on fresh prompts until every model's batch holds ``batch_prompts`` prompts that carry
 gradient, or ``rollout.max_rounds`` rounds ran (``rollout.dynamic_sampling``).
 
