@@ -148,3 +148,22 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, tiny_llama_dir, tin
     pa, pb = _final_params(full), _final_params(part)
     for k in pa:
         torch.testing.assert_close(pa[k], pb[k], rtol=0, atol=1e-6)
+
+
+def test_with_hacpo_a_prompt_is_kept_with_both_its_groups(tmp_path, tiny_llama_dir, tiny_gemma_dir, monkeypatch):
+    # HACPO trains each model on its own group and the peer's of every prompt: the unit kept is the prompt
+    monkeypatch.setattr(loop, "grade", grade_by(solvers))
+    seen = _trained(monkeypatch)
+    cfg = tiny_config(tmp_path, tiny_llama_dir, tiny_gemma_dir, "rollout.dynamic_sampling=true", "exchange.kind=hacpo",
+                      "update.rule=hacpo", "steps=1")
+    loop.train(cfg)
+    (row,) = _rows(cfg)
+    for name, gs in seen[0].items():
+        by_prompt: dict[str, list] = {}
+        for g in gs:
+            by_prompt.setdefault(g.prompt_id, []).append(g)
+        assert len(by_prompt) == row[f"{name}/dynamic/kept"] <= 4
+        assert all(sorted(g.source for g in pg) == ["A", "B"] for pg in by_prompt.values())   # own and peer
+        assert all(any(a != 0 for g in pg for a in g.advantages) for pg in by_prompt.values())
+    rounds = max(row["A/dynamic/rounds"], row["B/dynamic/rounds"])
+    assert all(a.get("rounds", 1) == rounds for a in _audit(cfg))
