@@ -16,7 +16,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-
 from graft.commands.experiment.plan import STORED_PREFIX, Comparison, Member, Plan, base_member, check_unchanged
 from graft.config import EvalConfig
 from graft.data.tasks import family_of
