@@ -239,7 +239,8 @@ def reward_monitor(domain: Domain, groups: list[RolloutGroup], by_family: bool) 
 
 
 def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int, sampling_round: int = 0) -> ExchangeResult:
-    """Who trains on what (``run.exchange``: GRAFT among the live models, a stored peer, HACPO's sharing or none)."""
+    """Who trains on what (``run.exchange``: GRAFT among the live models, a stored peer, HACPO's sharing or none), in
+    the step's sampling round ``sampling_round`` (its random stream)."""
     run.exchange.sampling_round = sampling_round
     return run.exchange(groups, step)
 
@@ -247,9 +248,13 @@ def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int, s
 def more_rounds(run: Run, step: int, first: Round) -> tuple[dict[str, list[RolloutGroup]], ExchangeResult, dict]:
     """Dynamic sampling (:func:`graft.trainer.dynamic.fill_batches`): after round ``first``, rounds on the sampler's
     next batches until every model keeps ``batch_prompts`` prompts that carry gradient or ``rollout.max_rounds`` ran."""
-    draw = lambda: run.sampler.next_batch()[0]  # noqa: E731
-    sample = lambda prompts, r: sample_round(run, prompts, step, r)  # noqa: E731
-    return fill_batches(first, draw, sample, run.cfg.batch_prompts, run.cfg.rollout.max_rounds)
+    return fill_batches(
+        first,
+        lambda: run.sampler.next_batch()[0],
+        lambda prompts, r: sample_round(run, prompts, step, r),
+        run.cfg.batch_prompts,
+        run.cfg.rollout.max_rounds,
+    )
 
 
 def sample_round(run: Run, prompts: list[Prompt], step: int, sampling_round: int) -> Round:
