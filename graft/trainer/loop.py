@@ -37,7 +37,7 @@ from graft.files import dumps_json, write_text, writing
 from graft.policy.context import check_learner_context
 from graft.policy.loading import ModelLoadError, check_model_source, quiet_loading
 from graft.reward.grader import Grader
-from graft.seeds import step_seed
+from graft.seeds import round_seed, step_seed
 from graft.signals import StopSignal
 from graft.storage.checkpoint import (
     checkpoint_step,
@@ -50,6 +50,7 @@ from graft.storage.checkpoint import (
 from graft.storage.lock import FolderLock
 from graft.storage.trajectory_store import TrajectoryStore
 from graft.trainer.backends import close_learners, make_learners, worker_memory
+from graft.trainer.dynamic import Round, fill_batches
 from graft.trainer.learner import Learner
 from graft.trainer.metrics import (
     JsonlWriter,
@@ -156,15 +157,15 @@ def per_model(run: Run, phase: str, fn: Callable[[str], T]) -> dict[str, T]:
     return {n: futures[n].result() for n in names}
 
 
-def rollout_phase(run: Run, prompts, step: int) -> tuple[dict[str, list[RolloutGroup]], dict]:
+def rollout_phase(run: Run, prompts, step: int, sampling_round: int = 0) -> tuple[dict[str, list[RolloutGroup]], dict]:
     """G samples per prompt from every model (side by side with ``threads_per_model.rollout``: :func:`per_model`);
     with ``update.recompute_old_logprobs`` their behaviour log-probs then come from a forward pass (before the
-    exchange, so ``s`` uses them too)."""
+    exchange, so ``s`` uses them too). Each sampling round of a step has its own seeds (:func:`round_seed`)."""
     cfg = run.cfg
 
     def one(name: str) -> tuple[list[RolloutGroup], dict]:
         learner = run.learners[name]
-        gs, m = learner.rollout(prompts, cfg.rollout, step, step_seed(cfg.seed, step, name), run.bars)
+        gs, m = learner.rollout(prompts, cfg.rollout, step, round_seed(cfg.seed, step, sampling_round, name), run.bars)
         if cfg.update.recompute_old_logprobs:
             m |= learner.recompute_old_logprobs(gs, cfg.update, cfg.rollout.temperature)
         return gs, m
@@ -194,15 +195,20 @@ def grade(run: Run, groups: list[RolloutGroup]) -> None:
         i += g.size
 
 
-def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
-    """Verify every response and compute GRPO advantages per group."""
+def score(run: Run, groups: dict[str, list[RolloutGroup]]) -> None:
+    """Verify every response and compute GRPO advantages per group, in place."""
     grade(run, [g for gs in groups.values() for g in gs])
-    metrics: dict = {}
-    up = run.cfg.update
-    for name, gs in groups.items():
-        adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), *adv_norm(up))
+    for gs in groups.values():
+        adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), *adv_norm(run.cfg.update))
         for g, a in zip(gs, adv, strict=True):  # adv: a row per group
             g.advantages = a.tolist()
+
+
+def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
+    """Verify every response and compute GRPO advantages per group (:func:`score`); their metrics."""
+    score(run, groups)
+    metrics: dict = {}
+    for name, gs in groups.items():
         st = group_stats(gs) | in_group_reward_stats([g.rewards for g in gs])
         metrics |= prefixed(name, st | trl_aliases(st) | reward_monitor(run.domain, gs, run.by_family))
     k = {n: counts(gs) for n, gs in groups.items()}
@@ -233,9 +239,31 @@ def reward_monitor(domain: Domain, groups: list[RolloutGroup], by_family: bool) 
     return out
 
 
-def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int) -> ExchangeResult:
-    """Who trains on what (``run.exchange``: GRAFT among the live models, a stored peer, HACPO's sharing or none)."""
+def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int, sampling_round: int = 0) -> ExchangeResult:
+    """Who trains on what (``run.exchange``: GRAFT among the live models, a stored peer, HACPO's sharing or none), in
+    the step's sampling round ``sampling_round`` (its random stream)."""
+    run.exchange.sampling_round = sampling_round
     return run.exchange(groups, step)
+
+
+def more_rounds(run: Run, step: int, first: Round) -> tuple[dict[str, list[RolloutGroup]], ExchangeResult, dict]:
+    """Dynamic sampling (:func:`graft.trainer.dynamic.fill_batches`): after round ``first``, rounds on the sampler's
+    next batches until every model keeps ``batch_prompts`` prompts that carry gradient or ``rollout.max_rounds`` ran."""
+    return fill_batches(
+        first,
+        lambda: run.sampler.next_batch()[0],
+        lambda prompts, r: sample_round(run, prompts, step, r),
+        run.cfg.batch_prompts,
+        run.cfg.rollout.max_rounds,
+    )
+
+
+def sample_round(run: Run, prompts: list[Prompt], step: int, sampling_round: int) -> Round:
+    """A further sampling round of the step (``rollout.dynamic_sampling``): rollout, score and exchange on
+    ``prompts``, with the round's own seeds."""
+    groups, m = rollout_phase(run, prompts, step, sampling_round)
+    score(run, groups)
+    return Round(prompts, groups, exchange_phase(run, groups, step, sampling_round), m)
 
 
 def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> dict:
@@ -243,6 +271,9 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
     at the step's learning rate (``models.I.lr_schedule`` over the horizon the run recorded)."""
     cfg = run.cfg
     lr = set_learning_rate(run, name, step)
+    if not groups:  # dynamic sampling kept none
+        say(f"warning: step {step}: model {name}: no group carries gradient after {cfg.rollout.max_rounds} rounds; no update")
+        return {"learning_rate": lr, "update/skipped_empty": 1}
     gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
     gs = run.rule.prepare(groups)
     plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
@@ -294,6 +325,10 @@ def train_step(run: Run, step: int) -> dict:
         metrics |= score_phase(run, groups)
     with timed(metrics, "exchange"):
         ex = exchange_phase(run, groups, step)
+    if run.cfg.rollout.dynamic_sampling:  # rewards and rollout metrics stay round 0's
+        with timed(metrics, "dynamic"):
+            groups, ex, dyn = more_rounds(run, step, Round(prompts, groups, ex, m))
+        metrics |= dyn
     metrics |= ex.metrics
     with timed(metrics, "update"):
         metrics |= update_phase(run, ex.train_groups, step)
@@ -642,7 +677,9 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
             f"reward_last{k}_mean": sum(r[-k:]) / k if r else None,
             "peer_responses_trained": sum(x.get(f"{name}/peer_responses", 0) or 0 for x in rows),
             "peer_row_share": _mean_of(rows, f"{name}/peer_row_share"),
-            "tokens_generated": sum(x.get(f"{name}/tokens/generated", 0) or 0 for x in rows),
+            "tokens_generated": sum(
+                x.get(f"{name}/dynamic/tokens_generated", x.get(f"{name}/tokens/generated", 0)) or 0 for x in rows
+            ),
         }
     admitted_keys = sorted({k for x in rows for k in x if k.startswith("exchange/") and k.endswith("/admitted")})
     out["exchange"] = {k.split("/")[1]: sum(x.get(k, 0) or 0 for x in rows) for k in admitted_keys}
