@@ -269,6 +269,10 @@ DOMAINS = Registry("domain", "DOMAINS", ("graft.domains.math", "graft.domains"))
 """``reward.domain`` -> :class:`graft.domains.Domain`: rows, prompt instruction and worked examples, grading and
 reward monitor of one kind of task (graft/domains/)."""
 
+CODE_FAMILIES = Registry("code family", "CODE_FAMILIES", ("graft.data.code_families",))
+"""The code task's problem families (``data.code_task.families``) -> :class:`graft.data.code_families.CodeFamily`
+(``CODE_FAMILIES["add"](rng)`` draws one function to write; :mod:`graft.data.code_families`)."""
+
 FAMILIES = Registry("problem family", "FAMILIES", ("graft.data.arithmetic",))
 """Procedural problem families (``data.arithmetic.families``): ``name -> (rng, max_operand) -> (problem, integer
 answer)``, defined in :mod:`graft.data.arithmetic`. Operands scale with ``max_operand`` (``square``: up to 2 x,

@@ -19,6 +19,13 @@ def step_seed(seed: int, step: int, stream: str) -> int:
     return (seed * 1_000_003 + step * 1009 + zlib.crc32(stream.encode())) % (2**63 - 1)
 
 
+def round_seed(seed: int, step: int, sampling_round: int, stream: str) -> int:
+    """Seed of one stream at sampling round ``sampling_round`` of ``step`` (``rollout.dynamic_sampling`` samples
+    fresh prompts in rounds after the first): round 0 is :func:`step_seed`'s, so a step of one round samples as
+    before, and round r > 0 is the stream ``STREAM/round{r}``."""
+    return step_seed(seed, step, stream if sampling_round == 0 else f"{stream}/round{sampling_round}")
+
+
 def _mix(*xs: int) -> int:
     """SplitMix64-style hash of integers -> a 63-bit seed (decorrelates neighbouring indices)."""
     h = 0x9E3779B97F4A7C15

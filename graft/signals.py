@@ -167,12 +167,29 @@ def start_worker(proc: BaseProcess) -> None:
     own exit handler would send it SIGTERM, which it ignores, and wait for it for ever)."""
     with blocked():  # multiprocessing's resource tracker, started first (starting it unblocks SIGINT and SIGTERM here)
         resource_tracker.ensure_running()
-    with blocked():  # and the forkserver, when this call starts them, are born with the signals blocked too
+    with blocked(), _script_hidden():  # and the forkserver, when this call starts them, are born with the signals blocked too
         proc.start()
     _WORKERS.add(proc)
     if not _EXIT_HOOK:
         atexit.register(_kill_workers)  # registered after multiprocessing's: runs before it
         _EXIT_HOOK.append(True)
+
+
+@contextlib.contextmanager
+def _script_hidden() -> Iterator[None]:
+    """While a worker starts, the main module shows multiprocessing no file and no module name, so neither the
+    forkserver nor a spawned worker runs the user's script again (a script or notebook that calls ``graft.train``
+    without an ``if __name__ == "__main__":`` guard would otherwise start training in every worker). graft's workers
+    need nothing of ``__main__``: their targets are graft's functions, a user's callable goes by value."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    for k in saved:
+        setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
 
 
 def _kill_workers() -> None:

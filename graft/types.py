@@ -228,6 +228,9 @@ class DirectionAudit(TypedDict):
     conflicts: list[dict]
     pairing: NotRequired[PairingRecord]
     """Which peers the receiver drew from and why (``exchange.pairing`` other than ``all``)."""
+    rounds: NotRequired[int]
+    """The sampling rounds whose exchanges the record holds, when the step took more than one
+    (``rollout.dynamic_sampling``; :func:`graft.exchange.common.merge_rounds`)."""
 
 
 @dataclass

@@ -53,6 +53,23 @@ def test_bad_plans_are_refused(tmp_path, tiny_llama_dir, tiny_gemma_dir):
         load_plan(tmp_path / "missing.yaml")
 
 
+def test_a_plan_names_a_packaged_preset(tmp_path):
+    # no baselines/dapo.yaml beside the plan: the packaged preset (GRPO with dynamic sampling) is the base config
+    from graft.config import CONFIGS, load_config
+    plan = {"name": "dapo", "config": "baselines/dapo", "runs": str(tmp_path / "runs"), "results": str(tmp_path / "res"),
+            "seeds": [1], "arms": {"dapo": [], "grpo": ["rollout.dynamic_sampling=false"]}}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    p = load_plan(tmp_path / "plan.yaml")
+    assert p.config == CONFIGS / "baselines" / "dapo.yaml"
+    cfgs = {m.arm: load_config(p.config, m.train_overrides()) for m in p.members}
+    assert cfgs["dapo"].rollout.dynamic_sampling and cfgs["dapo"].rollout.max_rounds == 3
+    assert not cfgs["grpo"].rollout.dynamic_sampling and {c.exchange.kind for c in cfgs.values()} == {"none"}
+    # a file of that name beside the plan wins over the preset
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "dapo").write_text("include: default\nexchange: {kind: none}\n")
+    assert load_plan(tmp_path / "plan.yaml").config == tmp_path / "baselines" / "dapo"
+
+
 def test_plan_members_and_stored_arms(tmp_path, tiny_llama_dir, tiny_gemma_dir):
     plan = load_plan(_plan(tmp_path, tiny_llama_dir, tiny_gemma_dir))
     assert [(m.arm, m.seed, m.models) for m in plan.members] == [

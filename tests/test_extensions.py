@@ -16,14 +16,16 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from graft.config import load_config, show_config
+from graft.config import ConfigError, load_config, show_config
 from graft.config.checks import check
+from graft.data.code_families import CodeFamily, CodeSpec
+from graft.data.code_task import make_code_task, solution
 from graft.data.tasks import Task
 from graft.domains import Domain
 from graft.exchange.kinds import Exchange
 from graft.exchange.pairing import ChoosePeer
 from graft.policy.engines import HFEngine
-from graft.registry import DOMAINS, ENGINES, EXCHANGES, FAMILIES, LR_SCHEDULES, PAIRINGS, RULES, TASKS, TRACKERS
+from graft.registry import CODE_FAMILIES, DOMAINS, ENGINES, EXCHANGES, FAMILIES, LR_SCHEDULES, PAIRINGS, RULES, TASKS, TRACKERS
 from graft.trainer import loop
 from graft.trainer.rules import UpdateRule
 from graft.types import ExchangeResult
@@ -200,3 +202,27 @@ def test_a_problem_family_and_an_exchange_kind_of_ones_own_train(tmp_path, tiny_
     assert Mirror.calls == 2 and not _lines(tmp_path / "run" / "audit.jsonl")
     metrics = _lines(tmp_path / "run" / "metrics.jsonl")
     assert "A/reward/family/triple" in metrics[0]                   # the family's own breakdown
+
+
+TWO = ["models=[{name: A, path: a}, {name: B, path: b}]"]
+
+
+def _negate() -> CodeSpec:
+    """negate(x) returns -x."""
+    return CodeSpec("negate", "x", "minus x", lambda x: -x, lambda rng: (rng.randint(2, 99),),
+                    lambda rng: [(0,), (-1,), (rng.randint(10**8, 10**9),)], lambda rng: (rng.randint(-999, 999),),
+                    "def negate(x):\n    return -x\n")
+
+
+def test_a_code_family_of_ones_own_makes_rows_the_sandbox_grades():
+    """A code family registered from this file is a choice of data.code_task.families (checked at load) and makes
+    rows whose hidden tests its reference solution passes and a wrong program fails."""
+    with registered((CODE_FAMILIES, "negate", CodeFamily(_negate, ((),)))):
+        cfg = load_config(None, [*TWO, "data.train=code_task", "reward.domain=code", "data.code_task.families=[negate]",
+                                 "data.code_task.num_prompts=3"])
+        rows = make_code_task(3, 0, cfg.data.code_task.families)
+        assert [r["id"] for r in rows] == ["negate-00000", "negate-00001", "negate-00002"]
+        assert rows[0]["tests"][:2] == ["assert negate(0) == 0", "assert negate(-1) == 1"]   # the edge classes first
+        assert solution(rows[0]) == "```python\ndef negate(x):\n    return -x\n```"
+    with pytest.raises(ConfigError, match="data.code_task.families: must be a non-empty list of add"):
+        load_config(None, [*TWO, "data.train=code_task", "reward.domain=code", "data.code_task.families=[negate]"])

@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graft.evaluation",),
     ("graft.trainer",),
     ("graft.bench",),
+    ("graft.api",),        # graft.train / load_config / load_run: the Python API, which the CLI's train runs
     ("graft.commands",),   # the command layer: every command's entry point and parser (graft/commands/)
     ("graft.cli", "graft.__main__"),   # `python -m graft.cli` / `python -m graft`: graft.commands.cli's main
     ("graft.docs_gen",),

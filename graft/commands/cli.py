@@ -47,7 +47,7 @@ USAGE = __doc__
 
 def train_main(argv: list[str]) -> int:
     args = train_parser().parse_args(argv)
-    train = importlib.import_module("graft.trainer.loop").train  # deferred: torch, transformers
+    train = importlib.import_module("graft.api").train  # deferred: torch, transformers
     train(load_config(args.config, args.overrides))
     return 0
 

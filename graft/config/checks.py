@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextvars
 import typing
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 from graft.errors import UserError
 from graft.registry import Registry
@@ -139,3 +139,19 @@ def grouped(cls: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         if marker is not None:
             out[name] = {k: out.pop(k) if k in out else c() for k, c in marker.classes().items()}
     return out
+
+
+class Accepts:
+    """The marker of a field that also takes a Python object built in code, not only what a file can write
+    (``train: str | Annotated[Any, Accepts(is_rows, "an in-memory dataset ...")]``): ``test(value)`` says whether a
+    value is one, ``words`` what it is (in messages, ``graft config show`` and the configuration reference)."""
+
+    def __init__(self, test: Callable[[Any], bool], words: str) -> None:
+        self.test, self.words = test, words
+
+
+def accepts_of(hint: Any) -> Accepts | None:
+    """The :class:`Accepts` marker of a field of type ``hint``, else None."""
+    if typing.get_origin(hint) is not Annotated:
+        return None
+    return next((m for m in typing.get_args(hint)[1:] if isinstance(m, Accepts)), None)

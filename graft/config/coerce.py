@@ -3,6 +3,7 @@ mappings and reports every error with its dotted field."""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 import re
@@ -12,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
-from graft.config.checks import BROKEN, ConfigError, ConfigErrors, FieldError, each, grouped, members, registry_of
+from graft.config.checks import BROKEN, ConfigError, ConfigErrors, FieldError, accepts_of, each, grouped, members, registry_of
 from graft.config.keys import unknown_keys
 
 
@@ -80,7 +81,9 @@ def show_value(value: Any) -> str:
         return "a mapping"
     if isinstance(value, (list, tuple)):
         return "a list"
-    return repr(value)
+    if isinstance(value, (str, int, float)):
+        return repr(value)
+    return f"a {type(value).__name__}"
 
 
 def hint_words(hint: Any) -> str:
@@ -97,8 +100,12 @@ def hint_words(hint: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
     if origin is Annotated:
-        registry = registry_of(hint)
-        return "one of " + registry.choices() if registry is not None else hint_words(args[0])
+        registry, accepts = registry_of(hint), accepts_of(hint)
+        if registry is not None:
+            return "one of " + registry.choices()
+        return accepts.words if accepts is not None else hint_words(args[0])
+    if origin is collections.abc.Callable:
+        return "a Python callable"
     if origin in (typing.Union, types.UnionType):
         parts = [hint_words(a) for a in args if a is not type(None)]
         if type(None) in args:
@@ -132,8 +139,12 @@ def _exact(hint: Any, value: Any) -> bool:
     if origin is Literal:
         return any(type(value) is type(a) and value == a for a in typing.get_args(hint))
     if origin is Annotated:
-        registry = registry_of(hint)
-        return isinstance(value, str) and value in registry if registry is not None else _exact(typing.get_args(hint)[0], value)
+        registry, accepts = registry_of(hint), accepts_of(hint)
+        if registry is not None:
+            return isinstance(value, str) and value in registry
+        return accepts.test(value) if accepts is not None else _exact(typing.get_args(hint)[0], value)
+    if origin is collections.abc.Callable:
+        return callable(value) and not isinstance(value, type)
     if origin in (list, tuple):
         return isinstance(value, (list, tuple))
     if origin is dict or dataclasses.is_dataclass(hint):
@@ -173,12 +184,22 @@ def _to_literal(hint: Any, args: tuple, value: Any, where: str) -> Any:
 
 
 def _to_annotated(hint: Any, args: tuple, value: Any, where: str) -> Any:
-    registry = registry_of(hint)
+    registry, accepts = registry_of(hint), accepts_of(hint)
+    if accepts is not None:
+        if accepts.test(value):
+            return value
+        raise ConfigError(f"{where}: expected {accepts.words}, got {show_value(value)}")
     if registry is None:
         return coerce(args[0], value, where)
     if isinstance(value, str) and value in registry:
         return value
     raise ConfigError(f"{where}: {show_value(value)} is not one of {registry.choices()}")
+
+
+def _to_callable(hint: Any, args: tuple, value: Any, where: str) -> Any:
+    if callable(value) and not isinstance(value, type):
+        return value
+    raise ConfigError(f"{where}: expected a Python callable, got {show_value(value)}")
 
 
 def _to_union(hint: Any, args: tuple, value: Any, where: str) -> Any:
@@ -282,6 +303,7 @@ _GENERICS = {
     list: _to_list,
     tuple: _to_tuple,
     dict: _to_dict,
+    collections.abc.Callable: _to_callable,
 }
 """Generic origins (``Annotated[str, REGISTRY]``, ``Literal[...]``, ``X | None``, ``list[X]`` ...) -> their
 check-and-convert function."""

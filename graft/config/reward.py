@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from graft.config.checks import check, check_choices
 from graft.registry import DOMAINS, ON_ERRORS
@@ -20,9 +21,10 @@ class RewardConfig:
     fenced Python block passes the row's ``tests`` in a sandbox. Also a registered name (``graft.registry.DOMAINS``)
     or ``"module:ATTR"`` / ``"path/to/file.py:ATTR"`` naming a ``graft.domains.Domain`` of your own. (Replaces
     ``answer_form``: ``any`` is ``math``, ``number`` is ``number``.)"""
-    function: list[str] = field(default_factory=list)
+    function: list[str | Callable[..., Any]] = field(default_factory=list)
     """Your own reward functions instead of the domain's grading, TRL-style: ``"package.module:callable"`` or
-    ``"path/to/file.py:callable"``, called as ``f(prompts=[...], completions=[...], **columns)`` with the batch's
+    ``"path/to/file.py:callable"`` (from Python, also the function itself: ``graft.train(cfg, reward_funcs=[f])``),
+    called as ``f(prompts=[...], completions=[...], **columns)`` with the batch's
     problems, responses and every other column of their rows as lists (``id``, ``answer``, ``tests``, and the
     file's own extra columns); returns one float (or ``None``: not gradable) per completion. Several are summed
     with ``weights``. Runs in a worker process under ``function_timeout_s``."""
@@ -76,7 +78,7 @@ class RewardConfig:
             self.function = [self.function]
         for i, f in enumerate(self.function):
             check(
-                ":" in f and bool(f.rpartition(":")[2]),
+                callable(f) or (":" in f and bool(f.rpartition(":")[2])),
                 f"function.{i}",
                 f"{f!r} must look like 'package.module:callable' or 'path/to/file.py:callable'",
             )

@@ -15,6 +15,7 @@ import yaml
 
 from graft.config.checks import member_values, members
 from graft.config.coerce import hint_words
+from graft.config.data import is_rows
 from graft.config.keys import dataclass_of
 from graft.config.root import Config
 
@@ -143,8 +144,18 @@ def to_dict(cfg: Any) -> dict:
 def _tree(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {k: _tree(v) for k, v in member_values(value).items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple)) and not (value and is_rows(value)):
         return [_tree(v) for v in value]
     if isinstance(value, dict):
         return {k: _tree(v) for k, v in value.items()}
-    return value
+    return value if value is None or isinstance(value, (str, int, float, bool)) else object_text(value)
+
+
+def object_text(value: Any) -> str:
+    """How a Python object set in code (a reward function, an in-memory dataset) is written in a saved config: a
+    function as ``module:qualname``, a dataset as ``<in-memory dataset: N rows>``."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '?')}:{value.__qualname__}"
+    if is_rows(value):
+        return f"<in-memory dataset: {len(value)} rows>"
+    return f"<{type(value).__name__}>"

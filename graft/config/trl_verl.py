@@ -239,6 +239,21 @@ VERL = (
     ),
     OtherName("algorithm.use_kl_in_reward", None, "graft's KL is a loss term: models.I.kl_coef"),
     OtherName("algorithm.kl_ctrl.kl_coef", None, "graft's KL is a loss term: models.I.kl_coef"),
+    OtherName(
+        "algorithm.filter_groups.enable",
+        "rollout.dynamic_sampling",
+        "DAPO's dynamic sampling; graft drops a group only when it carries no gradient after the exchange",
+    ),
+    OtherName(
+        "algorithm.filter_groups.max_num_gen_batches",
+        "rollout.max_rounds",
+        "verl stops with an error when they run out, graft trains on the groups it kept; verl's 0 (no limit) has none",
+    ),
+    OtherName(
+        "algorithm.filter_groups.metric",
+        None,
+        "graft drops a group whose advantages are all 0 after the exchange (with 0/1 rewards verl's acc)",
+    ),
     OtherName("custom_reward_function.path", "reward.function", _REWARD_FUNCTION),
     OtherName("custom_reward_function.name", "reward.function", _REWARD_FUNCTION),
     OtherName("trainer.total_training_steps", "steps"),

@@ -10,6 +10,9 @@ Sources (``DataConfig.train`` / ``val``):
   written (no type guessing: ids ``007`` and ``7`` stay apart, an answer ``1.50`` stays ``1.50``).
 * ``hub:NAME[:split]`` — a Hugging Face dataset (split defaults to ``train``). Hub datasets rarely have an ``id``
   column: ``unique_id`` is used when present, else ``NAME:split:ROW`` (0-based row).
+* from Python (``graft.train(cfg, train_dataset=...)``), an in-memory dataset: a list of dicts, a
+  ``datasets.Dataset`` or a pandas ``DataFrame`` (rows ``row N``, 1-based, in messages; a saved config names it
+  ``<in-memory dataset: N rows>``).
 * the name of a procedural task (:mod:`graft.data.tasks`: ``arithmetic``, ``code_task``, ...) — its prompts, made
   from its settings section (``tasks[NAME]``, the config's ``data.NAME``; its defaults when not given).
 
@@ -92,7 +95,7 @@ def skip_bad_row(e: RowError, where: str, skip_hint: str, stats: dict) -> None:
 
 
 def load_prompts(
-    spec: str,
+    spec: str | Any,
     on_bad_row: str = "error",
     tasks: Mapping[str, Any] | None = None,
     limit: int | None = None,
@@ -118,8 +121,8 @@ def load_prompts(
         raise DataError(f"on_bad_row: {e}") from None
     if limit is not None and limit <= 0:
         raise DataError(f"limit must be positive, got {limit}")
-    spec = str(spec).strip()
-    stats: dict = {"source": spec, "rows": 0, "prompts": 0, "skipped": 0, "skipped_reasons": {}}
+    spec = spec.strip() if isinstance(spec, str) else spec
+    stats: dict = {"source": source_name(spec), "rows": 0, "prompts": 0, "skipped": 0, "skipped_reasons": {}}
     where, rows, fields = _source_rows(spec, dict(fields or {}), tasks or {})
 
     prompts: list[Prompt] = []
@@ -149,14 +152,23 @@ def load_prompts(
     return prompts, stats
 
 
+def source_name(spec: str | Any) -> str:
+    """How messages name a data source: its spec, or ``an in-memory dataset of N rows``."""
+    return spec if isinstance(spec, str) else f"an in-memory dataset of {len(spec)} rows"
+
+
 def _source_rows(
-    spec: str, fields: dict[str, str], tasks: Mapping[str, Any]
+    spec: str | Any, fields: dict[str, str], tasks: Mapping[str, Any]
 ) -> tuple[str, Iterable[tuple[str, Any]], dict[str, str]]:
     """``(where, rows, fields)`` of a source: its name in messages, its ``(location, row)`` pairs, and the column
     mapping that applies (none for the procedural tasks, whose rows carry graft's names)."""
     bad = [k for k in fields if k not in GRAFT_FIELDS]
     if bad:
         raise DataError(f"data.fields: {bad[0]!r} is not a graft field; map {', '.join(GRAFT_FIELDS)}")
+    if not isinstance(spec, str):
+        return source_name(spec), _memory_rows(spec), fields
+    if spec.startswith("<in-memory dataset"):
+        raise DataError(f"{spec} was given from Python (graft.train) and is not saved with the run; pass the data again")
     if spec in TASKS:
         return spec, ((r["id"], r) for r in _task_rows(spec, tasks)), {}
     if spec.startswith("hub:"):
@@ -172,6 +184,17 @@ def _task_rows(name: str, tasks: Mapping[str, Any]) -> list[dict]:
         return task.rows(settings)
     except ValueError as e:
         raise DataError(f"data.{name}: {e}") from None
+
+
+def _memory_rows(data: Any) -> Iterator[tuple[str, Any]]:
+    """``(row N, row)`` of a list of dicts, a ``datasets.Dataset`` or a pandas ``DataFrame`` (its cells as Python
+    values, through Arrow, as a Parquet file's are)."""
+    if type(data).__name__ == "DataFrame":
+        import pyarrow as pa  # here, not at the top: gpu_check runs on machines without pyarrow
+
+        data = pa.Table.from_pandas(data, preserve_index=False).to_pylist()
+    for i, row in enumerate(data, 1):
+        yield f"row {i}", dict(row) if isinstance(row, Mapping) else row
 
 
 DATASETS_SUFFIXES = {".csv": "csv", ".tsv": "csv", ".json": "json"}
@@ -413,13 +436,13 @@ def short(x: Any) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-def check_batch_fits(prompts: list[Prompt], batch_prompts: int, source: str) -> None:
+def check_batch_fits(prompts: list[Prompt], batch_prompts: int, source: str | Any) -> None:
     """Refuse ``batch_prompts`` larger than the usable prompts of ``source`` (a batch would hold a
     prompt twice); checked right after loading, before any model is loaded."""
     if batch_prompts > len(prompts):
         raise DataError(
             f"batch_prompts: {batch_prompts} exceeds the {len(prompts)} usable prompts of data.train "
-            f"({source}): a batch would repeat prompts; lower batch_prompts or add data"
+            f"({source_name(source)}): a batch would repeat prompts; lower batch_prompts or add data"
         )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from graft.config import Config, RewardConfig
 from graft.data.datasets import load_prompts
 from graft.domains.base import Domain, load_domain
-from graft.reward.functions import FunctionGrader, code_digest, row_reference
+from graft.reward.functions import FunctionGrader, code_digest, function_name, row_reference
 from graft.reward.grader import Grader
 from graft.types import Prompt
 
@@ -32,7 +32,7 @@ def reward_code(reward: RewardConfig) -> dict[str, str]:
     field (``reward.function.0``, ``reward.domain``, ``reward.domain.verify_fn``); graft's own code is left out. A run
     records it in every checkpoint and refuses to resume on other code. A missing file or module is a one-line
     error here, before any model loads."""
-    specs = {f"reward.function.{i} ({f})": f for i, f in enumerate(reward.function)}
+    specs = {f"reward.function.{i} ({function_name(f)})": f for i, f in enumerate(reward.function)}
     if ":" in reward.domain:
         specs[f"reward.domain ({reward.domain})"] = reward.domain
     specs[f"reward.domain.verify_fn ({task_domain(reward).verify_fn})"] = task_domain(reward).verify_fn
@@ -97,7 +97,7 @@ def make_grader(reward: RewardConfig, workers: int | None = None, timeout_s: flo
 
 
 def load_data(
-    spec: str,
+    spec: str | Any,
     cfg: Config,
     limit: int | None = None,
     on_bad_row: str | None = None,

@@ -14,9 +14,10 @@ from typing import Callable
 import torch
 
 from graft.algos.advantages import success_counts
+from graft.algos.gating import S_STATISTICS, gate_metrics
 from graft.config import UpdateConfig
 from graft.registry import ADV_STDS
-from graft.types import DirectionAudit, HandedRow, PairingRecord, RolloutGroup, TransferRow
+from graft.types import DirectionAudit, ExchangeResult, HandedRow, PairingRecord, RolloutGroup, TransferRow
 
 Grade = Callable[[list[RolloutGroup]], None]
 """Fills ``rewards`` and ``status`` of groups in place (the receiver's re-verification)."""
@@ -124,3 +125,56 @@ def regrade(grade: Grade, peers: list[RolloutGroup], rows: list[HandedRow]) -> l
     grade(peers)
     verdict = {(g.prompt_id, i): r for g in peers for i, r in zip(g.index, g.rewards, strict=True)}
     return [{**row, "reward_receiver": verdict.get((row["prompt_id"], row["index"]))} for row in rows]
+
+
+ROUND_COUNTS = (
+    "candidates",
+    "kept_prompts",
+    "transferred",
+    "admitted",
+    "transferred_correct",
+    "admitted_correct",
+    "conflicts_lost",
+)
+"""The ``exchange/S->R/...`` metrics that count; :func:`merge_rounds` sums them over a step's sampling rounds."""
+
+
+def merge_rounds(results: list[ExchangeResult]) -> tuple[list[DirectionAudit], dict]:
+    """The audit records and metrics of a step's exchanges over its sampling rounds (``rollout.dynamic_sampling``;
+    ``results`` [R], round 0 first) as those of one exchange, so that every reader of the audit log and the run
+    summary counts every round. Per direction one record: every round's candidates, selected prompts, responses and
+    conflicts, ``m`` their sum (-1 without balancing), round 0's ``pairing`` and ``rounds``: R. The metrics: the
+    counts (:data:`ROUND_COUNTS`) and ``m`` the same way, ``admitted_frac`` and the ``s`` statistics over the
+    responses of the merged record, every other key round 0's. One round: its own records and metrics."""
+    first = results[0]
+    if len(results) == 1:
+        return first.audit, first.metrics
+    by_direction: dict[tuple[str, str], list[DirectionAudit]] = {}
+    for res in results:
+        for rec in res.audit:
+            by_direction.setdefault((rec["source"], rec["receiver"]), []).append(rec)
+    records, metrics = [], dict(first.metrics)
+    for (src, recv), recs in by_direction.items():
+        ms = [r["m"] for r in recs]
+        merged: DirectionAudit = {
+            **recs[0],
+            "candidates": [c for r in recs for c in r["candidates"]],
+            "m": -1 if -1 in ms else sum(ms),
+            "selected": [p for r in recs for p in r["selected"]],
+            "responses": [x for r in recs for x in r["responses"]],
+            "conflicts": [c for r in recs for c in r["conflicts"]],
+            "rounds": len(results),
+        }
+        records.append(merged)
+        pre = f"exchange/{src}->{recv}"
+        for key in ROUND_COUNTS + ("m",):
+            values = [res.metrics[f"{pre}/{key}"] for res in results if f"{pre}/{key}" in res.metrics]
+            if values:
+                metrics[f"{pre}/{key}"] = -1 if key == "m" and -1 in values else sum(values)
+        rows = merged["responses"]
+        stats = gate_metrics(
+            torch.tensor([r["s"] for r in rows], dtype=torch.float64),
+            torch.tensor([bool(r["admitted"]) for r in rows], dtype=torch.bool),
+        )
+        metrics |= {f"{pre}/{k}": stats[k] for k in ("admitted_frac", *S_STATISTICS) if f"{pre}/{k}" in metrics}
+    return records, metrics

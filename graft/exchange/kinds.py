@@ -34,7 +34,7 @@ from graft.exchange.live import exchange_live
 from graft.exchange.pairing import PairingWindow
 from graft.exchange.stored import exchange_stored, stored_peer_groups
 from graft.registry import EXCHANGES, PAIRINGS
-from graft.seeds import step_seed
+from graft.seeds import round_seed
 from graft.storage.trajectory_store import StoredGroup, StoreError, TrajectoryStore
 from graft.types import ExchangeResult, RolloutGroup
 
@@ -123,6 +123,9 @@ class Exchange:
     """Models may train on groups that are not their own (False: GRPO, each model alone)."""
     pairs: ClassVar[bool] = False
     """A receiver may have several peers, so ``exchange.pairing`` chooses among them (refused by the other kinds)."""
+    sampling_round: int = 0
+    """The sampling round of the step that the next call exchanges (``rollout.dynamic_sampling`` runs several; the
+    training loop sets it before each call): each round draws from its own random stream (:meth:`generator`)."""
 
     def __init__(self, cfg: Config, receivers: Mapping[str, Receiver], grade: Grade, peer: StoredPeer | None = None) -> None:
         self.cfg, self.receivers, self.grade, self.peer = cfg, receivers, grade, peer
@@ -190,8 +193,9 @@ class Exchange:
         return adv_norm(self.cfg.update)
 
     def generator(self, step: int) -> torch.Generator:
-        """The step's random stream of the exchange (random selection / admission ablations)."""
-        return torch.Generator().manual_seed(step_seed(self.cfg.seed, step, "exchange"))
+        """The random stream of the exchange (random selection / admission ablations) at ``step`` and the sampling
+        round :attr:`sampling_round` (round 0: the step's stream)."""
+        return torch.Generator().manual_seed(round_seed(self.cfg.seed, step, self.sampling_round, "exchange"))
 
 
 def _configured(cfg: Config, key: str) -> Any:

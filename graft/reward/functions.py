@@ -41,6 +41,7 @@ import inspect
 import json
 import math
 import numbers
+import pickle
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +49,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
 
 from graft.console import say
 from graft.errors import UserError
@@ -106,6 +109,39 @@ def load_object(spec: str, key: str) -> Any:
     if not hasattr(module, attr):
         raise RewardFunctionError(f"{key}: {target!r} has no attribute {attr!r}")
     return getattr(module, attr)
+
+
+def function_name(spec: str | Callable[..., Any]) -> str:
+    """How messages and metrics name a reward function: its spec (``"file.py:fn"``), or a callable's ``__name__``
+    (TRL's naming; a ``functools.partial`` or callable object: its type's name)."""
+    if isinstance(spec, str):
+        return spec
+    return getattr(spec, "__name__", None) or type(getattr(spec, "func", spec)).__name__
+
+
+def shipped(spec: str | Callable[..., Any], key: str) -> str | bytes:
+    """What the worker process is sent for one function: its spec, or a callable pickled by value where it lives in
+    the user's script or notebook (cloudpickle; by reference where its module can be imported). One line naming
+    ``key`` for a callable that cannot be pickled (it holds a lock, an open file, a model...)."""
+    if isinstance(spec, str):
+        return spec
+    try:
+        return cloudpickle.dumps(spec)
+    except Exception as e:  # noqa: BLE001 - whatever the object holds that cannot be pickled
+        raise RewardFunctionError(
+            f"{key}: cannot send {function_name(spec)} to the reward worker process ({type(e).__name__}: {e}); "
+            "build what it holds inside the function, or set reward.workers=0 to call it in this process"
+        ) from None
+
+
+def load_function(spec: str | bytes | Callable[..., Any], key: str) -> Callable[..., Any]:
+    """The function a spec names, a shipped callable unpickled, or the callable itself."""
+    if isinstance(spec, bytes):
+        try:
+            return pickle.loads(spec)
+        except Exception as e:  # noqa: BLE001 - the user's module may be missing here
+            raise RewardFunctionError(f"{key}: cannot load the reward function in its worker: {type(e).__name__}: {e}") from None
+    return load_object(spec, key) if isinstance(spec, str) else spec
 
 
 def code_digest(obj: str | Callable[..., Any], key: str) -> str | None:
@@ -239,7 +275,7 @@ def _shown(v: Any) -> str:
     return f"{type(v).__name__} {text[:60] + '...' if len(text) > 60 else text}"
 
 
-def worker_main(conn, specs: list[str], sys_path: list[str]) -> None:
+def worker_main(conn, specs: list[str | bytes], sys_path: list[str], names: list[str]) -> None:
     """The worker process: imports the functions, then answers ``(prompts, completions, columns)`` batches with
     one ``["ok", values]`` / ``["error", message]`` message per function, in order."""
     as_worker()  # the parent stops us, once the batch in hand is answered (graft.signals)
@@ -247,7 +283,7 @@ def worker_main(conn, specs: list[str], sys_path: list[str]) -> None:
         if p not in sys.path:
             sys.path.insert(0, p)
     try:
-        fns = [load_object(s, f"reward.function.{i}") for i, s in enumerate(specs)]
+        fns = [load_function(s, f"reward.function.{i}") for i, s in enumerate(specs)]
     except RewardFunctionError as e:
         conn.send(["fatal", str(e)])
         return
@@ -259,8 +295,8 @@ def worker_main(conn, specs: list[str], sys_path: list[str]) -> None:
             return
         if msg is None:
             return
-        for fn, spec in zip(fns, specs, strict=True):
-            conn.send(_call(fn, spec, *msg))
+        for fn, name in zip(fns, names, strict=True):
+            conn.send(_call(fn, name, *msg))
 
 
 class FunctionGrader:
@@ -268,7 +304,7 @@ class FunctionGrader:
     :class:`graft.reward.grader.Grader`.
 
     Args:
-        specs: the functions.
+        specs: the functions: specs (``"file.py:fn"``) or callables.
         weights: one per function (``None``: 1 each).
         timeout_s: the longest one function may take on one batch.
         on_error: ``stop`` raises :class:`RewardFunctionError`; ``zero`` scores the batch 0.
@@ -280,7 +316,7 @@ class FunctionGrader:
 
     def __init__(
         self,
-        specs: Sequence[str],
+        specs: Sequence[str | Callable[..., Any]],
         weights: Sequence[float] | None = None,
         timeout_s: float = 120.0,
         on_error: str = "stop",
@@ -293,9 +329,11 @@ class FunctionGrader:
         self.memory_mb, self._peak_mb = int(memory_mb), 0.0
         self.weights = list(weights) if weights is not None else [1.0] * len(self.specs)
         self.stats: dict[str, int] = {}
-        self.verify_fn = "reward.function: " + ", ".join(self.specs)
+        self.names = [function_name(s) for s in self.specs]
+        self.verify_fn = "reward.function: " + ", ".join(self.names)
         self._ctx = mp_context(start_method) if workers > 0 else None
-        self._local = [load_object(s, f"reward.function.{i}") for i, s in enumerate(self.specs)] if workers == 0 else None
+        self._local = [load_function(s, f"reward.function.{i}") for i, s in enumerate(self.specs)] if workers == 0 else None
+        self._shipped = [shipped(s, f"reward.function.{i}") for i, s in enumerate(self.specs)] if workers > 0 else []
         self._startup_timeout_s = startup_timeout_s
         self._proc: BaseProcess | None = None
         self._conn: Connection | None = None
@@ -307,12 +345,12 @@ class FunctionGrader:
             raise RewardFunctionError("a FunctionGrader with workers=0 starts no worker process")
         parent, child = self._ctx.Pipe(duplex=True)
         self._proc = proc = self._ctx.Process(
-            target=worker_main, args=(child, self.specs, list(sys.path)), daemon=True, name="graft-reward-fn"
+            target=worker_main, args=(child, self._shipped, list(sys.path), self.names), daemon=True, name="graft-reward-fn"
         )
         start_worker(proc)
         child.close()
         self._conn = parent
-        msg = self._recv(self._startup_timeout_s, f"importing {', '.join(self.specs)}", "its start-up limit")
+        msg = self._recv(self._startup_timeout_s, f"importing {', '.join(self.names)}", "its start-up limit")
         if msg[0] != "ready":
             self.close()
             raise RewardFunctionError(str(msg[1]))
@@ -380,7 +418,7 @@ class FunctionGrader:
         process is stopping (:func:`graft.signals.stopping`) died of the stop, not of the batch: the batch is graded
         again, once, by a fresh worker, so an interrupted call is never scored."""
         if self._local is not None:
-            results = [_call(fn, s, prompts, completions, columns) for fn, s in zip(self._local, self.specs, strict=True)]
+            results = [_call(fn, s, prompts, completions, columns) for fn, s in zip(self._local, self.names, strict=True)]
         else:
             results, died = self._remote(prompts, completions, columns)
             if died and stopping():
@@ -398,8 +436,8 @@ class FunctionGrader:
         assert conn is not None and proc is not None  # _start() set both
         conn.send((prompts, completions, columns))
         results = []
-        for spec in self.specs:  # every function answers, even after another's error
-            res = self._recv(self.timeout_s, f"reward function {spec} on {len(completions)} completions")
+        for name in self.names:  # every function answers, even after another's error
+            res = self._recv(self.timeout_s, f"reward function {name} on {len(completions)} completions")
             results.append(res)
             if res[0] == "timeout" or (res[0] == "error" and not proc.is_alive()):
                 died = res[0] == "error"

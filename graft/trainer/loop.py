@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -25,7 +25,7 @@ from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
 from graft.config import Config, ConfigError, save_config, to_dict
 from graft.console import bars, say
-from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint
+from graft.data.datasets import DataError, PromptSampler, check_batch_fits, prompts_fingerprint, source_name
 from graft.data.tasks import family_of, task_families
 from graft.domains import Domain
 from graft.domains.grading import grading_note, load_data, make_grader, reward_code, task_domain, unrewardable
@@ -38,7 +38,7 @@ from graft.policy.context import check_learner_context
 from graft.policy.loading import ModelLoadError, check_model_source, quiet_loading
 from graft.policy.prompts import check_conversations
 from graft.reward.grader import Grader
-from graft.seeds import step_seed
+from graft.seeds import round_seed, step_seed
 from graft.signals import StopSignal
 from graft.storage.checkpoint import (
     checkpoint_step,
@@ -51,6 +51,7 @@ from graft.storage.checkpoint import (
 from graft.storage.lock import FolderLock
 from graft.storage.trajectory_store import TrajectoryStore
 from graft.trainer.backends import close_learners, make_learners, worker_memory
+from graft.trainer.dynamic import Round, fill_batches
 from graft.trainer.learner import Learner
 from graft.trainer.metrics import (
     JsonlWriter,
@@ -65,7 +66,7 @@ from graft.trainer.metrics import (
 )
 from graft.trainer.resume import CHANGES, Start, describe_changes, history, record_changes, start_of
 from graft.trainer.rules import UpdateRule, make_rule
-from graft.trainer.stop import Diverged, Preempted
+from graft.trainer.stop import Diverged, Preempted, StopTraining
 from graft.trainer.tracking import check_trackers, open_trackers
 from graft.trainer.workers import process_memory
 from graft.types import VERIFY_TIMEOUT, DirectionAudit, ExchangeResult, Prompt, RolloutGroup
@@ -157,15 +158,15 @@ def per_model(run: Run, phase: str, fn: Callable[[str], T]) -> dict[str, T]:
     return {n: futures[n].result() for n in names}
 
 
-def rollout_phase(run: Run, prompts, step: int) -> tuple[dict[str, list[RolloutGroup]], dict]:
+def rollout_phase(run: Run, prompts, step: int, sampling_round: int = 0) -> tuple[dict[str, list[RolloutGroup]], dict]:
     """G samples per prompt from every model (side by side with ``threads_per_model.rollout``: :func:`per_model`);
     with ``update.recompute_old_logprobs`` their behaviour log-probs then come from a forward pass (before the
-    exchange, so ``s`` uses them too)."""
+    exchange, so ``s`` uses them too). Each sampling round of a step has its own seeds (:func:`round_seed`)."""
     cfg = run.cfg
 
     def one(name: str) -> tuple[list[RolloutGroup], dict]:
         learner = run.learners[name]
-        gs, m = learner.rollout(prompts, cfg.rollout, step, step_seed(cfg.seed, step, name), run.bars)
+        gs, m = learner.rollout(prompts, cfg.rollout, step, round_seed(cfg.seed, step, sampling_round, name), run.bars)
         if cfg.update.recompute_old_logprobs:
             m |= learner.recompute_old_logprobs(gs, cfg.update, cfg.rollout.temperature)
         return gs, m
@@ -196,15 +197,20 @@ def grade(run: Run, groups: list[RolloutGroup]) -> None:
         i += g.size
 
 
-def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
-    """Verify every response and compute GRPO advantages per group."""
+def score(run: Run, groups: dict[str, list[RolloutGroup]]) -> None:
+    """Verify every response and compute GRPO advantages per group, in place."""
     grade(run, [g for gs in groups.values() for g in gs])
-    metrics: dict = {}
-    up = run.cfg.update
-    for name, gs in groups.items():
-        adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), *adv_norm(up))
+    for gs in groups.values():
+        adv = grpo_advantages(torch.stack([g.rewards_tensor() for g in gs]), *adv_norm(run.cfg.update))
         for g, a in zip(gs, adv, strict=True):  # adv: a row per group
             g.advantages = a.tolist()
+
+
+def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
+    """Verify every response and compute GRPO advantages per group (:func:`score`); their metrics."""
+    score(run, groups)
+    metrics: dict = {}
+    for name, gs in groups.items():
         st = group_stats(gs) | in_group_reward_stats([g.rewards for g in gs])
         metrics |= prefixed(name, st | trl_aliases(st) | reward_monitor(run.domain, gs, run.by_family))
     k = {n: counts(gs) for n, gs in groups.items()}
@@ -235,9 +241,31 @@ def reward_monitor(domain: Domain, groups: list[RolloutGroup], by_family: bool) 
     return out
 
 
-def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int) -> ExchangeResult:
-    """Who trains on what (``run.exchange``: GRAFT among the live models, a stored peer, HACPO's sharing or none)."""
+def exchange_phase(run: Run, groups: dict[str, list[RolloutGroup]], step: int, sampling_round: int = 0) -> ExchangeResult:
+    """Who trains on what (``run.exchange``: GRAFT among the live models, a stored peer, HACPO's sharing or none), in
+    the step's sampling round ``sampling_round`` (its random stream)."""
+    run.exchange.sampling_round = sampling_round
     return run.exchange(groups, step)
+
+
+def more_rounds(run: Run, step: int, first: Round) -> tuple[dict[str, list[RolloutGroup]], ExchangeResult, dict]:
+    """Dynamic sampling (:func:`graft.trainer.dynamic.fill_batches`): after round ``first``, rounds on the sampler's
+    next batches until every model keeps ``batch_prompts`` prompts that carry gradient or ``rollout.max_rounds`` ran."""
+    return fill_batches(
+        first,
+        lambda: run.sampler.next_batch()[0],
+        lambda prompts, r: sample_round(run, prompts, step, r),
+        run.cfg.batch_prompts,
+        run.cfg.rollout.max_rounds,
+    )
+
+
+def sample_round(run: Run, prompts: list[Prompt], step: int, sampling_round: int) -> Round:
+    """A further sampling round of the step (``rollout.dynamic_sampling``): rollout, score and exchange on
+    ``prompts``, with the round's own seeds."""
+    groups, m = rollout_phase(run, prompts, step, sampling_round)
+    score(run, groups)
+    return Round(prompts, groups, exchange_phase(run, groups, step, sampling_round), m)
 
 
 def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> dict:
@@ -245,6 +273,9 @@ def update_model(run: Run, name: str, groups: list[RolloutGroup], step: int) -> 
     at the step's learning rate (``models.I.lr_schedule`` over the horizon the run recorded)."""
     cfg = run.cfg
     lr = set_learning_rate(run, name, step)
+    if not groups:  # dynamic sampling kept none
+        say(f"warning: step {step}: model {name}: no group carries gradient after {cfg.rollout.max_rounds} rounds; no update")
+        return {"learning_rate": lr, "update/skipped_empty": 1}
     gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, f"plan/{name}"))
     gs = run.rule.prepare(groups)
     plan = plan_minibatches([g.is_peer for g in gs], cfg.update.num_minibatches, cfg.update.order, gen)
@@ -296,6 +327,10 @@ def train_step(run: Run, step: int) -> dict:
         metrics |= score_phase(run, groups)
     with timed(metrics, "exchange"):
         ex = exchange_phase(run, groups, step)
+    if run.cfg.rollout.dynamic_sampling:  # rewards and rollout metrics stay round 0's
+        with timed(metrics, "dynamic"):
+            groups, ex, dyn = more_rounds(run, step, Round(prompts, groups, ex, m))
+        metrics |= dyn
     metrics |= ex.metrics
     with timed(metrics, "update"):
         metrics |= update_phase(run, ex.train_groups, step)
@@ -394,7 +429,7 @@ def _check_contexts(cfg: Config, learners: dict[str, Learner], prompts, val) -> 
             check_learner_context(learner, val, cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens, field)
 
 
-def _load_data(key: str, spec: str, cfg: Config, limit: int | None = None):
+def _load_data(key: str, spec: Any, cfg: Config, limit: int | None = None):
     try:
         prompts, stats = load_data(spec, cfg, limit)
     except DataError as e:
@@ -426,7 +461,7 @@ def _sampler(cfg: Config, prompts, ckpt) -> PromptSampler:
     saved, now = ckpt.state.get("data_fingerprint"), prompts_fingerprint(prompts)
     if saved is not None and now["sha256"] != saved.get("sha256"):
         raise DataError(
-            f"data.train ({cfg.data.train}) changed since {ckpt.path} was saved: it held {saved.get('prompts')} "
+            f"data.train ({source_name(cfg.data.train)}) changed since {ckpt.path} was saved: it held {saved.get('prompts')} "
             f"prompts (sha256 {str(saved.get('sha256'))[:12]}), now {now['prompts']} (sha256 {now['sha256'][:12]}); "
             "resume with the original data, or start a new run_dir"
         )
@@ -534,22 +569,27 @@ def close_run(run: Run) -> None:
     run.lock.release()
 
 
-def train(cfg: Config) -> dict:
-    """Run (or resume) a whole training job; returns the end-of-run summary. Raises :class:`Preempted`
-    after a SIGTERM/SIGINT (the finished steps checkpointed) and :class:`Diverged` when updates stay
-    non-finite (``update.max_nonfinite_steps``)."""
+Callback = Callable[[int, dict], Any]
+"""``fn(step, metrics)`` after every step (``metrics``: the step's ``metrics.jsonl`` line, a copy); ``True`` or
+:class:`StopTraining` ends the run after that step, checkpointed."""
+
+
+def train(cfg: Config, callbacks: Sequence[Callback] = ()) -> dict:
+    """Run (or resume) a whole training job; returns the end-of-run summary (``stopped_at``: the step a callback
+    ended it after, else None). Raises :class:`Preempted` after a SIGTERM/SIGINT/SIGHUP (the finished steps
+    checkpointed) and :class:`Diverged` when updates stay non-finite (``update.max_nonfinite_steps``)."""
     with StopSignal() as stop:
         run = setup(cfg)
         try:
-            return _train(run, stop)
+            return _train(run, stop, list(callbacks))
         finally:
             run.store.close()
             run.lock.release()
 
 
-def _train(run: Run, stop: StopSignal) -> dict:
+def _train(run: Run, stop: StopSignal, callbacks: list[Callback]) -> dict:
     cfg, ck = run.cfg, run.cfg.checkpoint
-    t_start, history = time.perf_counter(), []
+    t_start, history, stopped_at = time.perf_counter(), [], None
     tracker = None
     try:
         tracker = open_trackers(run.run_dir, cfg, run.start_step)
@@ -575,16 +615,34 @@ def _train(run: Run, stop: StopSignal) -> dict:
             if stop.requested and step < cfg.steps:  # in the last step: the run simply finishes
                 path = latest_checkpoint(run.run_dir) if saved else save(run, step)
                 raise Preempted(f"{stop.requested}: stopped at step {step}; continue with resume=true (checkpoint {path})")
-        final = save(run, cfg.steps) if ck.save_final and cfg.steps >= run.start_step else None
+            if ask_callbacks(callbacks, step, m) and step < cfg.steps:
+                path = latest_checkpoint(run.run_dir) if saved else save(run, step)
+                say(f"a callback stopped the run after step {step}; continue it with resume=true (checkpoint {path})")
+                stopped_at = step
+                break
+        done = stopped_at is None and cfg.steps >= run.start_step
+        final = save(run, cfg.steps) if ck.save_final and done else None
     finally:
         if tracker is not None:
             tracker.close()
         run.grader.close()
         close_learners(run.learners)  # Ray actors / rollout engines; a WorkerFailure propagates after this
-    summary = summarize(run, time.perf_counter() - t_start, final)
+    summary = summarize(run, time.perf_counter() - t_start, final) | {"stopped_at": stopped_at}
     write_text(run.run_dir / "summary.json", dumps_json(summary, indent=2, default=str))
     print_summary(summary, file=sys.stderr)
     return summary
+
+
+def ask_callbacks(callbacks: list[Callback], step: int, metrics: dict) -> bool:
+    """Call every callback with the step's metrics (each its own copy); whether one asked to stop (returned
+    ``True`` or raised :class:`StopTraining`). Every callback is called, also after one asked."""
+    stop = False
+    for fn in callbacks:
+        try:
+            stop = fn(step, dict(metrics)) is True or stop
+        except StopTraining:
+            stop = True
+    return stop
 
 
 def check_nonfinite_streak(run: Run, step: int, m: dict) -> None:
@@ -623,7 +681,9 @@ def summarize(run: Run, seconds: float, final: Path | None) -> dict:
             f"reward_last{k}_mean": sum(r[-k:]) / k if r else None,
             "peer_responses_trained": sum(x.get(f"{name}/peer_responses", 0) or 0 for x in rows),
             "peer_row_share": _mean_of(rows, f"{name}/peer_row_share"),
-            "tokens_generated": sum(x.get(f"{name}/tokens/generated", 0) or 0 for x in rows),
+            "tokens_generated": sum(
+                x.get(f"{name}/dynamic/tokens_generated", x.get(f"{name}/tokens/generated", 0)) or 0 for x in rows
+            ),
         }
     admitted_keys = sorted({k for x in rows for k in x if k.startswith("exchange/") and k.endswith("/admitted")})
     out["exchange"] = {k.split("/")[1]: sum(x.get(k, 0) or 0 for x in rows) for k in admitted_keys}

@@ -22,3 +22,8 @@ class Preempted(Exception):
 class Diverged(RuntimeError):
     """The loss or gradient norm stayed non-finite, or weights turned non-finite: the run stops, its last
     finite checkpoint kept."""
+
+
+class StopTraining(Exception):
+    """Raised by a callback of :func:`graft.train` (or a callback returns ``True``) to end the run after the step it
+    was called for: the step is checkpointed and the run ends cleanly, resumable with ``resume: true``."""

@@ -9,7 +9,7 @@ A plan (YAML) names a base training config, common overrides, seeds, arms (each 
 overrides, optionally its own seeds), the evaluation data and what the report compares::
 
     name: mini-repro
-    config: ../default.yaml            # relative to the plan file
+    config: ../default.yaml            # relative to the plan file, or a packaged preset's name (baselines/dapo)
     runs: runs/mini-repro              # run folders (checkpoints, stores: large, not committed)
     results: results/mini-repro        # small files per run + summary.json + REPORT.md (committed)
     overrides: [steps=24, batch_prompts=8]

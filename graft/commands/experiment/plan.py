@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from graft.config import ConfigError, config_diff, load_config, to_dict
+from graft.config import ConfigError, config_diff, config_path, load_config, packaged_configs, to_dict
 from graft.config.upgrade import ANSWER_FORMS as LEGACY_ANSWER_FORMS
 from graft.exchange.kinds import hands_over
 
@@ -140,7 +140,7 @@ def load_plan(path: str | Path) -> Plan:
     """Read and check a plan; every member's config is validated before anything runs."""
     path = Path(path)
     raw = _read_plan(path)
-    base = (path.parent / raw.get("config", "")).resolve()
+    base = _base_config(path, str(raw.get("config", "")))
     common, seeds = list(raw.get("overrides", [])), list(raw.get("seeds", [0]))
     runs, results = Path(raw.get("runs", f"runs/{path.stem}")), Path(raw.get("results", f"results/{path.stem}"))
     cfg = load_config(base, common)
@@ -177,6 +177,14 @@ def load_plan(path: str | Path) -> Plan:
         stored_from=stored["from"] if stored else None,
         **declared,
     )
+
+
+def _base_config(path: Path, name: str) -> Path:
+    """The plan's ``config``: a file, relative to the plan's folder, or else a packaged preset's name
+    (``baselines/dapo``: :func:`graft.config.config_path`)."""
+    beside = (path.parent / name).resolve()
+    packaged = name.removesuffix(".yaml").removesuffix(".yml")
+    return config_path(packaged) if name and not beside.exists() and packaged in packaged_configs() else beside
 
 
 def _keep_checkpoints(path: Path, spec: Any, members: list[Member]) -> bool | frozenset[str]:
