@@ -51,10 +51,11 @@ def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, tiny_llama_dir,
     assert run.summary["steps"] == 3 and run.summary["stopped_at"] is None
     for line in ("1 {", "2 {", "3 {"):                   # the callback printed after every step
         assert re.search(rf"^{line}", out, re.M), out
-    answers = {f"add-{a}-{b}": str(a + b) for a in range(10) for b in range(10)}
+    answers = {f"What is {a} + {b}? Put the answer in \\boxed{{}}.": str(a + b) for a in range(10) for b in range(10)}
     for s in run.samples():                              # reward = correct + 0.1 * brief, recomputed from the text
+        assert s.prompt_id.startswith("row-")            # the rows have no id: derived from their content
         boxed = s.response.rpartition("\\boxed{")[2].partition("}")[0].strip()
-        expected = (1.0 if boxed == answers[s.prompt_id] else 0.0) + 0.1 * max(0.0, 1.0 - len(s.response) / 400)
+        expected = (1.0 if boxed == answers[s.problem] else 0.0) + 0.1 * max(0.0, 1.0 - len(s.response) / 400)
         assert s.reward == pytest.approx(expected, abs=1e-9), s
 
 
