@@ -5,11 +5,11 @@
 
 Every sample of the files (``-- step S · MODEL [-> MODEL] · ID · answer {...} · reward R [· flags: ...]`` then ``Q:``
 and ``A:`` lines) is graded again by the code reward as it is now (:func:`graft.reward.code.verify_code`, in the
-sandbox) on the row today's generator makes for that prompt: the same id (its index), function (its family and
-entry point) and example (read off the ``Q:`` line), with the run's task seed (``--seed``): its tests and fresh
-tests are those ``make_code_task`` makes today for that question at that index. (Today's generator may ask another
-question at that index, as its draws changed; where it asks the same one, the two rows are checked to be equal.) Printed: one line per sample (the recorded reward, the new reward and status, the
-program on one line), then the counts per file.
+sandbox) on the row today's generator makes for that prompt: the same id (its index), function (its family and entry
+point) and example (read off the ``Q:`` line), with the run's task seed (``--seed``): its tests and fresh tests are
+those ``make_code_task`` makes today for that question at that index. (Today's generator may ask another question at
+that index, as its draws changed; where it asks the same one, the two rows are checked to be equal.) Printed: one line
+per sample (the recorded reward, the new reward and status, the program on one line), then the counts per file.
 """
 
 from __future__ import annotations
