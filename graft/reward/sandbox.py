@@ -33,6 +33,14 @@ does not compute. Timeouts: the template stops a call after ``test_timeout_s`` (
 calls still run); this process stops the run ``test_timeout_s`` + ``CALL_SLACK_S`` after the last reported result
 (or after the start, for the import) and after ``timeout_s`` in all (status ``"timeout"``).
 
+**Stop signals** (SIGTERM, SIGINT, SIGHUP). A cluster that stops a job signals every process of its cgroup, the
+sandbox's too. The sandbox is launched with them blocked and all its processes ignore them (whatever the calling
+process does with them: a grader worker ignores them, a process grading in-process handles them), so they change
+nothing for a program that leaves them alone. A program may handle them or restore their default itself; a stop
+signal that reaches the sandbox's first process, or kills one of the program's, marks the result ``interrupted``
+(:attr:`SandboxResult.interrupted`): the code reward then answers status ``interrupted`` and the grader grades the
+program again, once (:mod:`graft.reward.grader`), so that an interrupted program is never scored.
+
 **Extra tests** (``run_tests(..., extra=...)``: a detector's held-out tests) run after every test, only when enough
 tests passed, and are reported apart; the program cannot tell them from the tests.
 
@@ -84,6 +92,7 @@ from __future__ import annotations
 
 import ast
 import cmath
+import contextlib
 import fcntl
 import functools
 import json
@@ -155,6 +164,9 @@ class SandboxResult:
     extra_failure: str | None = None
     """The ``extra`` tests (:func:`run_tests`): how many passed, of how many, and the kind of the first that failed
     ("not_run" when they were skipped: fewer than ``extra_after`` tests passed)."""
+    interrupted: bool = False
+    """A stop signal from outside (SIGTERM, SIGINT, SIGHUP: a cluster stopping the job) reached the sandbox while it
+    ran, or killed one of its processes: the result may not be the program's own. Grade it again."""
 
 
 # ---------------------------------------------------------------------------------------------- tests
@@ -383,6 +395,7 @@ def _run(mechanism: str, program: str, plan: _Plan, opts: _Options, t0: float) -
             watcher.watch(proc, *fds)
         finally:
             _stop(proc, mechanism, uid, marker)
+            watcher.late(fds[0])
             for fd in fds:
                 os.close(fd)
     finally:
@@ -488,17 +501,18 @@ def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
         argv = [_python(), "-I", "-S", "-B", "-X", "utf8", "-c", _harness_source(), str(job_fd)]
         if mechanism == "bwrap":
             argv = _bwrap_argv(os.geteuid() == 0) + argv
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out_w,
-            stderr=err_w,
-            env=env,
-            cwd="/",
-            pass_fds=(job_fd, result_w),
-            start_new_session=True,
-            close_fds=True,
-        )
+        with _stop_signals_blocked():  # bwrap and the harness start with them blocked; the harness ignores them
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                env=env,
+                cwd="/",
+                pass_fds=(job_fd, result_w),
+                start_new_session=True,
+                close_fds=True,
+            )
     except BaseException:
         for fd in (result_r, out_r, err_r):
             os.close(fd)
@@ -507,6 +521,20 @@ def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
         for fd in (result_w, out_w, err_w, job_fd):
             os.close(fd)
     return proc, (result_r, out_r, err_r)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""The signals that stop graft (:data:`graft.signals.STOP_SIGNALS`; this module imports nothing of graft's)."""
+
+
+@contextlib.contextmanager
+def _stop_signals_blocked():
+    """The stop signals blocked in this thread while inside: a process started inside inherits the block."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 CALL_SLACK_S = 1.0
@@ -526,6 +554,7 @@ class _Watcher:
         self.fatal: str | None = None
         self.program_failure: str | None = None
         self.stop: str | None = None  # "timeout" | "output_limit"
+        self.interrupted = False
         self.outcomes: dict[int, tuple[str, object]] = {}
         self.pending = bytearray()
         self.output = {"stdout": bytearray(), "stderr": bytearray()}
@@ -594,7 +623,9 @@ class _Watcher:
         if not isinstance(msg, list) or not msg or not isinstance(msg[0], str):
             return
         tag, now = msg[0], time.monotonic()
-        if not self.ready:  # before "R" only the trusted harness writes
+        if tag == "I":
+            self.interrupted = True
+        elif not self.ready:  # before "R" only the trusted harness writes
             if tag == "R":
                 self.ready, self.last = True, now
             elif tag == "F":
@@ -608,6 +639,21 @@ class _Watcher:
             self._record(msg[1], tag, msg[2] if len(msg) > 2 else None, now)
         elif tag == "D":
             self.finished = True
+
+    def late(self, result_fd: int) -> None:
+        """After the sandbox ended (every writer of the result pipe is gone): whether the warden reported a stop
+        signal after the run was over for this process (read at most what the pipe holds: it has no writer left)."""
+        pending = bytes(self.pending)
+        os.set_blocking(result_fd, False)
+        for _ in range(self.opts.max_output_bytes // (1 << 16) + 2):
+            try:
+                data = os.read(result_fd, 1 << 16)
+            except OSError:  # BlockingIOError: a writer is still alive (it could not be killed); nothing more now
+                break
+            if not data:
+                break
+            pending += data
+        self.interrupted |= b'\n["I"]\n' in b"\n" + pending
 
     def _record(self, i: int, tag: str, payload: object, now: float) -> None:
         """The first report of call ``i`` counts; the run ends when every call is in, or when the tests are in and
@@ -633,7 +679,7 @@ class _Watcher:
             why = self.fatal or ("timed out starting" if self.stop else "ended before starting")
             return SandboxResult(
                 0, n_tests, "error", None, seconds, out["stdout"], f"sandbox did not start: {why}\n{out['stderr']}",
-                extra_total=len(plan.extra), extra_failure="not_run",
+                extra_total=len(plan.extra), extra_failure="not_run", interrupted=self.interrupted,
             )  # fmt: skip
         missing = self.program_failure or self.stop or "missing_result"
         kinds: dict[tuple[bool, int], str | None] = {call: self._kind(i, missing) for i, call in enumerate(plan.calls)}
@@ -644,7 +690,7 @@ class _Watcher:
         return SandboxResult(
             tests.count(None), n_tests, "ok" if all_in else (self.stop or "ok"), next((k for k in tests if k), None),
             seconds, out["stdout"], out["stderr"], extra.count(None) if ran_extra else 0, len(plan.extra),
-            next((k for k in extra if k), None) if ran_extra else "not_run",
+            next((k for k in extra if k), None) if ran_extra else "not_run", self.interrupted,
         )  # fmt: skip
 
 
