@@ -26,7 +26,7 @@ from textwrap import dedent
 
 import pytest
 
-from graft.reward import sandbox
+from graft.reward import asserts, sandbox
 from graft.reward.sandbox import SandboxResult, TestCase, parse_tests, run_tests
 
 SLACK_S = 2.0  # run_tests returns within timeout_s + this
@@ -859,7 +859,7 @@ def test_a_program_can_neither_import_graft_nor_read_the_run_folder(tmp_path, mo
 ])
 def test_strict_comparison(expected, got, same):
     # bool, int, float and str are distinct at any depth; floats within rel 1e-9 (abs 1e-12)
-    assert sandbox._same(expected, got) is same
+    assert asserts.same(expected, got) is same
 
 
 def test_strict_comparison_through_the_sandbox(mech):
