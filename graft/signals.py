@@ -9,9 +9,14 @@ answers the three alike, whichever of its processes receives them:
   checkpointed, exit 75), a second ends the process at once;
 - every worker process graft starts (the grader's and the reward functions' workers, Ray actors) ignores them
   from birth -- :func:`start_worker` starts it with them blocked, its entry point calls :func:`as_worker`
-  (a Ray actor :func:`ignore_stop_signals`) -- and is stopped by its parent, explicitly, once the work it holds is answered:
-  a signal can never end a work item half-way for its result to be scored. Their own children (a reward
-  function's subprocesses) inherit the ignoring; the code sandbox runs each program in a session of its own;
+  (a Ray actor :func:`ignore_stop_signals`) -- and is stopped by its parent, explicitly, once the work it holds is
+  answered: a signal can never end a work item half-way for its result to be scored. Their own children (a reward
+  function's subprocesses) inherit the ignoring. The code sandbox runs each program in a session of its own, and
+  its processes ignore them too (whichever process grades); a stop that reaches a program anyway (it restored the
+  default action; a cluster signals every process of the job's cgroup) makes the grader grade it again
+  (:mod:`graft.reward.sandbox`). The forkserver graft starts is born with them blocked and stays so (a group signal
+  cannot end it); every other process it forks -- a user's own ``forkserver`` ``Pool`` shares it -- gets them
+  unblocked as it starts (:func:`forkserver_preload`), so that ``terminate()`` ends it as it would without graft;
 - a command graft runs for a plan (``graft experiment run``'s ``graft train``) runs in a session of its own and
   gets each signal its parent gets, once, and SIGTERM if its parent dies (:func:`run_command`).
 
@@ -25,6 +30,7 @@ import contextlib
 import ctypes
 import functools
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -165,6 +171,7 @@ def start_worker(proc: BaseProcess) -> None:
     """Start a worker process (whose target calls :func:`as_worker` first) under the protocol: born with
     the stop signals blocked, and killed when this process exits if its owner has not stopped it (multiprocessing's
     own exit handler would send it SIGTERM, which it ignores, and wait for it for ever)."""
+    setattr(proc, _WORKER_MARK, True)  # pickled with it: a forkserver child keeps the block (forkserver_preload)
     with blocked():  # multiprocessing's resource tracker, started first (starting it unblocks SIGINT and SIGTERM here)
         resource_tracker.ensure_running()
     with blocked(), _script_hidden():  # and the forkserver, when this call starts them, are born with the signals blocked too
@@ -190,6 +197,24 @@ def _script_hidden() -> Iterator[None]:
     finally:
         for k, v in saved.items():
             setattr(main, k, v)
+
+
+_WORKER_MARK = "_graft_stop_protocol"
+"""Set on a process :func:`start_worker` starts (it travels with the pickled process object to the child)."""
+
+
+def forkserver_preload() -> None:
+    """Called in the forkserver process (graft's forkserver preload imports :mod:`graft.reward.preload`, which calls
+    it): every process it forks from now on, but graft's workers, gets the stop signals unblocked as it starts
+    (multiprocessing's after-fork hook, run before its target). The forkserver graft starts is born with them blocked
+    (:func:`start_worker`) and its children inherit the mask: without this, a user's ``forkserver`` ``Pool`` worker
+    could not be ended by ``terminate()`` (SIGTERM stays pending) and ``Pool.terminate`` would wait for it for ever."""
+    multiprocessing.util.register_after_fork(_unblock_if_not_a_worker, _unblock_if_not_a_worker)
+
+
+def _unblock_if_not_a_worker(_obj: object) -> None:
+    if not getattr(multiprocessing.current_process(), _WORKER_MARK, False) and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _kill_workers() -> None:

@@ -64,6 +64,8 @@ def test_gpu_check_does_not_load_the_trainer():
     (["train-step"], "--old CHECKOUT and/or --recipe"),
     (["train-step", "--old", "/nonexistent"], "no graft package"),
     (["train-step", "--recipe", "threads=1", "--steps", "1"], "--steps"),
+    (["code-grading", "--rows", "0"], "--rows"),
+    (["code-grading", "--old", "/nonexistent"], "no graft package"),
 ])
 def test_bad_input_is_one_error_line(argv, words, capsys):
     try:
@@ -187,6 +189,24 @@ def test_rollout_profile_splits_every_phase(tmp_path, tiny_llama_dir, tiny_gemma
             r = m[phase]
             assert set(r["seconds"]) == set(PARTS) and sum(r["share"].values()) == pytest.approx(1.0, abs=1e-6)
     assert capsys.readouterr().out.strip() == (out / "profile.md").read_text().strip()
+
+
+def test_code_grading_times_every_side_on_its_own_checkout(tmp_path, capsys):
+    """Two sides on this checkout: each repetition grades every row's correct and wrong program, side by side."""
+    from graft.reward import sandbox
+
+    if not sandbox._probe("bwrap")[0]:
+        pytest.skip(f"the code domain needs bwrap: {sandbox._probe('bwrap')[1]}")
+    out = tmp_path / "grading.json"
+    assert main(["bench", "code-grading", "--old", str(REPO), "--rows", "3", "--reps", "2", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert list(res["raw"]) == ["old", "new"] and all(len(rs) == 2 for rs in res["raw"].values())
+    for rs in res["raw"].values():
+        for r in rs:
+            assert r["module"] == str(REPO / "graft" / "__init__.py") and r["isolation"] == "bwrap"
+            assert r["correct"] > 0 and r["wrong"] > 0 and r["tests_per_row"] >= 1
+    printed = capsys.readouterr().out
+    assert "| old | `" in printed and "| new | `" in printed and " 1.00x | 1.00x |" in printed   # old is the first
 
 
 def test_train_step_refuses_a_bad_recipe_before_any_run(capsys):

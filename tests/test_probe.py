@@ -24,10 +24,16 @@ def test_probe_records_its_overrides_consistent_counts_and_a_prediction(tmp_path
                                                                          capsys):
     overrides = [_models(tiny_llama_dir, tiny_gemma_dir), "rollout.n=2", "rollout.max_new_tokens=4",
                  "reward.workers=0", "threads=1", "batch_prompts=2", "update.num_minibatches=1", "progress=false"]
-    out = tmp_path / "probe.json"
+    out, samples = tmp_path / "probe.json", tmp_path / "samples.jsonl"
     assert main(["probe", str(REPO / "configs" / "default.yaml"), "--prompts", "5", "--compat", "--out", str(out),
-                 *overrides]) == 0
+                 "--samples", str(samples), *overrides]) == 0
     r = json.loads(out.read_text())
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(rows) == 2 * 5 * 2 and {x["model"] for x in rows} == {"A", "B"}   # 2 models x 5 prompts x n = 2
+    for name, m in r["models"].items():   # the samples file and the statistics describe the same responses
+        mine = [x for x in rows if x["model"] == name]
+        assert abs(sum(x["reward"] for x in mine) / len(mine) - m["reward_mean"]) < 1e-9
+        assert sum(m["statuses"].values()) == len(mine) and all(isinstance(x["response"], str) for x in mine)
     assert r["config"].endswith("default.yaml") and r["overrides"] == overrides   # a rerun needs both
     assert r["prompts"] == 5 and r["n"] == 2 and set(r["models"]) == {"A", "B"}
     for m in r["models"].values():

@@ -112,6 +112,47 @@ def test_multiprocessing_helpers_started_for_a_worker_survive_a_group_signal(tmp
         assert all(mask >> (s - 1) & 1 for s in STOP_SIGNALS), bin(mask)
 
 
+OTHERS = """
+import multiprocessing, os, sys, threading, time
+sys.path.insert(0, {repo!r})
+from graft.reward.grader import mp_context
+from graft.signals import start_worker
+from tests.test_signals import _blocked_at_birth
+if __name__ == "__main__":
+    ctx = mp_context(None)
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_blocked_at_birth, args=(child,), daemon=True)
+    start_worker(p)                     # graft's worker brings the forkserver up, with the stop signals blocked
+    print(sorted(parent.recv()))
+    p.join()
+    other = ctx.Process(target=_blocked_at_birth, args=(child,), daemon=True)
+    other.start()                       # forked by the same forkserver for someone else
+    print(sorted(other.join() or parent.recv()))
+    pool = multiprocessing.get_context("forkserver").Pool(1)
+    pool.apply_async(time.sleep, (1.0,))
+    time.sleep(0.3)                     # its worker is busy: terminate() has to end it with SIGTERM
+    stopper = threading.Thread(target=pool.terminate, daemon=True)
+    stopper.start()
+    stopper.join(20)
+    print("hangs" if stopper.is_alive() else "ends", flush=True)
+    os._exit(0)                         # not multiprocessing's exit handler: it would wait for a worker that hangs
+"""
+
+
+def test_processes_the_forkserver_starts_for_others_can_be_terminated(tmp_path):
+    """The forkserver graft starts keeps the stop signals blocked and every process it forks inherits that mask. graft's
+    workers keep it until they ignore the signals; any other process (a user's forkserver Pool, in the same process
+    as graft) gets them unblocked as it starts, so Pool.terminate() ends a busy worker instead of waiting for it for
+    ever (its SIGTERM stayed pending: a hang seen in tests/reward/test_sandbox.py under load)."""
+    script = tmp_path / "others.py"
+    script.write_text(OTHERS.format(repo=str(REPO)))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    worker, other, pool = out.stdout.splitlines()
+    assert worker == str(sorted(STOP_SIGNALS)) and other == "[]"
+    assert pool == "ends"
+
+
 CHILD = """
 import os, signal, sys, time
 got = []

@@ -33,6 +33,8 @@ other folders and nothing above."""
 
 MAX_DEFERRED_IMPORTS = 15
 MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 800
+MAX_CLASS_LINES = 300
 
 
 def _modules() -> dict[str, Path]:
@@ -150,6 +152,16 @@ def test_no_function_longer_than_a_screen():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT.parent)}:{f.lineno} {f.name} ({n} lines)")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def test_no_module_over_800_lines_and_no_class_over_300():
+    long = [f"{p.relative_to(ROOT.parent)} ({n} lines)" for p in MODULES.values() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    big = []
+    for path in MODULES.values():
+        for c in ast.walk(ast.parse(path.read_text())):
+            if isinstance(c, ast.ClassDef) and (n := c.end_lineno - c.lineno + 1) > MAX_CLASS_LINES:
+                big.append(f"{path.relative_to(ROOT.parent)}:{c.lineno} {c.name} ({n} lines)")
+    assert not long and not big, f"modules over {MAX_MODULE_LINES} lines: {long}; classes over {MAX_CLASS_LINES}: {big}"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

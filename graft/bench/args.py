@@ -174,6 +174,23 @@ def rollout_profile_parser() -> argparse.ArgumentParser:
     return p
 
 
+def code_grading_parser() -> argparse.ArgumentParser:
+    """``graft bench code-grading``'s argument parser."""
+    p = _measurement(
+        "code-grading",
+        "What grading one program of the code domain costs: seconds per program, one program after another as a "
+        "grader worker grades them (each row's reference solution, then a wrong program), in a fresh interpreter per "
+        "checkout and repetition, this checkout's code and another's (--old) alternating. Prints the medians and each "
+        "side's ratio to the first. Needs bubblewrap, as the code domain does.",
+    )
+    p.add_argument("--old", default=None, metavar="CHECKOUT", help="checkout of another commit: a side running its code")
+    p.add_argument("--new", default=None, metavar="CHECKOUT", help="checkout of the other side (default: this graft's)")
+    p.add_argument("--rows", type=int, default=64, help="rows of the built-in code task graded per repetition (default 64)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions of every side (default 3)")
+    p.add_argument("--out", default=None, help="JSON file for every repetition's figures")
+    return p
+
+
 def gpu_check_parser() -> argparse.ArgumentParser:
     """``graft bench gpu-check``'s argument parser."""
     about = (
@@ -212,6 +229,7 @@ MEASUREMENTS: dict[str, tuple[Callable[[], argparse.ArgumentParser], str]] = {
     "rollout-batch": (rollout_batch_parser, "graft.bench.rollout_batch"),
     "update-precision": (update_precision_parser, "graft.bench.update_precision"),
     "rollout-profile": (rollout_profile_parser, "graft.bench.rollout_profile"),
+    "code-grading": (code_grading_parser, "graft.bench.code_grading"),
     "gpu-check": (gpu_check_parser, "graft.bench.gpu_check"),
 }
 """``graft bench MEASUREMENT``: name -> (its parser, the module whose ``run(args)`` measures)."""

@@ -206,6 +206,11 @@ def probe_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument(
+        "--samples",
+        metavar="FILE",
+        help="write every graded response (model, prompt id, reward, status, text) here as JSON lines, to read them",
+    )
+    p.add_argument(
         "--compat",
         action="store_true",
         help="also score every response under the other model(s) (s), which the predicted admitted counts need",

@@ -28,7 +28,9 @@ and reports:
   share of steps each receiver drew from each source and what it admitted.
 
 ``--checkpoint RUN/checkpoints/step_N`` loads each model's weights of that checkpoint (to measure ``s``
-along a run). Prints JSON, then short tables; ``--out`` writes the JSON to a file.
+along a run). Prints JSON, then short tables; ``--out`` writes the JSON to a file, ``--samples`` every graded
+response as JSON lines (to read what the models write, e.g. the rewarded ones). Per model, ``statuses`` counts
+the grader's statuses (for the code task, ``holdout_fail``: rewarded programs that fail fresh inputs).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import json
 import math
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -79,6 +82,7 @@ def probe_main(argv: Sequence[str] | None = None) -> int:
         checkpoint=args.checkpoint,
         resamples=args.resamples,
         batch_sizes=args.batch_prompts,
+        samples=args.samples,
     )
     print(json.dumps(results, indent=2))
     print(tables(results))
@@ -96,8 +100,10 @@ def probe(
     checkpoint: str | None = None,
     resamples: int = 8,
     batch_sizes: list[int] | None = None,
+    samples: str | None = None,
 ) -> dict:
-    """The probe's results as a JSON-ready dict (module docstring)."""
+    """The probe's results as a JSON-ready dict (module docstring); with ``samples``, every graded response
+    written there as JSON lines (:func:`write_samples`)."""
 
     cfg = load_config(config, overrides)
     if prompts < 1 or resamples < 1:
@@ -123,6 +129,8 @@ def probe(
         "complementarity": {},
     }
     groups, learners = _sample_models(cfg, batch, weights, seed, compat, results["models"])
+    if samples:
+        write_samples(groups, samples)
     names = list(groups)
     for s in names:
         for r in names:
@@ -164,6 +172,7 @@ def _sample_models(
                 "boxed_frac": 1 - st["verify/no_answer"] / len(texts),
                 "seconds": time.perf_counter() - t0,
                 "tokens_per_s": gen["tokens_per_s/rollout"],
+                "statuses": dict(sorted(Counter(s for g in gs for s in g.status).items())),
             }
             groups[m.name] = gs
             if compat:
@@ -171,6 +180,17 @@ def _sample_models(
             else:
                 del learner
     return groups, learners
+
+
+def write_samples(groups: dict[str, list[RolloutGroup]], path: str) -> None:
+    """Every graded response of every model, one JSON object a line: model, prompt id, sample index, reward,
+    status, response text."""
+    with open(path, "w") as f:
+        for name, gs in groups.items():
+            for g in gs:
+                for i, text in enumerate(g.responses):
+                    row = {"model": name, "id": g.prompt_id, "i": i, "reward": g.rewards[i], "status": g.status[i]}
+                    f.write(json.dumps(row | {"response": text}) + "\n")
 
 
 def _predictions(

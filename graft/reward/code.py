@@ -8,7 +8,8 @@ the row's family, its ``fresh_tests``) never counts toward the reward. Status: `
 the tests without solving the problem: ``holdout`` plus ``reward.holdout_tests`` of the row's own tests, which
 then leave the reward); otherwise the kind of the first failure (``wrong_answer``, ``exception:NameError``,
 ``syntax``, ``program_timeout``, ``memory``, ``output_limit``, ``missing_result``), ``no_answer`` without a code
-block, ``error`` when the sandbox itself failed or is weaker than bubblewrap without ``reward.allow_weak_sandbox``.
+block, ``error`` when the sandbox itself failed or is weaker than bubblewrap without ``reward.allow_weak_sandbox``,
+``interrupted`` (reward 0) when a stop signal reached the sandbox while it ran (the grader grades it again, once).
 A program that runs out of time is the model's failure (``program_timeout``), never the grader's ``timeout``:
 the grader's hard limit (``reward.timeout_s``) is kept above the program's own.
 
@@ -140,6 +141,8 @@ def verify_code(
         test_timeout_s=test_timeout_s,
         memory_mb=memory_mb,
     )
+    if result.interrupted:
+        return 0.0, verifier.INTERRUPTED
     if result.status == "error":
         return 0.0, verifier.ERROR
     total = max(result.total, 1)

@@ -7,7 +7,9 @@ worker processes and the parent kills a worker whose current item runs past
 handed out again and a fresh worker is started. A worker that dies (segfault, OOM
 kill) costs its current item (status ``error``) the same way -- unless it died while this
 process is stopping (:func:`graft.signals.stopping`): then the item is graded again, once, so
-an item a stop interrupted is never scored. ``grade`` therefore always returns, from any
+an item a stop interrupted is never scored. So is an item whose verify function answers status ``interrupted``
+(:data:`graft.reward.verifier.INTERRUPTED`: a stop signal reached the code sandbox while it ran the program), in
+the workers and in-process alike. ``grade`` therefore always returns, from any
 thread or process (Ray actors included).
 
 The workers follow graft's stop protocol (:mod:`graft.signals`): they ignore SIGTERM, SIGINT
@@ -47,7 +49,13 @@ from typing import TYPE_CHECKING, cast
 from tqdm import tqdm
 
 from graft.reward import worker
-from graft.reward.verifier import ERROR as VERIFY_ERROR, NO_ANSWER as VERIFY_NO_ANSWER, OK as VERIFY_OK, TIMEOUT as VERIFY_TIMEOUT
+from graft.reward.verifier import (
+    ERROR as VERIFY_ERROR,
+    INTERRUPTED as VERIFY_INTERRUPTED,
+    NO_ANSWER as VERIFY_NO_ANSWER,
+    OK as VERIFY_OK,
+    TIMEOUT as VERIFY_TIMEOUT,
+)
 from graft.signals import start_worker, stopping
 
 if TYPE_CHECKING:
@@ -63,9 +71,14 @@ class _Tally:
         self.pending, self.rewards, self.statuses, self.bar = pending, rewards, statuses, bar
         self.remaining = len(pending)
         self.retried: set[int] = set()
-        """Items whose worker died while this process was stopping, handed out again (once each)."""
+        """Items handed out again (once each): their worker died while this process was stopping, or they were
+        answered ``interrupted``."""
 
     def finish(self, i: int, reward: float, status: str) -> None:
+        if status == VERIFY_INTERRUPTED and i not in self.retried:
+            self.retried.add(i)  # a stop reached it mid-way: graded again, never scored
+            self.pending.append(i)
+            return
         self.rewards[i], self.statuses[i] = reward, status
         self.remaining -= 1
         self.bar.update(1)
@@ -245,6 +258,8 @@ class Grader:
                 if self.num_workers == 0:
                     for i in pending:
                         rewards[i], statuses[i] = self._local(responses[i], answers[i])
+                        if statuses[i] == VERIFY_INTERRUPTED:  # graded again, once (as by the workers)
+                            rewards[i], statuses[i] = self._local(responses[i], answers[i])
                         bar.update(1)
                 else:
                     try:

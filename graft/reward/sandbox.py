@@ -25,13 +25,21 @@ and could undo the seal; it then still sees the calls in a random order, and the
 
 **Expected values never enter the sandbox.** For a split test (``assert CALL == LITERAL``) only ``CALL`` goes in;
 each child reports ``repr()`` of the value and THIS process parses it with ``ast.literal_eval`` and compares it
-with the expected literal strictly (:func:`_same`: the same type at every depth, ``True != 1``, ``92.0 != 92``;
+with the expected literal strictly (:func:`same`: the same type at every depth, ``True != 1``, ``92.0 != 92``;
 floats with ``math.isclose(rel_tol=1e-9, abs_tol=1e-12)``; a repr that is not a literal is a wrong answer). So
 patching ``assert``/``==``/builtins, returning an object with a forged ``__eq__``, printing fake results, writing to
 other fds, or exiting early (missing results fail: ``"missing_result"``) cannot earn a pass for a value the program
 does not compute. Timeouts: the template stops a call after ``test_timeout_s`` (failure ``"timeout"``, the other
 calls still run); this process stops the run ``test_timeout_s`` + ``CALL_SLACK_S`` after the last reported result
 (or after the start, for the import) and after ``timeout_s`` in all (status ``"timeout"``).
+
+**Stop signals** (SIGTERM, SIGINT, SIGHUP). A cluster that stops a job signals every process of its cgroup, the
+sandbox's too. The sandbox is launched with them blocked and all its processes ignore them (whatever the calling
+process does with them: a grader worker ignores them, a process grading in-process handles them), so they change
+nothing for a program that leaves them alone. A program may handle them or restore their default itself; a stop
+signal that reaches the sandbox's first process, or kills one of the program's, marks the result ``interrupted``
+(:attr:`SandboxResult.interrupted`): the code reward then answers status ``interrupted`` and the grader grades the
+program again, once (:mod:`graft.reward.grader`), so that an interrupted program is never scored.
 
 **Extra tests** (``run_tests(..., extra=...)``: a detector's held-out tests) run after every test, only when enough
 tests passed, and are reported apart; the program cannot tell them from the tests.
@@ -82,8 +90,7 @@ sandbox uid cannot read); every run returns status ``"error"`` rather than run c
 
 from __future__ import annotations
 
-import ast
-import cmath
+import contextlib
 import fcntl
 import functools
 import json
@@ -104,6 +111,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from graft.reward.asserts import TestCase as TestCase, exception_kind, one_line, outcome, parse_tests as parse_tests
+
 MAX_PROCESSES = 16
 """RLIMIT_NPROC inside the sandbox (processes and threads of the sandbox uid)."""
 MAX_OPEN_FILES = 64
@@ -116,23 +125,6 @@ SELF_TEST_TIMEOUT_S = 10.0
 MECHANISMS = ("bwrap", "rlimits+setuid", "rlimits")
 STATUSES = ("ok", "timeout", "output_limit", "error", "no_program")
 _MARKER = "GRAFT_SANDBOX_RUN"
-
-
-@dataclass(frozen=True)
-class TestCase:
-    """One test: ``call`` (an expression evaluated in the program's namespace) whose value must equal
-    ``expected`` (a Python literal; compared outside the sandbox), or ``code`` (test code run inside the
-    sandbox; passes when it raises nothing)."""
-
-    __test__ = False  # not a pytest class
-
-    call: str = ""
-    expected: object | None = None
-    code: str | None = None
-
-    def __post_init__(self) -> None:
-        if (self.code is None) == (not self.call):
-            raise ValueError("a TestCase has either a call (with its expected value) or code, not both or neither")
 
 
 @dataclass
@@ -155,143 +147,9 @@ class SandboxResult:
     extra_failure: str | None = None
     """The ``extra`` tests (:func:`run_tests`): how many passed, of how many, and the kind of the first that failed
     ("not_run" when they were skipped: fewer than ``extra_after`` tests passed)."""
-
-
-# ---------------------------------------------------------------------------------------------- tests
-
-
-def parse_tests(tests: str | list[str], entry_point: str | None = None) -> list[TestCase]:
-    """Turn a row's tests into TestCases. A source whose statements are all asserts becomes split tests:
-    ``assert CALL == LITERAL`` (or ``LITERAL == CALL``) -> TestCase(CALL, LITERAL); ``assert not CALL`` ->
-    expected False; any other ``assert CALL`` -> expected True (the value must equal True, not just be
-    truthy). Any other source (imports, helpers, HumanEval's ``def check(candidate): ...``) is one
-    TestCase(code=...); when it defines ``check`` and does not call it, ``check(entry_point)`` is
-    appended. Raises ValueError with a one-line message on unparsable tests."""
-    sources = [tests] if isinstance(tests, str) else list(tests)
-    if not sources:
-        raise ValueError("no tests")
-    out: list[TestCase] = []
-    for source in sources:
-        if not isinstance(source, str):
-            raise ValueError(f"a test must be a string, got {type(source).__name__}")
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError) as e:
-            raise ValueError(f"unparsable test {_one_line(source)!r}: {getattr(e, 'msg', e)}") from None
-        if not tree.body:
-            raise ValueError(f"empty test {_one_line(source)!r}")
-        split = [_split_assert(node) for node in tree.body]
-        asserts = [case for case in split if case is not None]
-        if len(asserts) == len(split):
-            out.extend(asserts)
-        else:
-            out.append(TestCase(code=_test_code(source, tree, entry_point)))
-    return out
-
-
-def _one_line(text: str, width: int = 60) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _literal(node: ast.AST) -> tuple[bool, object]:
-    try:
-        return True, ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False, None
-
-
-def _split_assert(node: ast.stmt) -> TestCase | None:
-    if not isinstance(node, ast.Assert):
-        return None
-    test = node.test
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
-        for call, lit in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
-            ok, value = _literal(lit)
-            if ok and not _literal(call)[0]:
-                return TestCase(ast.unparse(call), value)
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and not _literal(test.operand)[0]:
-        return TestCase(ast.unparse(test.operand), False)
-    if _literal(test)[0]:
-        return None  # `assert True`: nothing to split
-    return TestCase(ast.unparse(test), True)
-
-
-def _test_code(source: str, tree: ast.Module, entry_point: str | None) -> str:
-    defines_check = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "check" for n in tree.body)
-    calls_check = any(
-        isinstance(n, ast.Expr)
-        and isinstance(n.value, ast.Call)
-        and isinstance(n.value.func, ast.Name)
-        and n.value.func.id == "check"
-        for n in tree.body
-    )
-    if not defines_check or calls_check:
-        return source
-    if not entry_point or not entry_point.isidentifier():
-        raise ValueError(f"test code defines check(candidate) but entry_point is {entry_point!r}")
-    return f"{source}\n\ncheck({entry_point})\n"
-
-
-FLOAT_REL_TOL, FLOAT_ABS_TOL = 1e-9, 1e-12
-"""The tolerance of a float (or complex) expected value: ``math.isclose(expected, got, rel_tol, abs_tol)``."""
-
-
-def _canon(value: object) -> object:
-    """A hashable form of a literal in which values of different types differ (``True`` vs ``1``, ``1`` vs ``1.0``)."""
-    if isinstance(value, tuple):
-        return ("tuple", tuple(_canon(v) for v in value))
-    if isinstance(value, frozenset):
-        return ("frozenset", frozenset(_canon(v) for v in value))
-    return (type(value).__name__, value)
-
-
-def _same(expected: object, got: object) -> bool:
-    """Strict equality of two literals, at any depth: the types must be the same (``True != 1``, ``92.0 != 92``,
-    ``[1] != (1,)``), floats and complex numbers equal within ``FLOAT_REL_TOL``/``FLOAT_ABS_TOL``, dict keys and set
-    elements compared by :func:`_canon`."""
-    if type(expected) is not type(got):
-        return False
-    if isinstance(expected, float):
-        return math.isclose(expected, got, rel_tol=FLOAT_REL_TOL, abs_tol=FLOAT_ABS_TOL)  # type: ignore[arg-type]
-    if isinstance(expected, complex):
-        return cmath.isclose(expected, got, rel_tol=FLOAT_REL_TOL, abs_tol=FLOAT_ABS_TOL)  # type: ignore[arg-type]
-    if isinstance(expected, (list, tuple)):
-        return len(got) == len(expected) and all(_same(e, g) for e, g in zip(expected, got, strict=True))  # type: ignore[arg-type, call-overload]
-    if isinstance(expected, dict):
-        theirs = {_canon(k): v for k, v in got.items()}  # type: ignore[attr-defined]
-        return len(theirs) == len(expected) and all(
-            _canon(k) in theirs and _same(v, theirs[_canon(k)]) for k, v in expected.items()
-        )
-    if isinstance(expected, (set, frozenset)):
-        return {_canon(v) for v in expected} == {_canon(v) for v in got}  # type: ignore[attr-defined]
-    return bool(expected == got)
-
-
-def _exception_kind(name: object, code_test: bool) -> str:
-    name = name if isinstance(name, str) and name.isidentifier() and len(name) <= 80 else "Unknown"
-    if name == "MemoryError":
-        return "memory"
-    if code_test and name == "AssertionError":
-        return "wrong_answer"
-    return f"exception:{name}"
-
-
-def _outcome(test: TestCase, tag: str, payload: object) -> str | None:
-    """None (passed) or the failure kind of one reported test."""
-    if tag == "O":
-        return "timeout"
-    if tag == "E":
-        return _exception_kind(payload, test.code is not None)
-    if test.code is not None:
-        return None if tag == "T" else "wrong_answer"
-    if tag != "V" or not isinstance(payload, str):
-        return "wrong_answer"
-    try:
-        value = ast.literal_eval(payload)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return "wrong_answer"
-    return None if _same(test.expected, value) else "wrong_answer"
+    interrupted: bool = False
+    """A stop signal from outside (SIGTERM, SIGINT, SIGHUP: a cluster stopping the job) reached the sandbox while it
+    ran, or killed one of its processes: the result may not be the program's own. Grade it again."""
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -383,6 +241,7 @@ def _run(mechanism: str, program: str, plan: _Plan, opts: _Options, t0: float) -
             watcher.watch(proc, *fds)
         finally:
             _stop(proc, mechanism, uid, marker)
+            watcher.late(fds[0])
             for fd in fds:
                 os.close(fd)
     finally:
@@ -488,17 +347,18 @@ def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
         argv = [_python(), "-I", "-S", "-B", "-X", "utf8", "-c", _harness_source(), str(job_fd)]
         if mechanism == "bwrap":
             argv = _bwrap_argv(os.geteuid() == 0) + argv
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out_w,
-            stderr=err_w,
-            env=env,
-            cwd="/",
-            pass_fds=(job_fd, result_w),
-            start_new_session=True,
-            close_fds=True,
-        )
+        with _stop_signals_blocked():  # bwrap and the harness start with them blocked; the harness ignores them
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                env=env,
+                cwd="/",
+                pass_fds=(job_fd, result_w),
+                start_new_session=True,
+                close_fds=True,
+            )
     except BaseException:
         for fd in (result_r, out_r, err_r):
             os.close(fd)
@@ -507,6 +367,20 @@ def _launch(mechanism: str, job: dict, workdir: str | None, marker: str | None):
         for fd in (result_w, out_w, err_w, job_fd):
             os.close(fd)
     return proc, (result_r, out_r, err_r)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""The signals that stop graft (:data:`graft.signals.STOP_SIGNALS`; this module imports nothing of graft's)."""
+
+
+@contextlib.contextmanager
+def _stop_signals_blocked():
+    """The stop signals blocked in this thread while inside: a process started inside inherits the block."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 CALL_SLACK_S = 1.0
@@ -526,6 +400,7 @@ class _Watcher:
         self.fatal: str | None = None
         self.program_failure: str | None = None
         self.stop: str | None = None  # "timeout" | "output_limit"
+        self.interrupted = False
         self.outcomes: dict[int, tuple[str, object]] = {}
         self.pending = bytearray()
         self.output = {"stdout": bytearray(), "stderr": bytearray()}
@@ -594,13 +469,15 @@ class _Watcher:
         if not isinstance(msg, list) or not msg or not isinstance(msg[0], str):
             return
         tag, now = msg[0], time.monotonic()
-        if not self.ready:  # before "R" only the trusted harness writes
+        if tag == "I":
+            self.interrupted = True
+        elif not self.ready:  # before "R" only the trusted harness writes
             if tag == "R":
                 self.ready, self.last = True, now
             elif tag == "F":
                 self.fatal = " ".join(map(str, msg[1:])) or "unknown"
         elif tag in ("S", "X") and not self.loaded and self.program_failure is None:
-            self.program_failure = "syntax" if tag == "S" else _exception_kind(msg[1] if len(msg) > 1 else None, False)
+            self.program_failure = "syntax" if tag == "S" else exception_kind(msg[1] if len(msg) > 1 else None, False)
             self.finished = True
         elif tag == "P" and not self.loaded:
             self.loaded, self.last = True, now
@@ -608,6 +485,21 @@ class _Watcher:
             self._record(msg[1], tag, msg[2] if len(msg) > 2 else None, now)
         elif tag == "D":
             self.finished = True
+
+    def late(self, result_fd: int) -> None:
+        """After the sandbox ended (every writer of the result pipe is gone): whether the warden reported a stop
+        signal after the run was over for this process (read at most what the pipe holds: it has no writer left)."""
+        pending = bytes(self.pending)
+        os.set_blocking(result_fd, False)
+        for _ in range(self.opts.max_output_bytes // (1 << 16) + 2):
+            try:
+                data = os.read(result_fd, 1 << 16)
+            except OSError:  # BlockingIOError: a writer is still alive (it could not be killed); nothing more now
+                break
+            if not data:
+                break
+            pending += data
+        self.interrupted |= b'\n["I"]\n' in b"\n" + pending
 
     def _record(self, i: int, tag: str, payload: object, now: float) -> None:
         """The first report of call ``i`` counts; the run ends when every call is in, or when the tests are in and
@@ -624,7 +516,7 @@ class _Watcher:
             self.finished = passed < self.plan.extra_after
 
     def _kind(self, i: int, missing: str = "missing_result") -> str | None:
-        return _outcome(self.plan.case(i), *self.outcomes[i]) if i in self.outcomes else missing
+        return outcome(self.plan.case(i), *self.outcomes[i]) if i in self.outcomes else missing
 
     def result(self, seconds: float) -> SandboxResult:
         out = {k: v.decode("utf-8", "replace") for k, v in self.output.items()}
@@ -633,7 +525,7 @@ class _Watcher:
             why = self.fatal or ("timed out starting" if self.stop else "ended before starting")
             return SandboxResult(
                 0, n_tests, "error", None, seconds, out["stdout"], f"sandbox did not start: {why}\n{out['stderr']}",
-                extra_total=len(plan.extra), extra_failure="not_run",
+                extra_total=len(plan.extra), extra_failure="not_run", interrupted=self.interrupted,
             )  # fmt: skip
         missing = self.program_failure or self.stop or "missing_result"
         kinds: dict[tuple[bool, int], str | None] = {call: self._kind(i, missing) for i, call in enumerate(plan.calls)}
@@ -644,7 +536,7 @@ class _Watcher:
         return SandboxResult(
             tests.count(None), n_tests, "ok" if all_in else (self.stop or "ok"), next((k for k in tests if k), None),
             seconds, out["stdout"], out["stderr"], extra.count(None) if ran_extra else 0, len(plan.extra),
-            next((k for k in extra if k), None) if ran_extra else "not_run",
+            next((k for k in extra if k), None) if ran_extra else "not_run", self.interrupted,
         )  # fmt: skip
 
 
@@ -827,7 +719,7 @@ def _self_test(mechanism: str) -> tuple[bool, str]:
     except Exception as e:  # noqa: BLE001
         return False, f"{type(e).__name__}: {e}"
     if r.status != "ok" or r.passed < 1:  # the first test must pass; the second only probes the network
-        return False, f"self-test: {r.status} {r.failure} {_one_line(r.stderr, 200)}"
+        return False, f"self-test: {r.status} {r.failure} {one_line(r.stderr, 200)}"
     no_network = r.failure == "exception:OSError"  # ENETUNREACH: no interface (a new network namespace)
     if mechanism == "rlimits+setuid" and no_network:
         return True, "rlimits+setuid+namespaces"

@@ -26,7 +26,14 @@ program does not compile) or ``["X", kind]`` (it raised at import, or left somet
 ``FdsChangedAtImport``, ``SharedMemoryAtImport``) or ``["P"]`` (it loaded), then per call ``["V", i,
 repr(value)]`` / ``["T", i]`` (test code ran through) / ``["E", i, exception type]`` / ``["O", i]`` (the call
 ran past ``call_timeout_s``), then ``["D"]``. ``["F", message]``: the sandbox itself is unusable (the parent
-reports "error").
+reports "error"). ``["I"]``, at any time: a stop signal from outside reached the sandbox (see below).
+
+**Stop signals** (SIGTERM, SIGINT, SIGHUP; a cluster stopping a job sends SIGTERM to every process of its cgroup,
+the sandbox's included): the sandbox starts with them blocked (the parent blocks them around the launch) and every
+process of it ignores them from the first line on, as graft's workers do, whatever the process that graded it
+does with them. The program may undo that for its own processes; so the warden reports ``["I"]`` when one reaches
+it (a handler: the stop reached the sandbox while it ran), when the template dies of one, and the template when a
+call's child does. The parent then grades the program again (an interrupted program is never scored).
 
 The program runs in the template and in the children, so it can forge or suppress these lines; the parent
 therefore compares the reported reprs with the expected values itself (they never come in here), counts a
@@ -57,6 +64,8 @@ WORLD_WRITABLE = ("/tmp", "/var/tmp", "/run/lock", "/dev/shm")
 """Covered by a private tmpfs in the fallback's mount namespace."""
 
 REAP_WAIT_S = 0.05
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""The signals that stop graft (graft.signals.STOP_SIGNALS; not imported: nothing from graft runs here)."""
 
 _result_fd = -1
 _max_line = 1 << 20
@@ -223,8 +232,22 @@ def reap(job: dict) -> None:
             time.sleep(0.001)
 
 
+def ignore_stop_signals() -> None:
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
+def _interrupted(signum, frame) -> None:
+    report("I")
+
+
+def _died_of_a_stop(status: int) -> bool:
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) in STOP_SIGNALS
+
+
 def warden(job: dict, libc) -> None:
-    """The first process: namespaces (when asked), then the template; afterwards kill and reap everything."""
+    """The first process: namespaces (when asked), then the template; afterwards kill and reap everything. A stop
+    signal that reaches it, or kills the template, is reported (``["I"]``)."""
     workdir = job["workdir"]
     if job["unshare"] and enter_namespaces(libc, job["tmpfs_bytes"]):
         workdir = "/tmp"
@@ -233,14 +256,18 @@ def warden(job: dict, libc) -> None:
         roots = [r for r in WORLD_WRITABLE if os.path.isdir(r) and not os.path.islink(r)]
     _prctl(libc, PR_SET_CHILD_SUBREAPER, 1)
     _prctl(libc, PR_SET_PDEATHSIG, signal.SIGKILL)
+    for s in STOP_SIGNALS:  # handled, not ignored: under bwrap it is PID 1, which gets only the signals it handles
+        signal.signal(s, _interrupted)
     pid = os.fork()
     if pid == 0:
         try:
+            ignore_stop_signals()
             template(job, libc, workdir, roots)
         finally:
             _exit(0)
     try:
-        os.waitpid(pid, 0)
+        if _died_of_a_stop(os.waitpid(pid, 0)[1]):
+            report("I")
     except ChildProcessError:
         pass
     kill_others(job, pid)
@@ -492,6 +519,10 @@ def run_call(i: int, kind: str, source: str, namespace: dict, job: dict, mask) -
             _exit(0)
     if not wait_child(pid, job["call_timeout_s"]):
         report("O", i)
+    else:
+        ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if ended is not None and ended.si_code in (os.CLD_KILLED, os.CLD_DUMPED) and ended.si_status in STOP_SIGNALS:
+            report("I")
     kill_others(job, pid)
     try:
         os.kill(pid, signal.SIGKILL)
@@ -528,6 +559,8 @@ def template(job: dict, libc, workdir: str, roots: list[str]) -> None:
 
 def main(argv: list[str]) -> None:
     global _result_fd, _max_line
+    ignore_stop_signals()  # blocked until now (the parent launched the sandbox with them blocked)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     job_fd = int(argv[0])
     chunks = []
     while chunk := os.read(job_fd, 1 << 20):

@@ -47,6 +47,10 @@ OK = "ok"
 TIMEOUT = "timeout"
 NO_ANSWER = "no_answer"
 ERROR = "error"
+INTERRUPTED = "interrupted"
+"""Answered by a verify function whose item a stop signal reached mid-way (the code sandbox's, when a cluster stops
+the job): the grader grades the item again, once (:mod:`graft.reward.grader`); the status stays only when the
+second grading answers it too."""
 
 
 class _DropTimeoutDisabledWarning(logging.Filter):

@@ -5,7 +5,7 @@ programs written in other idioms. A row's hidden tests must reject the first and
 
 :func:`mutants` and :func:`variants` give ``{label: program source}`` for one row of ``make_code_task``;
 :func:`rewarded` grades a program the way the code reward does (each call's value through ``repr`` and
-``ast.literal_eval``, strict comparison :func:`graft.reward.sandbox._same`), in this process: these are our own
+``ast.literal_eval``, strict comparison :func:`graft.reward.asserts.same`), in this process: these are our own
 trusted programs, so a plain exec, each call under a time limit. Used by tests/data/test_code_task.py and by
 ``results/code/kill_rates.py``.
 """
@@ -18,7 +18,7 @@ import signal
 from contextlib import contextmanager
 
 from graft.data.code_task import spec_of
-from graft.reward.sandbox import _same, parse_tests
+from graft.reward.asserts import parse_tests, same as _same
 
 CALL_LIMIT_S = 1.0
 """In-process time limit of one call (the sandbox's ``test_timeout_s`` is 3 s): past it the call fails."""

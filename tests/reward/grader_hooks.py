@@ -32,3 +32,16 @@ def crash_once(response: str, answer: str):
             open(marker, "w").close()
             os._exit(3)
     return verify(response, answer)
+
+
+def interrupted_until(response: str, answer: str):
+    """Answers ``interrupted`` (as the code reward does when a stop reached its sandbox) for responses ``STOP:N:PATH
+    ...`` until it has seen them N times (counted in the file PATH), then verifies."""
+    if response.startswith("STOP:"):
+        _, n, path = response.split()[0].split(":", 2)
+        seen = len(open(path).read()) if os.path.exists(path) else 0
+        with open(path, "a") as f:
+            f.write("x")
+        if seen < int(n):
+            return 0.0, "interrupted"
+    return verify(response, answer)

@@ -138,3 +138,17 @@ def test_an_item_whose_worker_dies_during_a_stop_is_graded_again_not_scored(tmp_
         rewards, statuses = g.grade([f"ONCE:{tmp_path / 'm'} \\boxed{{2}}", "\\boxed{3}"], ["2", "3"])
     g.close()
     assert (rewards, statuses) == (([1.0, 1.0], ["ok", "ok"]) if stopping else ([0.0, 1.0], ["error", "ok"]))
+
+
+@pytest.mark.parametrize("workers", [1, 0])
+def test_an_item_answered_interrupted_is_graded_again_once(tmp_path, workers):
+    """A verify function answering ``interrupted`` (a stop reached the code sandbox) gets the item again, once: an item
+    interrupted once gets its true grade (2 gradings); one interrupted every time keeps the status (2 gradings, not
+    more); the others are graded once."""
+    g = Grader(timeout_s=10.0, workers=workers, verify_fn="tests.reward.grader_hooks:interrupted_until")
+    once, always, plain = tmp_path / "once", tmp_path / "always", tmp_path / "plain"
+    responses = [f"STOP:1:{once} \\boxed{{2}}", f"STOP:9:{always} \\boxed{{3}}", f"STOP:0:{plain} \\boxed{{4}}", "\\boxed{5}"]
+    rewards, statuses = g.grade(responses, ["2", "3", "4", "6"])
+    g.close()
+    assert (rewards, statuses) == ([1.0, 0.0, 1.0, 0.0], ["ok", "interrupted", "ok", "ok"])
+    assert [p.read_text() for p in (once, always, plain)] == ["xx", "xx", "x"]

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from textwrap import dedent
 
 import pytest
 
-from graft.reward import sandbox
+from graft.reward import asserts, sandbox
 from graft.reward.sandbox import SandboxResult, TestCase, parse_tests, run_tests
 
 SLACK_S = 2.0  # run_tests returns within timeout_s + this
@@ -197,6 +198,76 @@ def test_per_test_and_whole_run_timeouts_keep_the_other_passes(mech):
     assert r.seconds < 3.0
     r = timed_run(program, [TestCase("f(0.2)", 1)] * 20, timeout_s=1.0, test_timeout_s=0.5)
     assert 0 < r.passed < 20 and (r.status, r.failure) == ("timeout", "timeout")
+
+
+# ------------------------------------------------------------------------------------------ stop signals
+
+SIG_STATE = dedent("""\
+    def sig_state(where):
+        fields = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+        print(where, int(fields["SigIgn"], 16), int(fields["SigBlk"], 16), flush=True)
+        return 1
+    sig_state("import")
+""")
+STOP_BITS = (1 << (1 - 1)) | (1 << (2 - 1)) | (1 << (15 - 1))   # SIGHUP, SIGINT, SIGTERM in /proc's masks
+
+
+@pytest.mark.parametrize("caller", ["handles", "default"])
+def test_the_program_ignores_the_stop_signals_whatever_the_caller_does(mech, caller):
+    """A cluster's stop reaches the sandbox's processes too: they ignore it, as graft's workers do, also when the
+    grading process handles the signals (grading in-process: a handler is reset to the default action by exec)."""
+    from graft.signals import StopSignal
+
+    with StopSignal() if caller == "handles" else open(os.devnull):
+        r = run_tests(SIG_STATE, [TestCase("sig_state('call')", 1)])
+    assert (r.status, r.passed) == ("ok", 1), r
+    states = [line.split() for line in r.stdout.splitlines()]
+    assert [w for w, _, _ in states] == ["import", "call"]
+    for _, ignored, blocked in states:
+        assert int(ignored) & STOP_BITS == STOP_BITS and int(blocked) & STOP_BITS == 0
+
+
+@pytest.mark.parametrize("program, passed, interrupted", [
+    ("import os, signal\nsignal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+     "def f(x):\n    os.kill(os.getpid(), signal.SIGTERM)\n", 0, True),
+    ("import os, signal\nsignal.signal(signal.SIGINT, signal.SIG_DFL)\nos.kill(os.getpid(), signal.SIGINT)\n", 0, True),
+    ("import os, signal\ndef f(x):\n    os.kill(os.getpid(), signal.SIGTERM)\n    return 2 * x\n", 1, False),
+    ("import os, signal\ndef f(x):\n    os.kill(os.getpid(), signal.SIGKILL)\n", 0, False),
+], ids=["call killed by SIGTERM", "import killed by SIGINT", "SIGTERM ignored", "killed by SIGKILL"])
+def test_a_program_killed_by_a_stop_signal_is_reported_interrupted(mech, program, passed, interrupted):
+    """A stop signal that kills one of the program's processes (it restored the default action) marks the result:
+    the grader grades it again rather than score it. A program that leaves the signals alone ignores them; any
+    other end is the program's own."""
+    r = run_tests(program, [TestCase("f(1)", 2)])
+    assert (r.passed, r.interrupted) == (passed, interrupted), r
+    assert r.failure == (None if passed else "missing_result"), r
+
+
+def test_a_stop_signal_that_reaches_the_warden_marks_the_result_interrupted(monkeypatch):
+    """A cluster's stop reaches every process of the sandbox; one that a program handles itself changes nothing
+    visible, so the warden (PID 1 under bwrap, which gets only the signals it handles) reports that a stop reached the
+    sandbox while it ran. Here SIGHUP to the warden alone, while the program's call sleeps: its result is right, and
+    still marked."""
+    if not sandbox._probe("bwrap")[0]:
+        pytest.skip(f"bwrap is not usable here: {sandbox._probe('bwrap')[1]}")
+    monkeypatch.setattr(sandbox, "_FORCE", "bwrap")
+    sent = []
+
+    def signal_the_warden():   # once it has forked the template (its handler is in place by then)
+        deadline = time.monotonic() + 30
+        while not sent and time.monotonic() < deadline:
+            for warden in [w for bw in sandbox._children(os.getpid()) for w in sandbox._children(bw)]:
+                if sandbox._children(warden):
+                    os.kill(warden, signal.SIGHUP)
+                    sent.append(warden)
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=signal_the_warden)
+    thread.start()
+    r = run_tests("import time\ndef f(x):\n    time.sleep(0.5)\n    return 2 * x\n", [TestCase("f(1)", 2)])
+    thread.join()
+    assert sent and r.interrupted and (r.status, r.passed) == ("ok", 1), r
+    assert not run_tests(DOUBLE, [TestCase("f(1)", 2)]).interrupted
 
 
 def test_callable_from_threads_and_a_forkserver_worker():
@@ -788,7 +859,7 @@ def test_a_program_can_neither_import_graft_nor_read_the_run_folder(tmp_path, mo
 ])
 def test_strict_comparison(expected, got, same):
     # bool, int, float and str are distinct at any depth; floats within rel 1e-9 (abs 1e-12)
-    assert sandbox._same(expected, got) is same
+    assert asserts.same(expected, got) is same
 
 
 def test_strict_comparison_through_the_sandbox(mech):

@@ -82,3 +82,30 @@ def test_group_sigterm_in_each_phase_then_resume_equals_uninterrupted(tmp_path, 
     pa, pb = _final_params(Path(ref.run_dir), ref), _final_params(run_dir, cfg)
     for key in pa:
         torch.testing.assert_close(pa[key], pb[key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("workers", [1, 0])
+def test_a_cgroup_wide_sigterm_while_programs_run_then_resume_equals_uninterrupted(tmp_path, tiny_llama_dir, workers,
+                                                                                   monkeypatch):
+    """SIGTERM to every process of the run's tree (Slurm's scancel, systemd: the job's whole cgroup) while the sandbox
+    runs programs that restored SIGTERM's default action, with the grader's worker and in-process (workers=0): the
+    stop kills a program, which is graded again, not scored; the run stops after the step, and the resumed run equals
+    the uninterrupted one bit for bit (every reward and status, none "interrupted" or "missing_result")."""
+    overrides = ["steps=2", "exchange.kind=none", "batch_prompts=2", *write_files(tmp_path)["code_default"],
+                 f"reward.workers={workers}"]
+    ref = tiny_config(tmp_path / "ref", tiny_llama_dir, tiny_llama_dir, *overrides, models=("A",))
+    rc, err = _run(tmp_path, ref, "code_default", "", monkeypatch)
+    assert rc == 0, err[-3000:]
+    cfg = tiny_config(tmp_path / "stopped", tiny_llama_dir, tiny_llama_dir, *overrides, models=("A",))
+    rc, err = _run(tmp_path, cfg, "code_default", "score:1:SIGTERM:tree", monkeypatch)
+    assert rc == PREEMPTED_EXIT, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("SIGTERM: stopped at step 1; continue with resume=true"), err[-3000:]
+    rc, err = _run(tmp_path, cfg, "code_default", "", monkeypatch, "resume=true")
+    assert rc == 0, err[-3000:]
+    run_dir = Path(cfg.run_dir)
+    _assert_same_steps(_metrics(Path(ref.run_dir)), _metrics(run_dir), names=("A",))
+    graded = _graded(run_dir)
+    assert graded == _graded(Path(ref.run_dir)) and {g[4] for g in graded} == {"ok", "wrong_answer"}
+    pa, pb = _final_params(Path(ref.run_dir), ref), _final_params(run_dir, cfg)
+    for key in pa:
+        torch.testing.assert_close(pa[key], pb[key], rtol=0, atol=0)
