@@ -43,7 +43,7 @@ from graft.reward import verifier
 from graft.reward.grader import mp_context, worker_memory_mb
 from graft.signals import as_worker, start_worker, stopping
 
-__all__ = ["FunctionGrader", "RewardFunctionError", "code_digest", "load_object", "row_reference"]
+__all__ = ["FunctionGrader", "RewardFunctionError", "code_digest", "function_names", "load_object", "row_reference"]
 
 
 class RewardFunctionError(UserError, RuntimeError):
@@ -56,6 +56,14 @@ FUNCTION_ERROR = "function_error"
 as asked, instead of stopping as for a hanging verifier)."""
 KEYWORDS = ("prompts", "completions")
 """The keyword arguments every function gets; a data column may not use these names."""
+
+
+def function_names(functions: Sequence[str | Callable[..., Any]]) -> list[str]:
+    """The name each reward function's values are logged under (``rewards/NAME/mean``), as TRL names a reward
+    function: the callable's own name (``"my_rewards.py:correct"`` -> ``correct``; a callable -> its ``__name__``).
+    A name several functions share gets each one's position in the list: ``correct_0``, ``correct_1``."""
+    names = [f.rpartition(":")[2] if isinstance(f, str) else getattr(f, "__name__", type(f).__name__) for f in functions]
+    return [f"{n}_{i}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
 def row_reference(row: Mapping[str, Any]) -> str:
@@ -258,6 +266,8 @@ class FunctionGrader:
         self.weights = list(weights) if weights is not None else [1.0] * len(self.specs)
         self.stats: dict[str, int] = {}
         self.verify_fn = "reward.function: " + ", ".join(self.specs)
+        self.names = function_names(self.specs)
+        """Each function's name in the metrics (:func:`function_names`)."""
         self._ctx = mp_context(start_method) if workers > 0 else None
         self._local = [load_object(s, f"reward.function.{i}") for i, s in enumerate(self.specs)] if workers == 0 else None
         self._startup_timeout_s = startup_timeout_s
@@ -318,10 +328,19 @@ class FunctionGrader:
     def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
         """Rewards and statuses (ok / no_answer; function_error / function_timeout under ``on_error="zero"``), one
         per response."""
+        rewards, statuses, _ = self.grade_parts(responses, answers, progress)
+        return rewards, statuses
+
+    def grade_parts(
+        self, responses: list[str], answers: list[str], progress: bool = False
+    ) -> tuple[list[float], list[str], dict[str, list[float | None]]]:
+        """:meth:`grade`, and besides the weighted sum each function's own values: ``{name: [value per response]}``
+        (:attr:`names`; ``None`` where the function gave none, and for every response of a batch scored 0 under
+        ``on_error="zero"``)."""
         if len(responses) != len(answers):
             raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
         if not responses:
-            return [], []
+            return [], [], {name: [] for name in self.names}
         prompts, columns = _batch(answers)
         values, failure = self._values(prompts, list(responses), columns)
         if failure is not None:
@@ -329,12 +348,13 @@ class FunctionGrader:
             if self.on_error == "stop":
                 raise RewardFunctionError(message + " (reward.on_error=zero scores such a batch 0 instead)")
             say(f"warning: {message}; this batch of {len(responses)} scores 0 (reward.on_error=zero)")
-            out = [0.0] * len(responses), [status] * len(responses)
+            rewards, statuses = [0.0] * len(responses), [status] * len(responses)
+            values = [[None] * len(responses) for _ in self.names]
         else:
-            out = self._combine(values)
-        for s in out[1]:
+            rewards, statuses = self._combine(values)
+        for s in statuses:
             self.stats[s] = self.stats.get(s, 0) + 1
-        return out
+        return rewards, statuses, dict(zip(self.names, values, strict=True))
 
     def _values(self, prompts, completions, columns) -> tuple[list[list], tuple[str, str] | None]:
         """Every function's values, or the first failure as ``(status, message)``. A worker that dies while this

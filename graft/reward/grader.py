@@ -215,6 +215,13 @@ class Grader:
 
     # ------------------------------------------------------------------ public
 
+    def grade_parts(
+        self, responses: list[str], answers: list[str], progress: bool = False
+    ) -> tuple[list[float], list[str], dict[str, list[float | None]]]:
+        """:meth:`grade`, and no reward functions' own values (``{}``: the domain's verifier is one reward; the same
+        call as :meth:`graft.reward.functions.FunctionGrader.grade_parts`)."""
+        return (*self.grade(responses, answers, progress), {})
+
     def grade(self, responses: list[str], answers: list[str], progress: bool = False) -> tuple[list[float], list[str]]:
         """Rewards (1.0/0.0) and statuses (ok/no_answer/timeout/error), one per response."""
         if len(responses) != len(answers):

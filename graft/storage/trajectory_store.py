@@ -64,6 +64,7 @@ import pyarrow.parquet as pq
 from graft.errors import UserError
 from graft.files import dumps_json, fsync_path, writing
 from graft.storage.lock import FolderLock
+from graft.success import succeeded
 from graft.types import GroupCounts, RolloutGroup
 
 SCHEMA_VERSION = 1
@@ -135,14 +136,15 @@ def select_stored_group(
     receiver_step: int,
     pick: Literal["latest", "same_step", "any"] = "latest",
     eligible=None,
+    threshold: float | None = None,
 ) -> StoredGroup | None:
     """Choose which stored group of one prompt plays the peer at ``receiver_step`` (pure).
 
     ``latest``: the one with the highest step <= ``receiver_step``; ``same_step``: step ==
-    ``receiver_step``; ``any``: most successes, ties broken by the highest step. Ties at equal
-    step go to the later entry of the list. ``eligible`` (optional predicate) filters groups
-    first, e.g. ``lambda g: 1 <= g.num_correct < g.size``; without it an ``any`` pick may be an
-    all-correct group that the candidate rule then rejects. ``None`` when nothing qualifies.
+    ``receiver_step``; ``any``: most successes (rewards above ``threshold``, ``reward.success_threshold``: ``any``
+    needs it), ties broken by the highest step. Ties at equal step go to the later entry of the list. ``eligible``
+    (optional predicate) filters groups first, e.g. ``lambda g: 1 <= g.successes(0.5) < g.size``; without it an
+    ``any`` pick may be an all-correct group that the candidate rule then rejects. ``None`` when nothing qualifies.
     """
     pool = [g for g in groups_for_prompt if eligible is None or eligible(g)]
     key: Callable[[tuple[int, StoredGroup]], tuple[int, ...] | int]
@@ -153,7 +155,9 @@ def select_stored_group(
         pool = [g for g in pool if g.step == receiver_step]
         key = lambda ig: ig[0]  # noqa: E731
     elif pick == "any":
-        key = lambda ig: (ig[1].num_correct, ig[1].step, ig[0])  # noqa: E731
+        if threshold is None:
+            raise ValueError("pick 'any' ranks groups by successes: give the threshold (reward.success_threshold)")
+        key = lambda ig: (ig[1].successes(threshold), ig[1].step, ig[0])  # noqa: E731
     else:
         raise ValueError(f"pick must be latest, same_step or any, got {pick!r}")
     if not pool:
@@ -475,8 +479,9 @@ class TrajectoryStore:
 # ----------------------------------------------------------------------------- inspection
 
 
-def info(path: str | Path) -> dict:
-    """Summary of a store: models, tokenizer per model, steps, rows, reward rate, size, schema version."""
+def info(path: str | Path, threshold: float) -> dict:
+    """Summary of a store: models, tokenizer per model, steps, rows, reward rate (the share of rows whose reward is
+    above ``threshold``, the run's ``reward.success_threshold``), size, schema version."""
     store = TrajectoryStore(path)
     files = store._files(None)
     if not files:
@@ -492,7 +497,7 @@ def info(path: str | Path) -> dict:
             {"tokenizer": d["tokenizer"][i], "rows": 0, "correct": 0, "prompts": set(), "steps": set(), "status": {}},
         )
         m["rows"] += 1
-        m["correct"] += d["reward"][i] > 0.5
+        m["correct"] += succeeded(d["reward"][i], threshold)
         m["prompts"].add(d["prompt_id"][i])
         m["steps"].add(d["step"][i])
         m["status"][d["verify_status"][i]] = m["status"].get(d["verify_status"][i], 0) + 1
