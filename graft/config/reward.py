@@ -95,7 +95,7 @@ class RewardConfig:
         check(self.weights is None or all(math.isfinite(w) for w in self.weights), "weights", "must be finite")
         check(math.isfinite(self.success_threshold), "success_threshold", f"must be finite, got {self.success_threshold}")
         check(
-            bool(self.function) or 0 <= self.success_threshold < 1,
+            bool(self.function) or not math.isfinite(self.success_threshold) or 0 <= self.success_threshold < 1,
             "success_threshold",
             f"must be in [0, 1) when the domain grades (its rewards lie in [0, 1], so {self.success_threshold} makes "
             f"every response a {'success' if self.success_threshold < 0 else 'failure'}); any finite value only with "

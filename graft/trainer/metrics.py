@@ -113,7 +113,7 @@ class TokenCounter:
         """The totals of a checkpoint's ``state``; for a checkpoint written before graft counted them, the last of
         the metrics ``records`` that has them (the metrics file of the run, kept up to that checkpoint)."""
         if state is None:
-            last = next((r for r in reversed(records) if any(k.endswith("/num_tokens") for k in r)), {})
+            last: dict = next((r for r in reversed(records) if any(k.endswith("/num_tokens") for k in r)), {})
             state = {k.removesuffix("/num_tokens"): v for k, v in last.items() if k.endswith("/num_tokens") and v is not None}
         self.totals = {name: int(v) for name, v in state.items()}
 

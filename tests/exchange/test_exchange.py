@@ -303,3 +303,24 @@ def test_stored_latest_pick_does_not_reach_back_to_an_older_success():
     assert res.audit[0]["candidates"] == [] and not any(g.is_peer for g in res.train_groups["A"])
     (any_pick,) = stored_peer_groups(store, own, step=4, pick="any", include_all_correct=False, threshold=T)
     assert any_pick.step == 1    # "any" takes the group with most successes the candidate rule accepts
+
+
+@pytest.mark.parametrize("threshold, cand_ab, cand_ba, kept_a, kept_b", [
+    (0.5, 1, 1, ["p1"], ["p0"]),
+    (0.25, 0, 0, [], []),
+    (0.7, 0, 1, [], []),
+])
+def test_candidate_sets_follow_the_success_threshold(threshold, cand_ab, cand_ba, kept_a, kept_b):
+    # continuous rewards. A: p0 [.3, .3, .3, .3], p1 [.6, 0, 0, 0]; B: p0 [.9, 0, 0, 0], p1 [.3, .3, 0, 0].
+    # 0.5:  k_A = [0, 1], k_B = [1, 0] -> C_A->B = {p1}, C_B->A = {p0}, m = 1: each hands its one candidate over.
+    # 0.25: k_A = [4, 1], k_B = [1, 2] -> no all-fail group: nothing.
+    # 0.7:  k_A = [0, 0], k_B = [1, 0] -> C_A->B = {}, C_B->A = {p0}, m = min(0, 1) = 0: nothing kept.
+    groups = {"A": [group("A", "p0", [0.3] * 4), group("A", "p1", [0.6, 0.0, 0.0, 0.0])],
+              "B": [group("B", "p0", [0.9, 0.0, 0.0, 0.0]), group("B", "p1", [0.3, 0.3, 0.0, 0.0])]}
+    res = exchange_live(1, groups, RECEIVERS, N, ExchangeConfig(), Scoring(), no_regrade, threshold=threshold)
+    m = res.metrics
+    assert (m["exchange/A->B/candidates"], m["exchange/B->A/candidates"]) == (cand_ab, cand_ba)
+    assert selected(res.audit, "A") == kept_a and selected(res.audit, "B") == kept_b
+    if threshold == 0.5:   # A's p1 group goes to B: 4 responses, one of them (0.6) a success of A's
+        assert m["exchange/A->B/transferred"] == 4 and m["exchange/A->B/transferred_correct"] == 1
+        assert [c["k_source"] for c in next(a for a in res.audit if a["source"] == "A")["candidates"]] == [1]
