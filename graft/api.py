@@ -30,7 +30,7 @@ from graft.config import Config, ConfigError, load_config as _load_config
 from graft.config.checks import member_values
 from graft.config.coerce import build
 from graft.errors import UserError
-from graft.evaluation.samples import Sample, Source, store_samples
+from graft.evaluation.samples import Sample, Source, run_threshold, store_samples
 from graft.trainer import loop
 from graft.trainer.loop import Callback
 from graft.trainer.stop import StopTraining
@@ -63,7 +63,7 @@ class Run:
         by ``model``; None: any) or ``peer`` (admitted by ``model``), ``steps`` a ``(first, last)`` range, ``reward``
         ``any``, ``1`` (rewarded) or ``0``. Each :class:`graft.evaluation.samples.Sample` has the writer, step,
         prompt id and text, response, reward and verifier status."""
-        return store_samples(self.run_dir, source, model, steps, reward)
+        return store_samples(self.run_dir, source, model, steps, reward, run_threshold(self.run_dir))
 
 
 def load_config(source: str | Path = "default", overrides: Sequence[str] = ()) -> Config:

@@ -19,6 +19,8 @@ from typing import Any, TypedDict
 import torch
 from typing_extensions import NotRequired  # typing's from Python 3.11; typing_extensions is a dependency of torch
 
+from graft.success import succeeded
+
 VERIFY_OK = "ok"
 VERIFY_TIMEOUT = "timeout"
 VERIFY_NO_ANSWER = "no_answer"
@@ -62,7 +64,7 @@ class Prompt:
 
 
 class GroupCounts:
-    """``size`` and ``num_correct`` of a group of responses with rewards (a rollout group, a stored group)."""
+    """``size`` and :meth:`successes` of a group of responses with rewards (a rollout group, a stored group)."""
 
     responses: list[str]
     rewards: list[float]
@@ -71,10 +73,9 @@ class GroupCounts:
     def size(self) -> int:
         return len(self.responses)
 
-    @property
-    def num_correct(self) -> int:
-        """Responses with reward > 0.5 (k)."""
-        return int(sum(r > 0.5 for r in self.rewards))
+    def successes(self, threshold: float) -> int:
+        """k: the responses that :func:`succeeded` at ``threshold``."""
+        return sum(succeeded(r, threshold) for r in self.rewards)
 
 
 @dataclass
@@ -110,9 +111,12 @@ class RolloutGroup(GroupCounts):
     finished: list[bool]
     """[G] True when the response ended with EOS, False when cut at max_new_tokens."""
     rewards: list[float] = field(default_factory=list)
-    """[G] verified binary rewards (re-verified by the holder for peer data)."""
+    """[G] verified rewards (re-verified by the holder for peer data); :func:`succeeded` says which are successes."""
     status: list[str] = field(default_factory=list)
     """[G] verifier status: ok / timeout / no_answer / error."""
+    reward_parts: dict[str, list[float | None]] = field(default_factory=dict)
+    """With ``reward.function``: each function's own value [G] (None: it gave none), by the name its metrics use
+    (``rewards/NAME/mean``); ``rewards`` is their weighted sum. Empty when a domain grades."""
     advantages: list[float] = field(default_factory=list)
     """[G] advantages used in the loss (the source's, frozen, for peer data)."""
     weights: list[float] = field(default_factory=list)
@@ -158,6 +162,7 @@ class RolloutGroup(GroupCounts):
             finished=pick(self.finished),
             rewards=pick(self.rewards),
             status=pick(self.status),
+            reward_parts={name: pick(values) for name, values in self.reward_parts.items()},
             advantages=pick(self.advantages),
             weights=pick(self.weights),
             compat=pick(self.compat),

@@ -392,7 +392,7 @@ def test_the_arms_differ_by_the_peer_groups_only(tmp_path, tiny_llama_dir, tiny_
         cfg, r = run.cfg, "B"
         ex = exchange_live(2, copy.deepcopy(groups), run.learners, cfg.rollout.n, cfg.exchange, Scoring.of(cfg), run.grade,
                            torch.Generator().manual_seed(step_seed(cfg.seed, 2, "exchange")),
-                           adv_norm(cfg.update))
+                           adv_norm(cfg.update), threshold=cfg.reward.success_threshold)
         peers = [g for g in ex.train_groups[r] if g.is_peer]
         spliced_own = [g for g in ex.train_groups[r] if not g.is_peer]
         assert peers and len(spliced_own) < len(groups[r])        # the receiver's all-fail groups were replaced

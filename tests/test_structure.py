@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "graft"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("graft", "graft.errors", "graft.registry", "graft.console"),
+    ("graft", "graft.errors", "graft.registry", "graft.console", "graft.success"),
     ("graft.types", "graft.seeds", "graft.files", "graft.cores", "graft.heap", "graft.signals"),
     ("graft.config",),
     ("graft.algos", "graft.reward", "graft.data", "graft.distributed"),

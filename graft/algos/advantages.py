@@ -1,7 +1,7 @@
 """Group advantages: GRPO (spec §3.1), pooled (ablation, §8), all-correct (beyond paper, §9), HACPO (§8).
 
-Shape letters: ``P`` prompts, ``G`` samples per group. Rewards are binary in GRAFT but
-nothing here assumes it except :func:`success_counts` (reward > 0.5 is a success).
+Shape letters: ``P`` prompts, ``G`` samples per group. Nothing here assumes binary rewards; :func:`success_counts`
+counts the responses that :func:`graft.types.succeeded` at the run's ``reward.success_threshold``.
 """
 
 from __future__ import annotations
@@ -12,17 +12,16 @@ import torch
 from torch import Tensor
 
 from graft.registry import ADV_STDS
-
-SUCCESS_THRESHOLD = 0.5
+from graft.success import succeeded
 
 ADV_STDS.register("unbiased", True)
 ADV_STDS.register("biased", False)
 
 
-def success_counts(rewards: Tensor) -> Tensor:
-    """k(q) = #{i : r_i > 0.5} per prompt. rewards [P,G] -> LongTensor [P]."""
+def success_counts(rewards: Tensor, threshold: float) -> Tensor:
+    """k(q) = #{i : r_i > threshold} per prompt (:func:`graft.types.succeeded`). rewards [P,G] -> LongTensor [P]."""
     assert rewards.dim() == 2, f"rewards must be [P,G], got {tuple(rewards.shape)}"
-    return (rewards > SUCCESS_THRESHOLD).sum(dim=1)
+    return succeeded(rewards, threshold).sum(dim=1)
 
 
 def _normalise(rewards: Tensor, baseline: Tensor, eps: float, unbiased: bool) -> Tensor:

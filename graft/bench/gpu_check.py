@@ -32,7 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3TextConfig, 
 
 from graft.algos.advantages import grpo_advantages
 from graft.algos.minibatch import plan_minibatches
-from graft.config import ExchangeConfig, ModelConfig, RolloutConfig, UpdateConfig
+from graft.config import ExchangeConfig, ModelConfig, RewardConfig, RolloutConfig, UpdateConfig
 from graft.console import quiet
 from graft.data.arithmetic import make_arithmetic
 from graft.exchange.handover import Scoring
@@ -202,8 +202,17 @@ def exchange_and_update(
 ) -> None:
     """The live exchange between A and B, then each learner's update; the numbers into ``results``."""
     t_ex = time.time()
+    threshold = RewardConfig.success_threshold  # the crafted rewards are 0/1
     ex = exchange_live(
-        1, groups, learners, n, ExchangeConfig(delta=0.0), Scoring(), crafted_rewards, torch.Generator().manual_seed(0)
+        1,
+        groups,
+        learners,
+        n,
+        ExchangeConfig(delta=0.0),
+        Scoring(),
+        crafted_rewards,
+        torch.Generator().manual_seed(0),
+        threshold=threshold,
     )
     train_groups, xm = ex.train_groups, ex.metrics
     sync()
@@ -216,7 +225,7 @@ def exchange_and_update(
         gs = train_groups[name]
         plan = plan_minibatches([g.is_peer for g in gs], uc.num_minibatches, uc.order, torch.Generator().manual_seed(1))
         sync()
-        m = lr.update(gs, plan, uc, rc.temperature, make_rule(uc))
+        m = lr.update(gs, plan, uc, rc.temperature, make_rule(uc, threshold))
         sync()
         results[f"{name}/train_tokens"] = m["tokens/update"]
         results[f"{name}/train_tokens_per_s"] = round(m["tokens_per_s/update"], 1)

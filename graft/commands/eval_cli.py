@@ -26,7 +26,15 @@ from graft.config.upgrade import ANSWER_FORMS
 from graft.console import bars, quiet_bars
 from graft.data.datasets import load_prompts
 from graft.domains.grading import make_grader, reference_of
-from graft.evaluation.evaluate import DEFAULT_MAX_NEW_TOKENS, EvalError, check_name, evaluate, pct, select_checkpoint
+from graft.evaluation.evaluate import (
+    DEFAULT_MAX_NEW_TOKENS,
+    EvalError,
+    check_name,
+    evaluate,
+    mean_pm,
+    pct,
+    select_checkpoint,
+)
 from graft.policy.codec import TextCodec
 from graft.policy.context import check_context, max_positions
 from graft.policy.engines import EngineUnavailable, Sampler, VllmEngine, make_engine
@@ -429,6 +437,7 @@ def _evaluate_into(
             backend=args.backend,
             progress=not args.no_progress,
             model_label=model,
+            success_threshold=reward.success_threshold,
         )
     return res, cfg
 
@@ -475,21 +484,27 @@ def compare_table(results: dict[str, dict]) -> str:
 
 
 def summary_table(results: dict, cfg=None) -> str:
-    """The one-screen table ``graft eval`` ends with: dataset, prompts, pass@1 mean ± std, n, repeats
-    (and the prompt format of ``cfg``, a ModelConfig, so a base model and its checkpoint can be
-    seen to share it)."""
+    """The one-screen table ``graft eval`` ends with: dataset, prompts, pass@1 (%) and the mean reward, each mean ± std
+    over repeats, n, repeats (and the prompt format of ``cfg``, a ModelConfig, so a base model and its checkpoint can
+    be seen to share it). A success (pass@1) is a reward above ``reward.success_threshold`` (the ``--config`` run's)."""
     proto = results["protocol"]
     lines = [f"model: {proto.get('model')}"]
     if cfg is not None:
         stops = ", ".join(json.dumps(x) for x in cfg.stop_strings()) or "none"
         lines.append(f"prompt: template {cfg.template}, {cfg.num_shots()} worked example(s), stop strings {stops}")
-    lines.append(f"temperature {proto['temperature']}, top-p {proto['top_p']}, max {proto['max_new_tokens']} new tokens")
-    lines += ["", "| dataset | prompts | pass@1 (%) | n | repeats |", "|---|---:|---:|---:|---:|"]
+    lines.append(
+        f"temperature {proto['temperature']}, top-p {proto['top_p']}, max {proto['max_new_tokens']} new tokens; "
+        f"a success is a reward above {proto.get('success_threshold')}"
+    )
+    lines += ["", "| dataset | prompts | pass@1 (%) | mean reward | n | repeats |", "|---|---:|---:|---:|---:|---:|"]
     for name, d in results["datasets"].items():
-        lines.append(f"| {name} | {d['num_prompts']} | {pct(d['pass@1'])} | {proto['n']} | {d['repeats']} |")
-    if len(results["datasets"]) > 1:
         lines.append(
-            f"| macro average | {len(results['datasets'])} sets | {pct(results['macro']['pass@1'])} | "
+            f"| {name} | {d['num_prompts']} | {pct(d['pass@1'])} | {mean_pm(d['reward_mean'])} | {proto['n']} | {d['repeats']} |"
+        )
+    if len(results["datasets"]) > 1:
+        m = results["macro"]
+        lines.append(
+            f"| macro average | {len(results['datasets'])} sets | {pct(m['pass@1'])} | {mean_pm(m['reward_mean'])} | "
             f"{proto['n']} | {proto['repeats']} |"
         )
     return "\n".join(lines)

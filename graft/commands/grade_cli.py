@@ -17,6 +17,7 @@ from graft.commands.parsers import grade_parser
 from graft.config import load_config
 from graft.domains.grading import load_data, make_grader, task_domain
 from graft.errors import UserError
+from graft.success import succeeded
 from graft.types import Prompt
 
 
@@ -59,13 +60,13 @@ def grade_main(argv: list[str]) -> int:
     flagged: Counter = Counter()
     for (q, response), reward, status in zip(items, rewards, statuses, strict=True):  # a grade per response
         flags = [k for k, v in domain.response_flags(response, q.problem, q.answer, status).items() if v]
-        if reward > 0.5:
+        if succeeded(reward, cfg.reward.success_threshold):
             flagged.update(flags)
         if args.json:
             print(json.dumps({"id": q.id, "reward": reward, "status": status, "flags": flags}))
         else:
             print(f"{q.id}\treward {reward:g}\t{status}" + (f"\tflags: {', '.join(flags)}" if flags else ""))
-    rewarded = sum(r > 0.5 for r in rewards)
+    rewarded = sum(succeeded(r, cfg.reward.success_threshold) for r in rewards)
     print(
         f"{len(items)} responses graded by {cfg.reward.function or cfg.reward.domain}: mean reward "
         f"{sum(rewards) / len(rewards):.3f}, {rewarded} rewarded; statuses {dict(Counter(statuses))}; flags among the "

@@ -83,6 +83,7 @@ from graft.exchange.live import exchange_live
 from graft.policy.sampling import rollout_sampling
 from graft.seeds import step_seed
 from graft.storage.checkpoint import checkpoint_step, list_checkpoints
+from graft.success import succeeded
 from graft.trainer import loop
 from graft.trainer.batch import prepare_minibatch
 from graft.types import ExchangeResult, Prompt, RolloutGroup
@@ -306,8 +307,8 @@ def update_adding_peers(run, name: str, own: list[RolloutGroup], peers: list[Rol
 
 
 def success_rates(run, learner, prompts: list[Prompt], samples: int, step: int) -> list[float]:
-    """Share of ``samples`` responses of ``learner`` graded correct, per prompt; prompt p samples from the
-    seed of (run seed, step, p's id) in every arm."""
+    """Share of ``samples`` responses of ``learner`` graded correct (a reward above ``reward.success_threshold``), per
+    prompt; prompt p samples from the seed of (run seed, step, p's id) in every arm."""
     if not prompts:
         return []
     ids = [learner.codec.encode_prompt(p.problem, p.messages) for p in prompts]
@@ -315,7 +316,8 @@ def success_rates(run, learner, prompts: list[Prompt], samples: int, step: int) 
     out = learner.generate(ids, replace(rollout_sampling(run.cfg.rollout, seeds), n=samples))
     texts, ids = [s.text for ss in out for s in ss], [s.token_ids for ss in out for s in ss]
     rewards, _ = run.grader.grade(texts, [p.answer for p in prompts for _ in range(samples)], completion_ids=ids)
-    return [sum(rewards[i * samples : (i + 1) * samples]) / samples for i in range(len(prompts))]
+    ok = [succeeded(x, run.cfg.reward.success_threshold) for x in rewards]
+    return [sum(ok[i * samples : (i + 1) * samples]) / samples for i in range(len(prompts))]
 
 
 def unseen_pool(cfg, train: list[Prompt], per_family: int = 64) -> dict[str, list[Prompt]]:
@@ -346,7 +348,7 @@ def measure_state(run, groups: dict[str, list[RolloutGroup]], step: int, pool, s
     rng = random.Random(step_seed(run.cfg.seed, step, "onestep/unseen"))
     rows = []
     for r in names:
-        targets = _targets(r, ex, groups, pool, unseen, rng)
+        targets = _targets(r, ex, groups, pool, unseen, rng, run.cfg.reward.success_threshold)
         success = _arm_success(run, r, groups, ex, [t[0] for t in targets], samples, step)
         for i, (p, kind, base) in enumerate(targets):
             rows.append(
@@ -378,16 +380,24 @@ def _exchange_arms(run, groups: dict[str, list[RolloutGroup]], step: int) -> dic
             run.grade,
             torch.Generator().manual_seed(step_seed(cfg.seed, step, "exchange")),
             adv,
+            threshold=cfg.reward.success_threshold,
         )
         for arm in ("graft", "all")
     }
 
 
 def _targets(
-    r: str, ex: dict[str, ExchangeResult], groups: dict[str, list[RolloutGroup]], pool, unseen: int, rng: random.Random
+    r: str,
+    ex: dict[str, ExchangeResult],
+    groups: dict[str, list[RolloutGroup]],
+    pool,
+    unseen: int,
+    rng: random.Random,
+    threshold: float,
 ) -> list[tuple[Prompt, str, dict]]:
     """The prompts measured for receiver ``r``: (prompt, kind, the row's exchange fields) for each prompt the
-    graft arm selected (``replaced``) and up to ``unseen`` unseen ones of its family (``unseen``)."""
+    graft arm selected (``replaced``) and up to ``unseen`` unseen ones of its family (``unseen``); admitted correct:
+    a source reward above ``threshold``."""
     audits = {arm: [a for a in e.audit if a["receiver"] == r] for arm, e in ex.items()}
     targets = []  # (direction, prompt, kind, admitted per arm, admitted correct per arm, k_source)
     for a in audits["graft"]:
@@ -403,7 +413,7 @@ def _targets(
             base = dict(
                 direction=d,
                 admitted={k: len(v) for k, v in counts.items()},
-                admitted_correct={k: sum(x["reward_source"] > 0.5 for x in v) for k, v in counts.items()},
+                admitted_correct={k: sum(succeeded(x["reward_source"], threshold) for x in v) for k, v in counts.items()},
                 k_source=k_src,
             )
             targets.append((Prompt(pid, g.problem, g.answer, g.messages), "replaced", base))

@@ -62,6 +62,7 @@ from graft.policy.prompts import check_conversations
 from graft.registry import PAIRINGS
 from graft.seeds import step_seed
 from graft.storage.checkpoint import CheckpointError, load_checkpoint
+from graft.success import succeeded
 from graft.trainer.learner import Learner
 from graft.trainer.metrics import group_stats
 from graft.types import ExchangeResult, Prompt, RolloutGroup
@@ -131,15 +132,17 @@ def probe(
     groups, learners = _sample_models(cfg, batch, weights, seed, compat, results["models"])
     if samples:
         write_samples(groups, samples)
-    names = list(groups)
+    names, threshold = list(groups), cfg.reward.success_threshold
     for s in names:
         for r in names:
             if s != r:
-                results["complementarity"][f"{s}->{r}"] = complementarity(counts(groups[s]), counts(groups[r]))
+                results["complementarity"][f"{s}->{r}"] = complementarity(
+                    counts(groups[s], threshold), counts(groups[r], threshold)
+                )
                 if compat:
                     results.setdefault("compat", {})[f"{s}->{r}"] = _compat(groups[s], learners[r], cfg)
     if task_families(cfg) is not None:
-        results["families"] = _by_family(groups)
+        results["families"] = _by_family(groups, threshold)
     results |= _predictions(groups, cfg, learners or None, resamples, seed, batch_sizes)
     return results
 
@@ -162,11 +165,11 @@ def _sample_models(
             for i, g in enumerate(gs):
                 g.rewards, g.status = rewards[i * g.size : (i + 1) * g.size], statuses[i * g.size : (i + 1) * g.size]
                 g.advantages = [0.0] * g.size  # the exchange copies the source's advantages; any values do here
-            st = group_stats(gs)
+            st = group_stats(gs, cfg.reward.success_threshold)
             stats[m.name] = {
                 "template": m.template,
                 "reward_mean": st["reward/mean"],
-                "prompts_solved": sum(g.num_correct > 0 for g in gs) / len(gs),
+                "prompts_solved": sum(g.successes(cfg.reward.success_threshold) > 0 for g in gs) / len(gs),
                 "all_fail_frac": st["all_fail_frac"],
                 "all_correct_frac": st["all_correct_frac"],
                 "boxed_frac": 1 - st["verify/no_answer"] / len(texts),
@@ -249,12 +252,13 @@ class ReplayReceiver:
 
 def _compat(groups: list[RolloutGroup], receiver, cfg) -> dict:
     """Gate metrics (``gating.gate_metrics``) of every response of ``groups`` handed to ``receiver``
-    by the exchange's own code, for all responses and for the correct ones."""
+    by the exchange's own code, for all responses and for the correct ones (above ``reward.success_threshold``)."""
 
-    audit = hand_over(groups, receiver, cfg.exchange, Scoring.of(cfg)).rows
+    threshold = cfg.reward.success_threshold
+    audit = hand_over(groups, receiver, cfg.exchange, Scoring.of(cfg), threshold=threshold).rows
     s = torch.tensor([a["s"] for a in audit])
     admitted = torch.tensor([a["admitted"] for a in audit], dtype=torch.bool)
-    correct = torch.tensor([a["reward_source"] > 0.5 for a in audit], dtype=torch.bool)
+    correct = torch.tensor([succeeded(a["reward_source"], threshold) for a in audit], dtype=torch.bool)
     return {"delta": cfg.exchange.delta, "all": gate_metrics(s, admitted), "correct": gate_metrics(s[correct], admitted[correct])}
 
 
@@ -312,8 +316,9 @@ def predict_exchange(
                 gen,
                 adv_norm(cfg.update),
                 window,
+                threshold=cfg.reward.success_threshold,
             )
-            step_rows = _exchanged_rows(res, ex.pairing)
+            step_rows = _exchanged_rows(res, ex.pairing, cfg.reward.success_threshold)
         for d, row in step_rows:
             rows[d].append(row)
     key = "admitted" if receivers is not None else "kept_prompts"
@@ -330,15 +335,17 @@ def predict_exchange(
 def _selected_rows(sub: dict[str, list[RolloutGroup]], cfg, gen: torch.Generator) -> list[tuple[str, dict]]:
     """Per direction of one replayed step's selection (:func:`graft.exchange.live.select`, without ``s``), its
     candidates, m and kept prompts."""
-    cand, keep, m = select({n: counts(gs) for n, gs in sub.items()}, cfg.rollout.n, cfg.exchange, gen)
+    k = {n: counts(gs, cfg.reward.success_threshold) for n, gs in sub.items()}
+    cand, keep, m = select(k, cfg.rollout.n, cfg.exchange, gen)
     return [
         (f"{s}->{r}", {"candidates": int(cand[s, r].sum()), "m": m[s, r], "kept_prompts": int(keep[s, r].sum())})
         for (s, r) in cand
     ]
 
 
-def _exchanged_rows(res: ExchangeResult, pairing: str) -> list[tuple[str, dict]]:
-    """Per direction of one replayed step's exchange, its numbers (``paired`` unless ``pairing`` is ``all``)."""
+def _exchanged_rows(res: ExchangeResult, pairing: str, threshold: float) -> list[tuple[str, dict]]:
+    """Per direction of one replayed step's exchange, its numbers (``paired`` unless ``pairing`` is ``all``;
+    ``admitted_correct``: rewards above ``threshold``)."""
     out = []
     for rec in res.audit:
         d = f"{rec['source']}->{rec['receiver']}"
@@ -352,7 +359,7 @@ def _exchanged_rows(res: ExchangeResult, pairing: str) -> list[tuple[str, dict]]
                     "kept_prompts": res.metrics[f"{pre}/kept_prompts"],
                     "transferred": res.metrics[f"{pre}/transferred"],
                     "admitted": res.metrics[f"{pre}/admitted"],
-                    "admitted_correct": sum(x["admitted"] and x["reward_source"] > 0.5 for x in rec["responses"]),
+                    "admitted_correct": sum(x["admitted"] and succeeded(x["reward_source"], threshold) for x in rec["responses"]),
                     **({} if pairing == "all" else {"paired": res.metrics[f"{pre}/paired"]}),
                 },
             )
@@ -403,7 +410,7 @@ def verdict(directions: dict[str, dict], key: str, batch_prompts: int) -> str | 
     )
 
 
-def _by_family(groups: dict) -> dict:
+def _by_family(groups: dict, threshold: float) -> dict:
     """Per problem family (the ``FAMILY-00017`` ids of a family mixture): mean reward of every model and
     complementarity of every ordered pair."""
 
@@ -419,7 +426,10 @@ def _by_family(groups: dict) -> dict:
                 for n, gs in sub.items()
             },
             "complementarity": {
-                f"{s}->{r}": complementarity(counts(sub[s]), counts(sub[r])) for s in names for r in names if s != r
+                f"{s}->{r}": complementarity(counts(sub[s], threshold), counts(sub[r], threshold))
+                for s in names
+                for r in names
+                if s != r
             },
         }
     return out

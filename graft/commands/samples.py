@@ -9,7 +9,17 @@ from pathlib import Path
 
 from graft.commands.parsers import samples_parser
 from graft.domains.base import run_domain
-from graft.evaluation.samples import Sample, SamplesError, collect, format_sample, parse_steps, pick, pick_mixed, rewarded
+from graft.evaluation.samples import (
+    Sample,
+    SamplesError,
+    collect,
+    format_sample,
+    parse_steps,
+    pick,
+    pick_mixed,
+    rewarded,
+    run_threshold,
+)
 
 
 def samples_main(argv: list[str]) -> int:
@@ -19,8 +29,12 @@ def samples_main(argv: list[str]) -> int:
         return int(e.code or 0)
     if args.n < 0 or args.width < 2:
         raise SamplesError(f"-n must be >= 0 and --width >= 2 (got -n {args.n}, --width {args.width})")
-    everything = collect(Path(args.run), args.source, args.model, parse_steps(args.steps), args.reward, args.data)
-    chosen = (pick_mixed if args.reward == "both" else pick)(everything, args.n, args.seed)
+    threshold = run_threshold(Path(args.run))
+    everything = collect(Path(args.run), args.source, args.model, parse_steps(args.steps), args.reward, threshold, args.data)
+    if args.reward == "both":
+        chosen = pick_mixed(everything, args.n, args.seed, threshold)
+    else:
+        chosen = pick(everything, args.n, args.seed)
     domain = run_domain(Path(args.run))
     if args.json:
         for s in chosen:
@@ -32,7 +46,7 @@ def samples_main(argv: list[str]) -> int:
         f"{len(chosen)} of {len(everything)} {what}{noun}"
         + (f" {'into' if args.source == 'peer' else 'of'} {args.model}" if args.model else "")
         + (f", steps {args.steps}" if args.steps else "")
-        + (_split(chosen, everything) if args.reward == "both" else "")
+        + (_split(chosen, everything, threshold) if args.reward == "both" else "")
         + f" (seed {args.seed})"
     )
     for s in chosen:
@@ -40,7 +54,7 @@ def samples_main(argv: list[str]) -> int:
     return 0
 
 
-def _split(chosen: list[Sample], everything: list[Sample]) -> str:
-    """``: 6 of 9 rewarded, 6 of 240 not``: how a mixed pick splits."""
-    good, all_good = (sum(rewarded(s.reward) for s in xs) for xs in (chosen, everything))
+def _split(chosen: list[Sample], everything: list[Sample], threshold: float) -> str:
+    """``: 6 of 9 rewarded, 6 of 240 not``: how a mixed pick splits (rewarded: above ``threshold``)."""
+    good, all_good = (sum(rewarded(s.reward, threshold) for s in xs) for xs in (chosen, everything))
     return f": {good} of {all_good} rewarded, {len(chosen) - good} of {len(everything) - all_good} not"

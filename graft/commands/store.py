@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from graft.commands.parsers import store_parser
+from graft.config import run_success_threshold
 from graft.storage.trajectory_store import StoreError, export_jsonl, info
 
 
@@ -39,6 +41,16 @@ def _print_info(d: dict) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
 
 
+def store_threshold(path: str | Path) -> float:
+    """The ``reward.success_threshold`` of the run a store belongs to: the ``config.yaml`` of the run folder given, or
+    of the folder holding the store (or the step file) given; the default when none is found."""
+    p = Path(path)
+    for folder in (p, p.parent, p.parent.parent):
+        if (folder / "config.yaml").is_file():
+            return run_success_threshold(folder)
+    return run_success_threshold(p)
+
+
 def store_main(argv: list[str]) -> int:
     """``graft store info PATH`` / ``graft store export PATH OUT.jsonl [--model M]``; argv excludes ``store``."""
     try:
@@ -47,7 +59,7 @@ def store_main(argv: list[str]) -> int:
         return int(e.code or 0)
     try:
         if args.cmd == "info":
-            d = info(args.path)
+            d = info(args.path, store_threshold(args.path))
             if args.json:
                 print(json.dumps(d, indent=1))
             else:

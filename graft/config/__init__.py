@@ -37,10 +37,11 @@ from graft.config.load import (
     load_config,
     packaged_configs,
     read_yaml_tree,
+    run_success_threshold,
     save_config,
 )
 from graft.config.models import LoraConfig, ModelConfig
-from graft.config.reward import RewardConfig
+from graft.config.reward import RewardConfig, success_threshold_of
 from graft.config.rollout import RolloutConfig
 from graft.config.root import Config
 from graft.config.saving import CheckpointConfig, EvalConfig, LoggingConfig
@@ -75,8 +76,10 @@ __all__ = [
     "nearest_key",
     "packaged_configs",
     "read_yaml_tree",
+    "run_success_threshold",
     "save_config",
     "show_config",
+    "success_threshold_of",
     "to_dict",
     "upgrade_tree",
 ]

@@ -12,6 +12,7 @@ import yaml
 from graft.config.checks import ConfigError
 from graft.config.coerce import build, join_key, parse_flow_mapping, show_value
 from graft.config.keys import field_hint
+from graft.config.reward import success_threshold_of
 from graft.config.root import Config
 from graft.config.show import to_dict
 from graft.config.upgrade import LEGACY_KEYS, upgrade_tree
@@ -222,3 +223,13 @@ def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
         elif va != vb:
             out.append(key)
     return out
+
+
+def run_success_threshold(run_dir: str | Path) -> float:
+    """``reward.success_threshold`` of the run in ``run_dir``, read off its ``config.yaml``
+    (:func:`~graft.config.reward.success_threshold_of`: the default when the folder holds no readable config)."""
+    try:
+        tree = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        tree = None
+    return success_threshold_of(tree)

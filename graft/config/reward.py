@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -31,6 +31,13 @@ class RewardConfig:
     weights: list[float] | None = None
     """Weight of each of ``function`` (``None``: 1 each); the reward is the weighted sum of the functions that
     returned a value."""
+    success_threshold: float = 0.5
+    """A response succeeds when its reward is strictly above this (:func:`graft.types.succeeded`). Success decides the
+    all-fail groups (no response of a model's group succeeded) that GRAFT hands over, and what pass@k, the solve
+    rates, the reward monitor and ``graft samples``/``analyze``/``eval`` count as solved. With 0/1 rewards any value in
+    [0, 1) gives the same result; with a continuous reward it is a choice: rewards [0.3, 0.3] are an all-fail group at
+    0.5 and two successes at 0.25. A domain's rewards lie in [0, 1], so without ``function`` it must be in [0, 1); with
+    ``function`` any finite value (rewards on another scale)."""
     function_timeout_s: float = 120.0
     """Wall-clock limit of one call of a reward function on a batch."""
     function_memory_mb: int = 8192
@@ -88,6 +95,14 @@ class RewardConfig:
             f"gives {len(self.weights or [])} weights for {len(self.function)} reward function(s)",
         )
         check(self.weights is None or all(math.isfinite(w) for w in self.weights), "weights", "must be finite")
+        check(math.isfinite(self.success_threshold), "success_threshold", f"must be finite, got {self.success_threshold}")
+        check(
+            bool(self.function) or not math.isfinite(self.success_threshold) or 0 <= self.success_threshold < 1,
+            "success_threshold",
+            f"must be in [0, 1) when the domain grades (its rewards lie in [0, 1], so {self.success_threshold} makes "
+            f"every response a {'success' if self.success_threshold < 0 else 'failure'}); any finite value only with "
+            "reward.function",
+        )
         check(self.function_timeout_s > 0, "function_timeout_s", f"must be > 0, got {self.function_timeout_s}")
         check(self.function_memory_mb >= 0, "function_memory_mb", f"must be >= 0 (0: no limit), got {self.function_memory_mb}")
         check(self.test_timeout_s > 0, "test_timeout_s", f"must be > 0, got {self.test_timeout_s}")
@@ -96,3 +111,13 @@ class RewardConfig:
         check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
         check(self.workers >= 0, "workers", f"must be >= 0 (0 grades in-process), got {self.workers}")
         check(0 < self.max_timeout_frac <= 1, "max_timeout_frac", f"must be in (0, 1], got {self.max_timeout_frac}")
+
+
+def success_threshold_of(tree: Mapping[str, Any] | None) -> float:
+    """``reward.success_threshold`` of a saved run config (a ``config.yaml`` read as a dict), for the readers of a
+    finished run; the default where the config has none (a run of an earlier graft, no config at all)."""
+    reward = tree.get("reward") if isinstance(tree, Mapping) else None
+    value = reward.get("success_threshold") if isinstance(reward, Mapping) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return RewardConfig.success_threshold

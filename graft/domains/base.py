@@ -37,6 +37,7 @@ from graft.data.datasets import RowError, answer_text
 from graft.errors import UserError
 from graft.registry import DOMAINS, UnknownName
 from graft.reward.functions import RewardFunctionError, load_object
+from graft.success import succeeded
 
 
 class DomainError(UserError, ValueError):
@@ -107,10 +108,12 @@ class Domain:
         problems: Sequence[str],
         references: Sequence[str],
         rewards: Sequence[float],
+        threshold: float,
         statuses: Sequence[str] | None = None,
     ) -> dict[str, float | None]:
-        """Among the rewarded responses (reward > 0.5) of a batch: ``{"n": count, FLAG: share, ...}``; shares are
-        ``None`` when nothing was rewarded. ``statuses`` (the verifier's, one per response) set the status flags."""
+        """Among the rewarded responses of a batch (reward above ``threshold``, ``reward.success_threshold``:
+        :func:`graft.success.succeeded`): ``{"n": count, FLAG: share, ...}``; shares are ``None`` when nothing was
+        rewarded. ``statuses`` (the verifier's, one per response) set the status flags."""
         n = len(responses)
         assert len(problems) == n and len(references) == n and len(rewards) == n, (n, len(problems), len(rewards))
         assert statuses is None or len(statuses) == n, (n, len(statuses))
@@ -118,7 +121,7 @@ class Domain:
         hits = [
             self.response_flags(r, q, a, s)
             for r, q, a, x, s in zip(responses, problems, references, rewards, known, strict=True)
-            if x > 0.5
+            if succeeded(x, threshold)
         ]
         out: dict[str, float | None] = {"n": len(hits)}
         for f in self.flags:

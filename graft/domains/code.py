@@ -81,6 +81,7 @@ def _settings(reward: Any) -> dict[str, Any]:
         "memory_mb": reward.sandbox_memory_mb,
         "holdout_tests": reward.holdout_tests,
         "allow_weak_sandbox": reward.allow_weak_sandbox,
+        "success_threshold": reward.success_threshold,
     }
 
 

@@ -9,7 +9,8 @@ reward curves.
 Definitions
 -----------
 * **Complementarity S->R** = fraction of R's all-fail prompts (k_R = 0) on which S had at
-  least one success (k_S >= 1). Source ``store``: recomputed from the stored rewards, over the
+  least one success (k_S >= 1; a success is a reward above the run's ``reward.success_threshold``, read off its
+  ``config.yaml``; with ``--against``, each run's own). Source ``store``: recomputed from the stored rewards, over the
   prompts both models answered at the same step; *overall* pools every (step, prompt) pair
   (solved / all-fail summed over steps, the paper's Figure 1 number). Source ``metrics``
   (no store): the logged ``complementarity/S->R``; overall = their average weighted by R's
@@ -39,7 +40,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
-from graft.config import ConfigError, load_config
+from graft.config import ConfigError, load_config, run_success_threshold, success_threshold_of
 from graft.config.coerce import build
 from graft.domains.base import config_domain
 from graft.evaluation.evaluate import best_checkpoint, json_clean
@@ -48,6 +49,7 @@ from graft.exchange.kinds import ExchangeDescription, describe_exchange
 from graft.registry import TASKS
 from graft.reward.shortcuts import FLAGS, chance_level
 from graft.storage.trajectory_store import TrajectoryStore
+from graft.success import succeeded
 
 S_EDGES = [round(0.05 * i, 2) for i in range(41)]
 """Histogram edges of the compatibility score s."""
@@ -148,8 +150,11 @@ def directions(models: list[str], rows: list[dict], audit: list[dict]) -> list[s
     return out
 
 
-def read_store_counts(run_dir: Path, models: Sequence[str] | None = None) -> dict[tuple[str, int, str], int] | None:
-    """Success counts k[(model, step, prompt_id)] from the trajectory store; None when there is no store."""
+def read_store_counts(
+    run_dir: Path, threshold: float, models: Sequence[str] | None = None
+) -> dict[tuple[str, int, str], int] | None:
+    """Success counts k[(model, step, prompt_id)] from the trajectory store (rewards above ``threshold``, the run's
+    ``reward.success_threshold``); None when there is no store."""
     root = Path(run_dir) / "trajectories"
     if not root.is_dir() or not any(root.glob("step_*.parquet")):
         return None
@@ -159,7 +164,7 @@ def read_store_counts(run_dir: Path, models: Sequence[str] | None = None) -> dic
     k: dict[tuple[str, int, str], int] = {}
     for m, s, p, r in zip(cols["model"], cols["step"], cols["prompt_id"], cols["reward"], strict=True):  # columns of one table
         key = (m, int(s), p)
-        k[key] = k.get(key, 0) + (1 if r is not None and r > 0.5 else 0)
+        k[key] = k.get(key, 0) + (1 if r is not None and succeeded(r, threshold) else 0)
     return k
 
 
@@ -489,7 +494,8 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
     # the gate in force: the kind's effective delta (HACPO's sharing uses 0); the configured one of a config that
     # no longer loads; None for a run that gates nothing (GRPO) or has no config
     delta = desc.settings.get("exchange.delta") if desc else (cfg.get("exchange") or {}).get("delta")
-    counts = read_store_counts(run_dir)
+    threshold = success_threshold_of(cfg)
+    counts = read_store_counts(run_dir, threshold)
     chance = families_chance(cfg)
     flags = config_domain(cfg).flags
     comp = {}
@@ -509,11 +515,12 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
         "models": models,
         "directions": dirs,
         "delta": delta,
+        "success_threshold": threshold,
         "steps": len(rows),
         "last_step": rows[-1]["step"] if rows else None,
         "complementarity": comp,
         "exchange": {d: exchange_stats(rows, audit, d) for d in dirs if _has_exchange(rows, audit, d)},
-        "treatment": _treatments(rows, audit, dirs),
+        "treatment": _treatments(rows, audit, dirs, threshold),
         "s": {d: s_distribution(s_values(audit, d), delta) for d in dirs if s_values(audit, d)},
         "s_metrics": {d: _s_metric_series(rows, d) for d in dirs if any(f"exchange/{d}/s_p50" in r for r in rows)},
         "clip": {m: clip_stats(rows, m) for m in models},
@@ -530,21 +537,22 @@ def compute_analysis(run_dir: str | Path, against: str | Path | None = None) -> 
     return analysis
 
 
-def _treatments(rows: list[dict], audit: list[dict], dirs: list[str]) -> dict[str, dict]:
+def _treatments(rows: list[dict], audit: list[dict], dirs: list[str], threshold: float) -> dict[str, dict]:
     """:func:`treatment` of every direction the audit log has records of."""
     audited = {f"{r.get('source')}->{r.get('receiver')}" for r in audit}
-    return {d: treatment(rows, audit, d) for d in dirs if d in audited}
+    return {d: treatment(rows, audit, d, threshold) for d in dirs if d in audited}
 
 
 def _median(xs: Sequence[float]) -> float | None:
     return quantile(sorted(xs), 0.5) if xs else None
 
 
-def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
+def treatment(rows: list[dict], audit: list[dict], direction: str, threshold: float) -> dict:
     """Did the exchange happen, and what limited it, from the audit log and metrics of one direction.
 
     Balancing: steps where this direction had candidates but the balanced m was 0 (the other direction had
-    none). Gate: transferred vs admitted responses, correct (graded by the source) and not. Drift: the median
+    none). Gate: transferred vs admitted responses, correct (graded by the source: a reward above ``threshold``, the
+    run's ``reward.success_threshold``) and not. Drift: the median
     ``s`` and the mean log-probs of the responses transferred in the first and in the last third of training
     (thirds of the logged steps; a third without transfers has none). Dose: the mean share of peer rows in the
     receiver's update rows (steps with peer rows and all steps). Hand-worked case in tests/evaluation/test_treatment.py.
@@ -552,8 +560,8 @@ def treatment(rows: list[dict], audit: list[dict], direction: str) -> dict:
     src, recv = direction.split("->")
     recs = sorted((r for r in audit if r.get("source") == src and r.get("receiver") == recv), key=lambda r: r["step"])
     resp = [(r["step"], x) for r in recs for x in r.get("responses") or []]
-    correct = [x for _, x in resp if (x.get("reward_source") or 0) > 0.5]
-    wrong = [x for _, x in resp if (x.get("reward_source") or 0) <= 0.5]
+    correct = [x for _, x in resp if succeeded(x.get("reward_source") or 0, threshold)]
+    wrong = [x for _, x in resp if not succeeded(x.get("reward_source") or 0, threshold)]
     steps_t = sorted({st for st, _ in resp})
     thirds = step_ranges({r["step"] for r in rows} | {r["step"] for r in recs})
 
@@ -642,7 +650,7 @@ def _s_metric_series(rows, d) -> dict:
 
 
 def _cross_run_complementarity(run_dir: Path, other: Path, counts) -> dict:
-    other_counts = read_store_counts(other)
+    other_counts = read_store_counts(other, run_success_threshold(other))
     if counts is None or other_counts is None:
         raise AnalysisError(f"--against needs trajectory stores in both {run_dir} and {other}")
     la, lb = run_dir.name or "run", other.name or "other"

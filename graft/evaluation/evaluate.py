@@ -45,7 +45,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
-from graft.config import EvalConfig
+from graft.config import EvalConfig, RewardConfig
 from graft.console import bars
 from graft.evaluation.metrics import mean_std, num_correct, pass_at_k_from_rewards
 from graft.files import write_text, writing
@@ -335,31 +335,41 @@ def _stat(per_repeat: list[float]) -> dict:
     return {"mean": m, "std": s, "per_repeat": per_repeat}
 
 
-def summarize(records: dict[str, list[list[PromptRecord]]], ks: Sequence[int]) -> dict:
-    """Per-dataset and macro statistics from ``records[dataset][repeat] = [PromptRecord]``."""
+def mean_reward(records: Sequence[PromptRecord]) -> float:
+    """Mean over prompts of each prompt's mean reward (pass@1's average, of the rewards themselves); NaN without
+    prompts. Hand-worked: rewards [1, 0] and [0.5, 0.5] -> (0.5 + 0.5) / 2 = 0.5."""
+    means = [sum(r.rewards) / len(r.rewards) for r in records if r.rewards]
+    return sum(means) / len(means) if means else math.nan
+
+
+def summarize(records: dict[str, list[list[PromptRecord]]], ks: Sequence[int], threshold: float) -> dict:
+    """Per-dataset and macro statistics from ``records[dataset][repeat] = [PromptRecord]``: pass@k and the all-fail
+    share (a success being a reward above ``threshold``, ``reward.success_threshold``) and the mean reward
+    (:func:`mean_reward`), each as mean ± std over repeats."""
     datasets: dict[str, dict] = {}
     for name, repeats in records.items():
         entry: dict[str, Any] = {"num_prompts": len(repeats[0]) if repeats else 0, "repeats": len(repeats)}
         for k in ks:
-            entry[f"pass@{k}"] = _stat([pass_at_k_from_rewards([r.rewards for r in rep], k) for rep in repeats])
+            entry[f"pass@{k}"] = _stat([pass_at_k_from_rewards([r.rewards for r in rep], k, threshold) for rep in repeats])
+        entry["reward_mean"] = _stat([mean_reward(rep) for rep in repeats])
         flat = [(t, f, s) for rep in repeats for r in rep for t, f, s in zip(r.num_tokens, r.finished, r.statuses, strict=True)]
         entry["response_tokens_mean"] = sum(t for t, _, _ in flat) / len(flat) if flat else math.nan
         entry["truncated_frac"] = sum(not f for _, f, _ in flat) / len(flat) if flat else math.nan
         entry["verify_timeouts"] = sum(s == VERIFY_TIMEOUT for _, _, s in flat)
         entry["verify_no_answer"] = sum(s == VERIFY_NO_ANSWER for _, _, s in flat)
         entry["all_fail_frac"] = _stat(
-            [sum(num_correct(r.rewards) == 0 for r in rep) / len(rep) if rep else math.nan for rep in repeats]
+            [sum(num_correct(r.rewards, threshold) == 0 for r in rep) / len(rep) if rep else math.nan for rep in repeats]
         )
         datasets[name] = entry
     macro: dict[str, Any] = {"datasets": list(datasets)}
     num_repeats = min((d["repeats"] for d in datasets.values()), default=0)
-    for k in ks:
+    for key in [f"pass@{k}" for k in ks] + ["reward_mean"]:
         per_repeat = (
-            [sum(d[f"pass@{k}"]["per_repeat"][r] for d in datasets.values()) / len(datasets) for r in range(num_repeats)]
+            [sum(d[key]["per_repeat"][r] for d in datasets.values()) / len(datasets) for r in range(num_repeats)]
             if datasets
             else []
         )
-        macro[f"pass@{k}"] = _stat(per_repeat)
+        macro[key] = _stat(per_repeat)
     return {"datasets": datasets, "macro": macro}
 
 
@@ -368,6 +378,14 @@ def pct(stat: dict) -> str:
     if m is None or (isinstance(m, float) and math.isnan(m)):
         return "n/a"
     return f"{100 * m:.2f} ± {100 * s:.2f}"
+
+
+def mean_pm(stat: dict) -> str:
+    """A mean ± std over repeats as it is (a mean reward: ``0.625 ± 0.125``); ``n/a`` without a mean."""
+    m, s = stat["mean"], stat["std"]
+    if m is None or (isinstance(m, float) and math.isnan(m)):
+        return "n/a"
+    return f"{m:.3f} ± {s:.3f}"
 
 
 def results_markdown(results: dict) -> str:
@@ -380,18 +398,19 @@ def results_markdown(results: dict) -> str:
         "",
         f"temperature {proto['temperature']}, top-p {proto['top_p']}, n = {proto['n']} samples per prompt, "
         f"max {proto['max_new_tokens']} new tokens, {proto['repeats']} repeat(s) (mean ± sample std), "
-        f"backend {proto['backend']}, seed {proto['seed']}.",
+        f"backend {proto['backend']}, seed {proto['seed']}; a success is a reward above "
+        f"{proto.get('success_threshold')}.",
         "",
         "| dataset | prompts | "
         + " | ".join(f"pass@{k} (%)" for k in show)
-        + " | all-fail (%) | mean tokens | truncated (%) | verify timeouts |",
-        "|---|---:|" + "---:|" * len(show) + "---:|---:|---:|---:|",
+        + " | mean reward | all-fail (%) | mean tokens | truncated (%) | verify timeouts |",
+        "|---|---:|" + "---:|" * len(show) + "---:|---:|---:|---:|---:|",
     ]
     for name, d in results["datasets"].items():
         lines.append(
             f"| {name} | {d['num_prompts']} | "
             + " | ".join(pct(d[f"pass@{k}"]) for k in show)
-            + f" | {pct(d['all_fail_frac'])} | {_fmt(d['response_tokens_mean'], '.0f')}"
+            + f" | {mean_pm(d['reward_mean'])} | {pct(d['all_fail_frac'])} | {_fmt(d['response_tokens_mean'], '.0f')}"
             + f" | {_fmt(100 * d['truncated_frac'], '.1f')} | {d['verify_timeouts']} |"
         )
     if len(results["datasets"]) > 1:
@@ -399,7 +418,7 @@ def results_markdown(results: dict) -> str:
         lines.append(
             f"| **macro average** | {len(results['datasets'])} sets | "
             + " | ".join(f"**{pct(m[f'pass@{k}'])}**" for k in show)
-            + " | | | | |"
+            + f" | **{mean_pm(m['reward_mean'])}** | | | | |"
         )
     return "\n".join(lines) + "\n"
 
@@ -434,6 +453,7 @@ def evaluate(
     ks: Sequence[int] | None = None,
     chunk_prompts: int | None = None,
     model_label: str | None = None,
+    success_threshold: float = RewardConfig.success_threshold,
 ) -> dict:
     """Evaluate ``sampler`` (a :class:`~graft.policy.engines.Sampler`: a rollout engine, or a Learner) on every
     dataset with the spec §5 protocol, sampling with ``params`` (n, temperature, top_p, max_new_tokens, the
@@ -444,6 +464,9 @@ def evaluate(
     everything in memory) responses, ``results.json`` and ``results.md`` are written and a killed evaluation
     resumes. ``backend`` names the sampler's engine in ``protocol.json``; ``chunk_prompts`` (prompts per generate
     call and per append) defaults to ``max(1, params.batch_size // params.n)`` for hf engines and 256 for vllm.
+    ``success_threshold``: a reward above it is a success (pass@k; the run's ``reward.success_threshold``); it is
+    recorded in the protocol but not part of what a resumed evaluation must agree on (the rewards are kept, the
+    counts recomputed).
     """
     n = params.n
     if repeats < 1:
@@ -463,12 +486,13 @@ def evaluate(
         "backend": backend,
         "model": model_label,
         "verify_fn": getattr(grader, "verify_fn", None),
+        "success_threshold": success_threshold,
     }
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         _check_protocol(out, protocol)
     records = _all_repeats(sampler, datasets, grader, out, params, repeats, chunk_prompts, progress)
-    results = {"protocol": protocol, "ks": ks, **summarize(records, ks)}
+    results = {"protocol": protocol, "ks": ks, **summarize(records, ks, success_threshold)}
     if out is not None:
         write_text(out / "results.json", json.dumps(json_clean(results), indent=2) + "\n")
         write_text(out / "results.md", results_markdown(results))
@@ -522,15 +546,16 @@ def evaluate_during_training(
     batch_size: int = 64,
     out_dir: str | Path | None = None,
     model_label: str | None = None,
+    success_threshold: float = RewardConfig.success_threshold,
 ) -> dict[str, float]:
     """:func:`evaluate` with ``eval_cfg``'s settings (n, temperature, top_p, repeats;
     :func:`graft.policy.sampling.eval_sampling`), for the trainer; returns ``{"DATASET/pass@1": x, ...}``.
 
-    A bare list of prompts is named ``val``. Also returns ``DATASET/pass@1_std`` when ``repeats > 1`` and
-    ``macro/pass@1`` when several datasets are given. A fixed ``seed`` across steps (common random numbers)
-    makes checkpoints more comparable than a per-step seed. ``out_dir`` (e.g. ``RUN_DIR/eval/step_000010/A``)
-    keeps the graded responses; None keeps nothing on disk. The trainer logs the values as
-    ``eval/M/DATASET/pass@1``; pick the best step with :func:`best_checkpoint`.
+    A bare list of prompts is named ``val``. Also returns ``DATASET/reward_mean`` (:func:`mean_reward`),
+    ``DATASET/pass@1_std`` when ``repeats > 1`` and ``macro/pass@1`` when several datasets are given. A fixed
+    ``seed`` across steps (common random numbers) makes checkpoints more comparable than a per-step seed.
+    ``out_dir`` (e.g. ``RUN_DIR/eval/step_000010/A``) keeps the graded responses; None keeps nothing on disk. The
+    trainer logs the values as ``eval/M/DATASET/pass@1``; pick the best step with :func:`best_checkpoint`.
     """
     if not isinstance(datasets, dict):
         datasets = {"val": list(datasets)}
@@ -545,10 +570,12 @@ def evaluate_during_training(
         progress=False,
         ks=[1],
         model_label=model_label,
+        success_threshold=success_threshold,
     )
     out: dict[str, float] = {}
     for name, d in res["datasets"].items():
         out[f"{name}/pass@1"] = d["pass@1"]["mean"]
+        out[f"{name}/reward_mean"] = d["reward_mean"]["mean"]
         if eval_cfg.repeats > 1:
             out[f"{name}/pass@1_std"] = d["pass@1"]["std"]
     if len(res["datasets"]) > 1:

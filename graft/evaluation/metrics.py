@@ -6,8 +6,8 @@ models), so it can be checked by hand.
 
 Conventions
 -----------
-* A response is *correct* when its reward is > 0.5 (rewards are binary 0/1; the
-  threshold only guards against float noise).
+* A response is *correct* when its reward is above the run's ``reward.success_threshold``
+  (:func:`graft.success.succeeded`; with 0/1 rewards any threshold in [0, 1) gives the same counts).
 * pass@1 of one repeat = mean over prompts of (c_p / n_p), c_p correct out of n_p
   samples of prompt p. With several repeats the protocol reports mean ± std of the
   per-repeat pass@1 (spec §5).
@@ -31,8 +31,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
-CORRECT_THRESHOLD = 0.5
-"""A reward above this counts as a success."""
+from graft.success import succeeded
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -54,19 +53,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - prod
 
 
-def num_correct(rewards: Sequence[float]) -> int:
-    """Number of successes (reward > 0.5) in one prompt's samples."""
-    return int(sum(1 for r in rewards if r > CORRECT_THRESHOLD))
+def num_correct(rewards: Sequence[float], threshold: float) -> int:
+    """Number of successes (reward above ``threshold``) in one prompt's samples."""
+    return sum(succeeded(r, threshold) for r in rewards)
 
 
-def pass_at_k_from_rewards(rewards: Sequence[Sequence[float]], k: int) -> float:
-    """Mean over prompts of the unbiased pass@k; ``rewards`` is [P][n] (n may vary per prompt).
+def pass_at_k_from_rewards(rewards: Sequence[Sequence[float]], k: int, threshold: float) -> float:
+    """Mean over prompts of the unbiased pass@k, a success being a reward above ``threshold``; ``rewards`` is [P][n]
+    (n may vary per prompt).
 
     NaN when there are no prompts. Every prompt must have at least ``k`` samples.
     """
     if len(rewards) == 0:
         return math.nan
-    return sum(pass_at_k(len(r), num_correct(r), k) for r in rewards) / len(rewards)
+    return sum(pass_at_k(len(r), num_correct(r, threshold), k) for r in rewards) / len(rewards)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

@@ -11,11 +11,13 @@ from one of three sources:
 - ``eval``: held-out responses of a final evaluation (``RUN/eval_final/MODEL``, ``RUN/eval/MODEL`` of
   a recorded run, or a ``graft eval`` output folder given as RUN).
 
-``--reward both`` (the default) draws up to half of the ``n`` from the rewarded responses and the rest from the
-unrewarded ones (:func:`pick_mixed`: a run whose models rarely succeed still shows what a success looks like, and what
-a failure is); ``1`` keeps rewarded responses only, ``0`` unrewarded ones, ``any`` draws from all alike. Each
-sample is printed with its step, writer, prompt id, reference answer, reward and the monitor's flags.
-Eval files hold no question text: ``--data FILE`` (the eval JSONL, repeatable) joins it by id.
+A response is rewarded when its reward is above the run's ``reward.success_threshold`` (:func:`run_threshold`: its
+``config.yaml``, or a ``graft eval`` folder's ``protocol.json``). ``--reward both`` (the default) draws up to half of
+the ``n`` from the rewarded responses and the rest from the unrewarded ones (:func:`pick_mixed`: a run whose models
+rarely succeed still shows what a success looks like, and what a failure is); ``1`` keeps rewarded responses only,
+``0`` unrewarded ones, ``any`` draws from all alike. Each sample is printed with its step, writer, prompt id,
+reference answer, reward and the monitor's flags. Eval files hold no question text: ``--data FILE`` (the eval JSONL,
+repeatable) joins it by id.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
+from graft.config import run_success_threshold, success_threshold_of
 from graft.data.datasets import load_prompts
 from graft.domains import Domain
 from graft.errors import UserError
 from graft.evaluation.evaluate import PromptRecord
 from graft.storage.trajectory_store import TrajectoryStore
+from graft.success import succeeded
 
 Source = Literal["train", "peer", "eval"]
 
@@ -68,14 +72,28 @@ class Sample:
         return [k for k, v in domain.response_flags(self.response, self.problem, self.answer, self.status).items() if v]
 
 
-def rewarded(reward: float) -> bool:
-    """A rewarded response: reward > 0.5, as the run counts a success."""
-    return reward > 0.5
+def run_threshold(run: Path) -> float:
+    """The ``reward.success_threshold`` the responses under ``run`` were counted with: a run folder's ``config.yaml``,
+    else a ``graft eval`` output folder's ``protocol.json``; the default when neither says."""
+    protocol = run / "protocol.json"
+    if not (run / "config.yaml").is_file() and protocol.is_file():
+        try:
+            value = json.loads(protocol.read_text()).get("success_threshold")
+        except (OSError, ValueError, AttributeError):
+            value = None
+        return success_threshold_of({"reward": {"success_threshold": value}})
+    return run_success_threshold(run)
 
 
-def keep_reward(reward: float, wanted: str) -> bool:
+def rewarded(reward: float, threshold: float) -> bool:
+    """A rewarded response: its reward is above ``threshold``, as the run counts a success
+    (:func:`graft.success.succeeded`)."""
+    return succeeded(reward, threshold)
+
+
+def keep_reward(reward: float, wanted: str, threshold: float) -> bool:
     """``wanted`` ``1``: rewarded (:func:`rewarded`); ``0``: not; ``any`` and ``both``: either."""
-    return wanted in ("any", "both") or rewarded(reward) == (wanted == "1")
+    return wanted in ("any", "both") or rewarded(reward, threshold) == (wanted == "1")
 
 
 def pick(samples: Sequence[Sample], n: int, seed: int) -> list[Sample]:
@@ -85,13 +103,13 @@ def pick(samples: Sequence[Sample], n: int, seed: int) -> list[Sample]:
     return [samples[i] for i in chosen]
 
 
-def pick_mixed(samples: Sequence[Sample], n: int, seed: int) -> list[Sample]:
+def pick_mixed(samples: Sequence[Sample], n: int, seed: int, threshold: float) -> list[Sample]:
     """``n`` of ``samples``, half of them (rounded up) rewarded and the rest not, each half drawn uniformly at random
     without replacement; when one kind has too few, the other fills the ``n`` (all when fewer), in their given order.
     E.g. n = 12 of 3 rewarded and 100 unrewarded: the 3 and 9 of the 100."""
     assert n >= 0, n
-    good = [i for i, s in enumerate(samples) if rewarded(s.reward)]
-    bad = [i for i, s in enumerate(samples) if not rewarded(s.reward)]
+    good = [i for i, s in enumerate(samples) if rewarded(s.reward, threshold)]
+    bad = [i for i, s in enumerate(samples) if not rewarded(s.reward, threshold)]
     k_good = min(len(good), max((n + 1) // 2, n - len(bad)))
     k_bad = min(len(bad), n - k_good)
     rng = random.Random(seed)
@@ -113,7 +131,9 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
     return a, b
 
 
-def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int, int] | None, reward: str) -> list[Sample]:
+def store_samples(
+    run: Path, source: Source, model: str | None, steps: tuple[int, int] | None, reward: str, threshold: float
+) -> list[Sample]:
     """Training rows of the run's trajectory store: ``train`` -- written by ``model`` (None: any);
     ``peer`` -- admitted by ``model`` (None: by any model), one sample per (response, receiver)."""
     store = TrajectoryStore(run)
@@ -130,7 +150,7 @@ def store_samples(run: Path, source: Source, model: str | None, steps: tuple[int
     c = {k: t[k].to_pylist() for k in cols}
     out = []
     for r in range(t.num_rows):
-        if not keep_reward(c["reward"][r], reward):
+        if not keep_reward(c["reward"][r], reward, threshold):
             continue
         receivers = [None] if source == "train" else [x for x in c["admitted_by"][r] if model in (None, x)]
         for receiver in receivers:
@@ -165,7 +185,7 @@ def eval_folders(run: Path, model: str | None) -> dict[str, Path]:
     return found
 
 
-def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, str]) -> list[Sample]:
+def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, str], threshold: float) -> list[Sample]:
     """Every eval response of ``model`` (None: every model) under RUN (:func:`eval_folders`); the question
     text from ``problems`` (id -> problem) where given."""
     folders = eval_folders(run, model)
@@ -190,7 +210,7 @@ def eval_samples(run: Path, model: str | None, reward: str, problems: dict[str, 
                 out.extend(
                     Sample("eval", name, None, None, path.parent.name, rec.id, problems.get(rec.id), rec.answer, response, x, s)
                     for response, x, s in zip(rec.responses, rec.rewards, rec.statuses, strict=True)
-                    if keep_reward(x, reward)
+                    if keep_reward(x, reward, threshold)
                 )
     return out
 
@@ -235,13 +255,20 @@ def _problems(files: Sequence[str]) -> dict[str, str]:
 
 
 def collect(
-    run: Path, source: Source, model: str | None, steps: tuple[int, int] | None, reward: str, data: Sequence[str] = ()
+    run: Path,
+    source: Source,
+    model: str | None,
+    steps: tuple[int, int] | None,
+    reward: str,
+    threshold: float,
+    data: Sequence[str] = (),
 ) -> list[Sample]:
-    """Every matching response of the run, in file order (:func:`pick` draws from them)."""
+    """Every matching response of the run, in file order (:func:`pick` draws from them); ``reward`` picks by success
+    at ``threshold`` (:func:`run_threshold`)."""
     if not run.exists():
         raise SamplesError(f"{run}: no such run folder")
     if source == "eval":
         if steps is not None:
             raise SamplesError("--steps applies to training rows (--from train or peer), not to --from eval")
-        return eval_samples(run, model, reward, _problems(data))
-    return store_samples(run, source, model, steps, reward)
+        return eval_samples(run, model, reward, _problems(data), threshold)
+    return store_samples(run, source, model, steps, reward, threshold)

@@ -17,6 +17,7 @@ from graft.algos.advantages import success_counts
 from graft.algos.gating import S_STATISTICS, gate_metrics
 from graft.config import UpdateConfig
 from graft.registry import ADV_STDS
+from graft.success import succeeded
 from graft.types import DirectionAudit, ExchangeResult, HandedRow, PairingRecord, RolloutGroup, TransferRow
 
 Grade = Callable[[list[RolloutGroup]], None]
@@ -28,9 +29,9 @@ def adv_norm(update: UpdateConfig) -> tuple[float, bool]:
     return update.adv_eps, ADV_STDS[update.adv_std]
 
 
-def counts(groups: list[RolloutGroup]) -> torch.Tensor:
-    """k[P]: successes per group."""
-    return success_counts(torch.stack([g.rewards_tensor() for g in groups]))
+def counts(groups: list[RolloutGroup], threshold: float) -> torch.Tensor:
+    """k[P]: successes per group (rewards above ``threshold``, ``reward.success_threshold``)."""
+    return success_counts(torch.stack([g.rewards_tensor() for g in groups]), threshold)
 
 
 def solved_count(k_src: torch.Tensor, k_recv: torch.Tensor) -> int:
@@ -93,8 +94,18 @@ def direction_audit(
 
 
 def direction_metrics(
-    src: str, recv: str, cand: torch.Tensor, keep: torch.Tensor, m: int, rows: list[TransferRow], gate_metrics: dict, lost: int
+    src: str,
+    recv: str,
+    cand: torch.Tensor,
+    keep: torch.Tensor,
+    m: int,
+    rows: list[TransferRow],
+    gate_metrics: dict,
+    lost: int,
+    threshold: float,
 ) -> dict:
+    """A direction's ``exchange/S->R/*`` metrics; ``*_correct`` count the responses the source's grading rewarded above
+    ``threshold`` (``reward.success_threshold``)."""
     pre = f"exchange/{src}->{recv}"
     admitted = sum(r["admitted"] for r in rows)
     return {
@@ -103,8 +114,8 @@ def direction_metrics(
         f"{pre}/kept_prompts": int(keep.sum()),
         f"{pre}/transferred": len(rows),
         f"{pre}/admitted": admitted,
-        f"{pre}/transferred_correct": sum(r["reward_source"] > 0.5 for r in rows),
-        f"{pre}/admitted_correct": sum(r["admitted"] and r["reward_source"] > 0.5 for r in rows),
+        f"{pre}/transferred_correct": sum(succeeded(r["reward_source"], threshold) for r in rows),
+        f"{pre}/admitted_correct": sum(r["admitted"] and succeeded(r["reward_source"], threshold) for r in rows),
         f"{pre}/admitted_frac": admitted / len(rows) if rows else float("nan"),
         f"{pre}/conflicts_lost": lost,
         **{f"{pre}/{k}": v for k, v in gate_metrics.items() if k.startswith("s_")},

@@ -57,20 +57,23 @@ def hacpo_exchange(
     scoring: Scoring,
     grade: Grade,
     adv_norm: tuple[float, bool] = (1e-6, True),
+    *,
+    threshold: float,
 ) -> ExchangeResult:
-    """Share every group both ways between the two models of ``groups``; ``rates`` are updated in place.
+    """Share every group both ways between the two models of ``groups``; ``rates`` (each model's share of responses
+    above ``threshold``, ``reward.success_threshold``) are updated in place.
 
     The models' own groups are not modified (the trajectory store keeps their GRPO advantages);
     the receiver trains on copies carrying the HACPO advantages.
     """
     assert len(groups) == 2, "HACPO sharing is defined for a pair of models"
     for name, gs in groups.items():
-        rates[name].update(sum(g.num_correct for g in gs) / max(sum(g.size for g in gs), 1))
+        rates[name].update(sum(g.successes(threshold) for g in gs) / max(sum(g.size for g in gs), 1))
     share = replace(ex, **HACPO_SHARING)
     (a, ga), (b, gb) = groups.items()
     result = ExchangeResult({})
     for src, recv, g_src, g_recv in ((a, b, ga, gb), (b, a, gb, ga)):
-        ho = hand_over(g_src, receivers[recv], share, scoring)
+        ho = hand_over(g_src, receivers[recv], share, scoring, threshold=threshold)
         graded = regrade(grade, ho.groups, ho.rows)
         own = {g.prompt_id: g for g in g_recv}
         train_own, peer = dict(own), []
@@ -101,5 +104,5 @@ def hacpo_exchange(
                 "conflicts": [],
             }
         )
-        result.metrics |= direction_metrics(src, recv, torch.zeros_like(selected), selected, -1, rows, ho.metrics, 0)
+        result.metrics |= direction_metrics(src, recv, torch.zeros_like(selected), selected, -1, rows, ho.metrics, 0, threshold)
     return result

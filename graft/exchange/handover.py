@@ -17,6 +17,7 @@ from graft.algos.advantages import all_correct_advantages, pooled_advantages
 from graft.config import Config, ExchangeConfig
 from graft.console import bars
 from graft.policy.codec import TextCodec
+from graft.success import succeeded
 from graft.types import HandedRow, RolloutGroup
 
 
@@ -88,8 +89,11 @@ def hand_over(
     generator: torch.Generator | None = None,
     own: dict[str, RolloutGroup] | None = None,
     adv_norm: tuple[float, bool] = (1e-6, True),
+    *,
+    threshold: float,
 ) -> HandOver:
-    """Turn source groups into peer groups held by ``receiver``.
+    """Turn source groups into peer groups held by ``receiver``; ``threshold`` (``reward.success_threshold``) says
+    which responses are successes (``ex.successes_only``) and which groups all-correct (``ex.include_all_correct``).
 
     Every response of every group is scored in one batch (N responses in all):
     ``s = exp(mean logp_R(o^R|q) - mean logp_phi(o^S|q))``, dropped when ``s <= delta``,
@@ -117,11 +121,13 @@ def hand_over(
     for g, p_ids, r_ids in zip(groups, prompt_ids, resp_ids, strict=True):
         sl = slice(offset, offset + g.size)
         offset += g.size
-        advantages, mine = _peer_advantages(g, ex, own, adv_norm)
+        advantages, mine = _peer_advantages(g, ex, own, adv_norm, threshold)
         if mine is not None:
             own_adv[g.prompt_id] = mine
         peer = _held(g, receiver, p_ids, r_ids, recv_lp[sl], advantages, weights[sl], s[sl])
-        keep = [i for i in range(g.size) if bool(admitted[sl][i]) and (not ex.successes_only or g.rewards[i] > 0.5)]
+        keep = [
+            i for i in range(g.size) if bool(admitted[sl][i]) and (not ex.successes_only or succeeded(g.rewards[i], threshold))
+        ]
         rows += _audit_rows(g, r_ids, advantages, keep, mean_r[sl], mean_s[sl], s[sl], weights[sl])
         s_mean[g.prompt_id] = float(s[sl].double().mean())
         if keep:
@@ -171,13 +177,13 @@ def _held(
 
 
 def _peer_advantages(
-    g: RolloutGroup, ex: ExchangeConfig, own: dict[str, RolloutGroup] | None, adv_norm: tuple[float, bool]
+    g: RolloutGroup, ex: ExchangeConfig, own: dict[str, RolloutGroup] | None, adv_norm: tuple[float, bool], threshold: float
 ) -> tuple[list[float], list[float] | None]:
     """The advantages of ``g``'s responses in the receiver's hands, and the receiver's own advantages of the
     prompt where they change (the pooled-rewards ablation; else None): the source's advantages, a handed-over
     all-correct group's ``ex.all_correct_advantage``, or under ``ex.pooled_rewards`` both sides normalised jointly."""
     advantages = list(g.advantages)
-    if ex.include_all_correct and g.num_correct == g.size:
+    if ex.include_all_correct and g.successes(threshold) == g.size:
         advantages = all_correct_advantages(g.size, ex.all_correct_advantage).tolist()
     if ex.pooled_rewards and own and g.prompt_id in own:
         mine, theirs = pooled_advantages(own[g.prompt_id].rewards_tensor(), g.rewards_tensor(), *adv_norm)

@@ -253,6 +253,7 @@ class LiveExchange(Exchange):
             self.generator(step),
             self.adv_norm,
             self.window,
+            threshold=self.cfg.reward.success_threshold,
         )
 
     @classmethod
@@ -297,7 +298,8 @@ class StoredExchange(Exchange):
     def __call__(self, groups, step):
         ((name, own),) = groups.items()
         cfg = self.cfg
-        stored = stored_peer_groups(self.peer.groups, own, step, cfg.peer.pick, cfg.exchange.include_all_correct)
+        threshold = cfg.reward.success_threshold
+        stored = stored_peer_groups(self.peer.groups, own, step, cfg.peer.pick, cfg.exchange.include_all_correct, threshold)
         return exchange_stored(
             step,
             own,
@@ -312,6 +314,7 @@ class StoredExchange(Exchange):
             source_name=self.peer.name,
             generator=self.generator(step),
             adv_norm=self.adv_norm,
+            threshold=threshold,
         )
 
     @classmethod
@@ -361,7 +364,15 @@ class HacpoExchange(Exchange):
 
     def __call__(self, groups, step):
         return hacpo_exchange(
-            step, groups, self.receivers, self.rates, self.cfg.exchange, self.scoring, self.grade, self.adv_norm
+            step,
+            groups,
+            self.receivers,
+            self.rates,
+            self.cfg.exchange,
+            self.scoring,
+            self.grade,
+            self.adv_norm,
+            threshold=self.cfg.reward.success_threshold,
         )
 
     @classmethod

@@ -74,15 +74,18 @@ def exchange_live(
     generator: torch.Generator | None = None,
     adv_norm: tuple[float, bool] = (1e-6, True),
     window: PairingWindow | None = None,
+    *,
+    threshold: float,
 ) -> ExchangeResult:
-    """Exchange among the models of ``groups`` (same prompts, same order for every model).
+    """Exchange among the models of ``groups`` (same prompts, same order for every model); a response succeeds above
+    ``threshold`` (``reward.success_threshold``), which decides the all-fail groups (k = 0) and so the candidates.
 
     ``window``: the pairing evidence of earlier steps (``exchange.pairing`` other than ``all``; updated in place;
     None: this step's evidence alone)."""
     names = list(groups)
     order = [g.prompt_id for g in groups[names[0]]]
     assert all([g.prompt_id for g in gs] == order for gs in groups.values()), "every model must see the same prompts in order"
-    k = {name: counts(gs) for name, gs in groups.items()}
+    k = {name: counts(gs, threshold) for name, gs in groups.items()}
     cand, keep, m = select(k, n, ex, generator)
     handed: dict[tuple[str, str], HandOver] = {}
     for s in names:
@@ -90,10 +93,17 @@ def exchange_live(
             if s != r:
                 chosen = [groups[s][i] for i in torch.nonzero(keep[s, r]).flatten().tolist()]
                 handed[s, r] = hand_over(
-                    chosen, receivers[r], ex, scoring, generator, own={g.prompt_id: g for g in groups[r]}, adv_norm=adv_norm
+                    chosen,
+                    receivers[r],
+                    ex,
+                    scoring,
+                    generator,
+                    own={g.prompt_id: g for g in groups[r]},
+                    adv_norm=adv_norm,
+                    threshold=threshold,
                 )
     peers, pairing = pair(ex, window, names, k, handed)
-    sel = Selection(k, cand, keep, m, handed, order)
+    sel = Selection(k, cand, keep, m, handed, order, threshold)
     result = ExchangeResult({})
     for r in names:
         _receive(step, r, peers[r], groups, sel, pairing, ex.conflict, grade, result)
@@ -126,6 +136,8 @@ class Selection:
     m: dict[tuple[str, str], int]
     handed: dict[tuple[str, str], HandOver]
     order: list[str]
+    threshold: float
+    """``reward.success_threshold``."""
 
 
 def _receive(
@@ -160,7 +172,15 @@ def _receive(
         mine = [c for c in conflicts if s in c["contenders"]]
         rec = direction_audit(step, s, r, groups[s], k[s], k[r], sel.cand[s, r], keep[s, r], sel.m[s, r], rows[s], mine)
         result.metrics |= direction_metrics(
-            s, r, sel.cand[s, r], keep[s, r], sel.m[s, r], rows[s], handed[s, r].metrics, sum(c["winner"] != s for c in mine)
+            s,
+            r,
+            sel.cand[s, r],
+            keep[s, r],
+            sel.m[s, r],
+            rows[s],
+            handed[s, r].metrics,
+            sum(c["winner"] != s for c in mine),
+            sel.threshold,
         )
         if pairing:
             rec["pairing"] = pairing[s, r]

@@ -19,22 +19,25 @@ def stored_peer_groups(
     step: int,
     pick: str,
     include_all_correct: bool,
+    threshold: float,
 ) -> list[RolloutGroup | None]:
     """The stored group that plays the peer for each of ``own``'s prompts at ``step`` (None: nothing stored).
 
     ``pick`` (``PICKS``: :mod:`graft.storage.trajectory_store`) is given the candidate rule (1 <= k < n, or k = n
-    with ``include_all_correct``) as its notion of eligible: ``latest`` / ``same_step`` ignore it (the candidate
-    rule decides afterwards, so an all-fail latest group means "the peer fails too", never an older success);
-    ``any`` prefers the eligible group with most successes.
+    with ``include_all_correct``; k counts the rewards above ``threshold``, this run's ``reward.success_threshold``)
+    as its notion of eligible: ``latest`` / ``same_step`` ignore it (the candidate rule decides afterwards, so an
+    all-fail latest group means "the peer fails too", never an older success); ``any`` prefers the eligible group
+    with most successes.
     """
 
     def eligible(g: StoredGroup) -> bool:
-        return 1 <= g.num_correct < g.size or (include_all_correct and g.num_correct == g.size)
+        k = g.successes(threshold)
+        return 1 <= k < g.size or (include_all_correct and k == g.size)
 
     out = []
     for g in own:
         pool = stored.get(g.prompt_id, [])
-        chosen = PICKS[pick](pool, step, eligible)
+        chosen = PICKS[pick](pool, step, eligible, lambda g: g.successes(threshold))
         out.append(None if chosen is None else as_rollout_group(chosen))
     return out
 
@@ -81,16 +84,18 @@ def exchange_stored(
     source_name: str,
     generator: torch.Generator | None = None,
     adv_norm: tuple[float, bool] = (1e-6, True),
+    threshold: float,
 ) -> ExchangeResult:
     """One-direction exchange from stored peer groups (``stored[p]`` aligned with ``own``, None = no stored group).
 
     Candidates are the receiver's all-fail prompts whose stored group has 1 <= k < n_stored.
     There is no live partner direction: by default every candidate is kept (up to ``cap``,
     ties kept); with ``balance`` the reverse direction is read from the store too (prompts whose
-    stored group is all-fail while the receiver has 1 <= k < n) and m = min of the two counts.
+    stored group is all-fail while the receiver has 1 <= k < n) and m = min of the two counts. Both sides' k count
+    the rewards above ``threshold`` (this run's ``reward.success_threshold``; the receiver re-grades what it admits).
     """
-    k_recv = counts(own)
-    k_src = torch.tensor([g.num_correct if g is not None else 0 for g in stored])
+    k_recv = counts(own, threshold)
+    k_src = torch.tensor([g.successes(threshold) if g is not None else 0 for g in stored])
     n_src = torch.tensor([g.size if g is not None else n for g in stored])
     has = torch.tensor([g is not None for g in stored])
     upper = (k_src <= n_src) if ex.include_all_correct else (k_src < n_src)
@@ -102,12 +107,14 @@ def exchange_stored(
         cap = m if cap is None else min(cap, m)
     keep = capped_selection(k_src, cand, cap)
     chosen = [stored[i] for i in torch.nonzero(keep).flatten().tolist()]
-    ho = hand_over(chosen, receiver, ex, scoring, generator, own={g.prompt_id: g for g in own}, adv_norm=adv_norm)
+    ho = hand_over(
+        chosen, receiver, ex, scoring, generator, own={g.prompt_id: g for g in own}, adv_norm=adv_norm, threshold=threshold
+    )
     rows = regrade(grade, ho.groups, ho.rows)
     replaced = {own[i].prompt_id for i in torch.nonzero(keep).flatten().tolist()}
     src_groups = [g if g is not None else own[i] for i, g in enumerate(stored)]
     name = receiver.name
-    metrics = direction_metrics(source_name, name, cand, keep, m, rows, ho.metrics, 0)
+    metrics = direction_metrics(source_name, name, cand, keep, m, rows, ho.metrics, 0, threshold)
     metrics[f"complementarity/{source_name}->{name}"] = complementarity(k_src[has], k_recv[has])
     return ExchangeResult(
         {name: splice(own, ho.groups, replaced, ho.own_advantages)},

@@ -26,6 +26,7 @@ from typing import Any
 
 from graft.errors import UserError
 from graft.reward import code_monitor, sandbox, verifier
+from graft.success import succeeded
 
 PROGRAM_MARGIN_S = 1.5
 """Seconds of ``reward.timeout_s`` kept for starting the sandbox and reading its answer, so that a program that
@@ -107,6 +108,19 @@ def split_holdout(tests: list[sandbox.TestCase], n: int) -> tuple[list[sandbox.T
     return [t for i, t in enumerate(tests) if i not in held], [t for i, t in enumerate(tests) if i in held]
 
 
+def _reward(passed: int, total: int, partial_credit: bool) -> float:
+    """The reward of a program that passed ``passed`` of ``total`` counted tests: 1 when it passed them all, else the
+    share passed with ``partial_credit`` and 0 without."""
+    return 1.0 if passed == total else passed / max(total, 1) if partial_credit else 0.0
+
+
+def rewarded_from(total: int, partial_credit: bool, threshold: float) -> int:
+    """The fewest of ``total`` counted tests a program must pass for its reward to be a success (above ``threshold``):
+    the held-out tests run from there on (``total + 1``: never). Hand-worked: 4 tests with partial credit at 0.5 ->
+    3 (2/4 = 0.5 is not above 0.5, 3/4 is); at 0.25 -> 2; without partial credit -> 4."""
+    return next((k for k in range(total + 1) if succeeded(_reward(k, total, partial_credit), threshold)), total + 1)
+
+
 def verify_code(
     response: str,
     reference: str,
@@ -116,10 +130,12 @@ def verify_code(
     memory_mb: int = 512,
     holdout_tests: int = 0,
     allow_weak_sandbox: bool = False,
+    *,
+    success_threshold: float,
 ) -> tuple[float, str]:
     """Reward and status of one response (module doc). ``partial_credit``: the share of the counted tests passed.
-    The held-out tests run after the counted ones, only for a program the reward calls rewarded (reward > 0.5),
-    so they never change the reward."""
+    The held-out tests run after the counted ones, only for a program the reward calls rewarded (a reward above
+    ``success_threshold``, ``reward.success_threshold``: :func:`rewarded_from`), so they never change the reward."""
     program = code_monitor.extract_program(response)
     if not program or not program.strip():
         return 0.0, verifier.NO_ANSWER
@@ -136,7 +152,7 @@ def verify_code(
         program,
         tests,
         extra=held,
-        extra_after=len(tests) // 2 + 1 if partial_credit else len(tests),
+        extra_after=rewarded_from(len(tests), partial_credit, success_threshold),
         timeout_s=max(1.0, timeout_s - PROGRAM_MARGIN_S),
         test_timeout_s=test_timeout_s,
         memory_mb=memory_mb,
@@ -145,9 +161,8 @@ def verify_code(
         return 0.0, verifier.INTERRUPTED
     if result.status == "error":
         return 0.0, verifier.ERROR
-    total = max(result.total, 1)
-    reward = 1.0 if result.passed == result.total else result.passed / total if partial_credit else 0.0
-    if reward > 0.5 and result.extra_total and result.extra_failure is not None:
+    reward = _reward(result.passed, result.total, partial_credit)
+    if succeeded(reward, success_threshold) and result.extra_total and result.extra_failure is not None:
         return reward, HOLDOUT_FAIL
     if result.passed == result.total and result.failure is None:
         return 1.0, verifier.OK

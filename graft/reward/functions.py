@@ -59,7 +59,7 @@ from graft.reward import verifier
 from graft.reward.grader import mp_context, worker_memory_mb
 from graft.signals import as_worker, start_worker, stopping
 
-__all__ = ["FunctionGrader", "RewardFunctionError", "code_digest", "load_object", "row_reference"]
+__all__ = ["FunctionGrader", "RewardFunctionError", "code_digest", "function_names", "load_object", "row_reference"]
 
 
 class RewardFunctionError(UserError, RuntimeError):
@@ -87,6 +87,14 @@ def zero_on_error(message: str, status: str, n: int) -> tuple[list[float], list[
 
 KEYWORDS = ("prompts", "completions", "completion_ids")
 """The keyword arguments every function gets besides the columns; a data column may not use these names."""
+
+
+def function_names(functions: Sequence[str | Callable[..., Any]]) -> list[str]:
+    """The name each reward function's values are logged under (``rewards/NAME/mean``), as TRL names a reward
+    function: the callable's own name (``"my_rewards.py:correct"`` -> ``correct``; a callable -> its ``__name__``).
+    A name several functions share gets each one's position in the list: ``correct_0``, ``correct_1``."""
+    names = [f.rpartition(":")[2] if isinstance(f, str) else getattr(f, "__name__", type(f).__name__) for f in functions]
+    return [f"{n}_{i}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
 def row_reference(row: Mapping[str, Any]) -> str:
@@ -329,8 +337,11 @@ class FunctionGrader:
         self.memory_mb, self._peak_mb = int(memory_mb), 0.0
         self.weights = list(weights) if weights is not None else [1.0] * len(self.specs)
         self.stats: dict[str, int] = {}
-        self.names = [function_name(s) for s in self.specs]
-        self.verify_fn = "reward.function: " + ", ".join(self.names)
+        self.labels = [function_name(s) for s in self.specs]
+        """Each function as messages name it (its spec, or a callable's name)."""
+        self.verify_fn = "reward.function: " + ", ".join(self.labels)
+        self.names = function_names(self.specs)
+        """Each function's name in the metrics (:func:`function_names`)."""
         self._ctx = mp_context(start_method) if workers > 0 else None
         self._local = [load_function(s, f"reward.function.{i}") for i, s in enumerate(self.specs)] if workers == 0 else None
         self._shipped = [shipped(s, f"reward.function.{i}") for i, s in enumerate(self.specs)] if workers > 0 else []
@@ -345,12 +356,12 @@ class FunctionGrader:
             raise RewardFunctionError("a FunctionGrader with workers=0 starts no worker process")
         parent, child = self._ctx.Pipe(duplex=True)
         self._proc = proc = self._ctx.Process(
-            target=worker_main, args=(child, self._shipped, list(sys.path), self.names), daemon=True, name="graft-reward-fn"
+            target=worker_main, args=(child, self._shipped, list(sys.path), self.labels), daemon=True, name="graft-reward-fn"
         )
         start_worker(proc)
         child.close()
         self._conn = parent
-        msg = self._recv(self._startup_timeout_s, f"importing {', '.join(self.names)}", "its start-up limit")
+        msg = self._recv(self._startup_timeout_s, f"importing {', '.join(self.labels)}", "its start-up limit")
         if msg[0] != "ready":
             self.close()
             raise RewardFunctionError(str(msg[1]))
@@ -398,27 +409,41 @@ class FunctionGrader:
     ) -> tuple[list[float], list[str]]:
         """Rewards and statuses (ok / no_answer; function_error / function_timeout under ``on_error="zero"``), one
         per response; ``completion_ids``: each response's token ids, when known (the functions' ``completion_ids``)."""
+        rewards, statuses, _ = self.grade_parts(responses, answers, progress, completion_ids)
+        return rewards, statuses
+
+    def grade_parts(
+        self,
+        responses: list[str],
+        answers: list[str],
+        progress: bool = False,
+        completion_ids: Sequence[Sequence[int] | None] | None = None,
+    ) -> tuple[list[float], list[str], dict[str, list[float | None]]]:
+        """:meth:`grade`, and besides the weighted sum each function's own values: ``{name: [value per response]}``
+        (:attr:`names`; ``None`` where the function gave none, and for every response of a batch scored 0 under
+        ``on_error="zero"``)."""
         if len(responses) != len(answers):
             raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
         if not responses:
-            return [], []
+            return [], [], {name: [] for name in self.names}
         prompts, completions, columns = _batch(answers, responses, completion_ids)
         values, failure = self._values(prompts, completions, columns)
         if failure is not None:
             status, message = failure
-            out = ON_ERRORS[self.on_error](message, status, len(responses))
+            rewards, statuses = ON_ERRORS[self.on_error](message, status, len(responses))
+            values = [[None] * len(responses) for _ in self.names]
         else:
-            out = self._combine(values)
-        for s in out[1]:
+            rewards, statuses = self._combine(values)
+        for s in statuses:
             self.stats[s] = self.stats.get(s, 0) + 1
-        return out
+        return rewards, statuses, dict(zip(self.names, values, strict=True))
 
     def _values(self, prompts, completions, columns) -> tuple[list[list], tuple[str, str] | None]:
         """Every function's values, or the first failure as ``(status, message)``. A worker that dies while this
         process is stopping (:func:`graft.signals.stopping`) died of the stop, not of the batch: the batch is graded
         again, once, by a fresh worker, so an interrupted call is never scored."""
         if self._local is not None:
-            results = [_call(fn, s, prompts, completions, columns) for fn, s in zip(self._local, self.names, strict=True)]
+            results = [_call(fn, s, prompts, completions, columns) for fn, s in zip(self._local, self.labels, strict=True)]
         else:
             results, died = self._remote(prompts, completions, columns)
             if died and stopping():
@@ -436,7 +461,7 @@ class FunctionGrader:
         assert conn is not None and proc is not None  # _start() set both
         conn.send((prompts, completions, columns))
         results = []
-        for name in self.names:  # every function answers, even after another's error
+        for name in self.labels:  # every function answers, even after another's error
             res = self._recv(self.timeout_s, f"reward function {name} on {len(completions)} completions")
             results.append(res)
             if res[0] == "timeout" or (res[0] == "error" and not proc.is_alive()):

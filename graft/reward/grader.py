@@ -228,6 +228,17 @@ class Grader:
 
     # ------------------------------------------------------------------ public
 
+    def grade_parts(
+        self,
+        responses: list[str],
+        answers: list[str],
+        progress: bool = False,
+        completion_ids: Sequence[Sequence[int] | None] | None = None,
+    ) -> tuple[list[float], list[str], dict[str, list[float | None]]]:
+        """:meth:`grade`, and no reward functions' own values (``{}``: the domain's verifier is one reward; the same
+        call as :meth:`graft.reward.functions.FunctionGrader.grade_parts`)."""
+        return (*self.grade(responses, answers, progress, completion_ids), {})
+
     def grade(
         self,
         responses: list[str],

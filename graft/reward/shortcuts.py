@@ -29,6 +29,7 @@ import re
 from collections.abc import Sequence
 
 from graft.reward.verifier import boxed_contents, exact_number
+from graft.success import succeeded
 
 FLAGS = ("operator", "fraction", "operand", "multi_box", "example_copy", "echo")
 
@@ -66,9 +67,15 @@ def answer_flags(response: str, problem: str, example_equations: Sequence[str] =
 
 
 def shortcut_shares(
-    responses: Sequence[str], problems: Sequence[str], rewards: Sequence[float], example_equations: Sequence[str] = ()
+    responses: Sequence[str],
+    problems: Sequence[str],
+    rewards: Sequence[float],
+    example_equations: Sequence[str] = (),
+    *,
+    threshold: float,
 ) -> dict[str, float | None]:
-    """Among the rewarded responses (reward > 0.5) of ``N`` responses, the share carrying each flag:
+    """Among the rewarded responses (reward above ``threshold``, ``reward.success_threshold``:
+    :func:`graft.types.succeeded`) of ``N`` responses, the share carrying each flag:
     ``{"n": count, "operator": share, ...}``; shares are ``None`` when nothing was rewarded.
 
     Hand-worked: responses ``\\boxed{48}`` (rewarded), ``\\boxed{117} or \\boxed{228}`` (rewarded under
@@ -77,7 +84,8 @@ def shortcut_shares(
     """
     N = len(responses)
     assert len(problems) == N and len(rewards) == N, (N, len(problems), len(rewards))
-    flags = [answer_flags(r, q, example_equations) for r, q, x in zip(responses, problems, rewards, strict=True) if x > 0.5]
+    rows = zip(responses, problems, rewards, strict=True)
+    flags = [answer_flags(r, q, example_equations) for r, q, x in rows if succeeded(x, threshold)]
     out: dict[str, float | None] = {"n": len(flags)}
     for f in FLAGS:
         out[f] = sum(fl[f] for fl in flags) / len(flags) if flags else None

@@ -69,6 +69,7 @@ from graft.errors import UserError
 from graft.files import dumps_json, fsync_path, writing
 from graft.registry import PICKS
 from graft.storage.lock import FolderLock
+from graft.success import succeeded
 from graft.types import GroupCounts, Messages, RolloutGroup
 
 SCHEMA_VERSION = 1
@@ -141,17 +142,34 @@ class StoredGroup(GroupCounts):
     advantages: list[float] = field(default_factory=list)
 
 
+Eligible = Callable[["StoredGroup"], bool]
+"""Whether a stored group may play the peer (the candidate rule)."""
+Successes = Callable[["StoredGroup"], int]
+"""k of a stored group: its rewards above the run's ``reward.success_threshold``."""
+
+
 def select_stored_group(
     groups_for_prompt: list[StoredGroup],
     receiver_step: int,
     pick: str = "latest",
     eligible: Callable[[StoredGroup], bool] | None = None,
+    threshold: float | None = None,
 ) -> StoredGroup | None:
     """Which stored group of one prompt plays the peer at ``receiver_step`` (pure): the pick rule ``PICKS[pick]``
-    over the groups ``eligible`` accepts (all without it); ``None`` when nothing qualifies. Ties at equal step go
-    to the later entry of the list."""
+    over the groups ``eligible`` accepts (all without it), successes counted above ``threshold``
+    (``reward.success_threshold``; ``any`` ranks by them and needs it); ``None`` when nothing qualifies. Ties at equal
+    step go to the later entry of the list."""
     pool = [g for g in groups_for_prompt if eligible is None or eligible(g)]
-    return PICKS[pick](pool, receiver_step, lambda g: True)
+    return PICKS[pick](pool, receiver_step, lambda g: True, _successes(threshold))
+
+
+def _successes(threshold: float | None) -> Callable[[StoredGroup], int]:
+    def k(g: StoredGroup) -> int:
+        if threshold is None:
+            raise ValueError("pick 'any' ranks groups by successes: give the threshold (reward.success_threshold)")
+        return g.successes(threshold)
+
+    return k
 
 
 def _last(pool: list[StoredGroup], key: Callable[[StoredGroup], tuple[int, ...]]) -> StoredGroup | None:
@@ -160,24 +178,24 @@ def _last(pool: list[StoredGroup], key: Callable[[StoredGroup], tuple[int, ...]]
 
 
 @PICKS.register("latest")
-def pick_latest(groups: list[StoredGroup], step: int, eligible: Callable[[StoredGroup], bool]) -> StoredGroup | None:
+def pick_latest(groups: list[StoredGroup], step: int, eligible: Eligible, successes: Successes) -> StoredGroup | None:
     """The group with the highest step not after ``step``, whatever its success count (the candidate rule decides:
     an all-fail latest group means the peer fails too, never an older success); ``eligible`` is not applied."""
     return _last([g for g in groups if g.step <= step], lambda g: (g.step,))
 
 
 @PICKS.register("same_step")
-def pick_same_step(groups: list[StoredGroup], step: int, eligible: Callable[[StoredGroup], bool]) -> StoredGroup | None:
+def pick_same_step(groups: list[StoredGroup], step: int, eligible: Eligible, successes: Successes) -> StoredGroup | None:
     """The group written at ``step`` itself, whatever its success count; ``eligible`` is not applied."""
     return _last([g for g in groups if g.step == step], lambda g: ())
 
 
 @PICKS.register("any")
-def pick_any(groups: list[StoredGroup], step: int, eligible: Callable[[StoredGroup], bool]) -> StoredGroup | None:
+def pick_any(groups: list[StoredGroup], step: int, eligible: Eligible, successes: Successes) -> StoredGroup | None:
     """The ``eligible`` group with most successes (ties: the highest step), at any step; with none eligible, the
     latest group (:func:`pick_latest`)."""
-    best = _last([g for g in groups if eligible(g)], lambda g: (g.num_correct, g.step))
-    return best if best is not None else pick_latest(groups, step, eligible)
+    best = _last([g for g in groups if eligible(g)], lambda g: (successes(g), g.step))
+    return best if best is not None else pick_latest(groups, step, eligible, successes)
 
 
 # ----------------------------------------------------------------------------- file helpers
@@ -504,8 +522,9 @@ class TrajectoryStore:
 # ----------------------------------------------------------------------------- inspection
 
 
-def info(path: str | Path) -> dict:
-    """Summary of a store: models, tokenizer per model, steps, rows, reward rate, size, schema version."""
+def info(path: str | Path, threshold: float) -> dict:
+    """Summary of a store: models, tokenizer per model, steps, rows, reward rate (the share of rows whose reward is
+    above ``threshold``, the run's ``reward.success_threshold``), size, schema version."""
     store = TrajectoryStore(path)
     files = store._files(None)
     if not files:
@@ -521,7 +540,7 @@ def info(path: str | Path) -> dict:
             {"tokenizer": d["tokenizer"][i], "rows": 0, "correct": 0, "prompts": set(), "steps": set(), "status": {}},
         )
         m["rows"] += 1
-        m["correct"] += d["reward"][i] > 0.5
+        m["correct"] += succeeded(d["reward"][i], threshold)
         m["prompts"].add(d["prompt_id"][i])
         m["steps"].add(d["step"][i])
         m["status"][d["verify_status"][i]] = m["status"].get(d["verify_status"][i], 0) + 1

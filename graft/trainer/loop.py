@@ -55,12 +55,14 @@ from graft.trainer.dynamic import Round, fill_batches
 from graft.trainer.learner import Learner
 from graft.trainer.metrics import (
     JsonlWriter,
+    TokenCounter,
     check_run_dir,
     completion_rows,
     console_line,
     group_stats,
     in_group_reward_stats,
     prefixed,
+    success_warnings,
     timed,
     trl_aliases,
 )
@@ -112,6 +114,8 @@ class Run:
     start: Start | None = None
     """How the run started (:func:`graft.trainer.resume.start_of`): its reward code and learning-rate horizons, saved
     with every checkpoint, and what a resume changed."""
+    tokens: TokenCounter = field(default_factory=TokenCounter)
+    """Per model: the prompt + completion tokens sampled so far (``M/num_tokens``)."""
 
     @property
     def bars(self) -> bool:
@@ -183,7 +187,8 @@ def grade(run: Run, groups: list[RolloutGroup]) -> None:
     texts = [r for g in groups for r in g.responses]
     answers = [g.answer for g in groups for _ in g.responses]
     ids = [t for g in groups for t in g.token_ids]  # the holder's tokens: a reward function's completion_ids
-    rewards, statuses = run.grader.grade(texts, answers, progress=run.bars and len(texts) > 256, completion_ids=ids)
+    progress = run.bars and len(texts) > 256
+    rewards, statuses, parts = run.grader.grade_parts(texts, answers, progress=progress, completion_ids=ids)
     timeouts = statuses.count(VERIFY_TIMEOUT)
     if texts and timeouts / len(texts) > run.cfg.reward.max_timeout_frac:
         raise GraderHang(
@@ -194,6 +199,7 @@ def grade(run: Run, groups: list[RolloutGroup]) -> None:
     i = 0
     for g in groups:
         g.rewards, g.status = rewards[i : i + g.size], statuses[i : i + g.size]
+        g.reward_parts = {name: values[i : i + g.size] for name, values in parts.items()}
         i += g.size
 
 
@@ -210,10 +216,11 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
     """Verify every response and compute GRPO advantages per group (:func:`score`); their metrics."""
     score(run, groups)
     metrics: dict = {}
+    threshold = run.cfg.reward.success_threshold
     for name, gs in groups.items():
-        st = group_stats(gs) | in_group_reward_stats([g.rewards for g in gs])
-        metrics |= prefixed(name, st | trl_aliases(st) | reward_monitor(run.domain, gs, run.by_family))
-    k = {n: counts(gs) for n, gs in groups.items()}
+        st = group_stats(gs, threshold) | in_group_reward_stats([g.rewards for g in gs])
+        metrics |= prefixed(name, st | trl_aliases(st) | reward_monitor(run.domain, gs, run.by_family, threshold))
+    k = {n: counts(gs, threshold) for n, gs in groups.items()}
     for s in k:
         for r in k:
             if s != r:
@@ -221,17 +228,17 @@ def score_phase(run: Run, groups: dict[str, list[RolloutGroup]]) -> dict:
     return metrics
 
 
-def reward_monitor(domain: Domain, groups: list[RolloutGroup], by_family: bool) -> dict:
-    """What the rewarded answers look like (the domain's monitor, :meth:`Domain.monitor`): ``rewarded/FLAG`` shares;
-    ``distinct_frac``, the mean share of distinct response texts in a group (1 = all G differ, 1/G = one
-    answer repeated: a policy collapsing onto one text); with ``by_family`` the mean reward of each
+def reward_monitor(domain: Domain, groups: list[RolloutGroup], by_family: bool, threshold: float) -> dict:
+    """What the rewarded answers (above ``threshold``) look like (the domain's monitor, :meth:`Domain.monitor`):
+    ``rewarded/FLAG`` shares; ``distinct_frac``, the mean share of distinct response texts in a group (1 = all G
+    differ, 1/G = one answer repeated: a policy collapsing onto one text); with ``by_family`` the mean reward of each
     problem family in the batch (``reward/family/F``)."""
     texts = [r for g in groups for r in g.responses]
     problems = [g.problem for g in groups for _ in g.responses]
     references = [g.answer for g in groups for _ in g.responses]
     rewards = [x for g in groups for x in g.rewards]
     statuses = [s for g in groups for s in g.status]
-    out = prefixed("rewarded", domain.monitor(texts, problems, references, rewards, statuses))
+    out = prefixed("rewarded", domain.monitor(texts, problems, references, rewards, threshold, statuses))
     out["distinct_frac"] = sum(len(set(g.responses)) / g.size for g in groups) / max(len(groups), 1)
     if by_family:
         fams: dict[str, list[float]] = {}
@@ -322,9 +329,12 @@ def train_step(run: Run, step: int) -> dict:
     metrics["epoch"] = epoch
     with timed(metrics, "rollout"):
         groups, m = rollout_phase(run, prompts, step)
-    metrics |= m
+    metrics |= m | run.tokens.add(groups)
     with timed(metrics, "score"):
         metrics |= score_phase(run, groups)
+    if step == 1:
+        for line in success_warnings(groups, run.cfg.reward.success_threshold):
+            say(line)
     with timed(metrics, "exchange"):
         ex = exchange_phase(run, groups, step)
     if run.cfg.rollout.dynamic_sampling:  # rewards and rollout metrics stay round 0's
@@ -410,7 +420,7 @@ def _setup_locked(cfg: Config, run_dir: Path, prompts, val, lock: FolderLock) ->
         audit=JsonlWriter(run_dir / "audit.jsonl"),
         store=TrajectoryStore(run_dir / "trajectories", run_id=run_dir.name),
         val_prompts=val,
-        rule=make_rule(cfg.update),
+        rule=make_rule(cfg.update, cfg.reward.success_threshold),
         lock=lock,
         by_family=task_families(cfg) is not None,
         start=start,
@@ -484,6 +494,7 @@ def _restore(run: Run, ckpt) -> None:
     run.start_step = ckpt.step + 1
     for w in (run.metrics, run.audit):
         w.truncate_after(ckpt.step)
+    run.tokens.load_state_dict(ckpt.state.get("num_tokens"), run.metrics.read())
     run.store.truncate_after(ckpt.step)
     remove_checkpoints_after(run.run_dir, ckpt.step)  # a later timeline being abandoned
     set_rng_state(ckpt.rng)
@@ -512,6 +523,7 @@ def save(run: Run, step: int) -> Path:
         "exchange": run.exchange.state_dict(),
         "data_fingerprint": prompts_fingerprint(run.sampler.prompts),
         "nonfinite_streak": run.nonfinite_streak,
+        "num_tokens": run.tokens.state_dict(),
         "reward_code": run.start.reward_code if run.start else {},
         "lr_horizon": run.start.lr_horizon if run.start else {},
         "history": history(run.run_dir, step),
@@ -550,6 +562,7 @@ def evaluate_phase(run: Run, step: int) -> dict:
             batch_size=run.cfg.rollout.batch_size,
             out_dir=run.run_dir / "eval" / f"step_{step:06d}" / name,
             model_label=str(learner.cfg.path),
+            success_threshold=run.cfg.reward.success_threshold,
         )
         out |= prefixed(f"eval/{name}", res)
     run.eval_history.append({"step": step, **out})

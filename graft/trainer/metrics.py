@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from graft.files import OutputError, dumps_json, writing
+from graft.success import succeeded
 from graft.types import VERIFY_ERROR, VERIFY_NO_ANSWER, VERIFY_OK, VERIFY_TIMEOUT, RolloutGroup
 
 
@@ -38,32 +39,100 @@ def _std(xs: list[float]) -> float:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / max(len(xs), 1))
 
 
-def group_stats(groups: list[RolloutGroup]) -> dict:
-    """Reward (mean, std), all-fail/all-correct fractions, lengths (mean, min, max), verifier outcomes (and the
-    domain's own failure kinds, ``verify/failed/KIND``) and
-    advantages (mean, std, min, max; ``None`` before they are computed) of own groups [P] of G responses;
-    every statistic is over the P x G responses, standard deviations divide by P x G."""
+def group_stats(groups: list[RolloutGroup], threshold: float) -> dict:
+    """Reward (mean, std), all-fail/all-correct fractions (no / every response above ``threshold``,
+    ``reward.success_threshold``), lengths (mean, min, max), verifier outcomes (and the domain's own failure kinds,
+    ``verify/failed/KIND``), advantages (mean, std, min, max; ``None`` before they are computed) and each reward
+    function's values (:func:`reward_function_stats`) of own groups [P] of G responses; every statistic is over the
+    P x G responses, standard deviations divide by P x G (the reward functions': by N - 1, as TRL)."""
     P = len(groups)
     rewards = [r for g in groups for r in g.rewards]
     lengths = [len(t) for g in groups for t in g.token_ids]
     statuses = [s for g in groups for s in g.status]
     adv = [a for g in groups for a in (g.advantages or [])]
-    return {
-        "reward/mean": sum(rewards) / max(len(rewards), 1),
-        "reward/std": _std(rewards),
-        "advantage/mean": sum(adv) / len(adv) if adv else None,
-        "advantage/std": _std(adv) if adv else None,
-        "advantage/min": min(adv, default=None),
-        "advantage/max": max(adv, default=None),
-        "all_fail_frac": sum(g.num_correct == 0 for g in groups) / max(P, 1),
-        "all_correct_frac": sum(g.num_correct == g.size for g in groups) / max(P, 1),
-        "response_length/mean": sum(lengths) / max(len(lengths), 1),
-        "response_length/min": min(lengths, default=0),
-        "response_length/max": max(lengths, default=0),
-        "truncated_frac": sum(not f for g in groups for f in g.finished) / max(len(rewards), 1),
-        "verify/timeouts": statuses.count(VERIFY_TIMEOUT),
-        "verify/no_answer": statuses.count(VERIFY_NO_ANSWER),
-    } | {f"verify/failed/{k}": n for k, n in sorted(Counter(statuses).items()) if k not in _PLAIN_STATUSES}
+    return (
+        {
+            "reward/mean": sum(rewards) / max(len(rewards), 1),
+            "reward/std": _std(rewards),
+            "advantage/mean": sum(adv) / len(adv) if adv else None,
+            "advantage/std": _std(adv) if adv else None,
+            "advantage/min": min(adv, default=None),
+            "advantage/max": max(adv, default=None),
+            "all_fail_frac": sum(g.successes(threshold) == 0 for g in groups) / max(P, 1),
+            "all_correct_frac": sum(g.successes(threshold) == g.size for g in groups) / max(P, 1),
+            "response_length/mean": sum(lengths) / max(len(lengths), 1),
+            "response_length/min": min(lengths, default=0),
+            "response_length/max": max(lengths, default=0),
+            "truncated_frac": sum(not f for g in groups for f in g.finished) / max(len(rewards), 1),
+            "verify/timeouts": statuses.count(VERIFY_TIMEOUT),
+            "verify/no_answer": statuses.count(VERIFY_NO_ANSWER),
+        }
+        | {f"verify/failed/{k}": n for k, n in sorted(Counter(statuses).items()) if k not in _PLAIN_STATUSES}
+        | reward_function_stats(groups)
+    )
+
+
+def reward_function_stats(groups: list[RolloutGroup]) -> dict:
+    """TRL's ``rewards/NAME/mean`` and ``rewards/NAME/std`` of every reward function (``reward.function``; the groups'
+    ``reward_parts``): the mean and the sample standard deviation (divides by N - 1, TRL's ``nanstd``) of the values
+    the function gave over the P x G responses, leaving out those it gave none for (``None``, TRL's NaN). ``None``
+    when it gave no value (std: fewer than two). Nothing when a domain grades.
+    Hand-worked: values [1, None, 0, 1] -> mean 2/3, std sqrt(((1/3)^2 + (2/3)^2 + (1/3)^2) / 2) = sqrt(1/3)."""
+    names = list(dict.fromkeys(name for g in groups for name in g.reward_parts))
+    out: dict = {}
+    for name in names:
+        xs = [x for g in groups for x in g.reward_parts.get(name, []) if x is not None]
+        out[f"rewards/{name}/mean"] = sum(xs) / len(xs) if xs else None
+        out[f"rewards/{name}/std"] = statistics.stdev(xs) if len(xs) > 1 else None
+    return out
+
+
+def step_tokens(groups: list[RolloutGroup]) -> int:
+    """Prompt + completion tokens of every response of ``groups`` (a prompt counts once per response, as in TRL's
+    attention mask; the completion's stop token included)."""
+    return sum(len(g.prompt_token_ids) + len(t) for g in groups for t in g.token_ids)
+
+
+class TokenCounter:
+    """TRL's ``num_tokens`` of every model: the prompt and completion tokens of all the responses it sampled so far in
+    the run (:func:`step_tokens` summed over steps); carried in the checkpoints."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {}
+
+    def add(self, groups: dict[str, list[RolloutGroup]]) -> dict:
+        """Count a step's own groups of every model; returns ``{"M/num_tokens": total so far}``."""
+        for name, gs in groups.items():
+            self.totals[name] = self.totals.get(name, 0) + step_tokens(gs)
+        return {f"{name}/num_tokens": self.totals[name] for name in groups}
+
+    def state_dict(self) -> dict[str, int]:
+        return dict(self.totals)
+
+    def load_state_dict(self, state: Mapping[str, int] | None, records: list[dict]) -> None:
+        """The totals of a checkpoint's ``state``; for a checkpoint written before graft counted them, the last of
+        the metrics ``records`` that has them (the metrics file of the run, kept up to that checkpoint)."""
+        if state is None:
+            last: dict = next((r for r in reversed(records) if any(k.endswith("/num_tokens") for k in r)), {})
+            state = {k.removesuffix("/num_tokens"): v for k, v in last.items() if k.endswith("/num_tokens") and v is not None}
+        self.totals = {name: int(v) for name, v in state.items()}
+
+
+def success_warnings(groups: dict[str, list[RolloutGroup]], threshold: float) -> list[str]:
+    """One warning line per model whose rewards are not all 0 or 1 while none of them is above ``threshold``
+    (``reward.success_threshold``): with a continuous reward every group of that model is all-fail, so the exchange
+    treats it as failing everything. Hand-worked: rewards [0.3, 0.4] at 0.5 -> a line naming the model, 0.5 and 0.4;
+    [0, 0] -> none (a 0/1 reward, nothing solved yet); [0.3, 0.6] -> none (0.6 succeeds)."""
+    out = []
+    for name, gs in groups.items():
+        rewards = [r for g in gs for r in g.rewards]
+        if rewards and any(r not in (0.0, 1.0) for r in rewards) and not any(succeeded(r, threshold) for r in rewards):
+            out.append(
+                f"warning: model {name}: no reward of step 1 is above reward.success_threshold={threshold:g} (the largest "
+                f"is {max(rewards):g}; rewards are not all 0 or 1), so every group counts as all-fail; set "
+                "reward.success_threshold to the reward that means solved"
+            )
+    return out
 
 
 def in_group_reward_stats(rewards: list[list[float]]) -> dict:

@@ -34,6 +34,7 @@ from graft.algos.gating import hacpo_peer_weights
 from graft.config import UpdateConfig
 from graft.exchange.hacpo import HACPO_UPDATE
 from graft.registry import RULES
+from graft.success import succeeded
 from graft.types import RolloutGroup
 
 
@@ -48,8 +49,10 @@ class UpdateRule:
     loss: Callable = staticmethod(losses.policy_loss)
     """``(logp, old_logp, advantages, weights, mask, is_peer, ..., **loss_kwargs) -> (loss, metrics)``."""
 
-    def __init__(self, uc: UpdateConfig) -> None:
+    def __init__(self, uc: UpdateConfig, success_threshold: float) -> None:
         self.uc = uc
+        self.success_threshold = success_threshold
+        """``reward.success_threshold``: a peer response above it is a success (the SGT rule's NLL rows)."""
 
     def loss_kwargs(self) -> dict:
         """Extra keyword arguments of :attr:`loss`."""
@@ -111,15 +114,16 @@ class SgtRule(UpdateRule):
         """Peer groups keep their successes only (the NLL rows)."""
         out = []
         for g in groups:
-            keep = [i for i in range(g.size) if g.rewards[i] > 0.5] if g.is_peer else list(range(g.size))
+            keep = [i for i in range(g.size) if self.supervised(g, i)] if g.is_peer else list(range(g.size))
             if keep:
                 out.append(g.subset(keep) if g.is_peer else g)
         return out
 
     def supervised(self, group: RolloutGroup, i: int) -> bool:
-        return group.is_peer and group.rewards[i] > 0.5
+        return group.is_peer and succeeded(group.rewards[i], self.success_threshold)
 
 
-def make_rule(uc: UpdateConfig) -> UpdateRule:
-    """The update rule ``uc.rule`` (a fresh object: rules may carry state)."""
-    return RULES[uc.rule](uc)
+def make_rule(uc: UpdateConfig, success_threshold: float) -> UpdateRule:
+    """The update rule ``uc.rule`` (a fresh object: rules may carry state); ``success_threshold``:
+    ``reward.success_threshold``."""
+    return RULES[uc.rule](uc, success_threshold)

@@ -21,8 +21,8 @@ def close(actual, expected, atol=1e-6):
 
 def test_success_counts_threshold_is_strictly_above_half():
     rewards = torch.tensor([[1.0, 0.0, 0.6, 0.4], [0.5, 0.5, 0.0, 0.0]])
-    assert success_counts(rewards).tolist() == [2, 0]
-    assert success_counts(rewards).dtype == torch.long
+    assert success_counts(rewards, 0.5).tolist() == [2, 0]
+    assert success_counts(rewards, 0.5).dtype == torch.long
 
 
 def test_grpo_one_success_of_four_unbiased():

@@ -21,7 +21,7 @@ POLICY_LOSSES = {name: rule.loss for name, rule in RULES.items()}
 
 
 def get_policy_loss(name):
-    return make_rule(UpdateConfig(rule=name)).loss
+    return make_rule(UpdateConfig(rule=name), 0.5).loss
 
 LN2 = math.log(2.0)
 
@@ -285,7 +285,7 @@ def test_registry_and_uniform_interface():
         assert counts | {"clip_frac/own_low", "clip_frac/peer_high", "tokens/own", "tokens/peer", "ratio/mean"} <= set(m)
         assert all(isinstance(v, (int, float)) for v in m.values())
     with pytest.raises(ValueError, match="unknown update rule 'ppo'; valid: graft, hacpo, luffy, sgt"):
-        make_rule(_with_rule("ppo"))
+        make_rule(_with_rule("ppo"), 0.5)
 
 
 def _with_rule(name):

@@ -32,7 +32,16 @@ def test_eval_cli_on_a_model_folder(tmp_path, tiny_llama_dir, capsys):
         lines = (out / "toy" / f"repeat_{r}.jsonl").read_text().splitlines()
         assert [json.loads(l)["id"] for l in lines] == ["q0", "q1", "q2"]
         assert all(len(json.loads(l)["responses"]) == 2 for l in lines)
-    assert "| toy | 3 |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| toy | 3 |" in printed
+    # the mean reward beside pass@1: per repeat the mean over prompts of each prompt's mean reward, as recorded
+    per_repeat = []
+    for r in range(2):
+        recs = [json.loads(l) for l in (out / "toy" / f"repeat_{r}.jsonl").read_text().splitlines()]
+        per_repeat.append(sum(sum(x["rewards"]) / len(x["rewards"]) for x in recs) / len(recs))
+    assert d["reward_mean"]["per_repeat"] == pytest.approx(per_repeat)
+    assert "| dataset | prompts | pass@1 (%) | mean reward | n | repeats |" in printed
+    assert "a success is a reward above 0.5" in printed and res["protocol"]["success_threshold"] == 0.5
     # a second call finds every prompt done and rewrites the same numbers
     before = (out / "toy" / "repeat_0.jsonl").read_bytes()
     assert eval_main(argv) == 0

@@ -42,10 +42,10 @@ def test_pass_at_k_rejects_bad_arguments():
 def test_pass_at_1_from_rewards_hand_computed():
     rewards = [[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 0, 0]]
     # (2/4 + 0 + 4/4 + 1/4) / 4 = 1.75 / 4
-    assert pass_at_k_from_rewards(rewards, 1) == pytest.approx(0.4375)
+    assert pass_at_k_from_rewards(rewards, 1, 0.5) == pytest.approx(0.4375)
     # pass@2: 1 - C(2,2)/C(4,2) = 5/6; 0; 1; 1 - C(3,2)/C(4,2) = 1/2  -> (5/6 + 0 + 1 + 1/2) / 4
-    assert pass_at_k_from_rewards(rewards, 2) == pytest.approx((5 / 6 + 1 + 0.5) / 4)
-    assert math.isnan(pass_at_k_from_rewards([], 1))
+    assert pass_at_k_from_rewards(rewards, 2, 0.5) == pytest.approx((5 / 6 + 1 + 0.5) / 4)
+    assert math.isnan(pass_at_k_from_rewards([], 1, 0.5))
 
 
 def test_mean_std_sample_std():

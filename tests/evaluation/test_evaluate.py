@@ -116,6 +116,30 @@ def test_pass_at_1_and_mean_std_over_repeats(tmp_path):
     assert "| toy | 4 | 34.38 ± 13.26 |" in md
 
 
+class HalfGrader(ExactGrader):
+    """A continuous reward: 1 for the right box, 0.5 for a wrong one, 0 without a box."""
+
+    def grade(self, responses, answers, progress=False):
+        rewards, statuses = super().grade(responses, answers, progress)
+        return [1.0 if r == 1.0 else 0.5 if s == "ok" else 0.0 for r, s in zip(rewards, statuses)], statuses
+
+
+@pytest.mark.parametrize("threshold, pass1, all_fail", [(0.5, 0.4375, 0.25), (0.25, 0.875, 0.0)])
+def test_pass_at_1_counts_successes_at_the_threshold_and_the_mean_reward_is_beside_it(tmp_path, threshold, pass1, all_fail):
+    # repeat 0 graded by HalfGrader: p1 [1, .5, 0, 1], p2 [.5, .5, .5, .5], p3 [1, 1, 1, 1], p4 [1, .5, .5, 0].
+    # At 0.5 (0.5 is not above it): successes 2, 0, 4, 1 -> pass@1 (2 + 0 + 4 + 1) / 16 = 0.4375; p2 all-fail: 1/4.
+    # At 0.25: successes 3, 4, 4, 3 -> 14 / 16 = 0.875; no all-fail prompt.
+    # Mean reward either way: (2.5/4 + 2/4 + 4/4 + 2/4) / 4 = (0.625 + 0.5 + 1 + 0.5) / 4 = 0.65625.
+    res = evaluate(FakePolicy(TEXTS), {"toy": PROMPTS}, HalfGrader(), tmp_path, protocol(batch_size=8), progress=False,
+                   success_threshold=threshold)
+    d = res["datasets"]["toy"]
+    assert d["pass@1"]["mean"] == pytest.approx(pass1) and d["all_fail_frac"]["mean"] == pytest.approx(all_fail)
+    assert d["reward_mean"]["mean"] == pytest.approx(0.65625) and res["macro"]["reward_mean"]["mean"] == pytest.approx(0.65625)
+    assert res["protocol"]["success_threshold"] == threshold
+    row = next(x for x in (tmp_path / "results.md").read_text().splitlines() if x.startswith("| toy |"))
+    assert row.startswith(f"| toy | 4 | {100 * pass1:.2f} ± 0.00 |") and "| 0.656 ± 0.000 |" in row
+
+
 def test_macro_average_is_per_repeat_mean_over_datasets(tmp_path):
     texts = {0: {**TEXTS[0]}, 1: {**TEXTS[1]}}
     pol = FakePolicy(texts)
@@ -175,7 +199,7 @@ def test_corrupt_middle_line_is_an_error(tmp_path):
 def test_evaluate_during_training_uses_eval_config():
     res = evaluate_during_training(FakePolicy(TEXTS, seed=7), {"val": PROMPTS}, ExactGrader(), EvalConfig(n=4),
                                    max_new_tokens=16, seed=7, batch_size=8)
-    assert res == {"val/pass@1": pytest.approx(0.4375)}
+    assert res == {"val/pass@1": pytest.approx(0.4375), "val/reward_mean": pytest.approx(0.4375)}   # 0/1 rewards
     res = evaluate_during_training(FakePolicy(TEXTS, seed=7), PROMPTS, ExactGrader(), EvalConfig(n=4, repeats=2),
                                    max_new_tokens=16, seed=7, batch_size=8)
     assert res["val/pass@1"] == pytest.approx(0.34375) and "val/pass@1_std" in res

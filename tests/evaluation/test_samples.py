@@ -26,17 +26,17 @@ def test_pick_is_seeded_order_keeping_and_takes_all_when_short():
 
 def test_a_mixed_pick_is_half_rewarded_and_fills_from_the_other_kind():
     xs = [_s(i, reward=1.0 if i % 10 == 0 else 0.0) for i in range(100)]     # 10 rewarded (i = 0, 10, ...), 90 not
-    a = pick_mixed(xs, 12, seed=3)
-    assert a == pick_mixed(xs, 12, seed=3) and [s.step for s in a] == sorted(s.step for s in a)
+    a = pick_mixed(xs, 12, seed=3, threshold=0.5)
+    assert a == pick_mixed(xs, 12, seed=3, threshold=0.5) and [s.step for s in a] == sorted(s.step for s in a)
     assert sum(s.reward for s in a) == 6 and len(a) == 12                      # 12 / 2 = 6 of each kind
-    assert sum(s.reward for s in pick_mixed(xs, 5, seed=0)) == 3                # odd n: the rewarded half rounded up
+    assert sum(s.reward for s in pick_mixed(xs, 5, seed=0, threshold=0.5)) == 3                # odd n: the rewarded half rounded up
     few = xs[:21]                                                               # rewarded: 0, 10, 20; 18 not
-    assert sum(s.reward for s in pick_mixed(few, 12, seed=0)) == 3              # all 3 rewarded, 9 unrewarded fill in
-    assert sum(s.reward for s in pick_mixed(few[1:10] + few[:1], 12, seed=0)) == 1   # 1 + 9: fewer than n, all of them
-    assert len(pick_mixed(few[1:10] + few[:1], 12, seed=0)) == 10
+    assert sum(s.reward for s in pick_mixed(few, 12, seed=0, threshold=0.5)) == 3              # all 3 rewarded, 9 unrewarded fill in
+    assert sum(s.reward for s in pick_mixed(few[1:10] + few[:1], 12, seed=0, threshold=0.5)) == 1   # 1 + 9: fewer than n, all of them
+    assert len(pick_mixed(few[1:10] + few[:1], 12, seed=0, threshold=0.5)) == 10
     none = [_s(i, reward=0.0) for i in range(30)]                               # nothing rewarded: 12 failures shown
-    assert len(pick_mixed(none, 12, seed=0)) == 12 and pick_mixed([], 12, seed=0) == []
-    assert pick_mixed(xs, 0, seed=0) == []
+    assert len(pick_mixed(none, 12, seed=0, threshold=0.5)) == 12 and pick_mixed([], 12, seed=0, threshold=0.5) == []
+    assert pick_mixed(xs, 0, seed=0, threshold=0.5) == []
 
 
 @pytest.mark.parametrize("text,want", [(None, None), ("7", (7, 7)), ("13-18", (13, 18))])
@@ -54,11 +54,11 @@ def test_train_rows_by_writer_reward_and_steps(tmp_path):
     run = make_run(tmp_path / "run")
     # conftest STORE (G = 2): A rewarded at step 1 on p2 [1, 0] and p4 [1, 1], at step 2 on p3 [1, 0] -> 3 + 1 = 4;
     # B rewarded at step 1 on p1 [1, 0], at step 2 on p2 [1, 0] -> 2; 6 rewarded of 2 * (8 + 6) = 28 rows
-    assert len(collect(run, "train", "A", None, "1")) == 4
-    assert [(s.step, s.prompt_id) for s in collect(run, "train", "A", (2, 2), "1")] == [(2, "p3")]
-    assert len(collect(run, "train", None, None, "1")) == 6
-    assert len(collect(run, "train", None, None, "0")) == 22 and len(collect(run, "train", None, None, "any")) == 28
-    assert all(s.source == "train" and s.receiver is None for s in collect(run, "train", "B", None, "1"))
+    assert len(collect(run, "train", "A", None, "1", 0.5)) == 4
+    assert [(s.step, s.prompt_id) for s in collect(run, "train", "A", (2, 2), "1", 0.5)] == [(2, "p3")]
+    assert len(collect(run, "train", None, None, "1", 0.5)) == 6
+    assert len(collect(run, "train", None, None, "0", 0.5)) == 22 and len(collect(run, "train", None, None, "any", 0.5)) == 28
+    assert all(s.source == "train" and s.receiver is None for s in collect(run, "train", "B", None, "1", 0.5))
 
 
 def test_peer_rows_are_the_admitted_ones_per_receiver(tmp_path):
@@ -67,11 +67,11 @@ def test_peer_rows_are_the_admitted_ones_per_receiver(tmp_path):
     # A's responses 0 and 2 were offered to B: 0 admitted, 2 gated out; response 1 was offered to C and admitted
     use = {("A", "p1", 0): [("B", True, 0.9)], ("A", "p1", 2): [("B", False, 0.0)], ("A", "p1", 1): [("C", True, 1.0)]}
     st.write_step(1, 0, [g], {"A": "tokA"}, use)
-    into_b = collect(tmp_path / "run", "peer", "B", None, "any")
+    into_b = collect(tmp_path / "run", "peer", "B", None, "any", 0.5)
     assert [(s.writer, s.receiver, s.response, s.reward) for s in into_b] == [("A", "B", "r0", 1.0)]
-    assert [(s.receiver, s.reward) for s in collect(tmp_path / "run", "peer", None, None, "any")] == \
+    assert [(s.receiver, s.reward) for s in collect(tmp_path / "run", "peer", None, None, "any", 0.5)] == \
         [("B", 1.0), ("C", 0.0)]
-    assert collect(tmp_path / "run", "peer", "C", None, "1") == []
+    assert collect(tmp_path / "run", "peer", "C", None, "1", 0.5) == []
 
 
 def _eval_run(root):
@@ -91,7 +91,7 @@ def _eval_run(root):
 
 def test_eval_rows_join_question_text_and_carry_monitor_flags(tmp_path):
     run, data = _eval_run(tmp_path / "run")
-    got = collect(run, "eval", None, None, "1", [str(data)])
+    got = collect(run, "eval", None, None, "1", 0.5, [str(data)])
     assert [(s.prompt_id, s.dataset) for s in got] == [("t-max-1", "test"), ("t-add-2", "test"), ("t-add-2", "test")]
     hedge = got[0]
     # two boxes; the last holds 228, a number of the question -> multi_box and operand
@@ -101,7 +101,7 @@ def test_eval_rows_join_question_text_and_carry_monitor_flags(tmp_path):
     assert text.splitlines() == ["-- test · gemma3 · t-max-1 · answer 228 · reward 1 · flags: operand, multi_box",
                                  "Q: Which number is lar…", "A: \\boxed{117} or \\box…"]
     # a `graft eval` output folder given directly
-    assert len(collect(run / "eval_final" / "gemma3", "eval", None, None, "0")) == 1
+    assert len(collect(run / "eval_final" / "gemma3", "eval", None, None, "0", 0.5)) == 1
 
 
 def test_eval_rows_join_a_trl_file_without_ids_or_answers(tmp_path):
@@ -193,7 +193,7 @@ def test_a_program_keeps_its_lines_and_indentation():
 def test_the_verifiers_status_reaches_the_samples_and_sets_the_status_flags(tmp_path):
     from graft.domains.code import CODE
     run = make_run(tmp_path / "run")
-    assert {s.status for s in collect(run, "train", None, None, "any")} == {"ok"}   # the store's verify_status
+    assert {s.status for s in collect(run, "train", None, None, "any", 0.5)} == {"ok"}   # the store's verify_status
     reference = json.dumps({"tests": ["assert f(1) == 2"], "entry_point": "f", "holdout": ["assert f(50) == 100"]})
     program = "```python\ndef f(x):\n    return 2 * x if x < 10 else 0\n```"
     held = Sample("train", "A", None, 1, None, "p1", "Write f.", reference, program, 1.0, "holdout_fail")

@@ -29,7 +29,7 @@ def test_treatment_hand_worked():
         {"step": 2, "source": "B", "receiver": "A", "candidates": [], "m": 1, "responses": []},
     ]
     rows = [{"step": i + 1, "B/peer_row_share": x} for i, x in enumerate([0.0, 0.1, 0.0, 0.0, 0.3, 0.0])]
-    t = treatment(rows, audit, "A->B")
+    t = treatment(rows, audit, "A->B", 0.5)
     assert (t["steps"], t["steps_with_candidates"], t["steps_balanced_to_zero"], t["steps_with_transfer"]) == (6, 3, 1, 2)
     assert (t["transferred_correct"], t["admitted_correct"], t["transferred_incorrect"], t["admitted_incorrect"]) == (2, 2, 2, 1)
     assert t["first_third"]["steps"] == [1, 2] and t["last_third"]["steps"] == [5, 6]
@@ -40,7 +40,7 @@ def test_treatment_hand_worked():
     text = "\n".join(treatment_lines({"A->B": t}))
     assert "admitted 2 correct + 1 incorrect (gate passed 2/2 correct, 1/2 incorrect)" in text
     assert "1 steps with candidates balanced to m = 0" in text and "ratio 1.29" in text
-    empty = treatment([], audit, "B->A")       # a direction that never transferred: counts 0, no drift
+    empty = treatment([], audit, "B->A", 0.5)       # a direction that never transferred: counts 0, no drift
     assert empty["transferred_correct"] == 0 and empty["first_third"] is None and empty["s_median_ratio"] is None
 
 
@@ -49,6 +49,6 @@ def test_a_last_third_without_transfers_has_no_median():
     # the exchange stopped, which a ratio over the steps with transfers would hide.
     audit = [{"step": 1, "source": "A", "receiver": "B", "candidates": [{"prompt_id": "q"}], "m": 1,
               "responses": [_x(1.0, True, 0.9, -1.0, -0.5)]}]
-    t = treatment([{"step": i} for i in (1, 2, 3)], audit, "A->B")
+    t = treatment([{"step": i} for i in (1, 2, 3)], audit, "A->B", 0.5)
     assert t["first_third"]["s_median"] == pytest.approx(0.9) and t["last_third"]["s_median"] is None
     assert t["last_third"]["steps"] == [3, 3] and t["s_median_ratio"] is None

@@ -15,6 +15,8 @@ from graft.exchange.stored import exchange_stored
 from graft.types import RolloutGroup
 
 N = 4
+T = 0.5
+"""reward.success_threshold (the default): the crafted rewards are 0/1."""
 
 
 class FakeReceiver:
@@ -72,7 +74,7 @@ def no_regrade(groups):
 
 def run(groups, settings=None, generator=None, **kw):
     ex = replace(settings or ExchangeConfig(), **{RENAMED.get(k, k): v for k, v in kw.items()})
-    res = exchange_live(1, groups, RECEIVERS, N, ex, Scoring(), no_regrade, generator)
+    res = exchange_live(1, groups, RECEIVERS, N, ex, Scoring(), no_regrade, generator, threshold=T)
     return res.train_groups, res.audit, res.metrics, {n: [g for g in gs if g.is_peer] for n, gs in res.train_groups.items()}
 
 
@@ -209,7 +211,7 @@ def test_stored_peer_one_direction_with_cap_and_pick():
     own = [group("A", f"p{i}", [0.0] * N) for i in range(3)] + [group("A", "p3", [1.0, 0, 0, 0])]
     stored = [group("S", "p0", [1.0, 0, 0, 0]), group("S", "p1", [1.0, 1.0, 1.0, 0]), None, group("S", "p3", [1.0, 1, 0, 0])]
     res = exchange_stored(1, own, stored, RECEIVERS["A"], N, ExchangeConfig(), Scoring(), no_regrade, cap=1,
-                          balance=False, source_name="S")
+                          balance=False, source_name="S", threshold=T)
     out, audit = res.train_groups, res.audit
     # candidates: p0 (k 1) and p1 (k 3); p2 has no stored group; p3 is not all-fail for A. cap 1 -> p1
     assert sorted(c["prompt_id"] for c in audit[0]["candidates"]) == ["p0", "p1"]
@@ -271,9 +273,9 @@ def test_stored_balancing_counts_the_reverse_direction():
     # receiver A: p0, p1 all-fail; p2 mixed (k 2). Stored S: p0 k 1, p1 k 2, p2 all-fail.
     own = [group("A", "p0", [0.0] * N), group("A", "p1", [0.0] * N), group("A", "p2", [1.0, 1.0, 0, 0])]
     store = {"p0": [sg("p0", 1, [1.0, 0, 0, 0])], "p1": [sg("p1", 1, [1.0, 1.0, 0, 0])], "p2": [sg("p2", 1, [0.0] * N)]}
-    stored = stored_peer_groups(store, own, step=1, pick="latest", include_all_correct=False)
+    stored = stored_peer_groups(store, own, step=1, pick="latest", include_all_correct=False, threshold=T)
     res = exchange_stored(1, own, stored, RECEIVERS["A"], N, ExchangeConfig(), Scoring(), no_regrade, cap=None,
-                          balance=True, source_name="S")
+                          balance=True, source_name="S", threshold=T)
     # |C| = 2 (p0, p1), reverse = 1 (p2) -> m = 1 -> the top-1 by stored k: p1
     assert res.audit[0]["m"] == 1 and res.audit[0]["selected"] == ["p1"]
     assert res.metrics["exchange/S->A/m"] == 1 and res.metrics["exchange/S->A/kept_prompts"] == 1
@@ -294,10 +296,31 @@ def test_stored_latest_pick_does_not_reach_back_to_an_older_success():
 
     own = [group("A", "p0", [0.0] * N)]
     store = {"p0": [sg(1, [1.0, 0, 0, 0]), sg(3, [0.0] * N)]}
-    (picked,) = stored_peer_groups(store, own, step=4, pick="latest", include_all_correct=False)
-    assert picked.step == 3 and picked.num_correct == 0
+    (picked,) = stored_peer_groups(store, own, step=4, pick="latest", include_all_correct=False, threshold=T)
+    assert picked.step == 3 and picked.successes(T) == 0
     res = exchange_stored(4, own, [picked], RECEIVERS["A"], N, ExchangeConfig(), Scoring(), no_regrade, cap=None,
-                          balance=False, source_name="S")
+                          balance=False, source_name="S", threshold=T)
     assert res.audit[0]["candidates"] == [] and not any(g.is_peer for g in res.train_groups["A"])
-    (any_pick,) = stored_peer_groups(store, own, step=4, pick="any", include_all_correct=False)
+    (any_pick,) = stored_peer_groups(store, own, step=4, pick="any", include_all_correct=False, threshold=T)
     assert any_pick.step == 1    # "any" takes the group with most successes the candidate rule accepts
+
+
+@pytest.mark.parametrize("threshold, cand_ab, cand_ba, kept_a, kept_b", [
+    (0.5, 1, 1, ["p1"], ["p0"]),
+    (0.25, 0, 0, [], []),
+    (0.7, 0, 1, [], []),
+])
+def test_candidate_sets_follow_the_success_threshold(threshold, cand_ab, cand_ba, kept_a, kept_b):
+    # continuous rewards. A: p0 [.3, .3, .3, .3], p1 [.6, 0, 0, 0]; B: p0 [.9, 0, 0, 0], p1 [.3, .3, 0, 0].
+    # 0.5:  k_A = [0, 1], k_B = [1, 0] -> C_A->B = {p1}, C_B->A = {p0}, m = 1: each hands its one candidate over.
+    # 0.25: k_A = [4, 1], k_B = [1, 2] -> no all-fail group: nothing.
+    # 0.7:  k_A = [0, 0], k_B = [1, 0] -> C_A->B = {}, C_B->A = {p0}, m = min(0, 1) = 0: nothing kept.
+    groups = {"A": [group("A", "p0", [0.3] * 4), group("A", "p1", [0.6, 0.0, 0.0, 0.0])],
+              "B": [group("B", "p0", [0.9, 0.0, 0.0, 0.0]), group("B", "p1", [0.3, 0.3, 0.0, 0.0])]}
+    res = exchange_live(1, groups, RECEIVERS, N, ExchangeConfig(), Scoring(), no_regrade, threshold=threshold)
+    m = res.metrics
+    assert (m["exchange/A->B/candidates"], m["exchange/B->A/candidates"]) == (cand_ab, cand_ba)
+    assert selected(res.audit, "A") == kept_a and selected(res.audit, "B") == kept_b
+    if threshold == 0.5:   # A's p1 group goes to B: 4 responses, one of them (0.6) a success of A's
+        assert m["exchange/A->B/transferred"] == 4 and m["exchange/A->B/transferred_correct"] == 1
+        assert [c["k_source"] for c in next(a for a in res.audit if a["source"] == "A")["candidates"]] == [1]

@@ -38,7 +38,7 @@ def groups(order=("A", "B", "C")):
 
 
 def run(order=("A", "B", "C"), **kw):
-    return exchange_live(1, groups(order), RECEIVERS, N, ExchangeConfig(**kw), Scoring(), lambda gs: None)
+    return exchange_live(1, groups(order), RECEIVERS, N, ExchangeConfig(**kw), Scoring(), lambda gs: None, threshold=0.5)
 
 
 def rec(res, s, r):

@@ -37,7 +37,7 @@ def test_identical_receiver_gives_unit_compatibility(twins, temperature):
     groups, _ = src.rollout(PROMPTS, rc, step=1, seed=5)
     for g in groups:
         g.rewards, g.advantages = [1.0, 0.0, 0.0], [1.1547, -0.5774, -0.5774]
-    ho = hand_over(groups, recv, ExchangeConfig(delta=0.0), Scoring(temperature=temperature, chunk=4, micro_batch=2))
+    ho = hand_over(groups, recv, ExchangeConfig(delta=0.0), Scoring(temperature=temperature, chunk=4, micro_batch=2), threshold=0.5)
     peer, audit = ho.groups, ho.rows
 
     assert len(audit) == 6 and len(peer) == 2
@@ -60,7 +60,7 @@ def test_scoring_at_another_temperature_breaks_unit_compatibility(twins):
     groups, _ = src.rollout(PROMPTS, RolloutConfig(n=3, max_new_tokens=8, temperature=0.5, batch_size=8), step=1, seed=5)
     for g in groups:
         g.rewards, g.advantages = [1.0, 0.0, 0.0], [1.1547, -0.5774, -0.5774]
-    ho = hand_over(groups, recv, ExchangeConfig(delta=0.0), Scoring(temperature=1.0))
+    ho = hand_over(groups, recv, ExchangeConfig(delta=0.0), Scoring(temperature=1.0), threshold=0.5)
     peer, audit = ho.groups, ho.rows
     same = [a["s"] for g, p in zip(groups, peer) for i, a in zip(range(g.size), audit[3 * int(g.prompt_id[1]):])
             if p.token_ids[i] == g.gen_token_ids[i]]

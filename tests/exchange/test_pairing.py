@@ -52,7 +52,7 @@ def groups(k=K, order=("A", "B", "C")):
 
 def run(pairing="all", k=K, order=("A", "B", "C"), window=None, **kw):
     ex = ExchangeConfig(pairing=pairing, **kw)
-    return exchange_live(1, groups(k, order), RECEIVERS, N, ex, Scoring(), lambda gs: None, window=window)
+    return exchange_live(1, groups(k, order), RECEIVERS, N, ex, Scoring(), lambda gs: None, window=window, threshold=0.5)
 
 
 def rec(res, s, r):
@@ -225,7 +225,7 @@ def test_decisions_rederive_from_the_audit_log(pairing):
     window, audit = PairingWindow(2), []
     for step, k in enumerate(ks):
         ex = ExchangeConfig(pairing=pairing, pairing_window=2)
-        res = exchange_live(step, groups(k), RECEIVERS, N, ex, Scoring(), lambda gs: None, window=window)
+        res = exchange_live(step, groups(k), RECEIVERS, N, ex, Scoring(), lambda gs: None, window=window, threshold=0.5)
         audit += [json.loads(dumps_json(a)) for a in res.audit]
     _rederive(audit, list("ABC"))
 

@@ -88,7 +88,7 @@ def test_identical_receiver_scores_unit_compatibility_only_after_the_recompute(b
         assert all(g.old_logprobs == g.gen_logprobs for g in groups)
     for g in groups:
         g.rewards, g.advantages = [1.0, 0.0, 0.0, 0.0], [1.5, -0.5, -0.5, -0.5]
-    ho = hand_over(groups, recv, ExchangeConfig(delta=0.0), Scoring(temperature=1.0, chunk=4, micro_batch=2))
+    ho = hand_over(groups, recv, ExchangeConfig(delta=0.0), Scoring(temperature=1.0, chunk=4, micro_batch=2), threshold=0.5)
     s = [a["s"] for g, p in zip(groups, ho.groups) for i, a in zip(range(g.size), ho.rows[4 * int(g.prompt_id[1]):])
          if p.token_ids[i] == g.gen_token_ids[i]]          # responses whose text re-encodes to the same ids
     assert len(s) >= 2

@@ -93,7 +93,7 @@ def test_update_with_shared_prefix_equals_the_joint_update(tiny_gemma_dir, monke
         real = learner.policy.forward_logprobs
         monkeypatch.setattr(learner.policy, "forward_logprobs",
                             lambda *a, **k: real(*a, **{**k, "shared_prefix": shared}))
-        learner.update(groups, [[0], [1]], uc, 1.0, make_rule(uc))
+        learner.update(groups, [[0], [1]], uc, 1.0, make_rule(uc, 0.5))
         result[shared] = {k: v.detach().clone() for k, v in learner.policy.model.named_parameters()}
     for k, v in result[False].items():
         delta = (result[True][k] - v).abs().max().item()

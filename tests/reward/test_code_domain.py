@@ -56,7 +56,7 @@ def test_a_program_that_loops_is_the_models_failure_not_a_grader_timeout():
 
 def test_monitor_flags_special_casing_and_not_the_honest_program():
     ref = CODE.reference(ROW)
-    shares = CODE.monitor([HONEST, SPECIAL, HALF], ["p"] * 3, [ref] * 3, [1.0, 1.0, 0.0])
+    shares = CODE.monitor([HONEST, SPECIAL, HALF], ["p"] * 3, [ref] * 3, [1.0, 1.0, 0.0], 0.5)
     assert shares["n"] == 2 and shares["special_case"] == 0.5        # of the 2 rewarded, SPECIAL only
     assert not any(CODE.response_flags(HONEST, "p", ref).values())
 
@@ -126,12 +126,13 @@ def test_a_domains_failure_kinds_are_counted_per_step_and_math_statuses_add_no_k
     def group(statuses):
         n = len(statuses)
         return SimpleNamespace(rewards=[float(s == "ok") for s in statuses], token_ids=[[1]] * n, status=statuses,
-                               advantages=[], finished=[True] * n, num_correct=statuses.count("ok"), size=n)
+                               advantages=[], finished=[True] * n, successes=lambda t: statuses.count("ok"), size=n,
+                               reward_parts={})
 
-    code = group_stats([group(["ok", "wrong_answer", "syntax", "wrong_answer"])])
+    code = group_stats([group(["ok", "wrong_answer", "syntax", "wrong_answer"])], 0.5)
     assert {k: v for k, v in code.items() if k.startswith("verify/failed/")} == \
         {"verify/failed/syntax": 1, "verify/failed/wrong_answer": 2}
-    math = group_stats([group(["ok", "no_answer", "timeout", "error"])])
+    math = group_stats([group(["ok", "no_answer", "timeout", "error"])], 0.5)
     assert not any(k.startswith("verify/failed/") for k in math)     # a math run's metrics keep their keys
 
 
@@ -176,26 +177,26 @@ def test_held_out_tests_flag_a_rewarded_program_without_changing_its_reward():
     right = "```python\ndef f(x):\n    return 2 * x\n```"
     small = "```python\ndef f(x):\n    return 2 * x if x < 10 else 0\n```"       # right on the tests, wrong at 50
     wrong = "```python\ndef f(x):\n    return 2 * x if x < 2 else 0\n```"
-    assert verify_code(right, ref) == (1.0, "ok")
-    assert verify_code(small, ref) == (1.0, "holdout_fail")                        # rewarded all the same
-    assert verify_code(wrong, ref) == (0.0, "wrong_answer")
-    assert verify_code(wrong, ref, partial_credit=True) == (0.5, "wrong_answer")   # 1 of 2: held-out tests not run
+    assert verify_code(right, ref, success_threshold=0.5) == (1.0, "ok")
+    assert verify_code(small, ref, success_threshold=0.5) == (1.0, "holdout_fail")                        # rewarded all the same
+    assert verify_code(wrong, ref, success_threshold=0.5) == (0.0, "wrong_answer")
+    assert verify_code(wrong, ref, partial_credit=True, success_threshold=0.5) == (0.5, "wrong_answer")   # 1 of 2: held-out tests not run
     # reward.holdout_tests: the row's own tests, 2 of 5 held out (the same 2 in every grading)
     user = CODE.reference({"id": "u", "problem": "p", "entry_point": "f", "tests": [f"assert f({i}) == {2 * i}" for i in range(5)]})
     counted, held = split_holdout(parse_tests(json.loads(user)["tests"]), 2)
     assert len(counted) == 3 and len(held) == 2 and split_holdout(parse_tests(json.loads(user)["tests"]), 2)[1] == held
     miss = "```python\ndef f(x):\n    return -1 if x == %s else 2 * x\n```" % held[0].call[2:-1]
-    assert verify_code(miss, user) == (0.0, "wrong_answer")                        # every test counts by default
-    assert verify_code(miss, user, holdout_tests=2) == (1.0, "holdout_fail")
+    assert verify_code(miss, user, success_threshold=0.5) == (0.0, "wrong_answer")                        # every test counts by default
+    assert verify_code(miss, user, holdout_tests=2, success_threshold=0.5) == (1.0, "holdout_fail")
     assert split_holdout(parse_tests(["assert f(1) == 2"]), 3) == (parse_tests(["assert f(1) == 2"]), [])   # one is kept
 
 
 def test_the_holdout_flag_is_a_share_of_the_rewarded_read_off_the_status():
     ref = CODE.reference(ROW)
-    shares = CODE.monitor([HONEST, HONEST, HONEST, HALF], ["p"] * 4, [ref] * 4, [1.0, 1.0, 1.0, 0.0],
+    shares = CODE.monitor([HONEST, HONEST, HONEST, HALF], ["p"] * 4, [ref] * 4, [1.0, 1.0, 1.0, 0.0], 0.5,
                           ["ok", "holdout_fail", "ok", "wrong_answer"])
     assert shares["n"] == 3 and shares["holdout_fail"] == pytest.approx(1 / 3)   # 1 of the 3 rewarded
-    assert CODE.monitor([HONEST], ["p"], [ref], [1.0])["holdout_fail"] == 0.0     # no status known: off
+    assert CODE.monitor([HONEST], ["p"], [ref], [1.0], 0.5)["holdout_fail"] == 0.0     # no status known: off
     assert CODE.response_flags(HONEST, "p", ref, "holdout_fail")["holdout_fail"]
 
 
@@ -214,7 +215,7 @@ def test_grading_code_without_bubblewrap_stops_in_one_line_unless_opted_in(monke
     msg = str(e.value)
     assert "\n" not in msg and "bwrap is not installed" in msg and "apt-get install bubblewrap" in msg
     assert "reward.allow_weak_sandbox=true" in msg
-    assert verify_code(HONEST, CODE.reference(ROW)) == (0.0, "error")             # the worker refuses as well
+    assert verify_code(HONEST, CODE.reference(ROW), success_threshold=0.5) == (0.0, "error")             # the worker refuses as well
     if sandbox._probe("rlimits+setuid" if os.geteuid() == 0 else "rlimits")[0]:
         with make_grader(RewardConfig(domain="code", workers=0, allow_weak_sandbox=True)) as g:
             assert g.grade([HONEST], [CODE.reference(ROW)]) == ([1.0], ["ok"])

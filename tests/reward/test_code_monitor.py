@@ -179,12 +179,12 @@ def test_shares_are_among_rewarded_responses_only():
     # 4 responses, 3 rewarded: honest (no flag), special (special_case), an exit (early_exit); the unrewarded
     # response without code does not count -> n = 3, special_case 1/3, early_exit 1/3, no_program 0
     shares = code_shares([honest, special, "```\nimport sys\nsys.exit(0)\n```", "I don't know"],
-                         [ADD] * 4, [1.0, 1.0, 1.0, 0.0])
+                         [ADD] * 4, [1.0, 1.0, 1.0, 0.0], 0.5)
     assert shares["n"] == 3
     assert shares["special_case"] == pytest.approx(1 / 3) and shares["early_exit"] == pytest.approx(1 / 3)
     assert shares["no_program"] == 0.0 and shares["harness"] == 0.0
     assert set(shares) == {"n", *CODE_FLAGS}
-    empty = code_shares([honest], [ADD], [0.0])
+    empty = code_shares([honest], [ADD], [0.0], 0.5)
     assert empty["n"] == 0 and all(empty[f] is None for f in CODE_FLAGS)   # nothing rewarded: no share
     with pytest.raises(AssertionError):
-        code_shares([honest], [], [1.0])
+        code_shares([honest], [], [1.0], 0.5)

@@ -14,7 +14,7 @@ import pytest
 
 from graft.config import ConfigError, RewardConfig, load_config
 from graft.domains.grading import make_grader
-from graft.reward.functions import FunctionGrader, RewardFunctionError, row_reference
+from graft.reward.functions import FunctionGrader, RewardFunctionError, function_names, row_reference
 
 M = "tests.reward.user_rewards:"
 
@@ -64,6 +64,34 @@ def test_weights_default_to_one_each():
     # quarter + length_tenths: "abcd" -> 0.25 + 0.4 = 0.65
     rewards, _ = grade_once([M + "quarter", M + "length_tenths"], ["abcd", "ab"])
     assert rewards == pytest.approx([0.65, 0.45], abs=1e-12)     # "ab" -> 0.25 + 0.2
+
+
+def test_each_functions_own_values_come_back_beside_the_weighted_sum(workers):
+    # 0.5 * none_on_question_mark + 2 * length_tenths, each function's values by its name:
+    #   "why?" -> none_on_question_mark None, length_tenths 0.4: reward 2 * 0.4 = 0.8
+    #   "abcdef" -> 0.4 and 0.6: reward 0.5 * 0.4 + 2 * 0.6 = 0.2 + 1.2 = 1.4
+    with FunctionGrader([M + "none_on_question_mark", M + "length_tenths"], workers=workers, weights=[0.5, 2.0]) as g:
+        rewards, statuses, parts = g.grade_parts(["why?", "abcdef"], REFS)
+        assert (rewards, statuses) == g.grade(["why?", "abcdef"], REFS)     # grade() is grade_parts() without parts
+    assert rewards == pytest.approx([0.8, 1.4], abs=1e-12) and statuses == ["ok", "ok"]
+    assert parts == {"none_on_question_mark": [None, 0.4], "length_tenths": [0.4, 0.6]}
+
+
+def test_a_batch_scored_zero_has_no_function_values(capsys):
+    with FunctionGrader([M + "quarter", M + "raises"], workers=0, on_error="zero") as g:
+        rewards, statuses, parts = g.grade_parts(["abc", "abcdef"], REFS)
+    assert rewards == [0.0, 0.0] and parts == {"quarter": [None, None], "raises": [None, None]}
+    assert "this batch of 2 scores 0" in capsys.readouterr().err
+
+
+def test_function_names_are_the_callables_names_as_trl_names_them():
+    assert function_names(["pkg.mod:correct", "path/to/r.py:fmt"]) == ["correct", "fmt"]
+    assert function_names(["a.py:score", "b.py:score", "c:other"]) == ["score_0", "score_1", "other"]   # shared: position
+
+    def my_reward(prompts, completions, **kw):
+        return [0.0] * len(completions)
+
+    assert function_names([my_reward, "m:x"]) == ["my_reward", "x"]
 
 
 def test_every_function_none_is_no_answer():

@@ -39,11 +39,11 @@ def test_shares_are_among_rewarded_responses_only():
     shares = shortcut_shares(
         ["\\boxed{48}", "\\boxed{117} or \\boxed{228}", "57 - 38 = 19. \\boxed{19}", "\\boxed{5*5}"],
         ["What is 192 divided by 4?", "Which number is larger: 117 or 228?", "What is 7 + 12?", "What is 5 squared?"],
-        [1.0, 1.0, 1.0, 0.0], EQ)
+        [1.0, 1.0, 1.0, 0.0], EQ, threshold=0.5)
     assert shares["n"] == 3
     assert shares["operand"] == pytest.approx(1 / 3) and shares["multi_box"] == pytest.approx(1 / 3)
     assert shares["example_copy"] == pytest.approx(1 / 3) and shares["operator"] == 0.0
-    assert shortcut_shares(["x"], ["q"], [0.0])["operator"] is None     # nothing rewarded: no share
+    assert shortcut_shares(["x"], ["q"], [0.0], threshold=0.5)["operator"] is None     # nothing rewarded: no share
 
 
 def test_chance_level_is_the_echo_policys_reward():

@@ -53,7 +53,7 @@ def test_round_trip(tmp_path, group_factory):
     assert g.rewards == src.rewards and g.statuses == src.status and g.advantages == src.advantages
     for a, b in zip(g.gen_logprobs, src.gen_logprobs):
         assert a == pytest.approx(b, abs=1e-6)  # stored as float32
-    assert g.num_correct == 1 and g.size == 4
+    assert g.successes(0.5) == 1 and g.size == 4
     with pytest.raises(StoreError, match=r"no rows of model 'nobody'; the store has \['A', 'B'\]"):
         store.iter_groups("nobody")
     with pytest.raises(StoreError, match="cannot pick the peer model automatically"):
@@ -168,11 +168,11 @@ def test_select_stored_group():
     assert select_stored_group([_g(3, 1)], 2, "latest") is None
     assert select_stored_group(groups, 5, "same_step").step == 5
     assert select_stored_group(groups, 4, "same_step") is None
-    assert select_stored_group(groups, 0, "any").step == 7  # most successes, even from a later step
-    mixed = lambda g: 1 <= g.num_correct < g.size  # noqa: E731
-    assert select_stored_group(groups, 0, "any", eligible=mixed).step == 0
+    assert select_stored_group(groups, 0, "any", threshold=0.5).step == 7  # most successes, even from a later step
+    mixed = lambda g: 1 <= g.successes(0.5) < g.size  # noqa: E731
+    assert select_stored_group(groups, 0, "any", eligible=mixed, threshold=0.5).step == 0
     assert select_stored_group(groups, 100, "latest", eligible=mixed).step == 5
-    assert select_stored_group([_g(1, 2), _g(4, 2)], 0, "any").step == 4  # tie on successes -> latest
+    assert select_stored_group([_g(1, 2), _g(4, 2)], 0, "any", threshold=0.5).step == 4  # tie on successes -> latest
     dup_a, dup_b = _g(3, 1), _g(3, 2)
     assert select_stored_group([dup_a, dup_b], 3, "same_step") is dup_b  # equal step: later entry
     assert select_stored_group([], 3, "latest") is None
@@ -184,7 +184,7 @@ def test_info_export_and_cli(tmp_path, group_factory, capsys):
     run = tmp_path / "run"
     store = TrajectoryStore(run / "trajectories", run_id="run-1")
     _fill(store, group_factory)
-    d = info(run)  # a run folder resolves to its trajectories/
+    d = info(run, 0.5)  # a run folder resolves to its trajectories/
     assert d["rows"] == 36 and d["steps"] == [0, 2] and d["files"] == 3 and d["run_ids"] == ["run-1"]
     assert d["schema_version"] == SCHEMA_VERSION and d["size_bytes"] > 0
     assert d["models"]["A"]["tokenizer"] == "tok-a" and d["models"]["A"]["rows"] == 24

@@ -166,7 +166,7 @@ def test_nonfinite_update_leaves_weights_and_optimizer_state_alone(tmp_path, tin
     groups[0].advantages = [float("nan")] + [1.0] * (groups[0].size - 1)   # -> NaN loss and gradients
     before = {k: v.clone() for k, v in learner.policy.model.named_parameters()}
     m = learner.update(groups, plan_minibatches([False], 1, "peer_last", torch.Generator().manual_seed(0)),
-                       cfg.update, 1.0, make_rule(cfg.update))
+                       cfg.update, 1.0, make_rule(cfg.update, cfg.reward.success_threshold))
     assert m["update/skipped_nonfinite"] == 1 and not math.isfinite(m["grad_norm"])
     for k, v in learner.policy.model.named_parameters():
         assert torch.equal(v, before[k]), k

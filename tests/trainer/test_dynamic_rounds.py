@@ -33,7 +33,8 @@ def prompts(*ids: str) -> list[Prompt]:
 
 def sample(ps: list[Prompt], r: int, balance: str = "min") -> Round:
     groups = {m: [group(m, p.id, [1.0] * K[p.id][i] + [0.0] * (N - K[p.id][i])) for p in ps] for i, m in enumerate("AB")}
-    ex = exchange_live(1, groups, RECEIVERS, N, replace(ExchangeConfig(), balance=balance), Scoring(), no_regrade)
+    ex = exchange_live(1, groups, RECEIVERS, N, replace(ExchangeConfig(), balance=balance), Scoring(), no_regrade,
+                       threshold=0.5)
     return Round(ps, groups, ex, TOKENS)
 
 

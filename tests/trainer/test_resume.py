@@ -33,7 +33,7 @@ def _final_params(run_dir: Path, cfg) -> dict:
     return params({m.name: Learner.local(m, weights_from=ck.model_dirs[m.name]) for m in cfg.models})
 
 
-DETERMINISTIC = ("reward/mean", "all_fail_frac", "response_length/mean", "peer_responses")
+DETERMINISTIC = ("reward/mean", "all_fail_frac", "response_length/mean", "peer_responses", "num_tokens")
 
 
 def _assert_same_steps(rows_a, rows_b, names=("A", "B")):

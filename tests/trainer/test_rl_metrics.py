@@ -51,7 +51,7 @@ def _group(rewards, advantages, lengths):
 
 def test_group_stats_reward_std_advantages_and_length_range():
     gs = [_group([1.0, 0.0], [1.0, -1.0], [3, 7]), _group([0.0, 0.0], [0.0, 0.0], [2, 4])]
-    st = group_stats(gs)
+    st = group_stats(gs, 0.5)
     # rewards 1,0,0,0: mean 0.25, population variance (0.5625 + 3 * 0.0625) / 4 = 0.1875
     assert st["reward/mean"] == 0.25 and st["reward/std"] == pytest.approx(math.sqrt(0.1875))
     # advantages 1,-1,0,0: mean 0, variance (1 + 1) / 4 = 0.5

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from graft.commands.experiment.plan import STORED_PREFIX, Comparison, Member, Plan, base_member, check_unchanged
-from graft.config import EvalConfig
+from graft.config import EvalConfig, run_success_threshold
 from graft.data.tasks import family_of
 from graft.domains.base import run_domain
 from graft.domains.math import WORKED_EQUATIONS
@@ -19,6 +19,7 @@ from graft.evaluation.metrics import paired_interval, paired_verdict, unpaired_i
 from graft.registry import FAMILIES
 from graft.reward.shortcuts import chance_level, shortcut_shares
 from graft.reward.verifier import extract_boxed, is_number, verify_number
+from graft.success import succeeded
 
 
 def _pass1(m: Member, model: str, dataset: str | None = None) -> float | None:
@@ -60,7 +61,7 @@ def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None
     user's: the strict rule means nothing there; its monitor is in each run's ``analyze.txt``)."""
     if _run_domain(m) not in ("math", "number"):
         return None
-    tally = _Regrade()
+    tally = _Regrade(run_success_threshold(m.results_dir))
     for path in sorted((m.results_dir / "eval" / model).glob("*/repeat_*.jsonl")):
         rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
         per_prompt = [tally.add_row(r, problems) for r in rows]
@@ -77,6 +78,9 @@ def regraded_pass1(m: Member, model: str, problems: dict[str, str] | None = None
 @dataclass
 class _Regrade:
     """What :func:`regraded_pass1` gathers over a run's eval files."""
+
+    threshold: float
+    """The run's ``reward.success_threshold``: what its own grading counted correct, and the monitor's rewarded."""
 
     per_set: list[float] = field(default_factory=list)
     """Strict pass@1 of each eval file (data set and repeat)."""
@@ -113,7 +117,7 @@ class _Regrade:
             expression = bool(content and not is_number(content))
             self.boxed += bool(content)
             self.expr_boxed += expression
-            if old == 1.0:
+            if succeeded(old, self.threshold):
                 self.correct += 1
                 self.expr_correct += expression
         return pass1
@@ -126,8 +130,8 @@ class _Regrade:
             "expression_share_of_correct": self.expr_correct / self.correct if self.correct else None,
             "expression_share_of_boxed": self.expr_boxed / self.boxed if self.boxed else None,
             "monitor": {
-                "as_run": shortcut_shares(self.texts, self.questions, self.as_run, WORKED_EQUATIONS),
-                "strict": shortcut_shares(self.texts, self.questions, self.strict, WORKED_EQUATIONS),
+                "as_run": shortcut_shares(self.texts, self.questions, self.as_run, WORKED_EQUATIONS, threshold=self.threshold),
+                "strict": shortcut_shares(self.texts, self.questions, self.strict, WORKED_EQUATIONS, threshold=self.threshold),
             },
             "families": {
                 f: {"pass@1": _mean(v["pass@1"]), "chance": _mean(v["chance"]), "prompts": len(v["pass@1"])}
@@ -169,7 +173,8 @@ def _treatment(m: Member, direction: str) -> dict | None:
     """:func:`graft.evaluation.analyze.treatment` of a finished run's direction (metrics and audit log), the one
     definition of its counts and drift; None for a run not finished yet."""
     rows = _metrics(m)
-    return treatment(rows, read_jsonl(m.results_dir / "audit.jsonl"), direction) if rows else None
+    audit = read_jsonl(m.results_dir / "audit.jsonl")
+    return treatment(rows, audit, direction, run_success_threshold(m.results_dir)) if rows else None
 
 
 def _exchange_steps(m: Member, direction: str, t: dict | None) -> dict | None:
