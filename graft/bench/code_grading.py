@@ -50,7 +50,7 @@ out = {"module": graft.__file__, "isolation": sandbox.isolation(), "tests_per_ro
 for name, programs, want in (("correct", right, 1.0), ("wrong", wrong, 0.0)):
     t0 = time.perf_counter()
     for program, ref in zip(programs, refs):
-        reward, status = verify_code(program, ref)
+        reward, status = verify_code(program, ref, success_threshold=0.5)
         assert reward == want, (name, reward, status, program)
     out[name] = (time.perf_counter() - t0) / len(rows)
 print(json.dumps(out))

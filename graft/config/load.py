@@ -18,6 +18,7 @@ from graft.config.show import to_dict
 from graft.config.upgrade import LEGACY_KEYS, upgrade_tree
 from graft.console import say
 from graft.files import write_text
+from graft.registry import TASKS
 
 
 def _parse_value(text: str, key: str = "") -> Any:
@@ -211,10 +212,15 @@ def save_config(cfg: Config, path: str | Path, comments: Sequence[str] = ()) -> 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
     """Dotted keys whose values differ between two config dicts; lists of the same length item by item
-    (``models.0.lr``)."""
+    (``models.0.lr``). The settings of a procedural task neither config trains or evaluates on (``data.code_task.*``
+    of an arithmetic run) are not compared: they change nothing the run computes, and a default moving there must
+    not set a committed run apart from its plan or refuse its resume."""
+    if not prefix:
+        idle = [f"data.{t}." for t in TASKS if t not in _task_names(a) | _task_names(b)]
+        return [k for k in config_diff(a, b, ".") if not k.startswith(tuple(idle))]
     out = []
     for k in sorted(set(a) | set(b)):
-        key = f"{prefix}{k}"
+        key = f"{prefix}{k}".lstrip(".")
         va, vb = a.get(k), b.get(k)
         if isinstance(va, list) and isinstance(vb, list) and len(va) == len(vb):
             va, vb = dict(enumerate(va)), dict(enumerate(vb))
@@ -223,6 +229,13 @@ def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
         elif va != vb:
             out.append(key)
     return out
+
+
+def _task_names(tree: dict) -> set[str]:
+    data = tree.get("data")
+    if not isinstance(data, dict):
+        return set()
+    return {v for v in (data.get("train"), data.get("val")) if isinstance(v, str)}
 
 
 def run_success_threshold(run_dir: str | Path) -> float:

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             if today.get(row["id"], {}).get("problem") == row["problem"]:
                 assert today[row["id"]] == row, row["id"]
                 same += 1
-            reward, status = verify_code(s["response"], code_reference(row), timeout_s=8.0)
+            reward, status = verify_code(s["response"], code_reference(row), timeout_s=8.0, success_threshold=0.5)
             tally[(s["reward"] > 0.5, reward > 0.5, status)] += 1
             program = " ".join(s["response"].split("```python")[-1].split("```")[0].split())
             head = f"{s['id']:22s} {s['model']:8s} step {s['step']:2d}"

@@ -43,8 +43,8 @@ def _eval_recording(monkeypatch, tmp_path, *argv) -> tuple[int, dict, list]:
     seen, stops = {}, []
     real = TextCodec.encode_prompt
 
-    def encode(codec, problem):
-        ids = real(codec, problem)
+    def encode(codec, problem, messages=None):
+        ids = real(codec, problem, messages)
         seen[problem] = ids
         stops.append(codec.cfg.stop_strings())
         return ids

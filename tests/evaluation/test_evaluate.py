@@ -119,8 +119,8 @@ def test_pass_at_1_and_mean_std_over_repeats(tmp_path):
 class HalfGrader(ExactGrader):
     """A continuous reward: 1 for the right box, 0.5 for a wrong one, 0 without a box."""
 
-    def grade(self, responses, answers, progress=False):
-        rewards, statuses = super().grade(responses, answers, progress)
+    def grade(self, responses, answers, progress=False, completion_ids=None):
+        rewards, statuses = super().grade(responses, answers, progress, completion_ids)
         return [1.0 if r == 1.0 else 0.5 if s == "ok" else 0.0 for r, s in zip(rewards, statuses)], statuses
 
 

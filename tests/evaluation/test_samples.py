@@ -113,7 +113,7 @@ def test_eval_rows_join_a_trl_file_without_ids_or_answers(tmp_path):
     rid = RowIds()(row)
     records = run / "eval_final" / "gemma3" / "test" / "repeat_0.jsonl"
     records.write_text(records.read_text().replace("t-max-1", rid))
-    got = collect(run, "eval", None, None, "1", [str(data)])
+    got = collect(run, "eval", None, None, "1", 0.5, [str(data)])
     assert got[0].prompt_id == rid and got[0].problem == "Which is larger?"     # the last user message
 
 
