@@ -59,7 +59,8 @@ def test_literal_fields_accept_only_their_choices(override, message):
     ("logging.report_to=tb", "logging.report_to.0: 'tb' is not one of tensorboard, wandb, mlflow"),
     ("models.0.stop=[1, [2]]", "models.0.stop.1: expected text, got a list"),
     ("eval.max_new_tokens=abc", "eval.max_new_tokens: expected an integer, got 'abc'"),
-    ("data.val=[a]", "data.val: expected text, got a list"),
+    ("data.val=[a]", "data.val: expected text or an in-memory dataset (a datasets.Dataset, a pandas DataFrame or a list "
+                     "of dicts) or null, got a list"),
     ("resume=null", "resume: expected text or true or false, got null"),
     ("exchange.delta_by_length={8: x}", "exchange.delta_by_length.8: expected a number, got 'x'"),
     ("ray.resources={A: {num_gpus: many}}", "ray.resources.A.num_gpus: expected a number, got 'many'"),
